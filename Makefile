@@ -1,0 +1,32 @@
+# The two commands of the README's Quick start: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# torch is pinned first: on this CPU machine it takes the local wheel; an unpinned torch would pull
+# GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup demo test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(PIP) install -q "$(TORCH_SPEC)"; fi
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/cosmos-train demo
+
+test: setup
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check . || true
+
+clean:
+	rm -rf outputs .pytest_cache

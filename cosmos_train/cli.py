@@ -1,0 +1,133 @@
+"""`cosmos-train ...`: a thin dispatcher to the flows and the library.
+
+    cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
+    cosmos-train make-tiny-model outputs/tiny-model
+    cosmos-train make-synthetic-data outputs/synthetic --n-train 400
+    cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
+    cosmos-train export RUN/checkpoints/step_N OUT
+    cosmos-train demo
+
+Heavy imports (torch, transformers, prefect) happen inside each command so `--help` and
+`config check` answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
+    if positional:
+        p.add_argument("config", type=Path, help="Job TOML file.")
+    else:
+        p.add_argument("--config", type=Path, required=True, help="Job TOML file.")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="Override a key, e.g. --set train.epoch=2 (repeatable; applied after COSMOS_TRAIN__* env vars).",
+    )
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from cosmos_train.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(cfg.to_toml(), end="")
+    print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
+    return 0
+
+
+def _make_tiny_model(args: argparse.Namespace) -> int:
+    from cosmos_train.models.tiny import make_tiny_model
+
+    out = make_tiny_model(args.out, size=args.size, seed=args.seed)
+    print(out)
+    return 0
+
+
+def _make_synthetic(args: argparse.Namespace) -> int:
+    from cosmos_train.data.synthetic import make_synthetic_dataset
+
+    out = make_synthetic_dataset(
+        args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, seed=args.seed,
+        difficulty=args.difficulty,
+    )
+    print(out)
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from flows.sft import SFTParams, sft
+
+    result = sft(SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=args.script))
+    print(result["run_dir"])
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from cosmos_train.export import export_checkpoint
+
+    print(export_checkpoint(args.checkpoint, args.out))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from flows.demo import demo
+
+    demo(output_dir=str(args.output_dir))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cosmos-train", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    cfg = sub.add_parser("config", help="Config utilities.")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    check = cfg_sub.add_parser("check", help="Print the resolved config (exit 0) or every error (exit 2).")
+    _add_config_args(check, positional=True)
+    check.set_defaults(func=_config_check)
+
+    tiny = sub.add_parser("make-tiny-model", help="Build the offline tiny Qwen2.5-VL model folder.")
+    tiny.add_argument("out", type=Path)
+    tiny.add_argument("--size", default="tiny", choices=["tiny", "small"])
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(func=_make_tiny_model)
+
+    syn = sub.add_parser("make-synthetic-data", help="Generate synthetic physical-reasoning videos + rows.")
+    syn.add_argument("out", type=Path)
+    syn.add_argument("--n-train", type=int, default=400)
+    syn.add_argument("--n-val", type=int, default=64)
+    syn.add_argument("--n-test", type=int, default=100)
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--difficulty", default="easy", choices=["easy", "medium", "hard"])
+    syn.set_defaults(func=_make_synthetic)
+
+    sft = sub.add_parser("sft", help="Run SFT through the Prefect flow (local ephemeral API by default).")
+    _add_config_args(sft)
+    sft.add_argument("script", nargs="?", default=None, help="Optional dataset script (see examples/).")
+    sft.set_defaults(func=_sft)
+
+    exp = sub.add_parser("export", help="Convert a saved checkpoint to Hugging Face safetensors.")
+    exp.add_argument("checkpoint", type=Path, help="RUN/checkpoints/step_N")
+    exp.add_argument("out", type=Path)
+    exp.set_defaults(func=_export)
+
+    demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, SFT score.")
+    demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
+    demo.set_defaults(func=_demo)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
