@@ -1,0 +1,468 @@
+"""Resumable training checkpoints: torch.distributed.checkpoint (DCP) of model + optimizer, atomic, rotated.
+
+One checkpoint is one folder, `<run_dir>/checkpoints/step_N/`:
+
+    .metadata, __R_0.distcp   DCP shards of {"model": ..., "optimizer": ...} (each rank writes its own shard)
+    trainer_state.json        step, the trainer's `extra` (consumed_samples, epoch, ...), scheduler state,
+                              the world size that wrote it (rank 0 writes it)
+    rng_rank{R}.pt            python / numpy / torch CPU / CUDA RNG state of rank R
+    COMPLETE                  written last: a folder without it is never loaded
+
+Atomicity: everything is written into `step_N.tmp-<nonce>`; after every rank is done, rank 0 writes
+COMPLETE and renames the folder to `step_N`. A crash at any point leaves either the old set of
+checkpoints or a `*.tmp-*` folder that `find_latest` ignores and the next save deletes.
+
+Async saves (`save_mode = "async"`): `dcp.async_save` copies the state to CPU memory before it returns,
+then writes in a background thread while training goes on; the COMPLETE marker, the rename and the
+rotation happen when that write is done, at the next `save()` or at `wait()` (call it before exiting).
+The DCP traffic runs on a gloo process group of its own, so the writer thread never interleaves
+collectives with training's.
+
+Model/optimizer state comes from `torch.distributed.checkpoint.state_dict.get_state_dict`, so the same
+code serves FSDP2 (`fully_shard`) modules and plain modules, and a checkpoint written at one world size
+loads at another (DCP reshards). Used by the trainers; offline conversion to Hugging Face safetensors is
+`cosmos_train.export`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from cosmos_train.config import CheckpointConfig
+
+log = logging.getLogger(__name__)
+
+COMPLETE = "COMPLETE"
+TRAINER_STATE = "trainer_state.json"
+SCHEDULER_FALLBACK = "scheduler.pt"
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"step_(\d+)")
+_TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
+
+
+# ------------------------------------------------------------------------------ process-group helpers
+def dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if dist_on() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist_on() else 1
+
+
+# (the default group it belongs to, the gloo group): re-created when the default group is re-initialised.
+_CPU_GROUP: tuple[Any, Any] | None = None
+
+
+def cpu_group() -> Any:
+    """A gloo group over all ranks for small CPU collectives (barriers, flags, DCP planning).
+
+    Created on first use; every rank must reach the first call at the same point (it is collective).
+    A separate group also keeps an async checkpoint's background collectives apart from training's.
+    """
+    global _CPU_GROUP
+    if not dist_on():
+        return None
+    world = dist.group.WORLD
+    if _CPU_GROUP is None or _CPU_GROUP[0] is not world:
+        _CPU_GROUP = (world, dist.new_group(backend="gloo"))
+    return _CPU_GROUP[1]
+
+
+def barrier(group: Any = None) -> None:
+    if dist_on():
+        dist.barrier(group=group)
+
+
+def all_ok(ok: bool, group: Any = None) -> bool:
+    """True when `ok` holds on every rank (so all ranks raise together instead of one hanging)."""
+    if not dist_on():
+        return ok
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
+def broadcast_str(value: str, group: Any = None) -> str:
+    """Rank 0's `value` on every rank."""
+    if not dist_on():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+# ------------------------------------------------------------------------------ folder helpers
+def is_complete(path: Path) -> bool:
+    """A finished checkpoint: a step_N folder holding the COMPLETE marker."""
+    path = Path(path)
+    return _STEP_DIR.fullmatch(path.name) is not None and (path / COMPLETE).is_file()
+
+
+def step_of(path: Path) -> int:
+    m = _STEP_DIR.fullmatch(Path(path).name)
+    if m is None:
+        raise ValueError(f"{path}: not a checkpoint folder (expected a name like step_100)")
+    return int(m.group(1))
+
+
+def complete_checkpoints(ckpt_root: Path) -> list[Path]:
+    """The complete step_N folders directly under `ckpt_root`, oldest step first."""
+    if not Path(ckpt_root).is_dir():
+        return []
+    found = [p for p in Path(ckpt_root).iterdir() if p.is_dir() and is_complete(p)]
+    return sorted(found, key=step_of)
+
+
+def _written_at(ckpt: Path) -> float:
+    try:
+        return float(json.loads((ckpt / COMPLETE).read_text())["time"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return (ckpt / COMPLETE).stat().st_mtime
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename is only durable once the parent directory entry is on disk.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------ RNG state
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as plain tensors/ints (loadable with torch.load(weights_only=True))."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def seed_rng(seed: int, rank_: int) -> int:
+    """Seed every RNG of this process from (seed, rank); returns the derived seed."""
+    derived = (seed * 1_000_003 + rank_ * 7919 + 17) % (2**32)
+    random.seed(derived)
+    np.random.seed(derived)
+    torch.manual_seed(derived)  # also seeds every CUDA device
+    return derived
+
+
+# ------------------------------------------------------------------------------ the manager
+@dataclass
+class _PendingSave:
+    step: int
+    tmp: Path
+    final: Path
+    future: Future
+    started: float
+
+
+class CheckpointManager:
+    """Save / find / load resumable checkpoints of one run. Every rank constructs it and calls save/load/wait.
+
+        ckpt = CheckpointManager(run_dir, cfg.train.ckpt, seed=cfg.train.seed)
+        if (latest := CheckpointManager.find_latest(run_dir)) is not None:
+            extra = ckpt.load(latest, model, optimizer, scheduler)
+        ...
+        ckpt.save(step, model, optimizer, scheduler, {"step": step, "consumed_samples": n})
+        ...
+        ckpt.wait()   # before exiting: finalizes an async save still in flight
+
+    `seed` only matters when a checkpoint written at a smaller world size is loaded: ranks with no RNG file
+    are seeded from (seed, rank).
+    """
+
+    def __init__(self, run_dir: Path, cfg: CheckpointConfig, *, seed: int = 0):
+        if cfg.max_keep == 0 or cfg.max_keep < -1:
+            raise ValueError(f"train.ckpt.max_keep: {cfg.max_keep} is invalid (>= 1, or -1 to keep all)")
+        self.run_dir = Path(run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.cfg = cfg
+        self.seed = seed
+        self._group = cpu_group()
+        self._pending: _PendingSave | None = None
+        # Seconds of the last save that blocked training / of the last finalized write (for metrics).
+        self.last_blocking_s = 0.0
+        self.last_write_s = 0.0
+
+    # -------------------------------------------------------------------- save
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler: Any,
+        extra: dict[str, Any],
+        *,
+        blocking: bool = False,
+    ) -> Path:
+        """Checkpoint `model`/`optimizer`/`scheduler`/`extra` as step_{step}; all ranks call it.
+
+        Returns the step_N path; with an async save it exists only once that save is finalized
+        (at the next save() or wait()). Saving a step that already has a complete checkpoint is a no-op.
+        """
+        t0 = time.perf_counter()
+        self.wait()  # at most one save in flight
+        final = self.ckpt_root / f"step_{step}"
+        if is_complete(final):
+            log.info("checkpoint %s already exists; not saving step %d again", final, step)
+            return final
+        state_json = self._trainer_state(step, scheduler, extra)
+
+        nonce = broadcast_str(uuid.uuid4().hex[:12] if rank() == 0 else "", self._group)
+        tmp = self.ckpt_root / f"step_{step}.tmp-{nonce}"
+        if rank() == 0:
+            self._remove_stale_tmp()
+            tmp.mkdir(parents=True)
+        barrier(self._group)
+        torch.save(rng_state(), tmp / f"rng_rank{rank()}.pt")
+        if rank() == 0:
+            self._write_trainer_state(tmp, state_json, scheduler)
+
+        model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
+        state: dict[str, Any] = {"model": model_sd}
+        if optimizer is not None:
+            state["optimizer"] = optim_sd
+
+        if self.cfg.save_mode == "async" and not blocking:
+            future = dcp.async_save(
+                state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on()
+            )
+            self._pending = _PendingSave(step, tmp, final, future, time.perf_counter())
+            self.last_blocking_s = time.perf_counter() - t0
+            log.info("checkpoint step %d: async save started (%.2fs blocking)", step, self.last_blocking_s)
+        else:
+            t_write = time.perf_counter()
+            dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
+            self._finalize(step, tmp, final)
+            self.last_write_s = time.perf_counter() - t_write
+            self.last_blocking_s = time.perf_counter() - t0
+            log.info("checkpoint step %d saved to %s (%.2fs)", step, final, self.last_blocking_s)
+        return final
+
+    def wait(self) -> None:
+        """Finish the async save in flight, if any: wait for its write, then mark, rename and rotate."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        error: BaseException | None = None
+        try:
+            pending.future.result()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after every rank agrees
+            error = e
+        if not all_ok(error is None, self._group):
+            # The tmp folder stays without COMPLETE: never loaded, deleted by the next save.
+            if error is not None:
+                raise RuntimeError(f"async checkpoint of step {pending.step} into {pending.tmp} failed") from error
+            raise RuntimeError(f"async checkpoint of step {pending.step} failed on another rank ({pending.tmp})")
+        self._finalize(pending.step, pending.tmp, pending.final)
+        self.last_write_s = time.perf_counter() - pending.started
+        log.info("checkpoint step %d saved to %s (async write %.2fs)", pending.step, pending.final, self.last_write_s)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._pending is not None
+
+    def _trainer_state(self, step: int, scheduler: Any, extra: dict[str, Any]) -> dict[str, Any]:
+        extra = dict(extra)
+        extra.setdefault("step", step)
+        try:
+            json.dumps(extra)
+        except (TypeError, ValueError) as e:
+            bad = [k for k, v in extra.items() if not _json_ok(v)]
+            raise TypeError(f"checkpoint extra: keys {bad} are not JSON-serialisable ({e})") from e
+        sched = scheduler.state_dict() if scheduler is not None else None
+        return {
+            "format_version": FORMAT_VERSION,
+            "step": step,
+            "world_size": world_size(),
+            "extra": extra,
+            "scheduler": sched,
+        }
+
+    def _write_trainer_state(self, tmp: Path, state_json: dict[str, Any], scheduler: Any) -> None:
+        if not _json_ok(state_json["scheduler"]):
+            # A scheduler whose state holds callables/tensors: keep it exact in a torch file instead.
+            torch.save(state_json["scheduler"], tmp / SCHEDULER_FALLBACK)
+            state_json = {**state_json, "scheduler": {"file": SCHEDULER_FALLBACK}}
+        _write_json_atomic(tmp / TRAINER_STATE, state_json)
+
+    def _finalize(self, step: int, tmp: Path, final: Path) -> None:
+        barrier(self._group)  # every rank's shard and RNG file are on disk
+        if rank() == 0:
+            _write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()})
+            if final.exists():
+                # A step_N without COMPLETE (never loadable): replace it.
+                shutil.rmtree(final)
+            tmp.rename(final)
+            _fsync_dir(self.ckpt_root)
+            self._rotate()
+        barrier(self._group)
+
+    def _rotate(self) -> None:
+        if self.cfg.max_keep == -1:
+            return
+        done = complete_checkpoints(self.ckpt_root)
+        for old in done[: max(0, len(done) - self.cfg.max_keep)]:
+            # Drop the marker first so a crash half-way through the delete leaves an ignored folder.
+            (old / COMPLETE).unlink()
+            shutil.rmtree(old)
+            log.info("checkpoint rotation: removed %s (max_keep=%d)", old, self.cfg.max_keep)
+
+    def _remove_stale_tmp(self) -> None:
+        if not self.ckpt_root.is_dir():
+            return
+        for p in self.ckpt_root.iterdir():
+            if p.is_dir() and _TMP_DIR.fullmatch(p.name):
+                log.warning("removing incomplete checkpoint %s (an interrupted save)", p)
+                shutil.rmtree(p, ignore_errors=True)
+
+    # -------------------------------------------------------------------- find / load
+    @staticmethod
+    def find_latest(path: Path) -> Path | None:
+        """The newest complete checkpoint under `path`, or None.
+
+        `path` may be a step_N folder, a run's `checkpoints/` folder, a run folder, or an output_dir holding
+        timestamped run folders (then the run whose newest checkpoint was written last wins).
+        """
+        path = Path(path)
+        if not path.is_dir():
+            return None
+        if _STEP_DIR.fullmatch(path.name):
+            return path if is_complete(path) else None
+        for root in (path / "checkpoints", path):
+            found = complete_checkpoints(root)
+            if found:
+                return found[-1]
+        newest_per_run = [
+            found[-1] for run in path.iterdir() if run.is_dir() and (found := complete_checkpoints(run / "checkpoints"))
+        ]
+        if not newest_per_run:
+            return None
+        return max(newest_per_run, key=lambda p: (_written_at(p), step_of(p)))
+
+    def load(
+        self,
+        ckpt_dir: Path,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler: Any,
+    ) -> dict[str, Any]:
+        """Restore model/optimizer/scheduler and this rank's RNG from `ckpt_dir`; returns the saved `extra`.
+
+        All ranks call it. A checkpoint from another world size reshards through DCP.
+        """
+        ckpt_dir = Path(ckpt_dir)
+        if not is_complete(ckpt_dir):
+            raise FileNotFoundError(
+                f"{ckpt_dir}: not a complete checkpoint (no {COMPLETE} marker in a step_N folder); "
+                "an interrupted save is never loaded"
+            )
+        t0 = time.perf_counter()
+        meta = json.loads((ckpt_dir / TRAINER_STATE).read_text())
+        model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
+        state: dict[str, Any] = {"model": model_sd}
+        if optimizer is not None:
+            state["optimizer"] = optim_sd
+        dcp.load(state, checkpoint_id=str(ckpt_dir), process_group=self._group, no_dist=not dist_on())
+        set_model_state_dict(model, state["model"])
+        if optimizer is not None:
+            set_optimizer_state_dict(model, [optimizer], state["optimizer"])
+
+        if scheduler is not None:
+            sched = meta.get("scheduler")
+            if sched is None:
+                raise ValueError(f"{ckpt_dir / TRAINER_STATE}: no scheduler state saved, but a scheduler was given")
+            if sched == {"file": SCHEDULER_FALLBACK}:
+                sched = torch.load(ckpt_dir / SCHEDULER_FALLBACK, weights_only=False)
+            scheduler.load_state_dict(sched)
+
+        self._restore_rng(ckpt_dir, int(meta.get("world_size", 0)))
+        extra = dict(meta["extra"])
+        extra.setdefault("step", meta["step"])
+        log.info("loaded checkpoint %s (step %d) in %.2fs", ckpt_dir, meta["step"], time.perf_counter() - t0)
+        return extra
+
+    def _restore_rng(self, ckpt_dir: Path, saved_world: int) -> None:
+        rng_file = ckpt_dir / f"rng_rank{rank()}.pt"
+        if rng_file.is_file():
+            set_rng_state(torch.load(rng_file, weights_only=True))
+            return
+        derived = seed_rng(self.seed, rank())
+        log.warning(
+            "%s has no RNG state for rank %d (written by %d ranks, now %d): seeded this rank's RNGs "
+            "deterministically from (seed=%d, rank=%d) -> %d",
+            ckpt_dir, rank(), saved_world, world_size(), self.seed, rank(), derived,
+        )
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,352 @@
+"""Turn one Qwen-VL style chat (a sample's `messages`) into model inputs and SFT labels.
+
+`encode_chat` renders the model's own chat template, loads each video / image part through
+`cosmos_train.data.video`, expands every <|video_pad|> / <|image_pad|> to
+grid_t * grid_h * grid_w / merge**2 tokens, and builds labels.
+
+Labels: -100 everywhere except the tokens of each assistant turn's content and its closing
+<|im_end|>. The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
+at <|im_end|> (the eos), so the newline is never sampled and training on it teaches nothing.
+
+Tokenisation matches inference: the text is cut at each assistant content boundary and the pieces
+are tokenised separately, because at generation time the prompt ends with "<|im_start|>assistant\\n"
+and the model's tokens start fresh after it (BPE could otherwise merge the header's newline with a
+newline that starts the answer). Every other boundary is a special token, which splits anyway.
+
+Truncation (only when max_length is set and the sample is longer):
+  "error": raise ChatTooLongError naming the sample length and max_length.
+  "right": drop tokens from the end. A vision block (<|vision_start|> pads <|vision_end|>) is never
+           cut through: when the cut would land inside one, the whole block and everything after it
+           go, and that item's pixels are dropped too. If the cut leaves no labelled token in a sample
+           that had some, ChatTooLongError is raised, so callers can count the row as skipped instead
+           of training on nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from cosmos_train.data import video as media
+from cosmos_train.models.load import get_tokenizer
+
+IGNORE_INDEX = -100
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
+IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
+# mm_token_type_ids values transformers' Qwen2.5-VL uses to find vision tokens for 3D RoPE.
+TEXT_TYPE, IMAGE_TYPE, VIDEO_TYPE = 0, 1, 2
+ROLES = ("system", "user", "assistant")
+
+
+class ChatTooLongError(ValueError):
+    """The encoded sample does not fit in max_length (and could not be truncated usefully)."""
+
+    def __init__(self, message: str, length: int, max_length: int):
+        super().__init__(message)
+        self.length = length
+        self.max_length = max_length
+
+
+@dataclass
+class EncodedChat:
+    """One encoded chat; tensors have no batch dimension. Vision fields are None when absent.
+
+    mm_token_type_ids (0 text, 1 image pad, 2 video pad) is what transformers' Qwen2.5-VL needs to
+    build 3D RoPE positions; without it the model silently falls back to 1D positions.
+    """
+
+    input_ids: torch.Tensor  # LongTensor [L]
+    labels: torch.Tensor  # LongTensor [L]
+    attention_mask: torch.Tensor  # LongTensor [L], all ones
+    mm_token_type_ids: torch.Tensor  # IntTensor [L]
+    pixel_values_videos: torch.Tensor | None = None  # float32 [sum of video patches, C*2*14*14]
+    video_grid_thw: torch.Tensor | None = None  # LongTensor [n_videos, 3]
+    second_per_grid_ts: torch.Tensor | None = None  # float32 [n_videos]
+    pixel_values: torch.Tensor | None = None  # float32 [sum of image patches, C*2*14*14]
+    image_grid_thw: torch.Tensor | None = None  # LongTensor [n_images, 3]
+
+    @property
+    def num_label_tokens(self) -> int:
+        return int((self.labels != IGNORE_INDEX).sum())
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def model_inputs(self, with_labels: bool = False) -> dict[str, torch.Tensor]:
+        """The keyword arguments of the model's forward / generate for this one sample (batch of 1)."""
+        out: dict[str, torch.Tensor] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "labels" and not with_labels):
+                continue
+            batched = f.name in ("input_ids", "labels", "attention_mask", "mm_token_type_ids")
+            out[f.name] = value.unsqueeze(0) if batched else value
+        return out
+
+
+@dataclass
+class _VisionItem:
+    kind: Literal["image", "video"]
+    pixel_values: torch.Tensor
+    grid_thw: torch.Tensor
+    second_per_grid_t: float | None
+    num_tokens: int = 0
+    start: int = 0  # block span in the expanded ids, end exclusive
+    end: int = 0
+
+
+def _where(origin: str | None) -> str:
+    return f"{origin}: " if origin else ""
+
+
+def _part_kind(part: dict) -> str:
+    # Same precedence as the Qwen2.5-VL template: image keys first, then video, then text.
+    if part.get("type") == "image" or "image" in part or "image_url" in part:
+        return "image"
+    if part.get("type") == "video" or "video" in part:
+        return "video"
+    if "text" in part:
+        return "text"
+    raise ValueError(f"part {part!r} is not text, image or video (the chat template would drop it)")
+
+
+def _validate(messages: Sequence[dict], where: str) -> None:
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        raise ValueError(f"{where}messages must be a non-empty list of {{role, content}} dicts")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or "role" not in msg or "content" not in msg:
+            raise ValueError(f"{where}messages[{i}] must be a dict with 'role' and 'content', got {msg!r}")
+        if msg["role"] not in ROLES:
+            raise ValueError(f"{where}messages[{i}].role is {msg['role']!r}; expected one of {ROLES}")
+        content = msg["content"]
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise ValueError(f"{where}messages[{i}].content must be a string or a list of parts")
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise ValueError(f"{where}messages[{i}].content[{j}] must be a dict, got {part!r}")
+            try:
+                kind = _part_kind(part)
+            except ValueError as err:
+                raise ValueError(f"{where}messages[{i}].content[{j}]: {err}") from None
+            if kind != "text" and msg["role"] == "assistant":
+                raise ValueError(f"{where}messages[{i}].content[{j}]: assistant turns cannot hold {kind} parts")
+
+
+def _load_vision(
+    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None
+) -> list[_VisionItem]:
+    """Decode and patchify every image / video part, in the order the template renders them."""
+    items: list[_VisionItem] = []
+    for i, msg in enumerate(messages):
+        if isinstance(msg["content"], str):
+            continue
+        for j, part in enumerate(msg["content"]):
+            kind = _part_kind(part)
+            if kind == "text":
+                continue
+            try:
+                settings = media.VisionSettings.from_part(part, defaults)
+                if kind == "video":
+                    frames, sample_fps = media.read_video(part["video"], settings)
+                    vi = media.preprocess_video(frames, settings, sample_fps)
+                    spg = float(vi.second_per_grid_t)
+                else:
+                    source = part.get("image", part.get("image_url"))
+                    vi = media.preprocess_image(media.load_image(source, settings), settings)
+                    spg = None
+            except media.MediaError as err:
+                raise media.MediaError(err.path, f"{where}messages[{i}].content[{j}]: {err.reason}") from err
+            except (media.VisionSettingsError, KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{where}messages[{i}].content[{j}] ({kind}): {err}") from err
+            items.append(_VisionItem(kind, vi.pixel_values, vi.grid_thw.to(torch.long), spg))
+    return items
+
+
+def _chat_template(processor_or_tokenizer: Any, tokenizer: PreTrainedTokenizerBase) -> str:
+    template = getattr(processor_or_tokenizer, "chat_template", None) or tokenizer.chat_template
+    if not template:
+        raise ValueError("the processor / tokenizer has no chat template")
+    return template
+
+
+def _render_chunks(
+    tokenizer: PreTrainedTokenizerBase, template: str, messages: Sequence[dict], add_generation_prompt: bool
+) -> list[tuple[str, bool]]:
+    """Split the rendered chat into (text, labelled) pieces; labelled = assistant content + <|im_end|>.
+
+    Renders growing prefixes of the conversation, so each message's text is found exactly where the
+    template put it (including any default system prompt the template adds before the first turn).
+    """
+
+    def render(msgs: Sequence[dict], gen: bool) -> str:
+        return tokenizer.apply_chat_template(list(msgs), chat_template=template, tokenize=False, add_generation_prompt=gen)
+
+    chunks: list[tuple[str, bool]] = []
+    prev = ""
+    header = f"{IM_START}assistant\n"
+    for i, msg in enumerate(messages):
+        text = render(messages[: i + 1], False)
+        if not text.startswith(prev):
+            raise ValueError("the chat template renders earlier turns differently once later turns exist")
+        seg = text[len(prev) :]
+        prev = text
+        if msg["role"] != "assistant":
+            chunks.append((seg, False))
+            continue
+        end = seg.rfind(IM_END)
+        start = seg.rfind(header, 0, end) if end >= 0 else -1
+        if start < 0:
+            raise ValueError(f"messages[{i}]: the template did not render the assistant turn as {header!r}...{IM_END}")
+        body_start, body_end = start + len(header), end + len(IM_END)
+        chunks += [(seg[:body_start], False), (seg[body_start:body_end], True), (seg[body_end:], False)]
+    if add_generation_prompt:
+        text = render(messages, True)
+        if not text.startswith(prev):
+            raise ValueError("the chat template's generation prompt changes the earlier turns")
+        chunks.append((text[len(prev) :], False))
+    merged: list[tuple[str, bool]] = []
+    for text, labelled in chunks:
+        if merged and not labelled and not merged[-1][1]:
+            merged[-1] = (merged[-1][0] + text, False)
+        elif text:
+            merged.append((text, labelled))
+    return merged
+
+
+def _expand_pads(
+    ids: list[int], labels: list[int], items: list[_VisionItem], tokenizer: PreTrainedTokenizerBase, merge: int, where: str
+) -> tuple[list[int], list[int], list[int]]:
+    """Replace each pad token by its item's token count; record each item's block span."""
+    pad_ids = {"image": tokenizer.convert_tokens_to_ids(IMAGE_PAD), "video": tokenizer.convert_tokens_to_ids(VIDEO_PAD)}
+    kind_of = {v: k for k, v in pad_ids.items()}
+    vstart, vend = tokenizer.convert_tokens_to_ids(VISION_START), tokenizer.convert_tokens_to_ids(VISION_END)
+    found = {k: sum(1 for t in ids if t == pad_ids[k]) for k in pad_ids}
+    wanted = {k: sum(1 for it in items if it.kind == k) for k in pad_ids}
+    if found != wanted:
+        raise ValueError(
+            f"{where}the rendered chat has {found['image']} image and {found['video']} video pad tokens but the "
+            f"messages hold {wanted['image']} image and {wanted['video']} video parts (does a text part contain a "
+            f"literal {IMAGE_PAD} or {VIDEO_PAD}?)"
+        )
+    queues = {k: iter([it for it in items if it.kind == k]) for k in pad_ids}
+    out_ids: list[int] = []
+    out_labels: list[int] = []
+    types: list[int] = []
+    for tok, lab in zip(ids, labels):
+        kind = kind_of.get(tok)
+        if kind is None:
+            out_ids.append(tok)
+            out_labels.append(lab)
+            types.append(TEXT_TYPE)
+            continue
+        if lab != IGNORE_INDEX:
+            raise ValueError(f"{where}a {kind} pad token falls inside an assistant turn")
+        item = next(queues[kind])
+        n = int(item.grid_thw.prod()) // merge**2
+        if n * merge**2 != int(item.grid_thw.prod()) or item.pixel_values.shape[0] != int(item.grid_thw.prod()):
+            raise ValueError(
+                f"{where}{kind} grid {item.grid_thw.tolist()} does not match {item.pixel_values.shape[0]} patches "
+                f"with spatial merge {merge}"
+            )
+        item.num_tokens = n
+        item.start = len(out_ids) - 1 if out_ids and out_ids[-1] == vstart else len(out_ids)
+        out_ids += [tok] * n
+        out_labels += [IGNORE_INDEX] * n
+        types += [VIDEO_TYPE if kind == "video" else IMAGE_TYPE] * n
+        item.end = len(out_ids)
+    # Let a block's span include the <|vision_end|> right after its pads.
+    for item in items:
+        if item.end < len(out_ids) and out_ids[item.end] == vend:
+            item.end += 1
+    return out_ids, out_labels, types
+
+
+def _stack(items: list[_VisionItem], kind: str) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    chosen = [it for it in items if it.kind == kind]
+    if not chosen:
+        return None, None, None
+    pixels = torch.cat([it.pixel_values.to(torch.float32) for it in chosen], dim=0)
+    grids = torch.stack([it.grid_thw.reshape(3) for it in chosen]).to(torch.long)
+    spg = torch.tensor([it.second_per_grid_t for it in chosen], dtype=torch.float32) if kind == "video" else None
+    return pixels, grids, spg
+
+
+def encode_chat(
+    processor_or_tokenizer: Any,
+    messages: Sequence[dict],
+    *,
+    max_length: int | None = None,
+    add_generation_prompt: bool = False,
+    truncation: Literal["error", "right"] = "error",
+    origin: str | None = None,
+    vision_defaults: media.VisionSettings | None = None,
+) -> EncodedChat:
+    """Encode `messages` for the model of `processor_or_tokenizer` (see the module docstring).
+
+    origin: the sample's file and row, prefixed to error messages.
+    vision_defaults: settings (e.g. from the config) under each part's own vision keys.
+    A bare tokenizer works for text-only chats and for vision with Qwen2.5-VL's spatial merge of 2.
+    """
+    if truncation not in ("error", "right"):
+        raise ValueError(f"truncation must be 'error' or 'right', got {truncation!r}")
+    where = _where(origin)
+    _validate(messages, where)
+    tokenizer = get_tokenizer(processor_or_tokenizer)
+    image_processor = getattr(processor_or_tokenizer, "image_processor", None)
+    merge = int(getattr(image_processor, "merge_size", 2))
+
+    items = _load_vision(messages, where, vision_defaults)
+    try:
+        chunks = _render_chunks(tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt)
+    except ValueError as err:
+        raise ValueError(f"{where}{err}") from None
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, labelled in chunks:
+        toks = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += toks
+        labels += toks if labelled else [IGNORE_INDEX] * len(toks)
+    ids, labels, types = _expand_pads(ids, labels, items, tokenizer, merge, where)
+
+    if max_length is not None and len(ids) > max_length:
+        if truncation == "error":
+            raise ChatTooLongError(
+                f"{where}sample is {len(ids)} tokens, longer than max_length {max_length}", len(ids), max_length
+            )
+        cut = max_length
+        for item in items:
+            if item.start < cut < item.end:
+                cut = item.start
+                break
+        had_labels = any(lab != IGNORE_INDEX for lab in labels)
+        full_length = len(ids)
+        ids, labels, types = ids[:cut], labels[:cut], types[:cut]
+        items = [it for it in items if it.end <= cut]
+        if had_labels and all(lab == IGNORE_INDEX for lab in labels):
+            raise ChatTooLongError(
+                f"{where}sample is {full_length} tokens; cut to max_length {max_length} (at {cut} to keep vision "
+                "blocks whole) it keeps no assistant token",
+                full_length,
+                max_length,
+            )
+
+    pv_videos, video_grid, spg = _stack(items, "video")
+    pv_images, image_grid, _ = _stack(items, "image")
+    return EncodedChat(
+        input_ids=torch.tensor(ids, dtype=torch.long),
+        labels=torch.tensor(labels, dtype=torch.long),
+        attention_mask=torch.ones(len(ids), dtype=torch.long),
+        mm_token_type_ids=torch.tensor(types, dtype=torch.int32),
+        pixel_values_videos=pv_videos,
+        video_grid_thw=video_grid,
+        second_per_grid_ts=spg,
+        pixel_values=pv_images,
+        image_grid_thw=image_grid,
+    )

@@ -1,0 +1,197 @@
+"""Dataset sources: every dataset users bring, read into chat samples.
+
+    from cosmos_train.data.sources import load_samples
+    samples = load_samples(cfg, "train")                   # the train rows of cfg's dataset
+    samples = load_samples(cfg, "val", script="my_data.py")
+
+Contract of a source
+--------------------
+A source is a plain function registered by name::
+
+    @register_source("llava")
+    def llava_source(dataset_cfg: DatasetConfig, train_policy: TrainPolicyConfig,
+                     split_role: Literal["train", "val"], custom: dict) -> Iterable[ChatSample]
+
+It yields chat samples as in docs/INTERFACES.md: ``{"id", "origin": "file:row", "messages": [...],
+"reference"?}``; video / image parts carry the dataset's vision settings (``[dataset.vision]``)
+merged *under* the row's own. A row that cannot be mapped is yielded as an error sample
+(``"error": {"reason", "message"}``, see `common.error_sample`) so `dataset.on_bad_row` decides;
+a dataset that cannot be read at all raises `DatasetError`.
+
+``split_role == "train"`` asks for the rows the dataset config names (its ``split``);
+``split_role == "val"`` asks for the source's own held-out rows (synthetic ``sft/val.json``, a
+script's ``get_val_dataset``); a source without one raises `DatasetError`. When
+``dataset.test_size`` is set, `load_samples` instead reads the "train" rows once and holds out a
+fixed, seeded part of them (the same rows every run), so train and val never overlap.
+
+Sources (``dataset.source``)
+----------------------------
+- ``hf``: a hub id (subset / split / revision; ``split`` may be a list, concatenated), a
+  ``datasets.save_to_disk`` folder, or json / jsonl / parquet / arrow file(s) (a file, a folder of
+  them or a glob). The conversation column is a list of turns or that list as a JSON string.
+- ``cosmos``: the Cosmos-Reason SFT / RL hub datasets (``nvidia/Cosmos-Reason1-*``); clips are
+  downloaded as ``<subset>/clips/*.tar.gz`` and extracted once into ``$COSMOS_CACHE``.
+- ``llava``: ``dataset.annotation_path`` + ``dataset.media_path``; single and multi-turn;
+  image / images / video rows; ``<image>`` / ``<video>`` placeholders placed where they stand.
+- ``video_folder``: ``videos/<id><video_suffix>.mp4`` + ``metas/<id>.label.json`` or ``.txt`` ->
+  caption chats prompted by ``dataset.caption_prompt``.
+- ``synthetic``: the folder `cosmos_train.data.synthetic` writes (``dataset_info.json``).
+- ``script``: a user's Python file (see `cosmos_train.data.sources.script` for its contract).
+- ``auto`` (default) picks by what ``dataset.name`` points at, see `detect_source`.
+
+Rows are mapped by `common.row_to_samples`: Cosmos rows (``conversations`` + ``video``: the video
+goes in front of every user turn), LLaVA rows (``from``/``value`` turns, placeholders), chat
+samples (``messages``), RL rows (``qa_pairs`` -> option-lettered prompt + ``reference``).
+``train_policy.system_prompt`` is prepended to samples that have no system turn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from cosmos_train.config import Config, DatasetConfig, TrainPolicyConfig
+from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
+
+SplitRole = Literal["train", "val"]
+SourceFn = Callable[[DatasetConfig, TrainPolicyConfig, SplitRole, dict], Iterable[dict]]
+SOURCES: dict[str, SourceFn] = {}
+# The held-out part of a test_size split must not move between runs or with the shuffle seed.
+SPLIT_SEED = 1234
+COSMOS_HUB_ID = re.compile(r"^nvidia/Cosmos-Reason\d*[-_]", re.IGNORECASE)
+
+__all__ = [
+    "SOURCES",
+    "DatasetError",
+    "RowError",
+    "detect_source",
+    "get_source",
+    "load_samples",
+    "register_source",
+    "split_held_out",
+]
+
+
+def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
+    """Decorator: make `fn` the source called `name` (a later registration replaces it)."""
+
+    def wrap(fn: SourceFn) -> SourceFn:
+        SOURCES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_source(name: str) -> SourceFn:
+    if name not in SOURCES:
+        raise DatasetError(f"unknown dataset source {name!r}; registered: {', '.join(sorted(SOURCES))}")
+    return SOURCES[name]
+
+
+def detect_source(ds: DatasetConfig) -> str:
+    """The source `auto` means for this dataset config (see the module docstring)."""
+    if ds.source != "auto":
+        return ds.source
+    if ds.annotation_path:
+        return "llava"
+    name = ds.name.strip()
+    if not name:
+        raise DatasetError("train.train_policy.dataset.name is empty: set a hub id, a file or a folder")
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            return "hf"  # datasets.save_to_disk
+        if (path / "dataset_info.json").is_file() and ((path / "sft").is_dir() or (path / "rl").is_dir()):
+            return "synthetic"
+        if (path / "videos").is_dir() and (path / "metas").is_dir():
+            return "video_folder"
+        if any(p.suffix.lower() in ROW_FILE_SUFFIXES for p in path.iterdir()):
+            return "hf"
+        raise DatasetError(
+            f"dataset.name {name}: a folder that is none of: a datasets.save_to_disk folder, a synthetic "
+            "dataset (dataset_info.json + sft/), a video folder (videos/ + metas/), or json/jsonl/parquet/arrow files"
+        )
+    if path.is_file():
+        if path.suffix.lower() == ".py":
+            return "script"
+        if path.suffix.lower() in ROW_FILE_SUFFIXES:
+            return "hf"
+        raise DatasetError(f"dataset.name {name}: unsupported file type (json, jsonl, parquet, arrow or a .py script)")
+    if any(c in name for c in "*?["):
+        return "hf"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.startswith((".", "/")):
+        return "cosmos" if COSMOS_HUB_ID.match(name) else "hf"
+    raise DatasetError(f"dataset.name {name}: no such file or folder, and not a hub id (org/name)")
+
+
+def split_held_out(samples: list[dict], test_size: float | int, split_role: SplitRole, where: str) -> list[dict]:
+    """The train or val part of a seeded split by row (all samples of one row stay together)."""
+    origins = list(dict.fromkeys(s["origin"] for s in samples))
+    n = len(origins)
+    n_val = round(test_size * n) if test_size < 1 else int(test_size)
+    if not 0 < n_val < n:
+        raise DatasetError(
+            f"{where}.test_size = {test_size} holds out {n_val} of {n} rows; it must leave at least one row on each side"
+        )
+    order = list(range(n))
+    random.Random(SPLIT_SEED).shuffle(order)
+    val = {origins[i] for i in order[:n_val]}
+    keep = (lambda o: o in val) if split_role == "val" else (lambda o: o not in val)
+    return [s for s in samples if keep(s["origin"])]
+
+
+def _with_system_prompt(sample: dict, system_prompt: str | None) -> dict:
+    msgs = sample.get("messages") or []
+    if system_prompt and msgs and msgs[0].get("role") != "system":
+        sample["messages"] = [{"role": "system", "content": system_prompt}, *msgs]
+    return sample
+
+
+def load_samples(
+    cfg: Config, split_role: SplitRole, script: str | Path | None = None, *, keep_errors: bool = False
+) -> list[dict[str, Any]]:
+    """Read the train or val rows of `cfg` as chat samples.
+
+    Validation rows come from `validation.dataset` when set, else the train dataset's
+    held-out part (`test_size`) or its own val split. `script` (a dataset script path) overrides
+    `dataset.source`. A row that cannot be mapped raises RowError naming its file and row, unless
+    `keep_errors` (data preparation applies `dataset.on_bad_row` to those error samples).
+    """
+    from cosmos_train.data.sources import script as script_mod
+
+    if split_role not in ("train", "val"):
+        raise ValueError(f"split_role must be 'train' or 'val', got {split_role!r}")
+    tp = cfg.train.train_policy
+    where = "train.train_policy.dataset"
+    ds = tp.dataset
+    if split_role == "val" and cfg.validation.dataset is not None:
+        ds, where = cfg.validation.dataset, "validation.dataset"
+    if script is None and detect_source(ds) == "script":
+        script = ds.name  # with the whole job config, not the registry entry's partial one
+    if script is not None:
+        reader: Callable[[SplitRole], Iterable[dict]] = lambda role: script_mod.script_samples(  # noqa: E731
+            Path(script), cfg, role
+        )
+    else:
+        source = get_source(detect_source(ds))
+        reader = lambda role: source(ds, tp, role, dict(cfg.custom))  # noqa: E731
+    if ds.test_size is not None:
+        samples = split_held_out(list(reader("train")), ds.test_size, split_role, where)
+    elif ds is not tp.dataset:
+        samples = list(reader("train"))  # a [validation.dataset] names exactly the rows to use
+    else:
+        samples = list(reader(split_role))
+    if not keep_errors:
+        for s in samples:
+            if "error" in s:
+                raise RowError(s["error"]["reason"], s["error"]["message"])
+    return [_with_system_prompt(s, tp.system_prompt) for s in samples]
+
+
+# Register the built-in sources (they import register_source from this module, so this comes last).
+for _module in ("cosmos", "hf", "llava", "script", "synthetic", "video_folder"):
+    importlib.import_module(f"{__name__}.{_module}")

@@ -1,0 +1,132 @@
+"""`cosmos` source: the Cosmos-Reason SFT / RL datasets (nvidia/Cosmos-Reason1-SFT-Dataset, ...-RL-Dataset).
+
+    [train.train_policy.dataset]
+    name = "nvidia/Cosmos-Reason1-SFT-Dataset"
+    subset = "robovqa"
+    split = "understanding"
+
+Rows come from `datasets.load_dataset(name, subset, split=..., revision=...)`. The clips ship as
+`<subset>/clips/*.tar.gz`; they are downloaded with `huggingface_hub.snapshot_download` and
+extracted once into `$COSMOS_CACHE` (default ~/.cache/cosmos) under
+`datasets/<org>/<name>/<subset>/video_clips/`. A file lock plus a `.prepared` marker make this
+safe when several ranks or runs start at once: the first extracts, the others wait and reuse.
+A row's `video` is mapped to the extracted file by basename.
+
+Each user turn becomes [video part, text part] (fps 1, max_pixels 81920 unless `[dataset.vision]`
+or the row says otherwise); a system turn in the data is kept. RL rows (`qa_pairs`) become an
+option-lettered prompt with the answer letter as `reference`.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock
+
+from cosmos_train.config import DatasetConfig, TrainPolicyConfig
+from cosmos_train.data.sources import register_source
+from cosmos_train.data.sources.common import DatasetError, context_for, map_rows
+from cosmos_train.data.sources.hf import iter_tables
+
+# What the Cosmos-Reason reference uses for its SFT / RL videos.
+COSMOS_VISION_DEFAULTS = {"fps": 1, "max_pixels": 81920}
+PREPARED_MARKER = ".prepared"
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
+
+
+def cosmos_cache() -> Path:
+    return Path(os.environ.get("COSMOS_CACHE") or Path.home() / ".cache" / "cosmos").expanduser()
+
+
+def clips_dir(name: str, subset: str) -> Path:
+    """$COSMOS_CACHE/datasets/<org>/<name>/<subset>/video_clips."""
+    return cosmos_cache() / "datasets" / name / subset / "video_clips"
+
+
+def _safe_extract(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, "r:*") as tar:
+        # The "data" filter refuses absolute paths, links out of dest and device files.
+        tar.extractall(dest, filter="data")
+
+
+def extract_archives(archives: list[Path], dest: Path) -> bool:
+    """Extract every archive into `dest` once; True when this call did the extraction.
+
+    Concurrent callers (ranks, runs) serialise on `dest.parent/<dest.name>.lock`; the marker is
+    written last, so an interrupted extraction is redone rather than half-trusted.
+    """
+    marker = dest / PREPARED_MARKER
+    if marker.is_file():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest.parent / f"{dest.name}.lock")):
+        if marker.is_file():
+            return False
+        if not archives:
+            raise DatasetError(f"no clip archives (*.tar.gz) to extract into {dest}")
+        dest.mkdir(parents=True, exist_ok=True)
+        for archive in sorted(archives):
+            try:
+                _safe_extract(archive, dest)
+            except (tarfile.TarError, OSError) as e:
+                raise DatasetError(f"{archive}: cannot extract clips: {e}") from e
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text("\n".join(str(a.name) for a in sorted(archives)) + "\n")
+        tmp.replace(marker)
+        return True
+
+
+def index_clips(folder: Path) -> dict[str, Path]:
+    """basename -> path of every video under `folder`."""
+    return {p.name: p for p in sorted(folder.rglob("*")) if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file()}
+
+
+def prepare_clips(ds: DatasetConfig) -> Path:
+    """Download (once) and extract (once) the subset's clips; returns the clips folder."""
+    if not ds.subset:
+        raise DatasetError(f"dataset {ds.name!r}: set dataset.subset (e.g. robovqa, av, bridgev2, agibot, holoassist)")
+    dest = clips_dir(ds.name, ds.subset)
+    if (dest / PREPARED_MARKER).is_file():
+        return dest  # no hub call at all once prepared: works offline afterwards
+    from huggingface_hub import snapshot_download
+
+    try:
+        root = Path(
+            snapshot_download(
+                repo_id=ds.name,
+                repo_type="dataset",
+                revision=ds.revision,
+                allow_patterns=[f"{ds.subset}/clips/*"],
+                local_dir=ds.local_dir,
+            )
+        )
+    except Exception as e:  # network, auth, missing repo: name them all the same way
+        raise DatasetError(f"dataset {ds.name!r}: downloading {ds.subset}/clips failed: {type(e).__name__}: {e}") from e
+    archives = sorted((root / ds.subset / "clips").glob("*.tar.gz"))
+    if not archives:
+        raise DatasetError(f"dataset {ds.name!r}: no {ds.subset}/clips/*.tar.gz in the download at {root}")
+    extract_archives(archives, dest)
+    return dest
+
+
+@register_source("cosmos")
+def cosmos_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+    if split_role == "val":
+        raise DatasetError(
+            f"dataset {ds.name!r} has no held-out split of its own: set dataset.test_size, or a "
+            "[validation.dataset] naming another split"
+        )
+    folder = prepare_clips(ds)
+    clips = index_clips(folder)
+    ctx = context_for(
+        train_policy,
+        {**COSMOS_VISION_DEFAULTS, **ds.vision.as_part_defaults()},
+        media_roots=[folder],
+        media_lookup=lambda value: clips.get(Path(value).name),
+        media_every_user_turn=True,
+    )
+    for label, rows, _ in iter_tables(ds):
+        yield from map_rows(rows, label, ctx)

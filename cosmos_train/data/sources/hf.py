@@ -1,0 +1,102 @@
+"""`hf` source: Hugging Face hub datasets, `save_to_disk` folders and json/jsonl/parquet/arrow files.
+
+    [train.train_policy.dataset]
+    name = "data/train.parquet"       # or "org/name" (+ subset, split, revision), or a save_to_disk folder
+
+Relative media paths in rows are resolved against `dataset.media_path` when set, then the
+folder of the data file, then `dataset.local_dir`.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cosmos_train.config import DatasetConfig, TrainPolicyConfig
+from cosmos_train.data.sources import register_source
+from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, context_for, map_rows, read_rows
+
+
+def split_names(ds: DatasetConfig) -> list[str]:
+    return [ds.split] if isinstance(ds.split, str) else list(ds.split)
+
+
+def _media_roots(ds: DatasetConfig, data_dir: Path | None) -> list[Path]:
+    roots = [Path(ds.media_path).expanduser()] if ds.media_path else []
+    if data_dir is not None:
+        roots.append(data_dir)
+    if ds.local_dir:
+        roots.append(Path(ds.local_dir).expanduser())
+    return roots
+
+
+def _data_files(name: str) -> list[Path]:
+    path = Path(name).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in ROW_FILE_SUFFIXES)
+    else:
+        files = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).suffix.lower() in ROW_FILE_SUFFIXES)
+    if not files:
+        raise DatasetError(f"dataset.name {name}: no json/jsonl/parquet/arrow files found")
+    return files
+
+
+def _from_disk(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(origin label, rows) per split of a datasets.save_to_disk folder."""
+    import datasets
+
+    loaded = datasets.load_from_disk(str(Path(ds.name).expanduser()))
+    if isinstance(loaded, datasets.DatasetDict):
+        for split in split_names(ds):
+            if split not in loaded:
+                raise DatasetError(
+                    f"dataset.split {split!r} is not in {ds.name} (splits: {', '.join(loaded)})"
+                )
+            yield f"{ds.name}[{split}]", list(loaded[split])
+    else:
+        yield ds.name, list(loaded)
+
+
+def _from_hub(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    import datasets
+
+    for split in split_names(ds):
+        try:
+            rows = datasets.load_dataset(ds.name, ds.subset, split=split, revision=ds.revision)
+        except Exception as e:  # the hub raises many types; the user needs the name and the cause
+            raise DatasetError(
+                f"dataset {ds.name!r} (subset {ds.subset!r}, split {split!r}, revision {ds.revision!r}) "
+                f"could not be loaded: {type(e).__name__}: {e}"
+            ) from e
+        label = f"{ds.name}{'/' + ds.subset if ds.subset else ''}[{split}]"
+        yield label, list(rows)
+
+
+def iter_tables(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]], Path | None]]:
+    """(origin label, rows, folder of the file) for each table the dataset config names."""
+    path = Path(ds.name).expanduser()
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+        for label, rows in _from_disk(ds):
+            yield label, rows, path
+    elif path.exists() or any(c in ds.name for c in "*?["):
+        for f in _data_files(ds.name):
+            yield str(f), read_rows(f), f.parent
+    else:
+        for label, rows in _from_hub(ds):
+            yield label, rows, None
+
+
+@register_source("hf")
+def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+    if split_role == "val":
+        raise DatasetError(
+            f"dataset {ds.name!r} has no held-out split of its own: set dataset.test_size, or a "
+            "[validation.dataset] naming the validation split"
+        )
+    for label, rows, folder in iter_tables(ds):
+        ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder))
+        yield from map_rows(rows, label, ctx)

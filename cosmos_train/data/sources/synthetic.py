@@ -1,0 +1,36 @@
+"""`synthetic` source: the folder `cosmos_train.data.synthetic.make_synthetic_dataset` writes.
+
+SFT reads `sft/train.json` (role "train") or `sft/val.json` (role "val", or `dataset.split = "val"`);
+GRPO reads `rl/train.json` / `rl/val.json`. `dataset.split = "train_letter"` / `"val_letter"` picks
+the letter-only SFT answers. Video paths in those files are relative to the folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from cosmos_train.config import DatasetConfig, TrainPolicyConfig
+from cosmos_train.data.sources import register_source
+from cosmos_train.data.sources.common import DatasetError, context_for, map_rows, read_rows
+
+
+def synthetic_file(root: Path, policy_type: str, split_role: str, split: str) -> Path:
+    kind = "rl" if policy_type == "grpo" else "sft"
+    name = "val" if split_role == "val" else (split if split not in ("", "train") else "train")
+    path = root / kind / f"{name}.json"
+    if not path.is_file():
+        have = sorted(p.name for p in (root / kind).glob("*.json")) if (root / kind).is_dir() else []
+        raise DatasetError(f"synthetic dataset {root}: no {kind}/{name}.json (has {have or 'none'})")
+    return path
+
+
+@register_source("synthetic")
+def synthetic_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+    root = Path(ds.name).expanduser()
+    if not (root / "dataset_info.json").is_file():
+        raise DatasetError(f"dataset.name {ds.name}: not a synthetic dataset folder (no dataset_info.json)")
+    split = ds.split if isinstance(ds.split, str) else "train"
+    path = synthetic_file(root, train_policy.type or "sft", split_role, split)
+    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[root.absolute(), path.parent.absolute()])
+    yield from map_rows(read_rows(path), str(path), ctx)

@@ -1,0 +1,378 @@
+"""Seeded synthetic physical-reasoning video QA: the dataset every CPU path trains on.
+
+    python -m cosmos_train.data.synthetic OUT [--n-train 400] [--seed 0] [--difficulty easy]
+
+Writes short mp4 clips of simple physics (motion direction, speed change, gravity, which of two
+objects moves; see `synthetic_families.py`) with 4-option multiple-choice questions, in the
+formats the Cosmos-Reason tools use:
+
+    OUT/videos/{train,val}/<id>.mp4
+    OUT/sft/{train,val}.json         SFT rows {"id", "video", "conversations"}; the assistant turn is
+                                     "<think>reasoning</think>\\n\\n<answer>B</answer>" (the default)
+    OUT/sft/{train,val}_letter.json  the same rows answering with the letter only ("B")
+    OUT/rl/{train,val}.json          RL rows {"id", "video", "qa_pairs": {question, index2ans, answer}}
+    OUT/benchmark/synthetic/synthetic_benchmark_qa_pairs.json + clips/<id>.mp4   (the test split)
+    OUT/meta/{train,val,test}.jsonl  per clip: family, label, answer, simulated tracks, content hash
+    OUT/dataset_info.json            seed, difficulty, counts per split / family / label / letter
+
+`video` paths in sft/, rl/ and meta/ are relative to OUT; benchmark rows use "clips/<id>.mp4",
+relative to their own folder, as the Cosmos-Reason benchmark does. The same arguments give
+byte-identical JSON and identical clips. Held-out splits are drawn first (test, then val, then
+train) from their own seeds, and a clip whose pixels equal one already drawn is redrawn, so no
+split shares a clip with another and changing n_train leaves val and test unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosmos_train.data.synthetic_families import FAMILIES, Clip
+from cosmos_train.data.synthetic_render import DIFFICULTIES, Canvas
+from cosmos_train.data.synthetic_video import pick_codec, write_mp4
+
+GENERATOR = "cosmos_train.data.synthetic"  # not __name__: that is "__main__" under python -m
+GENERATOR_VERSION = "1"
+BENCHMARK_NAME = "synthetic"
+LETTERS = ("A", "B", "C", "D")
+SPLIT_SEEDS = {"train": 0, "val": 1, "test": 2}  # mixed with the user seed: each split its own stream
+GENERATION_ORDER = ("test", "val", "train")  # held-out first, so n_train never changes them
+MAX_DUPLICATE_REDRAWS = 100
+
+SYSTEM_PROMPT = "Answer the questions."
+LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
+REASONING_INSTRUCTION = (
+    "Please answer the question in the following format: "
+    "<think> your reasoning </think> <answer> your answer </answer>."
+)
+
+
+@dataclass
+class Item:
+    """A clip placed in a split, with its shuffled options and answer letter."""
+
+    id: str
+    split: str
+    clip: Clip
+    index2ans: dict[str, str]
+    answer: str
+    content_sha256: str
+
+
+def format_prompt(question: str, index2ans: dict[str, str], reasoning: bool) -> str:
+    """The user turn: question, one "(A) text" line per option, the answer instruction(s)."""
+    lines = [question, *(f"({k}) {v}" for k, v in index2ans.items()), LETTER_INSTRUCTION]
+    if reasoning:
+        lines.append(REASONING_INSTRUCTION)
+    return "\n".join(lines)
+
+
+def content_hash(frames: np.ndarray) -> str:
+    h = hashlib.sha256(repr(frames.shape).encode())
+    h.update(np.ascontiguousarray(frames).tobytes())
+    return h.hexdigest()
+
+
+def _balanced(values: Sequence[str], count: int, offset: int = 0) -> list[str]:
+    return [values[(offset + i) % len(values)] for i in range(count)]
+
+
+def plan_split(rng: np.random.Generator, n: int, families: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(family, label, answer letter) per row, shuffled.
+
+    Families get n // F rows each (the first n % F one more); inside a family labels cycle, so
+    each label count is within one of the others. Letters cycle across the concatenated families,
+    so the split's letter histogram is balanced to within one and each family's nearly so; the
+    two cycles are shuffled independently so a label does not predict its letter.
+    """
+    plan: list[tuple[str, str, str]] = []
+    for k, name in enumerate(families):
+        count = n // len(families) + (1 if k < n % len(families) else 0)
+        labels = _balanced(FAMILIES[name].labels, count)
+        letters = _balanced(LETTERS, count, offset=len(plan))
+        rng.shuffle(labels)
+        rng.shuffle(letters)
+        plan.extend((name, label, letter) for label, letter in zip(labels, letters))
+    return [plan[i] for i in rng.permutation(len(plan))]
+
+
+def place_options(rng: np.random.Generator, clip: Clip, letter: str) -> dict[str, str]:
+    """index2ans with the clip's true option at `letter` and the three others shuffled around it."""
+    others = [label for label in clip.options if label != clip.label]
+    rng.shuffle(others)
+    slots = [x for x in LETTERS if x != letter]
+    by_letter = {letter: clip.options[clip.label], **{s: clip.options[o] for s, o in zip(slots, others)}}
+    return {x: by_letter[x] for x in LETTERS}
+
+
+def generate_split(
+    split: str, n: int, seed: int, canvas: Canvas, families: Sequence[str], seen: set[str]
+) -> list[Item]:
+    """Draw the split's clips; `seen` (content hashes of every split drawn so far) is extended."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, SPLIT_SEEDS[split]]))
+    items = []
+    for i, (family, label, letter) in enumerate(plan_split(rng, n, families)):
+        for _ in range(MAX_DUPLICATE_REDRAWS):
+            clip = FAMILIES[family].make(rng, label, canvas)
+            digest = content_hash(clip.frames)
+            if digest not in seen:
+                break
+        else:
+            raise ValueError(
+                f"split {split!r}: could not draw a new {family}/{label} clip after {MAX_DUPLICATE_REDRAWS} "
+                f"tries (difficulty {canvas.difficulty.name!r}, {canvas.size}px); ask for fewer clips"
+            )
+        seen.add(digest)
+        items.append(Item(f"{split}-{i:05d}-{family}", split, clip, place_options(rng, clip, letter), letter, digest))
+    return items
+
+
+# ---------------------------------------------------------------- rows
+
+
+def sft_row(item: Item, video: str, reasoning: bool) -> dict[str, Any]:
+    if reasoning:
+        answer = f"<think>{item.clip.reasoning} That is option {item.answer}.</think>\n\n<answer>{item.answer}</answer>"
+    else:
+        answer = item.answer
+    return {
+        "id": item.id,
+        "video": video,
+        "conversations": [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": format_prompt(item.clip.question, item.index2ans, reasoning)},
+            {"role": "assistant", "content": answer},
+        ],
+    }
+
+
+def qa_pairs(item: Item) -> dict[str, Any]:
+    return {"question": item.clip.question, "index2ans": item.index2ans, "answer": item.answer}
+
+
+def meta_row(item: Item, video: str) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "video": video,
+        "family": item.clip.family,
+        "label": item.clip.label,
+        "answer": item.answer,
+        "answer_text": item.index2ans[item.answer],
+        "reasoning": item.clip.reasoning,
+        "content_sha256": item.content_sha256,
+        "params": item.clip.params,
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def _split_summary(items: list[Item]) -> dict[str, Any]:
+    per_family: dict[str, Counter] = {}
+    for it in items:
+        per_family.setdefault(it.clip.family, Counter())[it.clip.label] += 1
+    letters = Counter(it.answer for it in items)
+    return {
+        "count": len(items),
+        "families": {f: dict(sorted(c.items())) for f, c in sorted(per_family.items())},
+        "answer_letters": {x: letters.get(x, 0) for x in LETTERS},
+    }
+
+
+def write_split(root: Path, items: list[Item], fps: int, codec: str) -> dict[str, str]:
+    """Write one split's clips and JSON files under `root`; returns the files written (by role)."""
+    if not items:
+        return {}
+    split = items[0].split
+    if split == "test":
+        bench = root / "benchmark" / BENCHMARK_NAME
+        (bench / "clips").mkdir(parents=True, exist_ok=True)
+        rows, meta = [], []
+        for it in items:
+            write_mp4(bench / "clips" / f"{it.id}.mp4", it.clip.frames, fps, codec)
+            rows.append({"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)})
+            meta.append(meta_row(it, f"benchmark/{BENCHMARK_NAME}/clips/{it.id}.mp4"))
+        bench_json = f"benchmark/{BENCHMARK_NAME}/{BENCHMARK_NAME}_benchmark_qa_pairs.json"
+        _write_json(root / bench_json, rows)
+        _write_jsonl(root / "meta" / "test.jsonl", meta)
+        return {"benchmark": bench_json, "meta": "meta/test.jsonl"}
+
+    (root / "videos" / split).mkdir(parents=True, exist_ok=True)
+    videos = {}
+    for it in items:
+        videos[it.id] = f"videos/{split}/{it.id}.mp4"
+        write_mp4(root / videos[it.id], it.clip.frames, fps, codec)
+    files = {
+        "sft": f"sft/{split}.json",
+        "sft_letter": f"sft/{split}_letter.json",
+        "rl": f"rl/{split}.json",
+        "meta": f"meta/{split}.jsonl",
+    }
+    _write_json(root / files["sft"], [sft_row(it, videos[it.id], reasoning=True) for it in items])
+    _write_json(root / files["sft_letter"], [sft_row(it, videos[it.id], reasoning=False) for it in items])
+    _write_json(root / files["rl"], [{"id": it.id, "video": videos[it.id], "qa_pairs": qa_pairs(it)} for it in items])
+    _write_jsonl(root / files["meta"], [meta_row(it, videos[it.id]) for it in items])
+    return files
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def _check_args(counts: dict[str, int], difficulty: str, families: Sequence[str] | None, size: int,
+                n_frames: int, fps: int) -> list[str]:
+    for key, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key} must be a non-negative integer, got {value!r}")
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {sorted(DIFFICULTIES)}")
+    chosen = list(FAMILIES) if families is None else list(families)
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; choose from {list(FAMILIES)}")
+    if not chosen or len(set(chosen)) != len(chosen):
+        raise ValueError(f"families must be a non-empty list without repeats, got {chosen}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 28 or size > 1024 or size % 2:
+        raise ValueError(f"size must be an even integer in [28, 1024] (yuv420p), got {size!r}")
+    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or not 3 <= n_frames <= 256:
+        raise ValueError(f"n_frames must be an integer in [3, 256] (speed needs two steps), got {n_frames!r}")
+    if isinstance(fps, bool) or not isinstance(fps, int) or not 1 <= fps <= 120:
+        raise ValueError(f"fps must be an integer in [1, 120], got {fps!r}")
+    return chosen
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Move the finished dataset into place; an older synthetic dataset there is replaced."""
+    if out.exists():
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        elif (out / "dataset_info.json").is_file() and json.loads(
+            (out / "dataset_info.json").read_text(encoding="utf-8")
+        ).get("generator") == GENERATOR:
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+            return
+        else:
+            raise FileExistsError(f"{out} exists and is not a synthetic dataset; refusing to overwrite it")
+    tmp.rename(out)
+
+
+def make_synthetic_dataset(
+    out_dir: str | os.PathLike[str],
+    *,
+    n_train: int = 400,
+    n_val: int = 40,
+    n_test: int = 100,
+    seed: int = 0,
+    difficulty: str = "easy",
+    families: Sequence[str] | None = None,
+    size: int = 56,
+    n_frames: int = 4,
+    fps: int = 4,
+) -> Path:
+    """Generate the dataset into `out_dir` (layout in the module docstring) and return its path.
+
+    families: names from FAMILIES (default all four), rows split evenly between them.
+    size: square frame side in px (even); n_frames frames at `fps` per clip. With the
+    Cosmos-Reason default of fps=1 sampling and Qwen's 4-frame minimum, n_frames of 4, 7 or 10
+    are sampled at evenly spaced frames, which keeps the speed families' steps readable.
+    The folder is written next to `out_dir` and renamed into place when complete; an existing
+    synthetic dataset there is replaced, any other non-empty folder is an error.
+    """
+    counts = {"n_train": n_train, "n_val": n_val, "n_test": n_test}
+    chosen = _check_args(counts, difficulty, families, size, n_frames, fps)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    out = Path(out_dir)
+    canvas = Canvas(size=size, n_frames=n_frames, difficulty=DIFFICULTIES[difficulty])
+    sizes = {"train": n_train, "val": n_val, "test": n_test}
+
+    seen: set[str] = set()
+    splits = {name: generate_split(name, sizes[name], seed, canvas, chosen, seen) for name in GENERATION_ORDER}
+    hashes = [it.content_sha256 for items in splits.values() for it in items]
+    assert len(hashes) == len(set(hashes)), "a clip was drawn twice despite the duplicate check"
+
+    codec = pick_codec()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        files = {name: write_split(tmp, splits[name], fps, codec) for name in ("train", "val", "test")}
+        info = {
+            "generator": GENERATOR,
+            "version": GENERATOR_VERSION,
+            "seed": seed,
+            "difficulty": difficulty,
+            "families": chosen,
+            "size": size,
+            "n_frames": n_frames,
+            "fps": fps,
+            "codec": codec,
+            "benchmark": BENCHMARK_NAME,
+            "video_paths": "sft/, rl/, meta/: relative to this folder; benchmark rows: relative to benchmark/synthetic",
+            "sft_default": "sft/<split>.json: <think>reasoning</think>\\n\\n<answer>X</answer>; "
+            "sft/<split>_letter.json: the letter only",
+            "splits": {name: {**_split_summary(splits[name]), "files": files[name]} for name in ("train", "val", "test")},
+        }
+        _write_json(tmp / "dataset_info.json", info)
+        _install(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The command-line options (also usable to fill a `cosmos-train make-synthetic-data` subparser)."""
+    p = parser or argparse.ArgumentParser(prog="python -m cosmos_train.data.synthetic", description=__doc__,
+                                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir", type=Path, help="output folder")
+    p.add_argument("--n-train", type=int, default=400)
+    p.add_argument("--n-val", type=int, default=40)
+    p.add_argument("--n-test", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--difficulty", default="easy", choices=sorted(DIFFICULTIES))
+    p.add_argument("--families", nargs="+", default=None, metavar="FAMILY", help=f"subset of {list(FAMILIES)}")
+    p.add_argument("--size", type=int, default=56)
+    p.add_argument("--n-frames", type=int, default=4)
+    p.add_argument("--fps", type=int, default=4)
+    return p
+
+
+def run_from_args(args: argparse.Namespace) -> Path:
+    return make_synthetic_dataset(
+        args.out_dir, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, seed=args.seed,
+        difficulty=args.difficulty, families=args.families, size=args.size, n_frames=args.n_frames, fps=args.fps,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    out = run_from_args(build_arg_parser().parse_args(argv))
+    info = json.loads((out / "dataset_info.json").read_text(encoding="utf-8"))
+    counts = ", ".join(f"{k} {v['count']}" for k, v in info["splits"].items())
+    print(f"wrote {out} ({counts}; difficulty {info['difficulty']}, seed {info['seed']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""The evaluation config: the reference tool's YAML schema as is, or the same keys in TOML.
+
+    cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --set limit=4
+
+Sections and keys follow Cosmos-Reason1's `tools/eval/configs/*.yaml` (datasets, [model],
+[evaluation], [generation]); the keys this tool adds sit at the top level: data_dir, results_dir,
+engine, batch_size, limit, device. Unknown keys are errors naming the key path, so a typo never
+falls back to a default silently. `load_eval_config(path, overrides)` is the one way in; overrides
+are `key.path=value` strings whose value is read as TOML (`limit=4`, `datasets=["av","robovqa"]`)
+and otherwise taken as a string.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class EvalConfigError(ValueError):
+    """Every problem found in one evaluation config, each as 'key.path: what is wrong'."""
+
+    def __init__(self, problems: list[str], source: str | None = None):
+        self.problems = problems
+        head = f"invalid evaluation config {source}" if source else "invalid evaluation config"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+
+class ModelSection(_Section):
+    """What to evaluate (the reference's `model:` block)."""
+
+    model_name: str = Field(
+        "nvidia/Cosmos-Reason1-7B",
+        description="Hub id or a local safetensors folder; its basename names the results folder.",
+    )
+    name: str | None = Field(
+        None, description="Results folder name; default the basename of model_name (as the reference)."
+    )
+    tokenizer_model_name: str | None = Field(
+        None,
+        description="Where the tokenizer/processor comes from. The reference's short names "
+        "('qwen2.5-vl-7b') mean 'the one shipped with the model'; a local folder or hub id 'org/name' is used as is.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="Weights dtype; 'auto' = bfloat16 on GPU, float32 on CPU."
+    )
+    tp_size: int = Field(1, ge=1, description="vLLM tensor parallel size (the HF engine uses one device).")
+    max_length: int = Field(128000, ge=1, description="Max model length (prompt + answer), vLLM max_model_len.")
+
+
+class EvaluationSection(_Section):
+    """How to ask (the reference's `evaluation:` block)."""
+
+    answer_type: Literal["letter", "reasoning", "freeform"] = Field(
+        "reasoning",
+        description="letter: greedy, a few tokens, the option letter; reasoning: <think>/<answer> with sampling; "
+        "freeform: the answer text compared case-insensitively.",
+    )
+    num_processes: int = Field(80, ge=1, description="Threads decoding videos ahead of the model.")
+    skip_saved: bool = Field(False, description="Resume: videos whose prediction file exists are not asked again.")
+    fps: float = Field(4, gt=0, description="Frames sampled per second of video.")
+    seed: int = Field(1, description="Sampling seed.")
+    max_pixels: int | None = Field(None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset).")
+    max_frames: int | None = Field(None, gt=0, description="Frame count cap per video (default 768).")
+
+
+class GenerationSection(_Section):
+    """Sampling (the reference's `generation:` block, plus the letter mode's token budget)."""
+
+    max_retries: int = Field(10, ge=0, description="Regenerations of empty/unparseable answers.")
+    max_tokens: int = Field(1024, ge=1, description="New-token budget in reasoning/freeform mode.")
+    temperature: float = Field(0.6, ge=0, description="Sampling temperature in reasoning/freeform mode.")
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling in reasoning/freeform mode.")
+    repetition_penalty: float = Field(1.0, gt=0)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    letter_max_tokens: int = Field(10, ge=1, description="New-token budget in letter mode (greedy).")
+
+
+class EvalConfig(_Section):
+    """One evaluation run: which benchmarks, which model, how to ask, where to write."""
+
+    datasets: list[str] = Field(..., min_length=1, description="Benchmark names under <data_dir>/benchmark/.")
+    model: ModelSection = Field(default_factory=ModelSection)
+    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
+    generation: GenerationSection = Field(default_factory=GenerationSection)
+    data_dir: str = Field("data", description="Holds benchmark/<ds>/<ds>_benchmark_qa_pairs.json and clips/.")
+    results_dir: str = Field("results", description="Predictions go to <results_dir>/<model>/<answer_type>/<ds>/.")
+    engine: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="auto: vLLM when it is importable and CUDA is present, else transformers."
+    )
+    batch_size: int = Field(8, ge=1, description="Questions per generate call (the HF engine pads them).")
+    limit: int | None = Field(
+        None, description="Per dataset, stop adding videos once this many questions are gathered (-1/None: all)."
+    )
+    device: str = Field("auto", description="HF engine device: auto (cuda if present), cpu, cuda, cuda:1 ...")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalConfig:
+        if self.limit is not None and self.limit < 0:
+            self.limit = None  # the reference's -1
+        for name in self.datasets:
+            if not name or "/" in name or name in (".", ".."):
+                raise ValueError(f"dataset name {name!r} must be a plain folder name under benchmark/")
+        return self
+
+    @property
+    def model_basename(self) -> str:
+        """The results folder name of the model: model.name, else the basename of model_name (the reference)."""
+        return self.model.name or Path(self.model.model_name.rstrip("/")).name
+
+    def run_dir(self) -> Path:
+        """<results_dir>/<model basename>/<answer_type>."""
+        return Path(self.results_dir) / self.model_basename / self.evaluation.answer_type
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------------- loading
+def read_raw(path: str | Path) -> dict[str, Any]:
+    """The file as a dict: YAML for .yaml/.yml, TOML otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise EvalConfigError([f"config file {p} does not exist"], str(p))
+    text = p.read_text()
+    try:
+        raw = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else tomllib.loads(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+        raise EvalConfigError([f"syntax: {e}"], str(p)) from e
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise EvalConfigError([f"top level must be a mapping, got {type(raw).__name__}"], str(p))
+    return raw
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'generation.max_tokens=64' -> (['generation', 'max_tokens'], 64); value read as TOML, else a string."""
+    if "=" not in text:
+        raise EvalConfigError([f"--set {text!r}: expected key.path=value"])
+    key, value = text.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise EvalConfigError([f"--set {text!r}: empty key"])
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return path, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = raw
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise EvalConfigError([f"{'.'.join(path)}: {part!r} holds a value, not a section"])
+        node[path[-1]] = value
+    return raw
+
+
+def eval_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), source: str | None = None) -> EvalConfig:
+    raw = apply_overrides(_copy(raw), overrides)
+    try:
+        return EvalConfig.model_validate(raw)
+    except ValidationError as e:
+        raise EvalConfigError(_explain(e), source) from None
+
+
+def load_eval_config(path: str | Path | None, overrides: Iterable[str] = ()) -> EvalConfig:
+    """Read a TOML or YAML evaluation config, apply `key=value` overrides, validate.
+
+    Raises EvalConfigError listing every problem with its key path.
+    """
+    raw = read_raw(path) if path is not None else {}
+    return eval_config_from_dict(raw, overrides, str(path) if path is not None else None)
+
+
+def _explain(e: ValidationError) -> list[str]:
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            section_model = _model_at(err["loc"][:-1])
+            fields = list(section_model.model_fields) if section_model else []
+            close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
+            out.append(f"{loc}: unknown key ({hint})")
+        else:
+            out.append(f"{loc or 'config'}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
+    return out
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = EvalConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        ann = field.annotation if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v

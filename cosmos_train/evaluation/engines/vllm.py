@@ -1,0 +1,135 @@
+"""vLLM engine (optional extra `cosmos-train[vllm]`, CUDA only): the reference tool's backend.
+
+vllm is imported only when the engine is built. A request follows the Qwen2.5-VL / vLLM offline
+recipe the reference uses: the prompt text is the chat template rendered with
+add_generation_prompt=True (one <|vision_start|><|video_pad|><|vision_end|> per video, which vLLM
+expands), `multi_modal_data={"video": frames}` with the frames already sampled and resized by
+`cosmos_train.data.video.read_video` (what qwen-vl-utils' process_vision_info returns: float
+[T, C, H, W]), and `mm_processor_kwargs={"fps": [sample_fps]}` so the model's temporal positions use
+the rate the frames were actually sampled at. Sampling maps 1:1 onto `vllm.SamplingParams`; the
+stop token is <|im_end|> as in the reference.
+
+The request and sampling builders are plain functions so they are tested without vllm or a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from cosmos_train.evaluation.engines.base import Chat, Sampling
+
+VideoLoader = Callable[[dict[str, Any]], tuple[Any, float]]
+
+
+def video_parts(chat: Chat) -> list[dict[str, Any]]:
+    """The video parts of a chat, in order."""
+    parts = []
+    for message in chat:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts += [p for p in content if isinstance(p, dict) and (p.get("type") == "video" or "video" in p)]
+    return parts
+
+
+def load_video_frames(part: dict[str, Any]) -> tuple[Any, float]:
+    """(float frames [T, C, H, W], sample_fps) for one video part, sampled and resized like qwen-vl-utils."""
+    from cosmos_train.data.video import VisionSettings, read_video
+
+    frames, sample_fps = read_video(part["video"], VisionSettings.from_part(part))
+    return frames.float(), sample_fps
+
+
+def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLoader = load_video_frames) -> dict[str, Any]:
+    """One vLLM prompt dict: {"prompt", "multi_modal_data": {"video": ...}, "mm_processor_kwargs": {"fps": [...]}}."""
+    prompt = render(chat)
+    videos = video_parts(chat)
+    request: dict[str, Any] = {"prompt": prompt}
+    if not videos:
+        return request
+    loaded = [load_video(p) for p in videos]
+    frames = [f for f, _ in loaded]
+    request["multi_modal_data"] = {"video": frames[0] if len(frames) == 1 else frames}
+    request["mm_processor_kwargs"] = {"fps": [fps for _, fps in loaded]}
+    return request
+
+
+def sampling_kwargs(sampling: Sampling, stop_token_ids: Sequence[int]) -> dict[str, Any]:
+    """Keyword arguments of vllm.SamplingParams for `sampling` (greedy = temperature 0, top_k 1)."""
+    kwargs: dict[str, Any] = {
+        "max_tokens": sampling.max_tokens,
+        "temperature": max(0.0, sampling.temperature),
+        "stop_token_ids": list(stop_token_ids),
+        "repetition_penalty": sampling.repetition_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "seed": sampling.seed,
+    }
+    if sampling.greedy:
+        kwargs["top_k"] = 1
+    else:
+        kwargs["top_p"] = sampling.top_p
+        if sampling.top_k:
+            kwargs["top_k"] = sampling.top_k
+    return kwargs
+
+
+def llm_kwargs(model_path: str, tokenizer_path: str, dtype: str, tp_size: int, max_length: int, seed: int) -> dict[str, Any]:
+    """Keyword arguments of vllm.LLM, as the reference sets them (one video and no image per prompt)."""
+    return {
+        "model": model_path,
+        "tokenizer": tokenizer_path,
+        "dtype": dtype,
+        "tensor_parallel_size": tp_size,
+        "max_model_len": max_length,
+        "limit_mm_per_prompt": {"video": 1, "image": 0},
+        "seed": seed,
+    }
+
+
+class VLLMEngine:
+    """Generate with vllm.LLM (tensor parallel over tp_size GPUs)."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer_path: str | None = None,
+        dtype: str = "bfloat16",
+        tp_size: int = 1,
+        max_length: int = 128000,
+        seed: int = 1,
+        workers: int = 8,
+    ):
+        from vllm import LLM, SamplingParams  # optional dependency: only here
+
+        from cosmos_train.models.load import get_tokenizer, load_processor
+
+        # The reference raises the length cap past the model config's; long videos need it.
+        os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+        tokenizer_path = tokenizer_path or model_path
+        self._sampling_cls = SamplingParams
+        self.llm = LLM(**llm_kwargs(model_path, tokenizer_path, "auto" if dtype == "auto" else dtype, tp_size, max_length, seed))
+        self.processor = load_processor(tokenizer_path)
+        tokenizer = get_tokenizer(self.processor)
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.stop_ids = [i for i in {im_end, tokenizer.eos_token_id} if isinstance(i, int) and i >= 0]
+        self.workers = max(1, workers)
+
+    def render(self, chat: Chat) -> str:
+        return self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+
+    def generate(self, chats: Sequence[Chat], sampling: Sampling) -> list[str]:
+        if not chats:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(chats))) as pool:
+            requests = list(pool.map(lambda c: build_request(c, self.render), chats))
+        params = self._sampling_cls(**sampling_kwargs(sampling, self.stop_ids))
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [o.outputs[0].text for o in outputs]
+
+    def close(self) -> None:
+        self.llm = None

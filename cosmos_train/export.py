@@ -1,0 +1,333 @@
+"""Hugging Face safetensors export: a folder `from_pretrained` (and vLLM) loads, from a live model or a checkpoint.
+
+    cosmos-train export OUTPUTS/RUN/checkpoints/step_100 OUTPUTS/RUN/safetensors/step_100
+    python -m cosmos_train.export CKPT_DIR OUT_DIR [--dtype bfloat16]
+
+`export_safetensors(model, out_dir, source_dir)` is called by every rank of a training run (FSDP2 shards are
+gathered to rank 0, which writes). `export_checkpoint(ckpt_dir, out_dir)` converts a DCP checkpoint offline in
+one process, without torchrun: it reads the run's config.toml for the base model.
+
+What is written, the way `save_pretrained` writes it:
+- `model.safetensors`, or shards `model-0000K-of-0000N.safetensors` + `model.safetensors.index.json`
+  when the weights exceed `max_shard_bytes` (HF convention: an index only when sharded);
+- parameter names as the hub checkpoint names them: wrapper prefixes (`_orig_mod.`, FSDP /
+  activation-checkpoint wrappers) stripped, transformers' load-time renames reverted (Qwen2.5-VL:
+  `model.language_model.*` -> `model.*`, `model.visual.*` -> `visual.*`), tied weights (lm_head tied to
+  the embeddings) stored once;
+- config.json (its dtype set to the dtype written), generation_config.json, tokenizer, processor and
+  chat-template files copied from the base model folder.
+The folder appears atomically: it is written as `<out>.tmp-<nonce>` and renamed; a previous export at
+`out_dir` is replaced only once the new one is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import logging
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import split_torch_state_dict_into_shards
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from cosmos_train.checkpoint import all_ok, barrier, cpu_group, is_complete, rank
+
+log = logging.getLogger(__name__)
+
+# Files of a base model folder that travel with the weights (never the weights themselves).
+COPY_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "*.tiktoken",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.json",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "processor_config.json",
+)
+COPY_DIRS = ("additional_chat_templates",)
+# Names that wrappers insert into parameter paths; none of them is ever part of a Hugging Face name.
+WRAPPER_TOKENS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+
+
+def export_safetensors(
+    model: nn.Module,
+    out_dir: Path,
+    source_dir: Path | str | None,
+    *,
+    max_shard_bytes: int = 2 * 2**30,
+    dtype: torch.dtype | None = None,
+) -> Path | None:
+    """Write `model` as a Hugging Face folder at `out_dir`; every rank calls it, rank 0 writes.
+
+    Returns `out_dir` on rank 0 and None elsewhere. `source_dir` is the base model (folder or hub id) whose
+    config/tokenizer/processor files are copied; None writes only `model.config` when the model has one.
+    `dtype` casts floating-point weights (None keeps the training dtype).
+    """
+    # Collective under FSDP2: all-gathers every shard; only rank 0 keeps the (CPU) result.
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    out: Path | None = None
+    error: BaseException | None = None
+    if rank() == 0:
+        try:
+            out = write_hf_folder(
+                state, out_dir, source_dir, hf_model=unwrap(model), max_shard_bytes=max_shard_bytes, dtype=dtype
+            )
+        except BaseException as e:  # noqa: BLE001 - re-raised below once every rank knows
+            error = e
+    del state
+    group = cpu_group()
+    if not all_ok(error is None, group):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"safetensors export to {out_dir} failed on rank 0")
+    barrier(group)
+    return out
+
+
+def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | None = None) -> Path:
+    """Convert a DCP checkpoint (`<run>/checkpoints/step_N`) to a Hugging Face folder, in this one process.
+
+    The base model comes from the run's config.toml (`policy.model_name_or_path`); the model is built on the
+    meta device (no base weights are read) and only the checkpoint's model tensors are loaded.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from cosmos_train.config import load_config
+
+    ckpt_dir = Path(ckpt_dir)
+    if not is_complete(ckpt_dir):
+        raise FileNotFoundError(f"{ckpt_dir}: not a complete checkpoint (expected a step_N folder with COMPLETE)")
+    config_path = ckpt_dir.parent.parent / "config.toml"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: the run's config.toml is missing (expected next to checkpoints/)")
+    cfg = load_config(config_path, env={}, check_paths=False)
+    source = resolve_model_dir(cfg.policy.model_name_or_path, cfg.policy.model_revision)
+    hf_model = build_meta_model(source)
+
+    t0 = time.perf_counter()
+    reader = FileSystemReader(str(ckpt_dir))
+    metadata = reader.read_metadata()
+    state: dict[str, torch.Tensor] = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if key.startswith("model.") and isinstance(item, TensorStorageMetadata):
+            state[key.removeprefix("model.")] = torch.empty(item.size, dtype=item.properties.dtype)
+    if not state:
+        raise ValueError(f"{ckpt_dir}: the checkpoint holds no model tensors")
+    # no_dist: this is one process reading every rank's shards, whatever world size wrote them.
+    dcp_load({"model": state}, storage_reader=reader, no_dist=True)
+
+    expected = set(hf_model.state_dict().keys())
+    got = {strip_wrappers(k) for k in state}
+    missing, unexpected = sorted(expected - got), sorted(got - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"{ckpt_dir}: model tensors do not match {source}'s architecture: "
+            f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
+            f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
+        )
+    out = write_hf_folder(state, out_dir, source, hf_model=hf_model, dtype=dtype)
+    log.info("exported %s to %s in %.2fs", ckpt_dir, out, time.perf_counter() - t0)
+    return out
+
+
+# ------------------------------------------------------------------------------ the writer
+def write_hf_folder(
+    state: dict[str, torch.Tensor],
+    out_dir: Path,
+    source_dir: Path | str | None,
+    *,
+    hf_model: nn.Module | None = None,
+    max_shard_bytes: int = 2 * 2**30,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write a full (unsharded, CPU) state dict as a Hugging Face folder; see the module docstring."""
+    out_dir = Path(out_dir)
+    state = hf_state_dict(state, hf_model)
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    source = resolve_model_dir(source_dir) if source_dir is not None else None
+
+    nonce = uuid.uuid4().hex[:12]
+    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{nonce}")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.parent.glob(f"{out_dir.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write_weights(state, tmp, max_shard_bytes)
+        _write_side_files(tmp, source, hf_model, state)
+        _replace_dir(tmp, out_dir, nonce)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def hf_state_dict(state: dict[str, torch.Tensor], hf_model: nn.Module | None) -> dict[str, torch.Tensor]:
+    """Training names -> the names a hub checkpoint uses (see the module docstring)."""
+    renamed: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        name = strip_wrappers(key)
+        if name in renamed:
+            raise ValueError(f"two parameters map to the name {name!r} after stripping wrapper prefixes")
+        renamed[name] = tensor
+    from transformers import PreTrainedModel
+
+    if not isinstance(hf_model, PreTrainedModel):
+        return renamed
+    # save_pretrained stores a tied pair once (the source); from_pretrained re-ties the target.
+    for target, source in (getattr(hf_model, "all_tied_weights_keys", None) or {}).items():
+        if target in renamed and source in renamed:
+            if not torch.equal(renamed[target], renamed[source]):
+                raise ValueError(
+                    f"{target} and {source} are tied in the model config but hold different values; "
+                    "refusing to drop one (untie them in config.json, tie_word_embeddings=false, to keep both)"
+                )
+            del renamed[target]
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return revert_weight_conversion(hf_model, renamed)
+
+
+def strip_wrappers(name: str) -> str:
+    for token in WRAPPER_TOKENS:
+        name = name.replace(token, "")
+    return name
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model under torch.compile / DDP wrappers (FSDP2 keeps the class, so nothing to do for it)."""
+    while True:
+        if hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def _write_weights(state: dict[str, torch.Tensor], folder: Path, max_shard_bytes: int) -> None:
+    split = split_torch_state_dict_into_shards(
+        state, filename_pattern="model{suffix}.safetensors", max_shard_size=max_shard_bytes
+    )
+    for filename, names in split.filename_to_tensors.items():
+        # contiguous(): gathered/cast tensors may be views; clone() of shared storage is avoided by
+        # the tied-weight handling above (safetensors refuses aliased tensors).
+        save_file({n: state[n].contiguous() for n in names}, str(folder / filename), metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {
+            "metadata": {"total_parameters": sum(t.numel() for t in state.values()), **split.metadata},
+            "weight_map": split.tensor_to_filename,
+        }
+        (folder / SAFE_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _write_side_files(
+    folder: Path, source: Path | None, hf_model: nn.Module | None, state: dict[str, torch.Tensor]
+) -> None:
+    if source is not None:
+        for item in sorted(source.iterdir()):
+            if item.is_file() and any(fnmatch.fnmatch(item.name, p) for p in COPY_PATTERNS):
+                shutil.copy2(item, folder / item.name)
+            elif item.is_dir() and item.name in COPY_DIRS:
+                shutil.copytree(item, folder / item.name)
+    config_path = folder / "config.json"
+    if not config_path.exists() and hf_model is not None and hasattr(hf_model, "config"):
+        hf_model.config.save_pretrained(folder)
+        gen = getattr(hf_model, "generation_config", None)
+        if gen is not None and not (folder / "generation_config.json").exists():
+            gen.save_pretrained(folder)
+    if config_path.exists():
+        _set_config_dtype(config_path, state)
+
+
+def _set_config_dtype(config_path: Path, state: dict[str, torch.Tensor]) -> None:
+    # from_pretrained (dtype="auto") and vLLM read the dtype from config.json: make it say what was written.
+    dtypes = {t.dtype for t in state.values() if t.is_floating_point()}
+    if len(dtypes) != 1:
+        return
+    name = str(next(iter(dtypes))).removeprefix("torch.")
+    cfg = json.loads(config_path.read_text())
+    key = "torch_dtype" if "torch_dtype" in cfg and "dtype" not in cfg else "dtype"
+    if cfg.get(key) != name:
+        cfg[key] = name
+        config_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def _replace_dir(tmp: Path, out_dir: Path, nonce: str) -> None:
+    old = out_dir.with_name(f"{out_dir.name}.old-{nonce}")
+    if out_dir.exists():
+        out_dir.rename(old)
+    tmp.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ the base model
+def resolve_model_dir(name_or_path: Path | str, revision: str | None = None) -> Path:
+    """A local folder for a base model: the folder itself, or the hub id's snapshot (non-weight files only)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(str(name_or_path), revision=revision, allow_patterns=[*COPY_PATTERNS, "*/*.jinja"])
+        )
+    except Exception as e:
+        raise FileNotFoundError(
+            f"base model {name_or_path!r}: not a local folder, and its hub files could not be fetched ({e})"
+        ) from e
+
+
+def build_meta_model(source: Path) -> nn.Module:
+    """The architecture of `source` on the meta device (names, shapes, tied weights; no memory)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(str(source))
+    errors = []
+    for auto in (AutoModelForImageTextToText, AutoModelForCausalLM):
+        try:
+            with torch.device("meta"):
+                return auto.from_config(config)
+        except ValueError as e:  # this Auto class does not know the config type
+            errors.append(f"{auto.__name__}: {e}")
+    raise ValueError(f"{source / 'config.json'}: no model class for this config ({'; '.join(errors)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cosmos-train export", description=export_checkpoint.__doc__)
+    parser.add_argument("ckpt_dir", type=Path, help="a step_N checkpoint folder of a run")
+    parser.add_argument("out_dir", type=Path, help="the Hugging Face folder to write")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    print(export_checkpoint(args.ckpt_dir, args.out_dir, dtype=dtype))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

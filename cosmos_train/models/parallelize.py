@@ -1,0 +1,72 @@
+"""Apply tensor parallelism, activation checkpointing and FSDP2 to a loaded HF VLM, from the config.
+
+One small module, torchtitan style: TP on the language model's attention/MLP projections over the
+"tp" mesh dimension, then `fully_shard` on each transformer block (language and vision) and on the
+root over the data-parallel mesh (2D "dp_replicate" x "dp_shard" = HSDP when dp_replicate_size > 1).
+Nothing here is model-size specific: the tiny model and Cosmos-Reason1-7B take the same path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from cosmos_train.config import Config
+from cosmos_train.distributed import DistInfo
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _blocks(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(language decoder layers, vision blocks) of a Qwen2/2.5-VL style model."""
+    core = model.model if hasattr(model, "model") else model
+    lm = core.language_model if hasattr(core, "language_model") else core
+    visual = getattr(core, "visual", None)
+    return list(getattr(lm, "layers", [])), list(getattr(visual, "blocks", [])) if visual is not None else []
+
+
+def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    tp_mesh = dist.tp_mesh
+    assert tp_mesh is not None
+    text_cfg = getattr(model.config, "text_config", model.config)
+    for key in ("num_attention_heads", "num_key_value_heads"):
+        if getattr(text_cfg, key) % dist.tp:
+            raise ValueError(f"policy.parallelism.tp_size {dist.tp} must divide the model's {key} "
+                             f"({getattr(text_cfg, key)})")
+    plan = {
+        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel(),
+    }
+    layers, _ = _blocks(model)
+    for layer in layers:
+        parallelize_module(layer, tp_mesh, plan)
+
+
+def parallelize(model: nn.Module, dist: DistInfo, cfg: Config) -> nn.Module:
+    if dist.tp > 1:
+        apply_tensor_parallel(model, dist)
+    if cfg.policy.model_gradient_checkpointing:
+        # non-reentrant: composes with FSDP2 and frozen inputs
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    t = cfg.train
+    if dist.device.type == "cuda":
+        mp = MixedPrecisionPolicy(param_dtype=_DTYPES[t.param_dtype], reduce_dtype=_DTYPES[t.fsdp_reduce_dtype])
+    else:
+        # CPU kernels are slow and imprecise in bf16: train fp32 there (the TOML stays the GPU recipe).
+        mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+    reshard = {"default": True, "always": True, "never": False}[t.fsdp_reshard_after_forward]
+    kwargs = {"mesh": dist.dp_mesh, "mp_policy": mp}
+    if t.fsdp_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    layers, vision_blocks = _blocks(model)
+    for block in vision_blocks + layers:
+        fully_shard(block, reshard_after_forward=reshard, **kwargs)
+    # the root keeps embeddings, merger and lm_head; no reshard after forward: backward needs it at once
+    fully_shard(model, reshard_after_forward=False, **kwargs)
+    return model

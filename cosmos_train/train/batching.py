@@ -1,0 +1,141 @@
+"""Micro-batches from encoded chats: right-padded, or padding-free packed into one sequence.
+
+Packing concatenates samples into a [1, sum(L_i)] row. Each sample keeps its own 3D RoPE positions
+(computed per sample, exactly as unpacked) and a text position row that restarts at 0, from which
+transformers builds a block-diagonal causal mask: samples never attend to each other, so the packed
+loss equals the unpacked loss (tests/unit/test_batching.py shows it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+IGNORE = -100
+_VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [B, L]
+    labels: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor | None  # [B, L]; None when packed
+    mm_token_type_ids: torch.Tensor  # [B, L]: 0 text, 1 image, 2 video (what get_rope_index reads)
+    vision: dict[str, torch.Tensor] = field(default_factory=dict)
+    packed_lengths: list[int] | None = None
+    # per packed sample: how many images / videos it holds, to hand each its own grids
+    packed_media: list[tuple[int, int]] | None = None
+    n_samples: int = 0
+
+    @property
+    def n_label_tokens(self) -> int:
+        # labels are shifted by one in the loss: the first position never counts
+        return int((self.labels[:, 1:] != IGNORE).sum())
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.attention_mask.sum()) if self.attention_mask is not None else self.input_ids.numel()
+
+    def to(self, device: torch.device) -> MicroBatch:
+        mv = {k: v.to(device, non_blocking=True) for k, v in self.vision.items()}
+        am = self.attention_mask.to(device) if self.attention_mask is not None else None
+        return MicroBatch(self.input_ids.to(device), self.labels.to(device), am, self.mm_token_type_ids.to(device),
+                          mv, self.packed_lengths, self.packed_media, self.n_samples)
+
+
+def token_types(input_ids: torch.Tensor, image_token_id: int, video_token_id: int) -> torch.Tensor:
+    types = torch.zeros_like(input_ids)
+    types[input_ids == image_token_id] = 1
+    types[input_ids == video_token_id] = 2
+    return types
+
+
+def _get(sample: Any, key: str) -> Any:
+    return sample.get(key) if isinstance(sample, dict) else getattr(sample, key, None)
+
+
+def _cat_vision(samples: list[Any]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for key in _VISION_KEYS:
+        parts = [_get(s, key) for s in samples if _get(s, key) is not None]
+        if parts:
+            parts = [p.reshape(-1) if key == "second_per_grid_ts" else p for p in parts]
+            out[key] = torch.cat([torch.as_tensor(p) for p in parts], dim=0)
+    return out
+
+
+def _media_counts(sample: Any) -> tuple[int, int]:
+    img, vid = _get(sample, "image_grid_thw"), _get(sample, "video_grid_thw")
+    return (0 if img is None else len(img), 0 if vid is None else len(vid))
+
+
+def collate_padded(samples: list[Any], pad_id: int, image_token_id: int, video_token_id: int) -> MicroBatch:
+    """Right-pad to the longest sample."""
+    length = max(len(_get(s, "input_ids")) for s in samples)
+    ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
+    labels = torch.full((len(samples), length), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(samples), length), dtype=torch.long)
+    for i, s in enumerate(samples):
+        n = len(_get(s, "input_ids"))
+        ids[i, :n] = _get(s, "input_ids")
+        labels[i, :n] = _get(s, "labels")
+        mask[i, :n] = 1
+    return MicroBatch(ids, labels, mask, token_types(ids, image_token_id, video_token_id), _cat_vision(samples),
+                      n_samples=len(samples))
+
+
+def collate_packed(samples: list[Any], image_token_id: int, video_token_id: int) -> MicroBatch:
+    """Concatenate all samples into one row with no padding."""
+    ids = torch.cat([torch.as_tensor(_get(s, "input_ids")) for s in samples])[None]
+    labels = torch.cat([torch.as_tensor(_get(s, "labels")) for s in samples])[None]
+    lengths = [len(_get(s, "input_ids")) for s in samples]
+    return MicroBatch(ids, labels, None, token_types(ids, image_token_id, video_token_id), _cat_vision(samples),
+                      packed_lengths=lengths, packed_media=[_media_counts(s) for s in samples],
+                      n_samples=len(samples))
+
+
+def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:
+    """[4, 1, L]: row 0 the per-sample text positions (restarting at 0, which tells transformers to
+    isolate samples), rows 1-3 the per-sample 3D RoPE positions from the model's own get_rope_index."""
+    assert mb.packed_lengths is not None and mb.packed_media is not None
+    rows, text_rows = [], []
+    start = 0
+    img_i = vid_i = 0
+    v = mb.vision
+    for length, (n_img, n_vid) in zip(mb.packed_lengths, mb.packed_media):
+        seg = slice(start, start + length)
+        kwargs: dict[str, Any] = {}
+        if n_img:
+            kwargs["image_grid_thw"] = v["image_grid_thw"][img_i:img_i + n_img]
+        if n_vid:
+            kwargs["video_grid_thw"] = v["video_grid_thw"][vid_i:vid_i + n_vid]
+            if "second_per_grid_ts" in v:
+                kwargs["second_per_grid_ts"] = v["second_per_grid_ts"][vid_i:vid_i + n_vid]
+        img_i, vid_i = img_i + n_img, vid_i + n_vid
+        ids = mb.input_ids[:, seg]
+        if n_img or n_vid:
+            pos, _ = rope_index_fn(ids, mm_token_type_ids=mb.mm_token_type_ids[:, seg], **kwargs)
+        else:
+            pos = torch.arange(length, device=ids.device).view(1, 1, -1).expand(3, 1, -1)
+        rows.append(pos)
+        text_rows.append(torch.arange(length, device=ids.device).view(1, 1, -1))
+        start += length
+    return torch.cat([torch.cat(text_rows, dim=-1), torch.cat(rows, dim=-1)], dim=0)
+
+
+def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
+    """Keyword arguments for the model's forward."""
+    kw: dict[str, Any] = {"input_ids": mb.input_ids, **mb.vision}
+    if mb.packed_lengths is not None:
+        core = model.model if hasattr(model, "model") else model
+        kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
+    else:
+        kw["attention_mask"] = mb.attention_mask
+        kw["mm_token_type_ids"] = mb.mm_token_type_ids
+    return kw
+
+
+def split_micro_batches(samples: list[Any], mini_batch: int) -> list[list[Any]]:
+    return [samples[i:i + mini_batch] for i in range(0, len(samples), mini_batch)]

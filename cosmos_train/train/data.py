@@ -1,0 +1,55 @@
+"""Rows for the trainer: the validated manifest of the data-prep step, or the dataset sources.
+
+`SFTDataset[i]` turns chat sample i into token ids, labels and vision tensors (video decode happens
+here, so it runs in DataLoader workers). An error names the row's id and origin.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from cosmos_train.config import Config
+
+
+def manifest_path(run_dir: Path, split_role: str) -> Path:
+    return run_dir / ("manifest.jsonl" if split_role == "train" else f"manifest_{split_role}.jsonl")
+
+
+def load_train_samples(cfg: Config, run_dir: Path, split_role: str, script: str | None = None) -> list[dict]:
+    """The data-prep manifest when present (rows already validated), else the configured source."""
+    path = manifest_path(run_dir, split_role)
+    if path.exists():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [r.get("sample", r) for r in rows]
+    from cosmos_train.data.sources import load_samples
+
+    return list(load_samples(cfg, split_role, script))
+
+
+class RowError(ValueError):
+    """A row that cannot be encoded, named by id and origin (file:row)."""
+
+
+class SFTDataset(Dataset):
+    def __init__(self, samples: list[dict], processor: Any, max_length: int, overlength: str):
+        self.samples = samples
+        self.processor = processor
+        self.max_length = max_length
+        self.truncation = "right" if overlength == "truncate" else "error"
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> Any:
+        from cosmos_train.data.chat import encode_chat
+
+        s = self.samples[i]
+        try:
+            return encode_chat(self.processor, s["messages"], max_length=self.max_length,
+                               truncation=self.truncation)
+        except Exception as e:
+            raise RowError(f"row {s.get('id', i)} ({s.get('origin', '?')}): {e}") from e

@@ -1,0 +1,303 @@
+"""The SFT trainer: one process per rank, FSDP2 over the device mesh, read top to bottom.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m cosmos_train.train.sft --config RUN/config.toml
+
+RUN/config.toml is the resolved config the flow wrote into the run folder; everything this process
+writes (metrics.jsonl, checkpoints/, safetensors/) goes next to it. Rows come from RUN/manifest.jsonl
+when the data-prep step wrote one (validated rows), else from the dataset sources directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cosmos_train.config import Config, load_config
+from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed, teardown
+from cosmos_train.metrics import MetricsLogger
+from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
+from cosmos_train.train.data import SFTDataset, load_train_samples
+from cosmos_train.train.losses import token_ce_sum
+from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
+from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+
+
+class StopRequested:
+    """Set by SIGTERM/SIGUSR1 (Prefect cancel, a scheduler's preemption): save and leave at the step's end."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+
+def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed + rank)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class SFTTrainer:
+    def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
+        from cosmos_train.checkpoint import CheckpointManager
+        from cosmos_train.models.load import load_model, load_processor
+        from cosmos_train.models.parallelize import parallelize
+
+        self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
+        t, tp = cfg.train, cfg.train.train_policy
+        model_path = cfg.policy.model_name_or_path
+        self.processor = load_processor(model_path)
+        self.model_dir = Path(model_path)
+        rows = load_train_samples(cfg, run_dir, "train", dataset_script)
+        self.dataset = SFTDataset(rows, self.processor, cfg.policy.model_max_length, tp.overlength)
+        val_rows = (load_train_samples(cfg, run_dir, "val", dataset_script)
+                    if cfg.validation.enable else [])
+        self.val_dataset = SFTDataset(val_rows, self.processor, cfg.policy.model_max_length, tp.overlength)
+
+        model = load_model(model_path, dtype=torch.float32, device="cpu")
+        self.trainable, self.total_params = apply_freeze_patterns(model, cfg.policy)
+        model.to(dist.device)
+        self.model: nn.Module = parallelize(model, dist, cfg)
+        self.token_ids = _vision_token_ids(model)
+        self.optimizer = build_optimizer(self.model, t, dist.device)
+        self.sampler = GlobalBatchSampler(
+            len(self.dataset), t.train_batch_per_replica, dist.dp_size, dist.dp_rank,
+            shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=tp.dataloader_drop_last,
+        )
+        per_epoch = self.sampler.steps_per_epoch()
+        self.total_steps = per_epoch * t.epoch
+        if t.max_num_steps is not None:
+            self.total_steps = min(self.total_steps, t.max_num_steps)
+        self.scheduler = build_scheduler(self.optimizer, t, self.total_steps)
+        self.ckpt = CheckpointManager(run_dir, t.ckpt)
+        self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
+        self.step = 0
+        self.pos = DataPosition()
+        self.stop = StopRequested()
+
+    # ------------------------------------------------------------------ resume / save
+    def maybe_resume(self, own_run_first: bool = False) -> None:
+        """Continue from this run folder's newest checkpoint (a retried launch) when asked and present,
+        else as train.resume says: true = newest under output_dir, a string = that path."""
+        from cosmos_train.checkpoint import CheckpointManager
+
+        ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
+        resume = self.cfg.train.resume
+        if ckpt is None and resume is False:
+            return
+        if ckpt is None:
+            where = Path(resume) if isinstance(resume, str) else Path(self.cfg.train.output_dir)
+            ckpt = CheckpointManager.find_latest(where)
+        else:
+            where = self.run_dir
+        if ckpt is None:
+            self._log(f"resume: no complete checkpoint under {where}; starting from step 0")
+            return
+        extra = self.ckpt.load(ckpt, self.model, self.optimizer, self.scheduler)
+        self.step = int(extra["step"])
+        self.pos = DataPosition(int(extra["epoch"]), int(extra["consumed"]))
+        self._log(f"resumed from {ckpt} at step {self.step} (epoch {self.pos.epoch}, sample {self.pos.consumed})")
+
+    def save(self, blocking: bool = False) -> Path:
+        extra = {"step": self.step, "epoch": self.pos.epoch, "consumed": self.pos.consumed,
+                 "world_size": self.dist.world_size}
+        path = self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler, extra, blocking=blocking)
+        self._log(f"checkpoint saved at {path}")
+        return path
+
+    def export(self, name: str) -> Path | None:
+        from cosmos_train.export import export_safetensors
+
+        out = self.run_dir / "safetensors" / name
+        path = export_safetensors(self.model, out, self.model_dir)
+        if self.dist.is_main:
+            self._log(f"Exported safetensors to {out}")
+        return path
+
+    # ------------------------------------------------------------------ one optimizer step
+    def _collate(self, samples: list[Any]):
+        ids = self.token_ids
+        if self.cfg.train.sequence_packing:
+            return collate_packed(samples, ids["image"], ids["video"])
+        return collate_padded(samples, ids["pad"], ids["image"], ids["video"])
+
+    def train_step(self, samples: list[Any]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.model.train()
+        micro = [self._collate(m) for m in split_micro_batches(samples, self.cfg.train.train_policy.mini_batch)]
+        local_tokens = sum(mb.n_label_tokens for mb in micro)
+        # ranks of one TP group see the same rows: count them once
+        global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.dist.tp
+        if global_tokens == 0:
+            raise ValueError(f"step {self.step}: the global batch has no assistant tokens to learn from")
+        loss_sum = 0.0
+        for i, mb in enumerate(micro):
+            last = i == len(micro) - 1
+            # reduce-scatter gradients once per step, not once per micro-batch
+            if hasattr(self.model, "set_requires_gradient_sync"):
+                self.model.set_requires_gradient_sync(last)
+            mb = mb.to(self.dist.device)
+            out = self.model(**model_inputs(self.model, mb), use_cache=False)
+            ce_sum, _ = token_ce_sum(out.logits, mb.labels)
+            # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
+            # step's gradient is d(sum of token CE over the global batch) / global_tokens.
+            (ce_sum * (self.dist.dp_size / global_tokens)).backward()
+            loss_sum += float(ce_sum.detach())
+        grad_norm = self._clip_grad_norm()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        step_time = time.perf_counter() - t0
+        tokens = float(all_reduce_sum(sum(mb.n_tokens for mb in micro), self.dist.device)) / self.dist.tp
+        loss = float(all_reduce_sum(loss_sum, self.dist.device)) / self.dist.tp / global_tokens
+        return {
+            "loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+            "tokens_per_s": tokens / step_time, "samples_per_s": len(samples) * self.dist.dp_size / step_time,
+            "step_time": step_time, "peak_mem_gb": _peak_memory_gb(self.dist.device),
+            "label_tokens": int(global_tokens), "epoch": self.pos.epoch,
+        }
+
+    def _clip_grad_norm(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        clip = self.cfg.train.optm_grad_norm_clip
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"), foreach=True)
+        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+            norm = norm.full_tensor()
+        return float(norm)
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        self.model.eval()
+        n = len(self.val_dataset)
+        share = -(-n // self.dist.dp_size)
+        mine = list(range(self.dist.dp_rank * share, min(n, (self.dist.dp_rank + 1) * share)))
+        ce, tokens = 0.0, 0
+        bs = self.cfg.validation.batch_size
+        # every rank runs the same number of forwards (FSDP all-gathers are collective)
+        n_batches = -(-share // bs)
+        for b in range(n_batches):
+            idx = mine[b * bs:(b + 1) * bs] or [0]
+            mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
+            out = self.model(**model_inputs(self.model, mb), use_cache=False)
+            s, k = token_ce_sum(out.logits, mb.labels)
+            if mine[b * bs:(b + 1) * bs]:
+                ce, tokens = ce + float(s), tokens + k
+        total = float(all_reduce_sum(tokens, self.dist.device)) / self.dist.tp
+        return {"loss": float(all_reduce_sum(ce, self.dist.device)) / self.dist.tp / max(total, 1.0),
+                "label_tokens": int(total)}
+
+    # ------------------------------------------------------------------ the loop
+    def loader(self, pos: DataPosition):
+        from torch.utils.data import DataLoader
+
+        steps = list(self.sampler.batches(pos))
+        tp = self.cfg.train.train_policy
+        kwargs: dict[str, Any] = {}
+        if tp.dataloader_num_workers > 0:
+            kwargs = {"num_workers": tp.dataloader_num_workers, "persistent_workers": False,
+                      "prefetch_factor": tp.dataloader_prefetch_factor or 2}
+        dl = DataLoader(self.dataset, batch_sampler=[s[0] for s in steps], collate_fn=list, **kwargs)
+        return zip(dl, [s[1] for s in steps])
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        ck = cfg.train.ckpt
+        self._log(f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps "
+                  f"on {self.dist.world_size} process(es), {len(self.dataset)} rows")
+        last: dict[str, float] = {}
+        while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
+            for samples, next_pos in self.loader(self.pos):
+                last = self.train_step(samples)
+                self.step += 1
+                self.pos = next_pos
+                self.metrics.log(self.step, {**last, "total_steps": self.total_steps})
+                if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq == 0:
+                    self.metrics.log(self.step, self.validate(), kind="val")
+                if ck.enable_checkpoint and self.step % ck.save_freq == 0 and self.step < self.total_steps:
+                    self.save()
+                    if ck.export_safetensors:
+                        self.export(f"step_{self.step}")
+                if self.stop or self.step >= self.total_steps:
+                    break
+            if self.stop or self.step >= self.total_steps:
+                break
+            self.pos = DataPosition(self.pos.epoch + 1, 0)
+        if self.stop:
+            if cfg.train.save_ckpt_at_exit and ck.enable_checkpoint:
+                self.save(blocking=True)
+            self.ckpt.wait()
+            self._log(f"stopped by signal {self.stop.signum} at step {self.step}")
+            return {"step": self.step, "stopped": True}
+        if ck.enable_checkpoint:
+            self.save(blocking=True)
+        self.ckpt.wait()
+        final = self.export("final") if ck.export_safetensors else None
+        if cfg.validation.enable and len(self.val_dataset):
+            self.metrics.log(self.step, self.validate(), kind="val")
+        self.metrics.close()
+        return {"step": self.step, "stopped": False, "final": str(final) if final else None, **last}
+
+    def _log(self, msg: str) -> None:
+        if self.dist.is_main:
+            print(f"[sft] {msg}", flush=True)
+
+
+def _vision_token_ids(model: nn.Module) -> dict[str, int]:
+    c = model.config
+    text = getattr(c, "text_config", c)
+    pad = getattr(text, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(c, "pad_token_id", None) or 0
+    return {"image": int(c.image_token_id), "video": int(c.video_token_id), "pad": int(pad)}
+
+
+def _peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    # ru_maxrss is KiB on Linux: the process's peak resident memory
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="SFT trainer (run under torchrun).")
+    ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
+    ap.add_argument("--dataset-script", default=None, help="A user's dataset script (see examples/).")
+    ap.add_argument("--resume-own-run", action="store_true",
+                    help="Resume from this run folder's newest checkpoint if it has one (used by retries).")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, env={})  # the resolved file is the whole truth: no env overrides
+    run_dir = args.config.resolve().parent
+    dist = init_distributed(cfg.policy.parallelism)
+    seed_everything(cfg.train.seed, dist.rank, cfg.train.deterministic)
+    try:
+        trainer = SFTTrainer(cfg, run_dir, dist, args.dataset_script)
+        trainer.maybe_resume(args.resume_own_run)
+        result = trainer.fit()
+        if dist.is_main:
+            (run_dir / "result.json").write_text(json.dumps(result, indent=2))
+    finally:
+        teardown()
+    return 143 if result.get("stopped") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Create the run folder `<output_dir>/<timestamp>/` and write the resolved config into it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cosmos_train.config import Config, load_config
+
+
+def new_run_dir(cfg: Config) -> Path:
+    root = Path(cfg.train.output_dir).expanduser().resolve()
+    stamp = datetime.now().strftime("%Y%m%d%H%M%S")
+    run = root / stamp
+    n = 1
+    while run.exists():  # two runs in the same second get distinct folders
+        run = root / f"{stamp}-{n}"
+        n += 1
+    run.mkdir(parents=True)
+    return run
+
+
+@task(name="resolve-config", cache_policy=NO_CACHE)
+def resolve_config(config: str, overrides: list[str], run_dir: str | None = None) -> tuple[Config, str]:
+    """Validate the job config (every error at once) and write it as RUN/config.toml."""
+    cfg = load_config(config, overrides)
+    run = Path(run_dir) if run_dir else new_run_dir(cfg)
+    if run_dir and (run / "config.toml").exists():
+        cfg = load_config(run / "config.toml", overrides, env={})  # continuing an existing run folder
+    cfg.write(run / "config.toml")
+    return cfg, str(run)

@@ -1,0 +1,91 @@
+"""Padding-free packing gives the same loss and gradients as right-padded batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from cosmos_train.data.chat import encode_chat
+from cosmos_train.models.load import load_model, load_processor
+from cosmos_train.models.tiny import make_tiny_model
+from cosmos_train.train.batching import IGNORE, collate_packed, collate_padded, model_inputs
+from cosmos_train.train.losses import token_ce_sum
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _clip(path: Path, shift: int) -> Path:
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("mpeg4", rate=4)
+        s.width = s.height = 56
+        s.pix_fmt = "yuv420p"
+        for i in range(4):
+            img = np.zeros((56, 56, 3), np.uint8)
+            x = 4 + (i * 8 + shift) % 30
+            img[20:36, x:x + 16] = (255, 40, 40)
+            for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(pkt)
+        for pkt in s.encode():
+            c.mux(pkt)
+    return path
+
+
+def _chat(video: Path | None, q: str, a: str) -> list[dict]:
+    content: list[dict] = [{"type": "text", "text": q}]
+    if video is not None:
+        content.insert(0, {"type": "video", "video": str(video), "min_pixels": 3136, "max_pixels": 3136})
+    return [{"role": "system", "content": "Answer the questions."},
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": a}]
+
+
+def test_packed_loss_and_grads_equal_padded(tiny: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    proc = load_processor(tiny)
+    model = load_model(tiny, dtype=torch.float32)
+    model.eval()  # no dropout in either path
+    chats = [
+        _chat(_clip(tmp_path / "a.mp4", 0), "Which way does the square move?", "It moves right. B"),
+        _chat(None, "A text-only question about gravity.", "Things fall down."),
+        _chat(_clip(tmp_path / "b.mp4", 11), "Does it move?", "Yes, it moves to the right quickly."),
+    ]
+    samples = [encode_chat(proc, c, max_length=512) for c in chats]
+    cfg = model.config
+    pad_id = 0
+    padded = collate_padded(samples, pad_id, cfg.image_token_id, cfg.video_token_id)
+    packed = collate_packed(samples, cfg.image_token_id, cfg.video_token_id)
+    assert packed.input_ids.shape[1] == sum(len(s.input_ids) for s in samples)
+    assert padded.n_label_tokens == packed.n_label_tokens > 0
+
+    def loss_and_grads(mb):
+        model.zero_grad()
+        out = model(**model_inputs(model, mb), use_cache=False)
+        s, n = token_ce_sum(out.logits, mb.labels)
+        (s / n).backward()
+        return (s / n).item(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    l_pad, g_pad = loss_and_grads(padded)
+    l_pack, g_pack = loss_and_grads(packed)
+    assert l_pack == pytest.approx(l_pad, rel=1e-5, abs=1e-6)
+    for k in g_pad:
+        torch.testing.assert_close(g_pack[k], g_pad[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_packed_positions_restart_per_sample(tiny: Path) -> None:
+    proc = load_processor(tiny)
+    model = load_model(tiny, dtype=torch.float32)
+    samples = [encode_chat(proc, _chat(None, "one", "two"), max_length=64),
+               encode_chat(proc, _chat(None, "three four", "five"), max_length=64)]
+    mb = collate_packed(samples, model.config.image_token_id, model.config.video_token_id)
+    pos = model_inputs(model, mb)["position_ids"]
+    n0 = len(samples[0].input_ids)
+    assert pos.shape == (4, 1, mb.input_ids.shape[1])
+    assert pos[0, 0, n0].item() == 0 and pos[0, 0, n0 - 1].item() == n0 - 1
+    assert (mb.labels == IGNORE).sum() > 0
