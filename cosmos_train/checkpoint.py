@@ -34,6 +34,7 @@ import re
 import shutil
 import time
 import uuid
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_model_state_dict,
@@ -53,6 +55,9 @@ from torch.distributed.checkpoint.state_dict import (
 from cosmos_train.config import CheckpointConfig
 
 log = logging.getLogger(__name__)
+# DCP warns on every call made without a process group; offline export and single-process tests do that on
+# purpose (no_dist=True below), so the warning carries no information here.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 COMPLETE = "COMPLETE"
 TRAINER_STATE = "trainer_state.json"
@@ -297,7 +302,11 @@ class CheckpointManager:
             log.info("checkpoint step %d: async save started (%.2fs blocking)", step, self.last_blocking_s)
         else:
             t_write = time.perf_counter()
-            dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
+            try:
+                dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
+            except CheckpointException as e:
+                # DCP's error is a BaseException: re-raise as one `except Exception` handlers see.
+                raise RuntimeError(f"checkpoint of step {step} into {tmp} failed: {e}") from e
             self._finalize(step, tmp, final)
             self.last_write_s = time.perf_counter() - t_write
             self.last_blocking_s = time.perf_counter() - t0
@@ -428,7 +437,10 @@ class CheckpointManager:
         state: dict[str, Any] = {"model": model_sd}
         if optimizer is not None:
             state["optimizer"] = optim_sd
-        dcp.load(state, checkpoint_id=str(ckpt_dir), process_group=self._group, no_dist=not dist_on())
+        try:
+            dcp.load(state, checkpoint_id=str(ckpt_dir), process_group=self._group, no_dist=not dist_on())
+        except CheckpointException as e:
+            raise RuntimeError(f"loading checkpoint {ckpt_dir} failed: {e}") from e
         set_model_state_dict(model, state["model"])
         if optimizer is not None:
             set_optimizer_state_dict(model, [optimizer], state["optimizer"])

@@ -196,7 +196,9 @@ class TrainConfig(Section):
     fsdp_offload: bool = False
     fsdp_reshard_after_forward: Literal["default", "always", "never"] = "default"
     logprob_dtype: Literal["float32", "bfloat16"] = "float32"
-    train_batch_per_replica: int = Field(8, description="SFT: samples per replica per step. GRPO: rollouts.")
+    train_batch_per_replica: int = Field(
+        8, description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
+    )
     epoch: int = 1
     max_num_steps: int | None = Field(None, description="Stop after this many optimizer steps.")
     output_dir: str = Field("./outputs", description="A timestamp sub-folder is appended per run.")

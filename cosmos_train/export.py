@@ -31,7 +31,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import split_torch_state_dict_into_shards
@@ -193,6 +192,9 @@ def hf_state_dict(state: dict[str, torch.Tensor], hf_model: nn.Module | None) ->
         if name in renamed:
             raise ValueError(f"two parameters map to the name {name!r} after stripping wrapper prefixes")
         renamed[name] = tensor
+    # A model can only be a transformers model if transformers is loaded; don't pay its import otherwise.
+    if "transformers" not in sys.modules:
+        return renamed
     from transformers import PreTrainedModel
 
     if not isinstance(hf_model, PreTrainedModel):

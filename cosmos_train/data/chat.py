@@ -136,7 +136,9 @@ def _validate(messages: Sequence[dict], where: str) -> None:
             except ValueError as err:
                 raise ValueError(f"{where}messages[{i}].content[{j}]: {err}") from None
             if kind != "text" and msg["role"] == "assistant":
-                raise ValueError(f"{where}messages[{i}].content[{j}]: assistant turns cannot hold {kind} parts")
+                raise ValueError(
+                    f"{where}messages[{i}].content[{j}]: assistant turns cannot hold {kind} parts"
+                )
 
 
 def _load_vision(
@@ -186,7 +188,9 @@ def _render_chunks(
     """
 
     def render(msgs: Sequence[dict], gen: bool) -> str:
-        return tokenizer.apply_chat_template(list(msgs), chat_template=template, tokenize=False, add_generation_prompt=gen)
+        return tokenizer.apply_chat_template(
+            list(msgs), chat_template=template, tokenize=False, add_generation_prompt=gen
+        )
 
     chunks: list[tuple[str, bool]] = []
     prev = ""
@@ -203,7 +207,9 @@ def _render_chunks(
         end = seg.rfind(IM_END)
         start = seg.rfind(header, 0, end) if end >= 0 else -1
         if start < 0:
-            raise ValueError(f"messages[{i}]: the template did not render the assistant turn as {header!r}...{IM_END}")
+            raise ValueError(
+                f"messages[{i}]: the template did not render the assistant turn as {header!r}...{IM_END}"
+            )
         body_start, body_end = start + len(header), end + len(IM_END)
         chunks += [(seg[:body_start], False), (seg[body_start:body_end], True), (seg[body_end:], False)]
     if add_generation_prompt:
@@ -221,10 +227,18 @@ def _render_chunks(
 
 
 def _expand_pads(
-    ids: list[int], labels: list[int], items: list[_VisionItem], tokenizer: PreTrainedTokenizerBase, merge: int, where: str
+    ids: list[int],
+    labels: list[int],
+    items: list[_VisionItem],
+    tokenizer: PreTrainedTokenizerBase,
+    merge: int,
+    where: str,
 ) -> tuple[list[int], list[int], list[int]]:
     """Replace each pad token by its item's token count; record each item's block span."""
-    pad_ids = {"image": tokenizer.convert_tokens_to_ids(IMAGE_PAD), "video": tokenizer.convert_tokens_to_ids(VIDEO_PAD)}
+    pad_ids = {
+        "image": tokenizer.convert_tokens_to_ids(IMAGE_PAD),
+        "video": tokenizer.convert_tokens_to_ids(VIDEO_PAD),
+    }
     kind_of = {v: k for k, v in pad_ids.items()}
     vstart, vend = tokenizer.convert_tokens_to_ids(VISION_START), tokenizer.convert_tokens_to_ids(VISION_END)
     found = {k: sum(1 for t in ids if t == pad_ids[k]) for k in pad_ids}
@@ -250,7 +264,9 @@ def _expand_pads(
             raise ValueError(f"{where}a {kind} pad token falls inside an assistant turn")
         item = next(queues[kind])
         n = int(item.grid_thw.prod()) // merge**2
-        if n * merge**2 != int(item.grid_thw.prod()) or item.pixel_values.shape[0] != int(item.grid_thw.prod()):
+        if n * merge**2 != int(item.grid_thw.prod()) or item.pixel_values.shape[0] != int(
+            item.grid_thw.prod()
+        ):
             raise ValueError(
                 f"{where}{kind} grid {item.grid_thw.tolist()} does not match {item.pixel_values.shape[0]} patches "
                 f"with spatial merge {merge}"
@@ -268,13 +284,19 @@ def _expand_pads(
     return out_ids, out_labels, types
 
 
-def _stack(items: list[_VisionItem], kind: str) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+def _stack(
+    items: list[_VisionItem], kind: str
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     chosen = [it for it in items if it.kind == kind]
     if not chosen:
         return None, None, None
     pixels = torch.cat([it.pixel_values.to(torch.float32) for it in chosen], dim=0)
     grids = torch.stack([it.grid_thw.reshape(3) for it in chosen]).to(torch.long)
-    spg = torch.tensor([it.second_per_grid_t for it in chosen], dtype=torch.float32) if kind == "video" else None
+    spg = (
+        torch.tensor([it.second_per_grid_t for it in chosen], dtype=torch.float32)
+        if kind == "video"
+        else None
+    )
     return pixels, grids, spg
 
 
@@ -304,7 +326,9 @@ def encode_chat(
 
     items = _load_vision(messages, where, vision_defaults)
     try:
-        chunks = _render_chunks(tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt)
+        chunks = _render_chunks(
+            tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt
+        )
     except ValueError as err:
         raise ValueError(f"{where}{err}") from None
     ids: list[int] = []
@@ -318,7 +342,9 @@ def encode_chat(
     if max_length is not None and len(ids) > max_length:
         if truncation == "error":
             raise ChatTooLongError(
-                f"{where}sample is {len(ids)} tokens, longer than max_length {max_length}", len(ids), max_length
+                f"{where}sample is {len(ids)} tokens, longer than max_length {max_length}",
+                len(ids),
+                max_length,
             )
         cut = max_length
         for item in items:

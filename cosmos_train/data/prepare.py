@@ -182,7 +182,7 @@ def _media_reason(reason: str) -> str:
     text = reason.lower()
     if "file not found" in text or "not a regular file" in text:
         return "missing_media"
-    if "has no frames" in text or "no decodable frames" in text:
+    if "has no frames" in text or "no decodable frames" in text or "no video stream" in text:
         return "empty_video"
     return "bad_media"
 
@@ -269,6 +269,8 @@ def validate_samples(
     """
     start = time.monotonic()
     ds = cfg.train.train_policy.dataset
+    if split_role == "val" and cfg.validation.dataset is not None:
+        ds = cfg.validation.dataset
     on_bad = ds.on_bad_row
     report = PrepReport(split_role=split_role, dataset=ds.name or str(ds.annotation_path or ""))
     problems: list[RowProblem] = []
@@ -380,7 +382,7 @@ def plot_histograms(token_lengths: Sequence[int], frames: Sequence[int], path: P
         (fig.add_subplot(1, 2, 2), frames, "frames per clip (as sampled)"),
     ):
         if values:
-            ax.hist(values, bins=min(30, max(1, len(set(values)))), color="#4c72b0")
+            ax.hist(values, bins=_bins(values), color="#4c72b0")
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         ax.set_xlabel(label)
@@ -390,6 +392,14 @@ def plot_histograms(token_lengths: Sequence[int], frames: Sequence[int], path: P
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
+
+
+def _bins(values: Sequence[int]) -> list[float] | int:
+    """One bar per integer when the range is small (frame counts), else 30 bins."""
+    lo, hi = min(values), max(values)
+    if hi - lo <= 60:
+        return [v - 0.5 for v in range(lo, hi + 2)]
+    return 30
 
 
 def report_markdown(report: PrepReport, embed_png: bool = True) -> str:

@@ -59,7 +59,10 @@ class Family:
         if label not in self.labels:
             raise ValueError(f"family {self.name!r} has no label {label!r}; labels: {list(self.labels)}")
         for _ in range(MAX_REDRAWS):
-            clip = self.simulate(rng, label, canvas)
+            try:
+                clip = self.simulate(rng, label, canvas)
+            except ValueError as e:  # e.g. the motion does not fit on the canvas
+                raise ValueError(f"family {self.name!r}, label {label!r}: {e}") from e
             if clip is not None:
                 return clip
         raise ValueError(
@@ -71,25 +74,35 @@ class Family:
 # ---------------------------------------------------------------- motion helpers
 
 
-def track(start: int, steps: Sequence[float]) -> list[int]:
-    """Positions per frame: start, then the cumulative steps rounded to even pixels."""
-    return [start] + [start + even(c) for c in np.cumsum(steps)]
+def track(start: int, steps: Sequence[int]) -> list[int]:
+    """Positions per frame: start, then start plus the running sum of the steps."""
+    return [start] + [start + int(c) for c in np.cumsum(steps)]
 
 
 def step_sizes(positions: Sequence[int]) -> list[int]:
     return [b - a for a, b in zip(positions[:-1], positions[1:])]
 
 
-def speed_steps(label: str, travel: float, n_steps: int, accel: float) -> list[float]:
-    """Unsigned per-frame steps summing to `travel` that show the speed pattern `label`."""
+def uniform_steps(travel: float, n_steps: int) -> list[int]:
+    """Equal even steps covering about `travel` px (even steps keep every position even)."""
+    return [max(2, even(travel / n_steps))] * n_steps
+
+
+def speed_steps(label: str, travel: float, n_steps: int, accel: float) -> list[int]:
+    """Unsigned even steps covering about `travel` px that show the speed pattern `label`.
+
+    Speeding up is an arithmetic progression (constant acceleration, as under gravity) whose
+    steps differ by at least 2 px, so every step is visibly longer than the one before.
+    """
     if label == "not_moving":
-        return [0.0] * n_steps
-    weights = np.linspace(1 - accel, 1 + accel, n_steps)
-    if label == "slowing_down":
-        weights = weights[::-1]
-    elif label == "constant":
-        weights = np.ones(n_steps)
-    return list(weights / weights.sum() * travel)
+        return [0] * n_steps
+    if label == "constant":
+        return uniform_steps(travel, n_steps)
+    mean = travel / n_steps
+    delta = max(2, even(2 * accel * mean / max(1, n_steps - 1)))
+    first = max(2, even(mean - delta * (n_steps - 1) / 2))
+    steps = [first + k * delta for k in range(n_steps)]
+    return steps[::-1] if label == "slowing_down" else steps
 
 
 def speed_pattern(steps: Sequence[int]) -> str | None:
@@ -146,7 +159,8 @@ def _direction(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | N
     (color,) = pick_colors(rng, canvas, 1)
     side, travel, n = canvas.object_size(rng), canvas.travel(rng), canvas.n_frames
     free = canvas.size - side
-    along = track(even_between(rng, 0, free - travel), [travel / (n - 1)] * (n - 1))
+    steps = uniform_steps(travel, n - 1)
+    along = track(even_between(rng, 0, free - sum(steps)), steps)
     if label in ("left", "up"):
         along = [free - p for p in along]
     across = [even_between(rng, 0, free)] * n
@@ -187,9 +201,8 @@ def _speed(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | None:
     (color,) = pick_colors(rng, canvas, 1)
     side, travel, n = canvas.object_size(rng), canvas.travel(rng), canvas.n_frames
     free = canvas.size - side
-    moving = label != "not_moving"
-    xs = track(even_between(rng, 0, free - (travel if moving else 0)),
-               speed_steps(label, travel, n - 1, canvas.difficulty.accel))
+    steps = speed_steps(label, travel, n - 1, canvas.difficulty.accel)
+    xs = track(even_between(rng, 0, free - sum(steps)), steps)
     leftward = bool(rng.integers(0, 2))
     if leftward:
         xs = [free - x for x in xs]
@@ -234,18 +247,23 @@ def _gravity(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | Non
     look = draw_look(rng, canvas.difficulty)
     (color,) = pick_colors(rng, canvas, 1)
     side, travel, n = canvas.object_size(rng), canvas.travel(rng), canvas.n_frames
-    ground = max(2, even(canvas.size / 14))
+    accel = canvas.difficulty.accel
+    up_down = speed_steps("speeding_up", travel, n - 1, accel) if label in ("falling", "rising") else [0]
+    # The ground's thickness varies (as far as the fall leaves room) so that the few places a ball
+    # can rest still give many different clips.
+    thin = max(2, canvas.size / 14)
+    ground = even_between(rng, thin, max(thin, min(canvas.size / 7, canvas.size - side - sum(up_down))))
     floor_y = canvas.size - ground - side  # top-left y of a ball resting on the ground
     free_x = canvas.size - side
-    accel = canvas.difficulty.accel
     if label == "falling":  # gravity: faster every frame on the way down
-        ys = track(even_between(rng, 0, floor_y - travel), speed_steps("speeding_up", travel, n - 1, accel))
+        ys = track(even_between(rng, 0, floor_y - sum(up_down)), up_down)
         xs = [even_between(rng, 0, free_x)] * n
     elif label == "rising":  # thrown upward: slower every frame on the way up
-        ys = track(even_between(rng, travel, floor_y), [-s for s in speed_steps("slowing_down", travel, n - 1, accel)])
+        ys = track(even_between(rng, sum(up_down), floor_y), [-s for s in reversed(up_down)])
         xs = [even_between(rng, 0, free_x)] * n
     elif label == "sideways":
-        xs = track(even_between(rng, 0, free_x - travel), [travel / (n - 1)] * (n - 1))
+        side_steps = uniform_steps(travel, n - 1)
+        xs = track(even_between(rng, 0, free_x - sum(side_steps)), side_steps)
         if rng.integers(0, 2):
             xs = [free_x - x for x in xs]
         ys = [even_between(rng, 0, floor_y)] * n
@@ -308,8 +326,8 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
     for color, moves, b in zip((first, second), movers, bands):
         y = even_between(rng, b * band, b * band + band - side)
         if moves:
-            travel = canvas.travel(rng)
-            xs = track(even_between(rng, 0, free - travel), [travel / (n - 1)] * (n - 1))
+            steps = uniform_steps(canvas.travel(rng), n - 1)
+            xs = track(even_between(rng, 0, free - sum(steps)), steps)
             if rng.integers(0, 2):
                 xs = [free - x for x in xs]
         else:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Named colours a question can refer to. Gray is kept out: distractors and the ground use it,
-# so a named object is never confused with them.
+# Named colours a question can refer to. Gray and white are kept out: distractors and the ground
+# are gray, and a low-contrast white object would look just like them.
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (240, 40, 40),
     "green": (40, 220, 40),
@@ -21,7 +21,6 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "yellow": (240, 220, 40),
     "cyan": (40, 220, 230),
     "magenta": (230, 40, 230),
-    "white": (245, 245, 245),
     "orange": (250, 140, 20),
 }
 
@@ -61,7 +60,7 @@ DIFFICULTIES: dict[str, Difficulty] = {
         object_frac=(10 / 56, 12 / 56),
         travel_frac=(16 / 56, 24 / 56),
         accel=0.6,
-        palette=("red", "green", "blue", "yellow", "cyan", "magenta", "white"),
+        palette=("red", "green", "blue", "yellow", "cyan", "magenta"),
         background=(0, 60),
         contrast=(0.7, 1.0),
         noise_std=6.0,
@@ -90,7 +89,10 @@ def even_between(rng: np.random.Generator, lo: float, hi: float) -> int:
     """A uniformly drawn even integer in [lo, hi]; raises when the range holds none."""
     lo_i, hi_i = int(np.ceil(lo / 2)), int(np.floor(hi / 2))
     if hi_i < lo_i:
-        raise ValueError(f"no even integer in [{lo}, {hi}]: the canvas is too small for this scene")
+        raise ValueError(
+            f"no even position in [{lo:g}, {hi:g}]: the motion does not fit on the canvas "
+            "(use a larger size or fewer frames)"
+        )
     return 2 * int(rng.integers(lo_i, hi_i + 1))
 
 
@@ -138,9 +140,12 @@ def blank(canvas: Canvas, look: Look) -> np.ndarray:
 
 
 def _disc_mask(side: int) -> np.ndarray:
-    c = (side - 1) / 2
-    yy, xx = np.mgrid[0:side, 0:side]
-    return (xx - c) ** 2 + (yy - c) ** 2 <= (side / 2) ** 2 + 0.25
+    """A disc drawn in 2x2 blocks, so that its edge, too, survives yuv420p chroma subsampling."""
+    half = side // 2
+    c = (half - 1) / 2
+    yy, xx = np.mgrid[0:half, 0:half]
+    small = (xx - c) ** 2 + (yy - c) ** 2 <= (half / 2) ** 2 + 0.25
+    return np.kron(small, np.ones((2, 2), dtype=bool)).astype(bool)
 
 
 def draw(frame: np.ndarray, x: int, y: int, side: int, rgb: np.ndarray, shape: str = "square") -> None:

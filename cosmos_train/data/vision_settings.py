@@ -84,7 +84,8 @@ def smart_resize(
     """qwen-vl-utils' smart_resize: sides multiples of `factor`, area in [min_pixels, max_pixels]
     (min wins when the two conflict, as upstream), aspect ratio kept as closely as possible.
 
-    Idempotent: a size it returns maps to itself, so resizing twice is a no-op.
+    Not idempotent in general (a size under min_pixels chosen because of max_pixels grows when
+    fed back), so the pipeline applies it once: in read_video / load_image.
     """
     if min(height, width) <= 0:
         raise ValueError(f"cannot resize an empty image of {height}x{width}")
@@ -188,7 +189,9 @@ class VisionSettings:
                 continue
             close = difflib.get_close_matches(str(key), VISION_KEYS, n=1, cutoff=0.8)
             if close:
-                raise VisionSettingsError(f"unknown vision setting {key!r} in message part; did you mean {close[0]!r}?")
+                raise VisionSettingsError(
+                    f"unknown vision setting {key!r} in message part; did you mean {close[0]!r}?"
+                )
         merged = dataclasses.asdict(defaults) if defaults is not None else {}
         if "nframes" in given:
             merged.pop("fps", None)
@@ -227,9 +230,12 @@ class VisionSettings:
             nframes = round_by_factor(self.nframes, FRAME_FACTOR)
         else:
             fps = self.fps if self.fps is not None else FPS
-            min_frames = ceil_by_factor(self.min_frames if self.min_frames is not None else FPS_MIN_FRAMES, FRAME_FACTOR)
+            min_frames = ceil_by_factor(
+                self.min_frames if self.min_frames is not None else FPS_MIN_FRAMES, FRAME_FACTOR
+            )
             max_frames = floor_by_factor(
-                self.max_frames if self.max_frames is not None else min(FPS_MAX_FRAMES, total_frames), FRAME_FACTOR
+                self.max_frames if self.max_frames is not None else min(FPS_MAX_FRAMES, total_frames),
+                FRAME_FACTOR,
             )
             nframes = total_frames / video_fps * fps
             nframes = min(min(max(nframes, min_frames), max_frames), total_frames)

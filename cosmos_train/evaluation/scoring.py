@@ -4,8 +4,9 @@
 
 Accuracy = correct / total, as the reference's calculate_accuracy.py; a question whose answer could
 not be read counts as asked and wrong (and is counted in `unanswered`). Micro pools every question;
-macro is the mean of the per-dataset accuracies, its interval the per-dataset Wilson half-widths
-combined as independent errors (sqrt of the sum of squares, over the number of datasets).
+macro is the mean of the per-dataset accuracies; its interval combines the per-dataset Wilson
+intervals' lower and upper distances from each accuracy as independent errors (root of the sum of
+squares, over the number of datasets), so with one dataset it is that dataset's Wilson interval.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def wilson_interval(correct: int, total: int, z: float = Z95) -> tuple[float, fl
     denom = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The bounds are exactly 0 / 1 at the extremes; the formula leaves rounding error there.
+    lo = 0.0 if correct == 0 else max(0.0, centre - half)
+    hi = 1.0 if correct == total else min(1.0, centre + half)
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,10 @@ def combine(per_dataset: Mapping[str, Score]) -> Scores:
     used = [s for s in scores.values() if s.total]
     if used:
         mean = sum(s.accuracy for s in used) / len(used)
-        half = math.sqrt(sum(((s.ci95_high - s.ci95_low) / 2) ** 2 for s in used)) / len(used)
+        below = math.sqrt(sum((s.accuracy - s.ci95_low) ** 2 for s in used)) / len(used)
+        above = math.sqrt(sum((s.ci95_high - s.accuracy) ** 2 for s in used)) / len(used)
         macro = Score(
-            "macro", micro.correct, micro.total, micro.unanswered, mean, max(0.0, mean - half), min(1.0, mean + half)
+            "macro", micro.correct, micro.total, micro.unanswered, mean, max(0.0, mean - below), min(1.0, mean + above)
         )
     else:
         macro = Score("macro", 0, 0, 0, 0.0, 0.0, 1.0)

@@ -37,7 +37,9 @@ _REAL_PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
 class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
     """Qwen2_5_VLProcessor without its torchvision-only video processor (text, chat template, images)."""
 
-    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs):
+    def __init__(
+        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs
+    ):
         # Same token attributes Qwen2_5_VLProcessor.__init__ sets; its own __init__ insists on a video processor.
         self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
         self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
@@ -69,7 +71,9 @@ class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
         video_cfg.pop("image_processor_type", None)
         video_cfg["video_processor_type"] = "Qwen2VLVideoProcessor"
         video_cfg["processor_class"] = _REAL_PROCESSOR_CLASS
-        (out / "video_preprocessor_config.json").write_text(json.dumps(video_cfg, indent=2, sort_keys=True) + "\n")
+        (out / "video_preprocessor_config.json").write_text(
+            json.dumps(video_cfg, indent=2, sort_keys=True) + "\n"
+        )
         return files
 
 
@@ -81,7 +85,9 @@ def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
     image_processor = AutoImageProcessor.from_pretrained(str(path), backend="pil", **kwargs)
     chat_template = getattr(tokenizer, "chat_template", None) or _processor_chat_template(path, **kwargs)
     if chat_template is None:
-        raise ValueError(f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config)")
+        raise ValueError(
+            f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config)"
+        )
     return Qwen25VLProcessorWithoutVideo(image_processor, tokenizer, chat_template=chat_template)
 
 
@@ -93,7 +99,9 @@ def _processor_chat_template(path: str | Path, **kwargs: Any) -> str | None:
             name,
             _raise_exceptions_for_missing_entries=False,
             _raise_exceptions_for_connection_errors=False,
-            **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
+            **{
+                k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")
+            },
         )
         if resolved is None:
             continue

@@ -87,7 +87,9 @@ def build_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwe
     s = SIZES[size]
     head_dim = s.text_hidden // s.text_heads
     if head_dim // 2 != sum(s.mrope_section):
-        raise ValueError(f"size {size!r}: mrope_section {s.mrope_section} must sum to head_dim/2 = {head_dim // 2}")
+        raise ValueError(
+            f"size {size!r}: mrope_section {s.mrope_section} must sum to head_dim/2 = {head_dim // 2}"
+        )
     text_config = {
         "vocab_size": vocab_size,
         "hidden_size": s.text_hidden,
@@ -97,7 +99,11 @@ def build_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwe
         "num_key_value_heads": s.text_kv_heads,
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-6,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": list(s.mrope_section)},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1000000.0,
+            "mrope_section": list(s.mrope_section),
+        },
         "bos_token_id": special_ids["<|endoftext|>"],
         "eos_token_id": special_ids["<|im_end|>"],
         "pad_token_id": special_ids["<|endoftext|>"],

@@ -1,8 +1,8 @@
 """Deterministic global sample order with a resumable position.
 
 The order is a seeded permutation per epoch; optimizer step k of an epoch consumes the global slice
-[k*G, (k+1)*G) with G = train_batch_per_replica * dp_size, and data-parallel rank r takes its
-contiguous share of that slice. The state is (epoch, consumed samples in the epoch), which does not
+[k*G, (k+1)*G) with G = train_batch_per_replica * dp_replicate_size (the ranks of one replica split
+its batch), and data-parallel rank r takes its contiguous share of that slice. The state is (epoch, consumed samples in the epoch), which does not
 depend on the world size: a run resumed on a different number of ranks neither repeats nor skips rows.
 """
 
@@ -20,17 +20,16 @@ class DataPosition:
 
 
 class GlobalBatchSampler:
-    def __init__(self, n_samples: int, per_rank_batch: int, dp_size: int, dp_rank: int, *,
+    def __init__(self, n_samples: int, global_batch: int, dp_size: int, dp_rank: int, *,
                  shuffle: bool, seed: int, drop_last: bool = True):
         if n_samples == 0:
             raise ValueError("the training split has no rows")
-        self.n, self.per_rank, self.dp_size, self.dp_rank = n_samples, per_rank_batch, dp_size, dp_rank
+        self.n, self.global_batch, self.dp_size, self.dp_rank = n_samples, global_batch, dp_size, dp_rank
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
-        self.global_batch = per_rank_batch * dp_size
-        if drop_last and n_samples < self.global_batch:
+        if drop_last and n_samples < global_batch:
             raise ValueError(
-                f"the training split has {n_samples} rows, fewer than one global batch "
-                f"(train_batch_per_replica {per_rank_batch} x {dp_size} data-parallel ranks)"
+                f"the training split has {n_samples} rows, fewer than one global batch of {global_batch} "
+                f"(train_batch_per_replica x dp_replicate_size)"
             )
 
     def steps_per_epoch(self) -> int:

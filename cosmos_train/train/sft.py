@@ -79,8 +79,16 @@ class SFTTrainer:
         self.model: nn.Module = parallelize(model, dist, cfg)
         self.token_ids = _vision_token_ids(model)
         self.optimizer = build_optimizer(self.model, t, dist.device)
+        # A replica is one model copy: its dp_shard ranks split the replica's batch. The global batch is
+        # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
+        global_batch = t.train_batch_per_replica * dist.dp_replicate
+        if global_batch % dist.dp_size:
+            raise ValueError(
+                f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
+                f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part"
+            )
         self.sampler = GlobalBatchSampler(
-            len(self.dataset), t.train_batch_per_replica, dist.dp_size, dist.dp_rank,
+            len(self.dataset), global_batch, dist.dp_size, dist.dp_rank,
             shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=tp.dataloader_drop_last,
         )
         per_epoch = self.sampler.steps_per_epoch()
@@ -171,7 +179,7 @@ class SFTTrainer:
         loss = float(all_reduce_sum(loss_sum, self.dist.device)) / self.dist.tp / global_tokens
         return {
             "loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-            "tokens_per_s": tokens / step_time, "samples_per_s": len(samples) * self.dist.dp_size / step_time,
+            "tokens_per_s": tokens / step_time, "samples_per_s": self.sampler.global_batch / step_time,
             "step_time": step_time, "peak_mem_gb": _peak_memory_gb(self.dist.device),
             "label_tokens": int(global_tokens), "epoch": self.pos.epoch,
         }

@@ -51,7 +51,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def video_part(path: str, **settings) -> dict:
     # Explicit size: the video default min_pixels (128 * 28 * 28) would upscale the small clip.
-    return {"type": "video", "video": path, "nframes": 4, "resized_height": 84, "resized_width": 112, **settings}
+    return {
+        "type": "video",
+        "video": path,
+        "nframes": 4,
+        "resized_height": 84,
+        "resized_width": 112,
+        **settings,
+    }
 
 
 def conversation(clip: str) -> list[dict]:
@@ -82,7 +89,10 @@ def test_template_renders_the_qwen_format(processor) -> None:
     tok = get_tokenizer(processor)
     messages = [
         {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": [{"type": "video", "video": "x.mp4"}, {"type": "text", "text": "What happens?"}]},
+        {
+            "role": "user",
+            "content": [{"type": "video", "video": "x.mp4"}, {"type": "text", "text": "What happens?"}],
+        },
         {"role": "assistant", "content": "<think>x</think>\n\n<answer>B</answer>"},
     ]
     expected = (
@@ -92,7 +102,9 @@ def test_template_renders_the_qwen_format(processor) -> None:
     )
     assert tok.apply_chat_template(messages, tokenize=False) == expected
     # No system turn: the template adds Qwen's default one; the generation prompt opens the assistant turn.
-    rendered = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered == (
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -111,7 +123,10 @@ def test_labels_cover_exactly_the_assistant_content(processor, clip: str) -> Non
 
 def test_answer_starting_with_newlines_is_labelled_whole(processor) -> None:
     tok = get_tokenizer(processor)
-    messages = [{"role": "user", "content": "Why?"}, {"role": "assistant", "content": "\n\nBecause of gravity."}]
+    messages = [
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": "\n\nBecause of gravity."},
+    ]
     enc = encode_chat(processor, messages)
     assert [tok.decode(run) for run in label_runs(enc)] == ["\n\nBecause of gravity.<|im_end|>"]
     # The prompt part tokenises exactly as the generation prompt does at inference.
@@ -134,7 +149,10 @@ def test_pad_expansion_counts_and_vision_tensors(processor, clip: str, image: st
         }
     ]
     enc = encode_chat(processor, messages, add_generation_prompt=True)
-    video_id, image_id = tok.convert_tokens_to_ids("<|video_pad|>"), tok.convert_tokens_to_ids("<|image_pad|>")
+    video_id, image_id = (
+        tok.convert_tokens_to_ids("<|video_pad|>"),
+        tok.convert_tokens_to_ids("<|image_pad|>"),
+    )
     # 84x112 clip: grid (2, 6, 8) -> 24 tokens; 56x56: (2, 4, 4) -> 8; 56x84 image: (1, 4, 6) -> 6.
     assert enc.video_grid_thw.tolist() == [[2, 6, 8], [2, 4, 4]]
     assert enc.image_grid_thw.tolist() == [[1, 4, 6]]
@@ -153,7 +171,9 @@ def test_pad_expansion_counts_and_vision_tensors(processor, clip: str, image: st
 
 
 def test_image_matches_transformers_processor(processor, image: str) -> None:
-    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "What?"}]}]
+    messages = [
+        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "What?"}]}
+    ]
     enc = encode_chat(processor, messages, add_generation_prompt=True)
     text = get_tokenizer(processor).apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ref = processor(text=[text], images=[Image.open(image)], return_tensors="pt")
@@ -165,7 +185,9 @@ def test_image_matches_transformers_processor(processor, image: str) -> None:
 
 def test_truncation_error_names_lengths(processor, clip: str) -> None:
     full = encode_chat(processor, conversation(clip))
-    with pytest.raises(ChatTooLongError, match=rf"sample\.json:3: sample is {len(full)} tokens.*max_length 40"):
+    with pytest.raises(
+        ChatTooLongError, match=rf"sample\.json:3: sample is {len(full)} tokens.*max_length 40"
+    ):
         encode_chat(processor, conversation(clip), max_length=40, origin="sample.json:3")
     assert len(encode_chat(processor, conversation(clip), max_length=len(full))) == len(full)
 
@@ -188,15 +210,21 @@ def test_right_truncation_never_cuts_through_a_vision_block(processor, clip: str
     ids = full.input_ids.tolist()
     starts = [i for i, t in enumerate(ids) if t == tok.convert_tokens_to_ids("<|vision_start|>")]
     # A cut in the middle of the second video's pads drops that whole block and its pixels.
-    cut = encode_chat(processor, messages, add_generation_prompt=True, max_length=starts[1] + 10, truncation="right")
+    cut = encode_chat(
+        processor, messages, add_generation_prompt=True, max_length=starts[1] + 10, truncation="right"
+    )
     assert len(cut) == starts[1]
     assert cut.video_grid_thw.tolist() == [[2, 6, 8]]
     assert cut.pixel_values_videos.shape[0] == 96
     assert cut.second_per_grid_ts.shape == (1,)
     # A cut inside the first block leaves no vision at all.
-    none = encode_chat(processor, messages, add_generation_prompt=True, max_length=starts[0] + 3, truncation="right")
+    none = encode_chat(
+        processor, messages, add_generation_prompt=True, max_length=starts[0] + 3, truncation="right"
+    )
     assert len(none) == starts[0]
-    assert none.video_grid_thw is None and none.pixel_values_videos is None and none.second_per_grid_ts is None
+    assert (
+        none.video_grid_thw is None and none.pixel_values_videos is None and none.second_per_grid_ts is None
+    )
     assert tok.decode(none.input_ids).endswith("First:")
 
 
@@ -223,7 +251,10 @@ def test_bare_tokenizer_encodes_text_chats(processor) -> None:
         ([], "non-empty list"),
         ([{"role": "robot", "content": "x"}], r"messages\[0\]\.role is 'robot'"),
         ([{"role": "user"}], r"messages\[0\] must be a dict with 'role' and 'content'"),
-        ([{"role": "user", "content": [{"type": "audio", "audio": "a.wav"}]}], r"messages\[0\]\.content\[0\]"),
+        (
+            [{"role": "user", "content": [{"type": "audio", "audio": "a.wav"}]}],
+            r"messages\[0\]\.content\[0\]",
+        ),
         ([{"role": "user", "content": "<|video_pad|> literal"}], "pad tokens"),
         ([{"role": "user", "content": [{"type": "video", "video": "x.mp4", "max_pixel": 5}]}], "max_pixels"),
     ],
@@ -236,7 +267,9 @@ def test_bad_messages_raise_with_location(processor, messages: list, match: str)
 def test_missing_video_names_file_and_part(processor, tmp_path: Path) -> None:
     missing = tmp_path / "nope.mp4"
     messages = [{"role": "user", "content": [{"type": "text", "text": "Look:"}, video_part(str(missing))]}]
-    with pytest.raises(MediaError, match=r"nope\.mp4: rows\.jsonl:7: messages\[0\]\.content\[1\]: file not found"):
+    with pytest.raises(
+        MediaError, match=r"nope\.mp4: rows\.jsonl:7: messages\[0\]\.content\[1\]: file not found"
+    ):
         encode_chat(processor, messages, origin="rows.jsonl:7")
 
 

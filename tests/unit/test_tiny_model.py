@@ -58,7 +58,10 @@ def test_folder_has_the_hub_checkpoint_files(tiny_dir: Path) -> None:
     assert pre["image_std"] == [0.26862954, 0.26130258, 0.27577711]
     gen = json.loads((tiny_dir / "generation_config.json").read_text())
     tok = AutoTokenizer.from_pretrained(tiny_dir)
-    assert gen["eos_token_id"] == [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
+    assert gen["eos_token_id"] == [
+        tok.convert_tokens_to_ids("<|im_end|>"),
+        tok.convert_tokens_to_ids("<|endoftext|>"),
+    ]
 
 
 def test_config_token_ids_match_the_tokenizer(tiny_dir: Path) -> None:
@@ -160,12 +163,16 @@ def test_processor_save_round_trip(tmp_path: Path, tiny_dir: Path) -> None:
     assert get_tokenizer(again).get_vocab() == get_tokenizer(processor).get_vocab()
 
 
-@pytest.mark.skipif(is_torchvision_available(), reason="the torchvision-less processor is only used without it")
+@pytest.mark.skipif(
+    is_torchvision_available(), reason="the torchvision-less processor is only used without it"
+)
 def test_processor_without_torchvision_refuses_videos(tiny_dir: Path) -> None:
     processor = load_processor(tiny_dir)
     assert isinstance(processor, Qwen25VLProcessorWithoutVideo)
     with pytest.raises(RuntimeError, match="encode_chat"):
-        processor(text=["<|vision_start|><|video_pad|><|vision_end|>"], videos=[np.zeros((4, 56, 56, 3), np.uint8)])
+        processor(
+            text=["<|vision_start|><|video_pad|><|vision_end|>"], videos=[np.zeros((4, 56, 56, 3), np.uint8)]
+        )
 
 
 def test_generate_from_video_and_text(tmp_path: Path, tiny_dir: Path) -> None:
@@ -177,7 +184,13 @@ def test_generate_from_video_and_text(tmp_path: Path, tiny_dir: Path) -> None:
         {
             "role": "user",
             "content": [
-                {"type": "video", "video": str(clip), "nframes": 4, "resized_height": 56, "resized_width": 56},
+                {
+                    "type": "video",
+                    "video": str(clip),
+                    "nframes": 4,
+                    "resized_height": 56,
+                    "resized_width": 56,
+                },
                 {"type": "text", "text": "Which way does the square move? (A) left (B) right"},
             ],
         },

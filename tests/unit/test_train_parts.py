@@ -65,13 +65,13 @@ def test_sampler_covers_epoch_once_and_resume_is_world_size_free() -> None:
     assert len(steps) == one.steps_per_epoch() == 5  # drop_last: 20 of 23
     seen = [i for b, _ in steps for i in b]
     assert len(seen) == len(set(seen)) == 20
-    # two ranks with half the per-rank batch see the same global batches, split between them
-    r0 = list(GlobalBatchSampler(n, 2, 2, 0, shuffle=True, seed=3).batches(DataPosition()))
-    r1 = list(GlobalBatchSampler(n, 2, 2, 1, shuffle=True, seed=3).batches(DataPosition()))
+    # two ranks of one replica see the same global batches, split between them
+    r0 = list(GlobalBatchSampler(n, 4, 2, 0, shuffle=True, seed=3).batches(DataPosition()))
+    r1 = list(GlobalBatchSampler(n, 4, 2, 1, shuffle=True, seed=3).batches(DataPosition()))
     assert [a + b for (a, _), (b, _) in zip(r0, r1)] == [b for b, _ in steps]
     # resume from the position after step 2 on the other world size: the rest, no repeat, no skip
     pos = steps[1][1]
-    rest = list(GlobalBatchSampler(n, 2, 2, 0, shuffle=True, seed=3).batches(pos))
+    rest = list(GlobalBatchSampler(n, 4, 2, 0, shuffle=True, seed=3).batches(pos))
     assert [b for b, _ in rest] == [b for b, _ in r0[2:]]
     assert one.order(0) != one.order(1)  # reshuffled each epoch
 

@@ -258,7 +258,8 @@ def _place_media(turns: list[dict], media: dict[str, list[dict]], ctx: RowContex
                 )
         used = {"image": 0, "video": 0}
         return [
-            {**t, "content": _split_placeholders(t["content"], media, used)} if isinstance(t["content"], str) else t
+            {**t, "content": _split_placeholders(t["content"], media, used)}
+            if isinstance(t["content"], str) and PLACEHOLDER.search(t["content"]) else t
             for t in turns
         ]
     parts = media["image"] + media["video"]

@@ -1,0 +1,38 @@
+"""The `prepare_data` flow: resolve the config into a run folder, validate the rows, report.
+
+    cosmos-train prepare-data --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
+    prefect deployment run 'prepare-data/prepare-data' --param params='{"config": "configs/tiny-sft.toml"}'
+
+Writes RUN/config.toml, RUN/manifest.jsonl (+ manifest_val.jsonl when validation is enabled),
+RUN/prep_report.json and RUN/prep_histograms.png; returns the manifest path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from pydantic import BaseModel, Field
+
+from tasks.prepare_data import prepare_data_task
+from tasks.run_folder import resolve_config
+
+
+class PrepareDataParams(BaseModel):
+    """Parameters, validated locally and by the server (a bad deployment run is refused up front)."""
+
+    config: str = Field(..., description="Path of the job TOML.")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+    run_dir: str | None = Field(None, description="Write into this run folder instead of a new timestamped one.")
+    dataset_script: str | None = Field(None, description="Optional dataset script (see examples/my_dataset.py).")
+
+
+@flow(name="prepare-data", log_prints=True)
+def prepare_data(params: PrepareDataParams) -> str:
+    """Validate the job's dataset rows; returns RUN/manifest.jsonl."""
+    logger = get_run_logger()
+    _, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
+    script = str(Path(params.dataset_script).resolve()) if params.dataset_script else None
+    result = prepare_data_task(config=str(Path(run_dir) / "config.toml"), run_dir=run_dir, dataset_script=script)
+    logger.info("manifest: %s", result["manifest"])
+    return result["manifest"]

@@ -1,0 +1,50 @@
+"""Shared offline fixtures: the tiny model and a small synthetic dataset, made once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# An accidental hub download must fail loudly, never hang or succeed silently.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from cosmos_train.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model")
+
+
+@pytest.fixture(scope="session")
+def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from cosmos_train.data.synthetic import make_synthetic_dataset
+
+    return make_synthetic_dataset(tmp_path_factory.mktemp("synthetic") / "data", n_train=48, n_val=8, n_test=12)
+
+
+def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path, **train: object) -> Path:
+    """A small SFT job for tests: the tiny model on 56x56 synthetic clips, letter answers."""
+    steps = train.pop("max_num_steps", 4)
+    lines = [
+        "[train]", f'output_dir = "{output_dir}"', f"max_num_steps = {steps}", "epoch = 10",
+        "train_batch_per_replica = 4", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'optm_decay_type = "linear"',
+        'param_dtype = "float32"', "seed = 1",
+        *[f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in train.items()],
+        "[train.ckpt]", "save_freq = 2", 'save_mode = "sync"', "max_keep = -1", "export_safetensors = true",
+        "[train.train_policy]", 'type = "sft"', "mini_batch = 2",
+        "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train_letter"',
+        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
+        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
+        "model_gradient_checkpointing = false",
+        "[logging]", 'logger = ["console"]',
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,169 @@
+"""The runner: retries, unanswered questions, files and numbers, resume (skip_saved).
+
+A scripted engine checks the bookkeeping exactly; the tiny random model checks the real path
+(video decoding, batched generate, parsing, files) end to end, with an interrupted run resumed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cosmos_train.evaluation.config import eval_config_from_dict
+from cosmos_train.evaluation.engines import Sampling
+from cosmos_train.evaluation.predictions import read_dataset_predictions
+from cosmos_train.evaluation.runner import evaluate_model
+from cosmos_train.evaluation.scoring import score_run_dir
+
+OPTS = {"A": "It moves left", "B": "It moves right", "C": "It stays", "D": "It falls"}
+
+
+class ScriptedEngine:
+    """Answers from a script keyed by video id; records every call."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script = script
+        self.calls: list[tuple[list[str], Sampling]] = []
+
+    def generate(self, chats: Sequence[list[dict]], sampling: Sampling) -> list[str]:
+        ids = [Path(c[1]["content"][0]["video"]).stem for c in chats]
+        self.calls.append((ids, sampling))
+        return [self.script[i].pop(0) if len(self.script[i]) > 1 else self.script[i][0] for i in ids]
+
+    def close(self) -> None:
+        pass
+
+
+def _bench(root: Path, name: str, answers: list[str]) -> None:
+    folder = root / "benchmark" / name
+    (folder / "clips").mkdir(parents=True)
+    rows = []
+    for i, ans in enumerate(answers):
+        (folder / "clips" / f"v{i}.mp4").write_bytes(b"x")
+        rows.append({"video": f"clips/v{i}.mp4", "qa_pairs": {"question": f"Q{i}?", "index2ans": OPTS, "answer": ans}})
+    (folder / f"{name}_benchmark_qa_pairs.json").write_text(json.dumps(rows))
+
+
+def _cfg(tmp_path: Path, **over):
+    raw = {
+        "datasets": ["ds1", "ds2"],
+        "data_dir": str(tmp_path / "data"),
+        "results_dir": str(tmp_path / "results"),
+        "batch_size": 2,
+        "model": {"model_name": "/ckpts/my-model/"},
+        "evaluation": {"answer_type": "reasoning"},
+        "generation": {"max_retries": 2, "max_tokens": 32, "temperature": 0.6},
+    }
+    for k, v in over.items():
+        raw[k] = {**raw[k], **v} if isinstance(v, dict) else v
+    return eval_config_from_dict(raw)
+
+
+def test_retries_unanswered_and_files(tmp_path: Path) -> None:
+    _bench(tmp_path / "data", "ds1", ["A", "B", "C"])
+    _bench(tmp_path / "data", "ds2", ["D"])
+    # ds1/v1 answers only on its second retry; ds1/v2 never does; ds2 shares ids with ds1 (v0).
+    engine = ScriptedEngine({
+        "v0": ["<think>left</think>\n\n<answer>A</answer>"],
+        "v1": ["", "The answer is", "<think>r</think><answer>B</answer>"],
+        "v2": ["I cannot tell."],
+    })
+    res = evaluate_model(_cfg(tmp_path), engine=engine)
+    assert res.label == "my-model" and res.run_dir == tmp_path / "results" / "my-model" / "reasoning"
+    # calls: batch [v0, v1], retry [v1], retry [v1]; batch [v2, ds2/v0], retry [v2], retry [v2]
+    assert [ids for ids, _ in engine.calls] == [["v0", "v1"], ["v1"], ["v1"], ["v2", "v0"], ["v2"], ["v2"]]
+    first, retry1, retry2 = (s for _, s in engine.calls[:3])
+    assert (first.max_tokens, retry1.max_tokens, retry2.max_tokens) == (32, 32 + 256, 32 + 512)
+    assert first.temperature == 0.6 and retry1.temperature == pytest.approx(0.65)
+    assert res.unanswered == [{"dataset": "ds1", "video_id": "v2", "question_index": 0, "full_response": "I cannot tell."}]
+    ds1 = {r["video_id"]: r for r in read_dataset_predictions(res.run_dir / "ds1")}
+    assert ds1["v1"]["answer"] == "B" and ds1["v1"]["is_correct"] and ds1["v1"]["reasoning"] == "r"
+    assert ds1["v0"]["reasoning"] == "left"
+    assert ds1["v2"]["answer"] == "" and not ds1["v2"]["is_correct"]
+    assert ds1["v2"]["prompt"][1]["content"][0]["fps"] == 4
+    (ds2,) = read_dataset_predictions(res.run_dir / "ds2")
+    assert ds2["answer"] == "A" and not ds2["is_correct"]  # ds2's v0 is D
+    assert res.accuracy == pytest.approx({"ds1": 2 / 3, "ds2": 0.0, "micro": 0.5, "macro": 1 / 3})
+    assert res.scores.datasets["ds1"].unanswered == 1
+    assert score_run_dir(res.run_dir).accuracy_dict() == pytest.approx(res.accuracy)  # files agree
+    saved = json.loads(res.results_json.read_text())
+    assert saved["overall"]["micro"]["correct"] == 2 and saved["engine"] == "scripted"
+    assert {(w["dataset"], w["video_id"]) for w in res.wrong} == {("ds1", "v2"), ("ds2", "v0")}
+    assert res.to_dict()["results_csv"].endswith("results.csv")
+
+
+def test_skip_saved_resumes_without_asking_again(tmp_path: Path) -> None:
+    _bench(tmp_path / "data", "ds1", ["A", "B", "C", "D"])
+    answers = {f"v{i}": [f"<answer>{x}</answer>"] for i, x in enumerate("ABCA")}
+    cfg = _cfg(tmp_path, datasets=["ds1"], evaluation={"skip_saved": True})
+    first = ScriptedEngine({k: list(v) for k, v in answers.items()})
+    res = evaluate_model(cfg.model_copy(update={"limit": 2}), engine=first)  # "interrupted" after 2 videos
+    assert res.asked == 2 and res.scores.micro.total == 2
+    second = ScriptedEngine({k: list(v) for k, v in answers.items()})
+    res = evaluate_model(cfg, engine=second)
+    assert [ids for ids, _ in second.calls] == [["v2", "v3"]]  # saved videos never reach the engine
+    assert res.skipped_videos == 2 and res.asked == 2
+    assert res.scores.micro.total == 4 and res.scores.micro.correct == 3
+    third = ScriptedEngine({k: list(v) for k, v in answers.items()})
+    res = evaluate_model(cfg, engine=third)
+    assert third.calls == [] and res.skipped_videos == 4 and res.scores.micro.correct == 3
+    # without skip_saved everything is asked again
+    fourth = ScriptedEngine({k: list(v) for k, v in answers.items()})
+    evaluate_model(cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"skip_saved": False})}), engine=fourth)
+    assert sum(len(ids) for ids, _ in fourth.calls) == 4
+
+
+class CountingEngine:
+    """Wraps a real engine and records which videos it was asked about."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.asked: list[str] = []
+
+    def generate(self, chats, sampling):
+        self.asked += [Path(c[1]["content"][0]["video"]).stem for c in chats]
+        return self.inner.generate(chats, sampling)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    from cosmos_train.evaluation.engines import create_engine
+
+    cfg = eval_config_from_dict({
+        "datasets": ["synthetic"],
+        "data_dir": str(synthetic_dir),
+        "results_dir": str(tmp_path / "results"),
+        "engine": "hf",
+        "device": "cpu",
+        "batch_size": 4,
+        "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
+        "evaluation": {"answer_type": "letter", "fps": 1, "skip_saved": True, "max_pixels": 3136, "num_processes": 2},
+        "generation": {"max_retries": 0, "letter_max_tokens": 4},
+    })
+    engine = CountingEngine(create_engine(cfg))
+    part = evaluate_model(cfg.model_copy(update={"limit": 5}), engine=engine)
+    assert len(engine.asked) == 5 and len(set(engine.asked)) == 5 and part.scores.micro.total == 5
+    done = set(engine.asked)
+    engine.asked.clear()
+    full = evaluate_model(cfg, engine=engine)
+    n = full.scores.micro.total
+    assert n == 12 and full.skipped_videos == 5
+    assert len(engine.asked) == 7 and not done & set(engine.asked)
+    records = read_dataset_predictions(full.run_dir / "synthetic")
+    assert len(records) == 12 and {r["video_id"] for r in records} >= done
+    assert full.scores.micro.correct == sum(r["is_correct"] for r in records)
+    assert full.scores.micro.unanswered == sum(not r["answer"] for r in records)
+    for r in records:
+        assert r["is_correct"] == (r["answer"] == r["correct_answer"])
+    # random weights: about chance; only the bookkeeping is checked, loosely bounded
+    assert 0 <= full.scores.micro.accuracy <= 1
+    assert full.scores.micro.ci95_low <= full.scores.micro.accuracy <= full.scores.micro.ci95_high
+    assert json.loads(full.results_json.read_text())["overall"]["micro"]["total"] == 12

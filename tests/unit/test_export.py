@@ -1,0 +1,175 @@
+"""Safetensors export of the tiny Qwen2.5-VL: from_pretrained round-trip, hub names, shards, tied weights,
+wrappers, atomicity, and the offline conversion of a DCP checkpoint (export_checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForImageTextToText
+
+import cosmos_train.export as export_mod
+from cosmos_train.checkpoint import CheckpointManager
+from cosmos_train.config import CheckpointConfig, Config
+from cosmos_train.export import SAFE_INDEX, SAFE_WEIGHTS, export_checkpoint, export_safetensors
+from cosmos_train.models.tiny import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(params=["gloo", "nodist"])
+def pg(request, tmp_path):
+    if request.param == "gloo":
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg-store", rank=0, world_size=1)
+        yield "gloo"
+        dist.destroy_process_group()
+    else:
+        yield "nodist"
+
+
+def trained(path, seed: int = 1):
+    """The base model with every tensor moved, as training would (so a copy of the base cannot pass)."""
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01)
+    return model
+
+
+def tensor_names(folder) -> set[str]:
+    names: set[str] = set()
+    for f in folder.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as h:
+            names |= set(h.keys())
+    return names
+
+
+def assert_loads_equal(folder, model, dtype=None) -> None:
+    loaded = AutoModelForImageTextToText.from_pretrained(folder)
+    want, got = model.state_dict(), loaded.state_dict()
+    assert want.keys() == got.keys()
+    for k, v in want.items():
+        v = v.to(dtype) if dtype is not None else v
+        assert got[k].dtype == v.dtype and torch.equal(got[k], v), k
+
+
+def test_roundtrip_equal_with_hub_names_and_side_files(pg, tiny, tmp_path):
+    model = trained(tiny)
+    out = export_safetensors(model, tmp_path / "safetensors" / "final", tiny)
+    assert out == tmp_path / "safetensors" / "final"
+    assert_loads_equal(out, model)
+    # The names a hub checkpoint uses (model.layers.*, visual.*), exactly what save_pretrained wrote.
+    assert tensor_names(out) == tensor_names(tiny)
+    base_files = {p.name for p in tiny.iterdir()}
+    assert {p.name for p in out.iterdir()} == base_files  # config, tokenizer, templates, processors
+    for name in ("tokenizer.json", "chat_template.jinja", "video_preprocessor_config.json"):
+        assert (out / name).read_bytes() == (tiny / name).read_bytes()
+    assert not list(out.parent.glob("final.tmp-*"))
+
+
+def test_sharded_and_bfloat16(tiny, tmp_path):
+    model = trained(tiny, seed=2)
+    out = export_safetensors(model, tmp_path / "sharded", tiny, max_shard_bytes=1_000_000)
+    shards = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(shards) > 2 and all(s.startswith("model-") and f"-of-{len(shards):05d}" in s for s in shards)
+    index = json.loads((out / SAFE_INDEX).read_text())
+    assert set(index["weight_map"].values()) == set(shards)
+    assert set(index["weight_map"]) == tensor_names(tiny)
+    assert index["metadata"]["total_size"] == sum(p.numel() * 4 for p in model.state_dict().values())
+    assert not (out / SAFE_WEIGHTS).exists()
+    assert_loads_equal(out, model)
+
+    bf16 = export_safetensors(model, tmp_path / "bf16", tiny, dtype=torch.bfloat16)
+    assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
+    assert not (bf16 / SAFE_INDEX).exists()  # one file: no index, as save_pretrained does
+    assert_loads_equal(bf16, model, dtype=torch.bfloat16)
+
+
+def test_tied_embeddings_stored_once_like_save_pretrained(tiny, tmp_path):
+    config = AutoConfig.from_pretrained(tiny)
+    config.tie_word_embeddings = True
+    config.text_config.tie_word_embeddings = True
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config)
+    assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
+    reference = tmp_path / "save_pretrained"
+    model.save_pretrained(reference)
+    out = export_safetensors(model, tmp_path / "tied", reference)
+    assert tensor_names(out) == tensor_names(reference)
+    assert "lm_head.weight" not in tensor_names(out)
+    assert_loads_equal(out, model)
+
+
+def test_wrapper_prefixes_are_stripped(tiny, tmp_path):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLDecoderLayer
+
+    model = trained(tiny, seed=3)
+    apply_activation_checkpointing(model, check_fn=lambda m: isinstance(m, Qwen2_5_VLDecoderLayer))
+    wrapped = torch.compile(model)  # never run: only its `_orig_mod.` naming matters here
+    assert any("_checkpoint_wrapped_module" in k for k, _ in wrapped.named_parameters())
+    assert all(k.startswith("_orig_mod.") for k in wrapped.state_dict())
+    out = export_safetensors(wrapped, tmp_path / "wrapped", tiny)
+    assert tensor_names(out) == tensor_names(tiny)
+    reference = trained(tiny, seed=3)
+    assert_loads_equal(out, reference)
+
+
+def test_failed_export_keeps_previous_one(tiny, tmp_path, monkeypatch):
+    model = trained(tiny)
+    out = export_safetensors(model, tmp_path / "final", tiny)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(export_mod, "save_file", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export_safetensors(trained(tiny, seed=9), out, tiny)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+def test_export_checkpoint_offline(tiny, tmp_path):
+    run = tmp_path / "outputs" / "20250101-000000"
+    config = Config()
+    config.policy.model_name_or_path = str(tiny)
+    config.write(run / "config.toml")
+    model = trained(tiny, seed=4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ckpt = CheckpointManager(run, CheckpointConfig(save_mode="sync")).save(7, model, opt, None, {})
+
+    out = export_checkpoint(ckpt, run / "safetensors" / "step_7")
+    assert_loads_equal(out, model)
+    assert tensor_names(out) == tensor_names(tiny)
+    assert (out / "chat_template.jinja").exists()
+
+    # The CLI entry point does the same, here with a dtype cast.
+    assert export_mod.main([str(ckpt), str(tmp_path / "cli"), "--dtype", "bfloat16"]) == 0
+    assert_loads_equal(tmp_path / "cli", model, dtype=torch.bfloat16)
+
+    orphan = tmp_path / "orphan" / "checkpoints" / "step_7"
+    shutil.copytree(ckpt, orphan)
+    with pytest.raises(FileNotFoundError, match="config.toml"):
+        export_checkpoint(orphan, tmp_path / "never")
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        export_checkpoint(run / "checkpoints", tmp_path / "never")
+
+
+def test_export_checkpoint_rejects_other_architecture(tiny, tmp_path):
+    run = tmp_path / "run"
+    config = Config()
+    config.policy.model_name_or_path = str(tiny)
+    config.write(run / "config.toml")
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    ckpt = CheckpointManager(run, CheckpointConfig(save_mode="sync")).save(1, model, None, None, {})
+    with pytest.raises(ValueError, match=r"do not match .*missing \['lm_head.weight'.*unexpected \['0.bias'"):
+        export_checkpoint(ckpt, tmp_path / "never")

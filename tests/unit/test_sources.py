@@ -1,0 +1,354 @@
+"""Dataset sources: every layout users bring, read into chat samples (offline: the hub is monkeypatched)."""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from cosmos_train.config import config_from_dict
+from cosmos_train.data.sources import DatasetError, RowError, detect_source, load_samples, split_held_out
+from cosmos_train.data.sources import cosmos as cosmos_src
+from cosmos_train.data.sources.script import script_reward_functions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_cfg(dataset: dict, **tp) -> object:
+    return config_from_dict({"train": {"train_policy": {"dataset": dataset, **tp}}})
+
+
+def cosmos_row(video: str, question: str = "What happens?", system: bool = False) -> dict:
+    conv = ([{"role": "system", "content": "You are a robot."}] if system else []) + [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": "<answer>B</answer>"},
+    ]
+    return {"video": video, "conversations": conv}
+
+
+def user_parts(sample: dict) -> list[dict]:
+    return next(m["content"] for m in sample["messages"] if m["role"] == "user")
+
+
+# ------------------------------------------------------------------------------ detection
+def test_detect_source_by_what_name_points_at(tmp_path: Path, synthetic_dir: Path) -> None:
+    import datasets
+
+    (tmp_path / "rows.jsonl").write_text("{}\n")
+    (tmp_path / "vf" / "videos").mkdir(parents=True)
+    (tmp_path / "vf" / "metas").mkdir()
+    disk = tmp_path / "disk"
+    datasets.Dataset.from_list([{"conversations": "[]"}]).save_to_disk(str(disk))
+    (tmp_path / "s.py").write_text("def get_dataset(config):\n    return []\n")
+    cases = {
+        str(synthetic_dir): "synthetic",
+        str(disk): "hf",
+        str(tmp_path / "rows.jsonl"): "hf",
+        str(tmp_path / "*.jsonl"): "hf",
+        str(tmp_path / "vf"): "video_folder",
+        str(tmp_path / "s.py"): "script",
+        "someorg/some-data": "hf",
+        "nvidia/Cosmos-Reason1-SFT-Dataset": "cosmos",
+        "nvidia/Cosmos-Reason1-RL-Dataset": "cosmos",
+    }
+    for name, want in cases.items():
+        assert detect_source(make_cfg({"name": name}).train.train_policy.dataset) == want, name
+    ds = make_cfg({"name": "", "annotation_path": str(tmp_path / "a.json")}).train.train_policy.dataset
+    assert detect_source(ds) == "llava"
+    assert detect_source(make_cfg({"name": "x/y", "source": "cosmos"}).train.train_policy.dataset) == "cosmos"
+    with pytest.raises(DatasetError, match="no such file or folder"):
+        detect_source(make_cfg({"name": str(tmp_path / "nope" / "x.json")}).train.train_policy.dataset)
+    with pytest.raises(DatasetError, match="is empty"):
+        detect_source(make_cfg({"name": ""}).train.train_policy.dataset)
+
+
+# ------------------------------------------------------------------------------ hf
+def test_json_file_with_string_conversations_and_vision_merge(tmp_path: Path) -> None:
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "a.mp4").write_bytes(b"x")
+    row = cosmos_row("clips/a.mp4")
+    row["conversations"] = json.dumps(row["conversations"])  # a JSON string column
+    row["fps"] = 4  # the row's own setting wins over [dataset.vision]
+    (tmp_path / "rows.json").write_text(json.dumps([row]))
+    cfg = make_cfg({"name": str(tmp_path / "rows.json"), "vision": {"fps": 1, "max_pixels": 3136}},
+                   system_prompt="Be brief.")
+    [s] = load_samples(cfg, "train")
+    assert s["origin"] == f"{tmp_path / 'rows.json'}:0"
+    assert s["messages"][0] == {"role": "system", "content": "Be brief."}
+    video, text = user_parts(s)
+    assert video == {"type": "video", "video": str((tmp_path / "clips" / "a.mp4").resolve()), "fps": 4, "max_pixels": 3136}
+    assert text == {"type": "text", "text": "What happens?"}
+    assert s["messages"][-1] == {"role": "assistant", "content": "<answer>B</answer>"}
+
+
+def test_parquet_and_save_to_disk_with_split_list(tmp_path: Path) -> None:
+    import datasets
+
+    rows = [cosmos_row(f"/abs/{i}.mp4", question=f"q{i}") for i in range(3)]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "d.parquet"))
+    got = load_samples(make_cfg({"name": str(tmp_path / "d.parquet")}), "train")
+    assert [user_parts(s)[1]["text"] for s in got] == ["q0", "q1", "q2"]
+    assert user_parts(got[2])[0]["video"] == "/abs/2.mp4"
+
+    dd = datasets.DatasetDict({"a": datasets.Dataset.from_list(rows[:1]), "b": datasets.Dataset.from_list(rows[1:])})
+    dd.save_to_disk(str(tmp_path / "disk"))
+    got = load_samples(make_cfg({"name": str(tmp_path / "disk"), "split": ["b", "a"]}), "train")
+    assert [user_parts(s)[1]["text"] for s in got] == ["q1", "q2", "q0"]
+    assert got[0]["origin"].endswith("[b]:0")
+    with pytest.raises(DatasetError, match="'zz' is not in"):
+        load_samples(make_cfg({"name": str(tmp_path / "disk"), "split": "zz"}), "train")
+
+
+def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name, subset=None, split=None, revision=None):
+        calls.append((name, subset, split, revision))
+        return datasets.Dataset.from_list([cosmos_row(f"/v/{split}.mp4", question=split)])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    cfg = make_cfg({"name": "org/data", "subset": "sub", "split": ["x", "y"], "revision": "v1"})
+    got = load_samples(cfg, "train")
+    assert calls == [("org/data", "sub", "x", "v1"), ("org/data", "sub", "y", "v1")]
+    assert [user_parts(s)[1]["text"] for s in got] == ["x", "y"]
+    assert got[0]["origin"] == "org/data/sub[x]:0"
+
+    def failing(*a, **k):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", failing)
+    with pytest.raises(DatasetError, match="org/data.*ConnectionError: no network"):
+        load_samples(cfg, "train")
+
+
+def test_test_size_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
+    rows = [cosmos_row(f"/v/{i}.mp4", question=str(i)) for i in range(20)]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = make_cfg({"name": str(tmp_path / "r.jsonl"), "test_size": 0.25})
+    train, val = load_samples(cfg, "train"), load_samples(cfg, "val")
+    ids = lambda ss: {s["origin"] for s in ss}  # noqa: E731
+    assert len(val) == 5 and len(train) == 15 and not ids(train) & ids(val)
+    assert ids(load_samples(cfg, "val")) == ids(val)  # the same rows every time
+    assert len(load_samples(make_cfg({"name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val")) == 3
+    with pytest.raises(DatasetError, match="test_size"):
+        split_held_out(train[:1], 0.5, "val", "dataset")
+    with pytest.raises(DatasetError, match="no held-out split"):
+        load_samples(make_cfg({"name": str(tmp_path / "r.jsonl")}), "val")
+
+
+def test_unknown_column_names_file_and_row(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text(json.dumps([cosmos_row("/v/a.mp4"), {"video": "/v/b.mp4", "chat": []}]))
+    cfg = make_cfg({"name": str(tmp_path / "r.json")})
+    with pytest.raises(RowError, match=r"r\.json:1: row has none of the columns \['conversations'.*'chat'"):
+        load_samples(cfg, "train")
+    got = load_samples(cfg, "train", keep_errors=True)
+    assert got[1]["error"]["reason"] == "unknown_column"
+    # The column name is configurable.
+    cfg = make_cfg({"name": str(tmp_path / "r.json")}, conversation_column_name="chat")
+    assert load_samples(cfg, "train", keep_errors=True)[0]["error"]["reason"] == "unknown_column"
+
+
+# ------------------------------------------------------------------------------ llava
+def test_llava_placeholders_multi_turn_and_video_rows(tmp_path: Path) -> None:
+    media = tmp_path / "media"
+    rows = [
+        {"id": "one", "image": "a.png",
+         "conversations": [{"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A cat."}]},
+        {"id": "two", "images": ["a.png", "b.png"],
+         "conversations": [{"from": "human", "value": "First <image> then <image> compare."},
+                           {"from": "gpt", "value": "Same."},
+                           {"from": "human", "value": "Sure?"}, {"from": "gpt", "value": "Yes."}]},
+        {"id": "vid", "video": "v.mp4",
+         "conversations": [{"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}]},
+        {"id": "bad", "images": ["a.png"],
+         "conversations": [{"from": "human", "value": "<image><image> two?"}, {"from": "gpt", "value": "No."}]},
+    ]
+    ann = tmp_path / "llava.json"
+    ann.write_text(json.dumps(rows))
+    cfg = make_cfg({"annotation_path": str(ann), "media_path": str(media), "vision": {"max_pixels": 3136, "fps": 2}})
+    one, two, vid, bad = load_samples(cfg, "train", keep_errors=True)
+    assert one["messages"][0]["content"] == [
+        {"type": "image", "image": str(media / "a.png"), "max_pixels": 3136},  # fps is not an image setting
+        {"type": "text", "text": "What is this?"},
+    ]
+    assert [p.get("text", p.get("image")) for p in two["messages"][0]["content"]] == [
+        "First ", str(media / "a.png"), " then ", str(media / "b.png"), " compare."]
+    assert [m["role"] for m in two["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert two["messages"][2]["content"] == "Sure?"
+    assert vid["messages"][0]["content"][0] == {"type": "video", "video": str(media / "v.mp4"), "max_pixels": 3136, "fps": 2}
+    assert bad["id"] == "bad" and bad["error"]["reason"] == "placeholder_mismatch"
+    assert f"{ann}:3" in bad["error"]["message"] and "2 <image> placeholder(s)" in bad["error"]["message"]
+    with pytest.raises(RowError, match=r"llava\.json:3: 2 <image> placeholder"):
+        load_samples(cfg, "train")
+
+
+# ------------------------------------------------------------------------------ video folder
+def test_video_folder_captions(tmp_path: Path) -> None:
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "metas").mkdir()
+    suffix = ".camera_front_wide_120fov"
+    for vid in ("a", "b", "c"):
+        (tmp_path / "videos" / f"{vid}{suffix}.mp4").write_bytes(b"x")
+    (tmp_path / "metas" / "a.label.json").write_text(json.dumps({"caption": "A car turns left."}))
+    (tmp_path / "metas" / "b.txt").write_text("Rain on the road.\n")
+    cfg = make_cfg({"name": str(tmp_path), "video_suffix": suffix, "caption_prompt": "Caption it."})
+    a, b, c = load_samples(cfg, "train", keep_errors=True)
+    assert a["messages"] == [
+        {"role": "user", "content": [{"type": "video", "video": str(tmp_path / "videos" / f"a{suffix}.mp4")},
+                                     {"type": "text", "text": "Caption it."}]},
+        {"role": "assistant", "content": "A car turns left."},
+    ]
+    assert b["messages"][1]["content"] == "Rain on the road."
+    assert c["error"]["reason"] == "missing_caption"
+
+
+# ------------------------------------------------------------------------------ synthetic
+def test_synthetic_folder_sft_and_grpo(synthetic_dir: Path) -> None:
+    cfg = make_cfg({"name": str(synthetic_dir)})
+    train, val = load_samples(cfg, "train"), load_samples(cfg, "val")
+    assert len(train) == 48 and len(val) == 8
+    video = user_parts(train[0])[0]["video"]
+    assert Path(video).is_file() and "/videos/train/" in video
+    assert train[0]["messages"][0]["role"] == "system" and train[0]["messages"][-1]["role"] == "assistant"
+    letters = load_samples(make_cfg({"name": str(synthetic_dir), "split": "train_letter"}), "train")
+    assert letters[0]["messages"][-1]["content"] in "ABCD"
+
+    grpo = make_cfg({"name": str(synthetic_dir)}, type="grpo", reward_function=["format", "single_choice"])
+    rl = load_samples(grpo, "train")
+    text = user_parts(rl[0])[1]["text"]
+    assert rl[0]["reference"] in "ABCD" and "\n(A) " in text and "<think> your reasoning </think>" in text
+    assert [m["role"] for m in rl[0]["messages"]] == ["user"]
+    # Without the format reward, the prompt asks for the letter only.
+    letter_only = load_samples(make_cfg({"name": str(synthetic_dir)}, type="grpo"), "train")
+    assert "<think>" not in user_parts(letter_only[0])[1]["text"]
+
+
+# ------------------------------------------------------------------------------ cosmos
+def make_archive(path: Path, names: list[str], payload: bytes = b"\x00" * 64) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+
+
+def test_cosmos_source_extracts_once_and_maps_by_basename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setenv("COSMOS_CACHE", str(tmp_path / "cache"))
+    hub = tmp_path / "hub"
+    make_archive(hub / "robovqa" / "clips" / "part0.tar.gz", ["clips/aa.mp4", "clips/bb.mp4"])
+    downloads = []
+
+    def fake_snapshot(repo_id, repo_type, revision=None, allow_patterns=None, local_dir=None):
+        downloads.append((repo_id, repo_type, allow_patterns))
+        return str(hub)
+
+    sft_rows = [cosmos_row("clips/aa.mp4", system=True), cosmos_row("bb.mp4")]
+    rl_rows = [{"video": "clips/bb.mp4", "qa_pairs": {"question": "Next?", "index2ans": {"A": "stop", "B": "go"},
+                                                      "correct_answer": "go"}}]
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda name, subset, split, revision: datasets.Dataset.from_list(
+                            rl_rows if "RL" in name else sft_rows))
+    cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-SFT-Dataset", "subset": "robovqa", "split": "understanding"})
+    a, b = load_samples(cfg, "train")
+    clips = tmp_path / "cache" / "datasets" / "nvidia" / "Cosmos-Reason1-SFT-Dataset" / "robovqa" / "video_clips"
+    assert (clips / ".prepared").is_file()
+    assert a["messages"][0] == {"role": "system", "content": "You are a robot."}
+    assert user_parts(a) == [{"type": "video", "video": str(clips / "clips" / "aa.mp4"), "fps": 1, "max_pixels": 81920},
+                             {"type": "text", "text": "What happens?"}]
+    assert user_parts(b)[0]["video"] == str(clips / "clips" / "bb.mp4")
+    assert downloads == [("nvidia/Cosmos-Reason1-SFT-Dataset", "dataset", ["robovqa/clips/*"])]
+    load_samples(cfg, "train")
+    assert len(downloads) == 1  # prepared: no second download or extraction
+
+    rl_cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-RL-Dataset", "subset": "robovqa", "vision": {"fps": 2}},
+                      type="grpo")
+    [r] = load_samples(rl_cfg, "train")
+    assert r["reference"] == "B"  # the answer text mapped to its letter
+    video, text = user_parts(r)
+    assert video["fps"] == 2 and video["max_pixels"] == 81920
+    assert text["text"] == "Next?\n(A) stop\n(B) go\nAnswer with the option's letter from the given choices directly."
+
+    with pytest.raises(DatasetError, match="set dataset.subset"):
+        load_samples(make_cfg({"name": "nvidia/Cosmos-Reason1-SFT-Dataset"}), "train")
+
+
+def _extract_worker(archive: str, dest: str, barrier, out) -> None:  # a spawned process
+    barrier.wait()
+    out.put(cosmos_src.extract_archives([Path(archive)], Path(dest)))
+
+
+def test_two_processes_extract_at_once(tmp_path: Path) -> None:
+    names = [f"clips/{i:03d}.mp4" for i in range(50)]
+    make_archive(tmp_path / "a.tar.gz", names, payload=b"\x01" * 20_000)
+    dest = tmp_path / "cache" / "video_clips"
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_extract_worker, args=(str(tmp_path / "a.tar.gz"), str(dest), barrier, out))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert sorted([out.get(timeout=5), out.get(timeout=5)]) == [False, True]  # exactly one extracted
+    files = sorted((dest / "clips").iterdir())
+    assert len(files) == 50 and all(f.stat().st_size == 20_000 for f in files)
+    assert cosmos_src.extract_archives([tmp_path / "a.tar.gz"], dest) is False
+
+
+def test_extraction_refuses_paths_out_of_the_cache(tmp_path: Path) -> None:
+    make_archive(tmp_path / "evil.tar.gz", ["../escaped.mp4"])
+    with pytest.raises(DatasetError, match="cannot extract"):
+        cosmos_src.extract_archives([tmp_path / "evil.tar.gz"], tmp_path / "cache" / "video_clips")
+    assert not (tmp_path / "cache" / "escaped.mp4").exists()
+    assert not (tmp_path / "cache" / "video_clips" / ".prepared").exists()
+
+
+# ------------------------------------------------------------------------------ script
+def test_example_script_train_val_and_rewards(tmp_path: Path) -> None:
+    script = ROOT / "examples" / "my_dataset.py"
+    cfg = config_from_dict({"custom": {"my_dataset": {"root": str(tmp_path / "clips"), "n_train": 4, "n_val": 2}}})
+    train = load_samples(cfg, "train", script=script)
+    val = load_samples(cfg, "val", script=script)
+    assert len(train) == 4 and len(val) == 2
+    assert train[0]["origin"] == f"{script}:get_dataset:0"
+    assert Path(user_parts(train[0])[0]["video"]).is_file()
+    assert train[0]["reference"] == "B" and "<answer>B</answer>" in train[0]["messages"][-1]["content"]
+    grpo = config_from_dict({"train": {"train_policy": {"type": "grpo"}},
+                             "custom": {"my_dataset": {"root": str(tmp_path / "clips"), "n_train": 2}}})
+    rl = load_samples(grpo, "train", script=script)
+    assert rl[1]["reference"] == "A" and "(B) right" in user_parts(rl[1])[1]["text"]
+    rewards = script_reward_functions(script)
+    assert rewards["direction_word"]("<answer>right</answer>", "B", rl[0]) == 1.0
+    assert rewards["direction_word"]("<answer>left</answer>", "B", rl[0]) == 0.0
+
+
+def test_script_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "nofactory.py"
+    bad.write_text("X = 1\n")
+    cfg = config_from_dict({})
+    with pytest.raises(DatasetError, match="nofactory.py: defines no get_dataset"):
+        load_samples(cfg, "train", script=bad)
+    only_train = tmp_path / "only_train.py"
+    only_train.write_text("def get_dataset(config):\n    return [{'messages': [{'role': 'user', 'content': 'hi'}]}]\n")
+    assert len(load_samples(cfg, "train", script=only_train)) == 1
+    with pytest.raises(DatasetError, match="defines no get_val_dataset"):
+        load_samples(cfg, "val", script=only_train)
+    boom = tmp_path / "boom.py"
+    boom.write_text("def get_dataset(config):\n    raise KeyError('root')\n")
+    with pytest.raises(DatasetError, match=r"boom.py:get_dataset\(config\) failed: KeyError"):
+        load_samples(cfg, "train", script=boom)
+    # dataset.source = "script" / a .py name works without the positional argument too.
+    via_name = config_from_dict({"train": {"train_policy": {"dataset": {"name": str(only_train)}}}})
+    assert load_samples(via_name, "train")[0]["origin"] == f"{only_train}:get_dataset:0"
