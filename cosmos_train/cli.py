@@ -3,6 +3,7 @@
     cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
     cosmos-train make-tiny-model outputs/tiny-model
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
+    cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train demo
@@ -69,6 +70,14 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare_data(args: argparse.Namespace) -> int:
+    from flows.prepare_data import PrepareDataParams, prepare_data
+
+    print(prepare_data(PrepareDataParams(config=str(args.config), overrides=args.overrides,
+                                         dataset_script=args.script, run_dir=args.run_dir)))
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from cosmos_train.export import export_checkpoint
 
@@ -112,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(sft)
     sft.add_argument("script", nargs="?", default=None, help="Optional dataset script (see examples/).")
     sft.set_defaults(func=_sft)
+
+    prep = sub.add_parser("prepare-data", help="Validate every row; write RUN/manifest.jsonl and a report.")
+    _add_config_args(prep)
+    prep.add_argument("script", nargs="?", default=None, help="Optional dataset script.")
+    prep.add_argument("--run-dir", default=None, help="Write into this run folder (default: a new one).")
+    prep.set_defaults(func=_prepare_data)
 
     exp = sub.add_parser("export", help="Convert a saved checkpoint to Hugging Face safetensors.")
     exp.add_argument("checkpoint", type=Path, help="RUN/checkpoints/step_N")

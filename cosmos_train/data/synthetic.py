@@ -30,7 +30,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,10 +117,13 @@ def place_options(rng: np.random.Generator, clip: Clip, letter: str) -> dict[str
 
 def generate_split(
     split: str, n: int, seed: int, canvas: Canvas, families: Sequence[str], seen: set[str]
-) -> list[Item]:
-    """Draw the split's clips; `seen` (content hashes of every split drawn so far) is extended."""
+) -> Iterator[Item]:
+    """Draw the split's clips one at a time (so memory stays flat however many are asked for).
+
+    `seen` holds the content hashes of every clip drawn so far, in any split; it is extended, and
+    a clip already in it is redrawn.
+    """
     rng = np.random.default_rng(np.random.SeedSequence([seed, SPLIT_SEEDS[split]]))
-    items = []
     for i, (family, label, letter) in enumerate(plan_split(rng, n, families)):
         for _ in range(MAX_DUPLICATE_REDRAWS):
             clip = FAMILIES[family].make(rng, label, canvas)
@@ -133,8 +136,7 @@ def generate_split(
                 f"tries (difficulty {canvas.difficulty.name!r}, {canvas.size}px); ask for fewer clips"
             )
         seen.add(digest)
-        items.append(Item(f"{split}-{i:05d}-{family}", split, clip, place_options(rng, clip, letter), letter, digest))
-    return items
+        yield Item(f"{split}-{i:05d}-{family}", split, clip, place_options(rng, clip, letter), letter, digest)
 
 
 # ---------------------------------------------------------------- rows
@@ -184,52 +186,49 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def _split_summary(items: list[Item]) -> dict[str, Any]:
+def _split_summary(metas: list[dict[str, Any]]) -> dict[str, Any]:
     per_family: dict[str, Counter] = {}
-    for it in items:
-        per_family.setdefault(it.clip.family, Counter())[it.clip.label] += 1
-    letters = Counter(it.answer for it in items)
+    for m in metas:
+        per_family.setdefault(m["family"], Counter())[m["label"]] += 1
+    letters = Counter(m["answer"] for m in metas)
     return {
-        "count": len(items),
+        "count": len(metas),
         "families": {f: dict(sorted(c.items())) for f, c in sorted(per_family.items())},
         "answer_letters": {x: letters.get(x, 0) for x in LETTERS},
     }
 
 
-def write_split(root: Path, items: list[Item], fps: int, codec: str) -> dict[str, str]:
-    """Write one split's clips and JSON files under `root`; returns the files written (by role)."""
-    if not items:
-        return {}
-    split = items[0].split
-    if split == "test":
-        bench = root / "benchmark" / BENCHMARK_NAME
-        (bench / "clips").mkdir(parents=True, exist_ok=True)
-        rows, meta = [], []
-        for it in items:
-            write_mp4(bench / "clips" / f"{it.id}.mp4", it.clip.frames, fps, codec)
-            rows.append({"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)})
-            meta.append(meta_row(it, f"benchmark/{BENCHMARK_NAME}/clips/{it.id}.mp4"))
-        bench_json = f"benchmark/{BENCHMARK_NAME}/{BENCHMARK_NAME}_benchmark_qa_pairs.json"
-        _write_json(root / bench_json, rows)
-        _write_jsonl(root / "meta" / "test.jsonl", meta)
-        return {"benchmark": bench_json, "meta": "meta/test.jsonl"}
+def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: str) -> dict[str, Any]:
+    """Encode the split's clips as they are drawn and write its JSON files under `root`.
 
-    (root / "videos" / split).mkdir(parents=True, exist_ok=True)
-    videos = {}
+    Returns the split's summary for dataset_info.json (counts and the files written, by role).
+    The test split becomes the benchmark folder; train and val get sft/, rl/ and videos/.
+    """
+    bench = root / "benchmark" / BENCHMARK_NAME
+    clip_dir = bench / "clips" if split == "test" else root / "videos" / split
+    rows: list[tuple[Item, str]] = []  # (item without frames, video path relative to root)
     for it in items:
-        videos[it.id] = f"videos/{split}/{it.id}.mp4"
-        write_mp4(root / videos[it.id], it.clip.frames, fps, codec)
-    files = {
-        "sft": f"sft/{split}.json",
-        "sft_letter": f"sft/{split}_letter.json",
-        "rl": f"rl/{split}.json",
-        "meta": f"meta/{split}.jsonl",
-    }
-    _write_json(root / files["sft"], [sft_row(it, videos[it.id], reasoning=True) for it in items])
-    _write_json(root / files["sft_letter"], [sft_row(it, videos[it.id], reasoning=False) for it in items])
-    _write_json(root / files["rl"], [{"id": it.id, "video": videos[it.id], "qa_pairs": qa_pairs(it)} for it in items])
-    _write_jsonl(root / files["meta"], [meta_row(it, videos[it.id]) for it in items])
-    return files
+        if not rows:
+            clip_dir.mkdir(parents=True, exist_ok=True)
+        path = clip_dir / f"{it.id}.mp4"
+        write_mp4(path, it.clip.frames, fps, codec)
+        it.clip.frames = it.clip.frames[:0]  # encoded: drop the pixels, keep the rows small
+        rows.append((it, path.relative_to(root).as_posix()))
+    if not rows:
+        return {**_split_summary([]), "files": {}}
+
+    metas = [meta_row(it, video) for it, video in rows]
+    files: dict[str, str] = {"meta": f"meta/{split}.jsonl"}
+    _write_jsonl(root / files["meta"], metas)
+    if split == "test":
+        files["benchmark"] = f"benchmark/{BENCHMARK_NAME}/{BENCHMARK_NAME}_benchmark_qa_pairs.json"
+        _write_json(root / files["benchmark"], [{"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)} for it, _ in rows])
+    else:
+        files.update(sft=f"sft/{split}.json", sft_letter=f"sft/{split}_letter.json", rl=f"rl/{split}.json")
+        _write_json(root / files["sft"], [sft_row(it, video, reasoning=True) for it, video in rows])
+        _write_json(root / files["sft_letter"], [sft_row(it, video, reasoning=False) for it, video in rows])
+        _write_json(root / files["rl"], [{"id": it.id, "video": video, "qa_pairs": qa_pairs(it)} for it, video in rows])
+    return {**_split_summary(metas), "files": files}
 
 
 # ---------------------------------------------------------------- entry point
@@ -291,9 +290,11 @@ def make_synthetic_dataset(
     """Generate the dataset into `out_dir` (layout in the module docstring) and return its path.
 
     families: names from FAMILIES (default all four), rows split evenly between them.
-    size: square frame side in px (even); n_frames frames at `fps` per clip. With the
-    Cosmos-Reason default of fps=1 sampling and Qwen's 4-frame minimum, n_frames of 4, 7 or 10
-    are sampled at evenly spaced frames, which keeps the speed families' steps readable.
+    size: square frame side in px (even); n_frames frames at `fps` per clip. Accelerating motion
+    needs room: all difficulties fit up to 6 frames at 56 px, 9 at 112 px, 12 at 224 px (more
+    raises a ValueError saying the motion does not fit). A reader that samples 4 of n frames
+    keeps the steps evenly spaced when n is 4, 7 or 10, which the speed questions rely on.
+    Distinct clips are finite at "easy" (one object size, three colours): about 2,500 in all.
     The folder is written next to `out_dir` and renamed into place when complete; an existing
     synthetic dataset there is replaced, any other non-empty folder is an error.
     """
@@ -305,11 +306,6 @@ def make_synthetic_dataset(
     canvas = Canvas(size=size, n_frames=n_frames, difficulty=DIFFICULTIES[difficulty])
     sizes = {"train": n_train, "val": n_val, "test": n_test}
 
-    seen: set[str] = set()
-    splits = {name: generate_split(name, sizes[name], seed, canvas, chosen, seen) for name in GENERATION_ORDER}
-    hashes = [it.content_sha256 for items in splits.values() for it in items]
-    assert len(hashes) == len(set(hashes)), "a clip was drawn twice despite the duplicate check"
-
     codec = pick_codec()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -317,7 +313,12 @@ def make_synthetic_dataset(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        files = {name: write_split(tmp, splits[name], fps, codec) for name in ("train", "val", "test")}
+        seen: set[str] = set()  # content hashes of every clip so far: no clip is in two splits
+        summaries = {
+            name: write_split(tmp, name, generate_split(name, sizes[name], seed, canvas, chosen, seen), fps, codec)
+            for name in GENERATION_ORDER
+        }
+        assert len(seen) == sum(sizes.values()), "a clip was drawn twice despite the duplicate check"
         info = {
             "generator": GENERATOR,
             "version": GENERATOR_VERSION,
@@ -332,7 +333,7 @@ def make_synthetic_dataset(
             "video_paths": "sft/, rl/, meta/: relative to this folder; benchmark rows: relative to benchmark/synthetic",
             "sft_default": "sft/<split>.json: <think>reasoning</think>\\n\\n<answer>X</answer>; "
             "sft/<split>_letter.json: the letter only",
-            "splits": {name: {**_split_summary(splits[name]), "files": files[name]} for name in ("train", "val", "test")},
+            "splits": {name: summaries[name] for name in ("train", "val", "test")},
         }
         _write_json(tmp / "dataset_info.json", info)
         _install(tmp, out)

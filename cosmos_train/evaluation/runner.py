@@ -23,7 +23,13 @@ from typing import Any
 
 from cosmos_train.evaluation.benchmark import BenchmarkVideo, Question, load_benchmark
 from cosmos_train.evaluation.config import EvalConfig, load_eval_config
-from cosmos_train.evaluation.engines import Engine, base_sampling, create_engine, resolve_engine_name, retry_sampling
+from cosmos_train.evaluation.engines import (
+    Engine,
+    base_sampling,
+    create_engine,
+    resolve_engine_name,
+    retry_sampling,
+)
 from cosmos_train.evaluation.parsing import is_correct, parse_response
 from cosmos_train.evaluation.predictions import (
     make_record,

@@ -13,7 +13,6 @@ import argparse
 import json
 import random
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
@@ -26,26 +25,12 @@ from torch import nn
 from cosmos_train.config import Config, load_config
 from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed, teardown
 from cosmos_train.metrics import MetricsLogger
+from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.losses import token_ce_sum
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
-
-
-class StopRequested:
-    """Set by SIGTERM/SIGUSR1 (Prefect cancel, a scheduler's preemption): save and leave at the step's end."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        self.signum = signum
-
-    def __bool__(self) -> bool:
-        return self.signum is not None
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
@@ -96,11 +81,14 @@ class SFTTrainer:
         if t.max_num_steps is not None:
             self.total_steps = min(self.total_steps, t.max_num_steps)
         self.scheduler = build_scheduler(self.optimizer, t, self.total_steps)
-        self.ckpt = CheckpointManager(run_dir, t.ckpt)
+        self.ckpt = CheckpointManager(run_dir, t.ckpt, seed=t.seed)
         self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
         self.step = 0
         self.pos = DataPosition()
-        self.stop = StopRequested()
+        # SIGTERM/SIGUSR1 (Prefect cancel, preemption): checkpoint and leave at a step's end. Ranks get the
+        # signal at different moments, so they agree (one all-reduce) to stop after the same step.
+        self.exit_request = install_exit_handlers()
+        self.stopped = False
 
     # ------------------------------------------------------------------ resume / save
     def maybe_resume(self, own_run_first: bool = False) -> None:
@@ -129,7 +117,8 @@ class SFTTrainer:
         extra = {"step": self.step, "epoch": self.pos.epoch, "consumed": self.pos.consumed,
                  "world_size": self.dist.world_size}
         path = self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler, extra, blocking=blocking)
-        self._log(f"checkpoint saved at {path}")
+        self._log(f"checkpoint {'saved' if blocking or self.cfg.train.ckpt.save_mode == 'sync' else 'saving'} "
+                  f"at {path}")
         return path
 
     def export(self, name: str) -> Path | None:
@@ -244,16 +233,17 @@ class SFTTrainer:
                     self.save()
                     if ck.export_safetensors:
                         self.export(f"step_{self.step}")
-                if self.stop or self.step >= self.total_steps:
+                self.stopped = self.exit_request.agreed()
+                if self.stopped or self.step >= self.total_steps:
                     break
-            if self.stop or self.step >= self.total_steps:
+            if self.stopped or self.step >= self.total_steps:
                 break
             self.pos = DataPosition(self.pos.epoch + 1, 0)
-        if self.stop:
+        if self.stopped:
             if cfg.train.save_ckpt_at_exit and ck.enable_checkpoint:
                 self.save(blocking=True)
             self.ckpt.wait()
-            self._log(f"stopped by signal {self.stop.signum} at step {self.step}")
+            self._log(f"stopped by signal {self.exit_request.signum} at step {self.step}")
             return {"step": self.step, "stopped": True}
         if ck.enable_checkpoint:
             self.save(blocking=True)

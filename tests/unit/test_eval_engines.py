@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from cosmos_train.evaluation.config import GenerationSection
-from cosmos_train.evaluation.engines import ENGINES, base_sampling, create_engine, resolve_engine_name, retry_sampling
+from cosmos_train.evaluation.engines import (
+    ENGINES,
+    base_sampling,
+    create_engine,
+    resolve_engine_name,
+    retry_sampling,
+)
 from cosmos_train.evaluation.engines.hf import PresenceFrequencyPenalty, collate_left, resolve_tokenizer_path
 from cosmos_train.evaluation.engines.vllm import build_request, llm_kwargs, sampling_kwargs, video_parts
 

@@ -167,3 +167,20 @@ def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, 
     assert 0 <= full.scores.micro.accuracy <= 1
     assert full.scores.micro.ci95_low <= full.scores.micro.accuracy <= full.scores.micro.ci95_high
     assert json.loads(full.results_json.read_text())["overall"]["micro"]["total"] == 12
+
+
+def test_freeform_mode(tmp_path: Path) -> None:
+    folder = tmp_path / "data" / "benchmark" / "ff"
+    (folder / "clips").mkdir(parents=True)
+    rows = []
+    for i, ans in enumerate(["pick up the cup", "open the drawer"]):
+        (folder / "clips" / f"v{i}.mp4").write_bytes(b"x")
+        rows.append({"video": f"clips/v{i}.mp4", "qa_pairs": {"question": "What next?", "answer": ans}})
+    (folder / "ff_benchmark_qa_pairs.json").write_text(json.dumps(rows))
+    engine = ScriptedEngine({"v0": ["<think>cup</think><answer>Pick up the cup.</answer>"], "v1": ["close the drawer"]})
+    res = evaluate_model(_cfg(tmp_path, datasets=["ff"], evaluation={"answer_type": "freeform"}), engine=engine)
+    assert engine.calls[0][0] == ["v0", "v1"]
+    assert res.accuracy["ff"] == 0.5 and res.run_dir.name == "freeform"
+    (rec,) = json.loads((res.run_dir / "ff" / "v0.json").read_text())
+    assert rec["prompt"][1]["content"][1]["text"] == "What next?"  # no letter instruction
+    assert rec["answer"] == "Pick up the cup." and rec["is_correct"] and rec["reasoning"] == "cup"

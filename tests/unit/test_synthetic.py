@@ -190,7 +190,7 @@ def test_answers_follow_the_simulation(ds: Path) -> None:
 @pytest.mark.parametrize("difficulty", sorted(DIFFICULTIES))
 def test_every_difficulty_is_labelled_by_its_physics(difficulty: str) -> None:
     canvas = Canvas(size=56, n_frames=4, difficulty=DIFFICULTIES[difficulty])
-    items = generate_split("train", 64, 11, canvas, list(FAMILIES), set())
+    items = list(generate_split("train", 64, 11, canvas, list(FAMILIES), set()))
     for it in items:
         assert it.clip.frames.shape == (4, 56, 56, 3) and it.clip.frames.dtype == np.uint8
         assert it.clip.label == true_label(it.clip.family, it.clip.params, 56), it.id

@@ -1,0 +1,68 @@
+"""The `evaluate` flow: evaluate several checkpoints (base, SFT, RL ...) and compare them.
+
+    cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model [--model RUN/safetensors/final] [--set k=v]
+    prefect deployment run 'evaluate/evaluate' --param params='{"config": "configs/eval-tiny.toml", "models": ["outputs/tiny-model"]}'
+
+One task per model (run one after the other: they share the accelerator), then a table artifact
+with every model's accuracy and Wilson 95% interval per dataset side by side (`eval-comparison`),
+and a markdown artifact listing wrong answers (`eval-wrong-answers`). Returns
+{"results": [EvalResult.to_dict() per model], "table": rows}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pydantic import BaseModel, Field, model_validator
+
+from cosmos_train.evaluation.config import load_eval_config
+from cosmos_train.evaluation.report import comparison_rows, unique_labels, wrong_answers_markdown
+from tasks.evaluate import evaluate_model_task
+
+
+class EvaluateParams(BaseModel):
+    """Parameters, validated locally and by the server (a bad deployment run is refused up front)."""
+
+    config: str = Field(..., description="Evaluation config (.toml, or the reference tool's .yaml).")
+    models: list[str] = Field(
+        default_factory=list,
+        description="Checkpoint folders or hub ids to compare, e.g. base, SFT and RL; default: the config's model.",
+    )
+    labels: list[str] | None = Field(None, description="Results-folder name per model (default: from the paths).")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+
+    @model_validator(mode="after")
+    def _labels_match(self) -> EvaluateParams:
+        if self.labels is not None and len(self.labels) != len(self.models or [None]):
+            raise ValueError(f"labels: {len(self.labels)} given for {len(self.models or [None])} model(s)")
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels must be distinct, got {self.labels}")
+        return self
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(params: EvaluateParams) -> dict[str, Any]:
+    """Evaluate each model, then publish the comparison table and the wrong answers."""
+    logger = get_run_logger()
+    cfg = load_eval_config(params.config, params.overrides)  # fail before any model loads
+    models = params.models or [cfg.model.model_name]
+    labels = params.labels or ([cfg.model_basename] if not params.models else unique_labels(models))
+    results = [
+        evaluate_model_task(params.config, model, label, params.overrides) for model, label in zip(models, labels)
+    ]
+    rows = comparison_rows(results)
+    create_table_artifact(
+        key="eval-comparison",
+        table=rows,
+        description=f"Accuracy % [Wilson 95% CI] on {', '.join(cfg.datasets)} ({cfg.evaluation.answer_type} mode)",
+    )
+    create_markdown_artifact(
+        key="eval-wrong-answers",
+        markdown=wrong_answers_markdown(results),
+        description="Wrong answers per model (first 20 each)",
+    )
+    for r in results:
+        logger.info("%s: %s", r["label"], r["results_json"])
+    return {"results": results, "table": rows}

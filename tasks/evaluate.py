@@ -1,0 +1,28 @@
+"""Prefect task `evaluate-model`: evaluate one checkpoint on the config's benchmarks.
+
+Wraps `cosmos_train.evaluation.runner.evaluate_model` (the library does everything; this file
+only wires and logs). Takes and returns plain data: the config path and the checkpoint path in,
+`EvalResult.to_dict()` out (result paths plus accuracy dicts), never a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from cosmos_train.evaluation.config import load_eval_config
+from cosmos_train.evaluation.runner import evaluate_model
+
+
+@task(name="evaluate-model", cache_policy=NO_CACHE, task_run_name="evaluate-{label}")
+def evaluate_model_task(config: str, model: str | None, label: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate `model` (default: the config's model.model_name) under results folder `label`."""
+    logger = get_run_logger()
+    cfg = load_eval_config(config, list(overrides or []))
+    cfg.model.name = label
+    result = evaluate_model(cfg, model, log=logger.info)
+    logger.info("%s: micro %.3f, macro %.3f -> %s", label, result.scores.micro.accuracy,
+                result.scores.macro.accuracy, result.results_json)
+    return result.to_dict()
