@@ -1,6 +1,6 @@
 """SFT training tokens/s: our trainer against TRL's SFTTrainer, same model, rows, batches and machine.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/sft_throughput.py [--reps 5] [--warmup 2] [--steps 6] [--batch 16]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/sft_throughput.py [--reps 4] [--warmup 1] [--steps 4] [--batch 8]
                                                               [--no-fsdp2] [--workdir DIR]
 
 What is compared (see bench/RESULTS.md for the numbers and the reasoning):
@@ -30,6 +30,7 @@ What is compared (see bench/RESULTS.md for the numbers and the reasoning):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,18 +50,24 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "train_letter")  # reasoning answers (~230 tokens) and letter answers (~120)
 LR, WARMUP_LR_STEPS, CLIP = 3e-4, 2, 1.0
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @dataclass
 class Run:
-    """One timed run of one side: per-step wall times and tokens, warm-up steps already dropped."""
+    """One timed run of one side: per-step wall and CPU times and tokens, warm-up steps already dropped."""
 
     step_times: list[float]
+    cpu_times: list[float]  # this process's CPU seconds (all threads): blind to time spent descheduled
     tokens: list[int]
 
     @property
     def tokens_per_s(self) -> float:
         return sum(self.tokens) / sum(self.step_times)
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return sum(self.tokens) / sum(self.cpu_times)
 
     @property
     def step_time(self) -> float:
@@ -78,12 +86,15 @@ class Series:
     def median_step_time(self) -> float:
         return statistics.median(r.step_time for r in self.runs)
 
+    def median_tokens_per_cpu_s(self) -> float:
+        return statistics.median(r.tokens_per_cpu_s for r in self.runs)
+
 
 # ---------------------------------------------------------------------------------------------- data
 def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, steps: int, packing: bool,
-                 nproc: int = 1) -> Path:
-    """The trainer config: fp32, no checkpointing, no gradient checkpointing, one micro-batch per rank."""
-    splits = ", ".join(f'"{s}"' for s in SPLITS)
+                 nproc: int = 1, split: str = "train") -> Path:
+    """The trainer config: fp32, no checkpointing, no gradient checkpointing, one micro-batch per rank.
+    The rows it names are only read by the FSDP2 run, and there a manifest.jsonl takes precedence."""
     lines = [
         "[train]", f'output_dir = "{out}"', f"max_num_steps = {steps}", "epoch = 1000",
         f"train_batch_per_replica = {batch}", f"optm_lr = {LR}", f"optm_warmup_steps = {WARMUP_LR_STEPS}",
@@ -91,7 +102,8 @@ def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, 
         'param_dtype = "float32"', "seed = 0", f"sequence_packing = {str(packing).lower()}",
         "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
         "[train.train_policy]", 'type = "sft"', f"mini_batch = {batch // nproc}", "dataloader_num_workers = 0",
-        "[train.train_policy.dataset]", f'name = "{data}"', f"split = [{splits}]",
+        "dataloader_shuffle = false",
+        "[train.train_policy.dataset]", f'name = "{data}"', f'split = "{split}"',
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
         "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
         "model_gradient_checkpointing = false",
@@ -103,7 +115,7 @@ def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, 
     return path
 
 
-def prepare(workdir: Path, n_clips: int) -> tuple[Path, Path, list[Any]]:
+def prepare(workdir: Path, n_clips: int) -> tuple[Path, Path, list[dict], list[Any]]:
     """Tiny model, synthetic data, and every row encoded once (shuffled with a fixed seed)."""
     from cosmos_train.config import load_config
     from cosmos_train.data.chat import encode_chat
@@ -114,12 +126,14 @@ def prepare(workdir: Path, n_clips: int) -> tuple[Path, Path, list[Any]]:
 
     model = make_tiny_model(workdir / "model")
     data = make_synthetic_dataset(workdir / "data", n_train=n_clips, n_val=4, n_test=4)
-    cfg = load_config(write_config(workdir / "probe" / "config.toml", model, data, workdir / "out",
-                                   batch=1, steps=1, packing=False), env={})
-    samples = list(load_samples(cfg, "train"))
-    random.Random(0).shuffle(samples)
+    samples = []
+    for split in SPLITS:
+        cfg = load_config(write_config(workdir / "probe" / "config.toml", model, data, workdir / "out",
+                                       batch=1, steps=1, packing=False, split=split), env={})
+        samples += load_samples(cfg, "train")
+    random.Random(0).shuffle(samples)  # mixed lengths in every batch, as a shuffled loader gives
     processor = load_processor(model)
-    return model, data, [encode_chat(processor, s["messages"], max_length=512) for s in samples]
+    return model, data, samples, [encode_chat(processor, s["messages"], max_length=512) for s in samples]
 
 
 def batches(encoded: list[Any], batch: int, n_steps: int) -> list[list[Any]]:
@@ -132,9 +146,23 @@ def step_tokens(batch: list[Any]) -> int:
     return sum(len(s) for s in batch)
 
 
-def timed(ends: list[float], start: float, tokens: list[int], warmup: int) -> Run:
-    times = [b - a for a, b in zip([start, *ends[:-1]], ends)]
-    return Run(times[warmup:], tokens[warmup:])
+class Clock:
+    """Wall and process-CPU timestamps at each step end."""
+
+    def __init__(self) -> None:
+        self.start = (time.perf_counter(), time.process_time())
+        self.ends: list[tuple[float, float]] = []
+
+    def tick(self) -> None:
+        self.ends.append((time.perf_counter(), time.process_time()))
+
+    def run(self, tokens: list[int], warmup: int) -> Run:
+        if len(self.ends) != len(tokens):
+            raise RuntimeError(f"{len(self.ends)} optimizer steps were timed, expected {len(tokens)}")
+        marks = [self.start, *self.ends]
+        wall = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
+        cpu = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
+        return Run(wall[warmup:], cpu[warmup:], tokens[warmup:])
 
 
 # ---------------------------------------------------------------------------------------------- sides
@@ -145,17 +173,28 @@ def run_ours(cfg_path: Path, steps: list[list[Any]], warmup: int) -> Run:
 
     cfg = load_config(cfg_path, env={})
     trainer = SFTTrainer(cfg, cfg_path.parent, init_distributed(cfg.policy.parallelism))
-    ends: list[float] = []
-    start = time.perf_counter()
+    clock = Clock()
     for i, samples in enumerate(steps):
         values = trainer.train_step(samples)
         trainer.metrics.log(i + 1, values)  # what fit() does after each step
-        ends.append(time.perf_counter())
+        clock.tick()
     trainer.metrics.close()
-    return timed(ends, start, [step_tokens(s) for s in steps], warmup)
+    return clock.run([step_tokens(s) for s in steps], warmup)
 
 
-def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int) -> Run:
+@contextlib.contextmanager
+def single_process_env() -> Iterator[None]:
+    """Hide the torchrun variables our in-process run set (a one-rank group): with them, accelerate would
+    wrap TRL's model in DistributedDataParallel over one rank, which a plain `python train.py` never does."""
+    saved = {k: os.environ.pop(k) for k in TORCHRUN_VARS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int, padding_free: bool = False) -> Run:
+    from accelerate.utils import DistributedType
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -177,11 +216,12 @@ def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int) -> 
         return {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "labels": mb.labels,
                 "mm_token_type_ids": mb.mm_token_type_ids, **mb.vision}
 
-    ends: list[float] = []
+    clock: Clock | None = None
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            ends.append(time.perf_counter())
+            assert clock is not None
+            clock.tick()
 
     args = SFTConfig(
         output_dir=str(out), per_device_train_batch_size=len(steps[0]), gradient_accumulation_steps=1,
@@ -189,23 +229,36 @@ def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int) -> 
         weight_decay=0.0, max_grad_norm=CLIP, gradient_checkpointing=False, bf16=False, fp16=False,
         use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
         remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
-        train_sampling_strategy="sequential", dataloader_num_workers=0, seed=0,
+        train_sampling_strategy="sequential", dataloader_num_workers=0, seed=0, padding_free=padding_free,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=index, data_collator=collate,
                          processing_class=load_processor(model_dir), callbacks=[StepClock()])
-    start = time.perf_counter()
+    if trainer.accelerator.distributed_type != DistributedType.NO:
+        raise RuntimeError(f"TRL runs as {trainer.accelerator.distributed_type}, not as one plain process")
+    clock = Clock()
     trainer.train()
-    if len(ends) != len(steps):
-        raise RuntimeError(f"TRL ran {len(ends)} optimizer steps, expected {len(steps)}")
-    return timed(ends, start, [step_tokens(s) for s in steps], warmup)
+    if trainer.model_wrapped is not trainer.model:
+        raise RuntimeError(f"TRL wrapped the model in {type(trainer.model_wrapped).__name__}")
+    return clock.run([step_tokens(s) for s in steps], warmup)
 
 
-def run_fsdp2(model: Path, data: Path, out: Path, batch: int, n_steps: int, warmup: int,
+def trl_packed_refusal(model_dir: Path, out: Path, steps: list[list[Any]]) -> str:
+    """Ask TRL for padding-free training on our video batches; return its refusal (checked, not assumed)."""
+    try:
+        run_trl(model_dir, out, steps[:1], 0, padding_free=True)
+    except ValueError as e:
+        return str(e)
+    raise RuntimeError("TRL accepted padding_free with a video collator: add a TRL packed cell to this benchmark")
+
+
+def run_fsdp2(model: Path, data: Path, samples: list[dict], out: Path, batch: int, n_steps: int, warmup: int,
               packing: bool) -> float:
-    """Our trainer under torchrun, 2 ranks: median tokens/s of metrics.jsonl after warm-up."""
+    """Our trainer under torchrun, 2 ranks, on the same rows in the same order (a run folder's
+    manifest.jsonl is what the trainer reads first): median tokens/s of its metrics.jsonl after warm-up."""
     run_dir = out / ("fsdp2-packed" if packing else "fsdp2-padded")
     cfg = write_config(run_dir / "config.toml", model, data, out, batch=batch, steps=n_steps, packing=packing,
                        nproc=2)
+    (run_dir / "manifest.jsonl").write_text("".join(json.dumps({"sample": s}) + "\n" for s in samples))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "cosmos_train.train.sft", "--config", str(cfg)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -229,40 +282,49 @@ def versions() -> str:
 
 def table(cells: dict[tuple[str, str], Series], fsdp2: dict[str, float]) -> str:
     trl_padded = cells[("padded", "TRL")].median_tokens_per_s()
-    lines = ["| mode | trainer | tokens/s (median) | step time s (median) | ours / TRL padded |",
-             "|---|---|---:|---:|---:|"]
+    trl_padded_cpu = cells[("padded", "TRL")].median_tokens_per_cpu_s()
+    lines = ["| mode | trainer | tokens/s (median) | step time s (median) | ours / TRL padded (wall) "
+             "| tokens per CPU-s (median) | ours / TRL padded (CPU) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for mode in ("padded", "packed"):
-        ours = cells[(mode, "ours")]
-        lines.append(f"| {mode} | ours (1 process) | {ours.median_tokens_per_s():.0f} | "
-                     f"{ours.median_step_time():.3f} | **{ours.median_tokens_per_s() / trl_padded:.2f}x** |")
-        trl = cells.get((mode, "TRL"))
-        if trl is None:
-            lines.append(f"| {mode} | TRL | n/a: TRL 1.16 has no packing/padding-free for vision data | | |")
-        else:
-            lines.append(f"| {mode} | TRL | {trl.median_tokens_per_s():.0f} | {trl.median_step_time():.3f} | 1.00x |")
+        for side in ("ours", "TRL"):
+            cell = cells.get((mode, side))
+            name = "ours (1 process)" if side == "ours" else "TRL SFTTrainer"
+            if cell is None:
+                lines.append(f"| {mode} | {name} | n/a: TRL 1.16 refuses packing / padding-free for vision data "
+                             "| | | | |")
+                continue
+            tps, cps = cell.median_tokens_per_s(), cell.median_tokens_per_cpu_s()
+            lines.append(f"| {mode} | {name} | {tps:.0f} | {cell.median_step_time():.2f} | "
+                         f"**{tps / trl_padded:.2f}x** | {cps:.0f} | {cps / trl_padded_cpu:.2f}x |")
     for mode, rate in fsdp2.items():
-        lines.append(f"| {mode} | ours, FSDP2 2 processes (info) | {rate:.0f} | | |")
+        lines.append(f"| {mode} | ours, FSDP2 over 2 processes (information) | {rate:.0f} | | | | |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5, help="Repetitions; each runs every cell once.")
-    ap.add_argument("--warmup", type=int, default=2, help="Optimizer steps dropped at the start of each run.")
-    ap.add_argument("--steps", type=int, default=6, help="Timed optimizer steps per run.")
-    ap.add_argument("--batch", type=int, default=16, help="Rows per optimizer step (one micro-batch).")
+    ap.add_argument("--reps", type=int, default=4, help="Repetitions; each runs every cell once.")
+    ap.add_argument("--warmup", type=int, default=1, help="Optimizer steps dropped at the start of each run.")
+    ap.add_argument("--steps", type=int, default=4, help="Timed optimizer steps per run.")
+    ap.add_argument("--batch", type=int, default=8, help="Rows per optimizer step (one micro-batch).")
     ap.add_argument("--clips", type=int, default=32, help="Synthetic clips; each gives a reasoning and a letter row.")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads for the in-process runs (both sides). 1 is what torchrun gives "
+                         "each of 2 processes; 2 threads on a shared 2-core machine stall on each other.")
     ap.add_argument("--no-fsdp2", dest="fsdp2", action="store_false", help="Skip the 2-process FSDP2 runs.")
     ap.add_argument("--workdir", type=Path, default=None, help="Where model, data and runs go (default: a temp dir).")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # else accelerate may reset torch's thread count
+    torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as tmp:
         work = args.workdir or Path(tmp)
-        model, data, encoded = prepare(work, args.clips)
+        model, data, samples, encoded = prepare(work, args.clips)
         if len(encoded) < args.batch:
             raise ValueError(f"--batch {args.batch} exceeds the {len(encoded)} encoded rows (raise --clips)")
         n = args.warmup + args.steps
@@ -271,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(encoded)} rows, {min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.0f}); "
               f"batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps x {args.reps} reps")
         print(f"loadavg before: {load_before}")
+        with single_process_env():
+            refusal = trl_packed_refusal(model, work / "trl-packed", steps)
+        print(f"TRL packed: refused: {refusal}")
         cells: dict[tuple[str, str], Series] = {}
         for rep in range(args.reps):
             for mode in ("padded", "packed"):
@@ -282,14 +347,18 @@ def main(argv: list[str] | None = None) -> int:
                                            packing=mode == "packed")
                         run = run_ours(cfg, steps, args.warmup)
                     else:
-                        run = run_trl(model, out, steps, args.warmup)
+                        with single_process_env():
+                            run = run_trl(model, out, steps, args.warmup)
+                    if torch.get_num_threads() != args.threads:
+                        raise RuntimeError(f"{side} changed torch threads to {torch.get_num_threads()}")
                     cells.setdefault((mode, side), Series()).runs.append(run)
-                    print(f"rep {rep} {mode:6s} {side:4s}: {run.tokens_per_s:8.0f} tokens/s, "
-                          f"median step {run.step_time:.3f}s, loadavg {os.getloadavg()[0]:.2f}", flush=True)
+                    print(f"rep {rep} {mode:6s} {side:4s}: {run.tokens_per_s:6.0f} tokens/s, "
+                          f"{run.tokens_per_cpu_s:6.0f} tokens/CPU-s, median step {run.step_time:.2f}s, "
+                          f"loadavg {os.getloadavg()[0]:.2f}", flush=True)
         fsdp2: dict[str, float] = {}
         if args.fsdp2:
             for mode in ("padded", "packed"):
-                fsdp2[mode] = run_fsdp2(model, data, work, args.batch, n, args.warmup, mode == "packed")
+                fsdp2[mode] = run_fsdp2(model, data, samples, work, args.batch, n, args.warmup, mode == "packed")
                 print(f"fsdp2 {mode}: {fsdp2[mode]:.0f} tokens/s", flush=True)
     load_after = os.getloadavg()
     print()

@@ -249,6 +249,10 @@ class CheckpointManager:
         self.cfg = cfg
         self.seed = seed
         self._group = cpu_group()
+        # The background thread of an async save runs collectives while the training thread runs its
+        # own on cpu_group (the per-step exit agreement, export's checks): on one shared group their
+        # order could differ between ranks and deadlock. The async write gets a group of its own.
+        self._async_group = dist.new_group(backend="gloo") if dist_on() and cfg.save_mode == "async" else None
         self._pending: _PendingSave | None = None
         # Seconds of the last save that blocked training / of the last finalized write (for metrics).
         self.last_blocking_s = 0.0
@@ -295,7 +299,7 @@ class CheckpointManager:
 
         if self.cfg.save_mode == "async" and not blocking:
             future = dcp.async_save(
-                state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on()
+                state, checkpoint_id=str(tmp), process_group=self._async_group, no_dist=not dist_on()
             )
             self._pending = _PendingSave(step, tmp, final, future, time.perf_counter())
             self.last_blocking_s = time.perf_counter() - t0

@@ -5,6 +5,7 @@
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
+    cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train demo
 
@@ -78,6 +79,20 @@ def _prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from cosmos_train.evaluation.config import EvalConfigError
+    from flows.evaluate import EvaluateParams, evaluate
+
+    try:
+        out = evaluate(EvaluateParams(config=str(args.config), models=args.models, overrides=args.overrides))
+    except EvalConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    for r in out["results"]:
+        print(r["label"], r["accuracy"], r["results_json"])
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from cosmos_train.export import export_checkpoint
 
@@ -127,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("script", nargs="?", default=None, help="Optional dataset script.")
     prep.add_argument("--run-dir", default=None, help="Write into this run folder (default: a new one).")
     prep.set_defaults(func=_prepare_data)
+
+    ev = sub.add_parser("eval", help="Evaluate checkpoints on video benchmarks and compare them.")
+    _add_config_args(ev)
+    ev.add_argument("--model", dest="models", action="append", default=[],
+                    help="Checkpoint folder or hub id (repeatable: base, SFT, RL ...).")
+    ev.set_defaults(func=_eval)
 
     exp = sub.add_parser("export", help="Convert a saved checkpoint to Hugging Face safetensors.")
     exp.add_argument("checkpoint", type=Path, help="RUN/checkpoints/step_N")

@@ -86,6 +86,11 @@ class DatasetConfig(Section):
     on_bad_row: Literal["fail", "skip"] = Field(
         "fail", description="A row that does not validate: stop with its file/row named, or skip and count it."
     )
+    cache_dir: str | None = Field(
+        None,
+        description="Folder for a disk cache of decoded, resized clips keyed by file content and vision "
+        "settings, so later epochs and runs do not decode again (unset: off). Shared safely by ranks and runs.",
+    )
     vision: VisionConfig = Field(default_factory=VisionConfig)
 
 

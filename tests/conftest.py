@@ -32,12 +32,14 @@ def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path, **train: object) -> Path:
     """A small SFT job for tests: the tiny model on 56x56 synthetic clips, letter answers."""
     steps = train.pop("max_num_steps", 4)
+    save_mode = train.pop("save_mode", "sync")
+    batch = train.pop("train_batch_per_replica", 4)
     lines = [
         "[train]", f'output_dir = "{output_dir}"', f"max_num_steps = {steps}", "epoch = 10",
-        "train_batch_per_replica = 4", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'optm_decay_type = "linear"',
+        f"train_batch_per_replica = {batch}", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'optm_decay_type = "linear"',
         'param_dtype = "float32"', "seed = 1",
         *[f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in train.items()],
-        "[train.ckpt]", "save_freq = 2", 'save_mode = "sync"', "max_keep = -1", "export_safetensors = true",
+        "[train.ckpt]", "save_freq = 2", f'save_mode = "{save_mode}"', "max_keep = -1", "export_safetensors = true",
         "[train.train_policy]", 'type = "sft"', "mini_batch = 2",
         "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train_letter"',
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",

@@ -32,6 +32,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from cosmos_train.data import video as media
+from cosmos_train.data.clip_cache import ClipCache
 from cosmos_train.models.load import get_tokenizer
 
 IGNORE_INDEX = -100
@@ -142,9 +143,14 @@ def _validate(messages: Sequence[dict], where: str) -> None:
 
 
 def _load_vision(
-    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None
+    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None, clip_cache: ClipCache | None = None
 ) -> list[_VisionItem]:
-    """Decode and patchify every image / video part, in the order the template renders them."""
+    """Decode and patchify every image / video part, in the order the template renders them.
+
+    With a clip cache, the decoded and resized frames come from it when present (see clip_cache);
+    normalising and patchifying always run here, so cached and uncached results are identical."""
+    read_video = clip_cache.read_video if clip_cache is not None else media.read_video
+    load_image = clip_cache.load_image if clip_cache is not None else media.load_image
     items: list[_VisionItem] = []
     for i, msg in enumerate(messages):
         if isinstance(msg["content"], str):
@@ -156,12 +162,12 @@ def _load_vision(
             try:
                 settings = media.VisionSettings.from_part(part, defaults)
                 if kind == "video":
-                    frames, sample_fps = media.read_video(part["video"], settings)
+                    frames, sample_fps = read_video(part["video"], settings)
                     vi = media.preprocess_video(frames, settings, sample_fps)
                     spg = float(vi.second_per_grid_t)
                 else:
                     source = part.get("image", part.get("image_url"))
-                    vi = media.preprocess_image(media.load_image(source, settings), settings)
+                    vi = media.preprocess_image(load_image(source, settings), settings)
                     spg = None
             except media.MediaError as err:
                 raise media.MediaError(err.path, f"{where}messages[{i}].content[{j}]: {err.reason}") from err
@@ -309,11 +315,14 @@ def encode_chat(
     truncation: Literal["error", "right"] = "error",
     origin: str | None = None,
     vision_defaults: media.VisionSettings | None = None,
+    clip_cache: ClipCache | None = None,
 ) -> EncodedChat:
     """Encode `messages` for the model of `processor_or_tokenizer` (see the module docstring).
 
     origin: the sample's file and row, prefixed to error messages.
     vision_defaults: settings (e.g. from the config) under each part's own vision keys.
+    clip_cache: a `cosmos_train.data.clip_cache.ClipCache` (dataset.cache_dir) that keeps decoded
+        clips on disk, so a second epoch or run does not decode them again; None decodes every time.
     A bare tokenizer works for text-only chats and for vision with Qwen2.5-VL's spatial merge of 2.
     """
     if truncation not in ("error", "right"):
@@ -324,7 +333,7 @@ def encode_chat(
     image_processor = getattr(processor_or_tokenizer, "image_processor", None)
     merge = int(getattr(image_processor, "merge_size", 2))
 
-    items = _load_vision(messages, where, vision_defaults)
+    items = _load_vision(messages, where, vision_defaults, clip_cache)
     try:
         chunks = _render_chunks(
             tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt

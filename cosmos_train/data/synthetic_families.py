@@ -203,7 +203,7 @@ def _speed(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | None:
     free = canvas.size - side
     steps = speed_steps(label, travel, n - 1, canvas.difficulty.accel)
     xs = track(even_between(rng, 0, free - sum(steps)), steps)
-    leftward = bool(rng.integers(0, 2))
+    leftward = canvas.difficulty.both_ways and bool(rng.integers(0, 2))
     if leftward:
         xs = [free - x for x in xs]
     ys = [even_between(rng, 0, free)] * n
@@ -264,7 +264,7 @@ def _gravity(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | Non
     elif label == "sideways":
         side_steps = uniform_steps(travel, n - 1)
         xs = track(even_between(rng, 0, free_x - sum(side_steps)), side_steps)
-        if rng.integers(0, 2):
+        if canvas.difficulty.both_ways and rng.integers(0, 2):
             xs = [free_x - x for x in xs]
         ys = [even_between(rng, 0, floor_y)] * n
     else:  # at_rest: lying on the ground
@@ -328,7 +328,7 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
         if moves:
             steps = uniform_steps(canvas.travel(rng), n - 1)
             xs = track(even_between(rng, 0, free - sum(steps)), steps)
-            if rng.integers(0, 2):
+            if canvas.difficulty.both_ways and rng.integers(0, 2):
                 xs = [free - x for x in xs]
         else:
             xs = [even_between(rng, 0, free)] * n

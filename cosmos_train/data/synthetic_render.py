@@ -38,6 +38,7 @@ class Difficulty:
     contrast: tuple[float, float]  # 1 = pure colour, lower blends the object into the background
     noise_std: float  # per-pixel Gaussian noise, redrawn every frame
     distractors: tuple[int, int]  # static gray squares that are never the subject of a question
+    both_ways: bool  # speed / sideways / two-object motion may go left as well as right
 
 
 # "easy" follows machine.md: a 16 px square moving ~10 px per frame on 4-frame 56x56 clips is
@@ -54,6 +55,7 @@ DIFFICULTIES: dict[str, Difficulty] = {
         contrast=(1.0, 1.0),
         noise_std=0.0,
         distractors=(0, 0),
+        both_ways=False,  # one less thing for a tiny model to learn; "direction" covers all four
     ),
     "medium": Difficulty(
         name="medium",
@@ -65,6 +67,7 @@ DIFFICULTIES: dict[str, Difficulty] = {
         contrast=(0.7, 1.0),
         noise_std=6.0,
         distractors=(0, 1),
+        both_ways=True,
     ),
     "hard": Difficulty(
         name="hard",
@@ -76,6 +79,7 @@ DIFFICULTIES: dict[str, Difficulty] = {
         contrast=(0.45, 0.7),
         noise_std=14.0,
         distractors=(1, 3),
+        both_ways=True,
     ),
 }
 

@@ -70,6 +70,9 @@ class EvaluationSection(_Section):
     fps: float = Field(4, gt=0, description="Frames sampled per second of video.")
     seed: int = Field(1, description="Sampling seed.")
     max_pixels: int | None = Field(None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset).")
+    min_pixels: int | None = Field(
+        None, gt=0, description="Per-frame pixel floor (qwen-vl-utils upscales small clips to 100352 when unset)."
+    )
     max_frames: int | None = Field(None, gt=0, description="Frame count cap per video (default 768).")
 
 

@@ -96,7 +96,8 @@ class _Pending:
 
 
 def _vision_extras(cfg: EvalConfig) -> dict[str, Any]:
-    return {"max_pixels": cfg.evaluation.max_pixels, "max_frames": cfg.evaluation.max_frames}
+    ev = cfg.evaluation
+    return {"max_pixels": ev.max_pixels, "min_pixels": ev.min_pixels, "max_frames": ev.max_frames}
 
 
 def _answer(

@@ -7,12 +7,14 @@ here, so it runs in DataLoader workers). An error names the row's id and origin.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
 
 from cosmos_train.config import Config
+from cosmos_train.data.clip_cache import ClipCache, open_clip_cache
 
 
 def manifest_path(run_dir: Path, split_role: str) -> Path:
@@ -35,11 +37,16 @@ class RowError(ValueError):
 
 
 class SFTDataset(Dataset):
-    def __init__(self, samples: list[dict], processor: Any, max_length: int, overlength: str):
+    """clip_cache: a ClipCache or its folder (`dataset.cache_dir`); decoded clips are kept there so a
+    later epoch or run reads them instead of decoding. None decodes every time."""
+
+    def __init__(self, samples: list[dict], processor: Any, max_length: int, overlength: str,
+                 clip_cache: ClipCache | str | os.PathLike | None = None):
         self.samples = samples
         self.processor = processor
         self.max_length = max_length
         self.truncation = "right" if overlength == "truncate" else "error"
+        self.clip_cache = clip_cache if isinstance(clip_cache, ClipCache) else open_clip_cache(clip_cache)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -50,6 +57,6 @@ class SFTDataset(Dataset):
         s = self.samples[i]
         try:
             return encode_chat(self.processor, s["messages"], max_length=self.max_length,
-                               truncation=self.truncation)
+                               truncation=self.truncation, clip_cache=self.clip_cache)
         except Exception as e:
             raise RowError(f"row {s.get('id', i)} ({s.get('origin', '?')}): {e}") from e

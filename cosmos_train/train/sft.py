@@ -53,10 +53,13 @@ class SFTTrainer:
         self.processor = load_processor(model_path)
         self.model_dir = Path(model_path)
         rows = load_train_samples(cfg, run_dir, "train", dataset_script)
-        self.dataset = SFTDataset(rows, self.processor, cfg.policy.model_max_length, tp.overlength)
+        self.dataset = SFTDataset(rows, self.processor, cfg.policy.model_max_length, tp.overlength,
+                                  clip_cache=tp.dataset.cache_dir)
         val_rows = (load_train_samples(cfg, run_dir, "val", dataset_script)
                     if cfg.validation.enable else [])
-        self.val_dataset = SFTDataset(val_rows, self.processor, cfg.policy.model_max_length, tp.overlength)
+        val_cache = (cfg.validation.dataset or tp.dataset).cache_dir
+        self.val_dataset = SFTDataset(val_rows, self.processor, cfg.policy.model_max_length, tp.overlength,
+                                      clip_cache=val_cache)
 
         model = load_model(model_path, dtype=torch.float32, device="cpu")
         self.trainable, self.total_params = apply_freeze_patterns(model, cfg.policy)
@@ -174,12 +177,27 @@ class SFTTrainer:
         }
 
     def _clip_grad_norm(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        """Global grad norm, then clip. With TP + FSDP, parameters live on different meshes (2D for the
+        language model, 1D for the vision tower), which one foreach norm cannot mix: norm each group of
+        gradients sharing a mesh and placement, gather those to plain tensors, combine."""
+        from torch.distributed.tensor import DTensor
+
+        groups: dict[Any, list[torch.Tensor]] = {}
+        for p in self.model.parameters():
+            if p.grad is not None:
+                g = p.grad
+                key = (g.device_mesh, tuple(g.placements)) if isinstance(g, DTensor) else None
+                groups.setdefault(key, []).append(p)
+        norms = []
+        for params in groups.values():
+            n = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0, foreach=True)
+            norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
+        total = torch.linalg.vector_norm(torch.stack(norms))
         clip = self.cfg.train.optm_grad_norm_clip
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"), foreach=True)
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
-            norm = norm.full_tensor()
-        return float(norm)
+        if clip > 0:
+            for params in groups.values():
+                torch.nn.utils.clip_grads_with_norm_(params, clip, total, foreach=True)
+        return float(total)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:

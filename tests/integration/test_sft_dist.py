@@ -45,8 +45,9 @@ def metrics(run: Path) -> list[dict]:
 
 def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
+    # async: the background DCP write runs while training and the step_2 export run their own collectives
     cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=4)
+                                max_num_steps=4, save_mode="async")
     p = torchrun(cfg, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]

@@ -318,6 +318,7 @@ def test_four_hundred_clips_take_seconds(tmp_path: Path) -> None:
         ({"n_frames": 2}, "n_frames"),
         ({"fps": 0}, "fps"),
         ({"seed": -3}, "seed"),
+        ({"n_frames": 16}, "does not fit on the canvas"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, kwargs: dict, message: str) -> None:

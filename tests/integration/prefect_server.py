@@ -1,0 +1,160 @@
+"""A real, isolated Prefect server for tests, and the `prefect` CLI run against it as a user would.
+
+Every process is started in its own session and its whole process group is killed in `finally`: a
+`prefect server start` runs uvicorn and a worker runs each flow as a grandchild, and neither may
+outlive a failed test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left of it after `grace_s`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    # The leader after its grace, or children still exiting after it: nothing of the group may survive.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(timeout=10.0)
+
+
+def isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """os.environ without any PREFECT_* setting of the caller (a test harness, a user profile)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
+    return env
+
+
+@dataclass
+class CliResult:
+    args: list[str]
+    returncode: int
+    output: str
+
+    def check(self) -> CliResult:
+        if self.returncode != 0:
+            raise AssertionError(f"{' '.join(self.args)} exited {self.returncode}:\n{self.output[-4000:]}")
+        return self
+
+
+@dataclass
+class PrefectServer:
+    home: Path
+    url: str  # .../api
+    proc: subprocess.Popen
+    log: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return isolated_env(self.home, PREFECT_API_URL=self.url, **extra)
+
+    def wait_healthy(self, deadline_s: float) -> None:
+        """Poll /health until it answers; raise with the server log if it dies or the deadline passes."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"prefect server not healthy after {deadline_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else "(no log)"
+
+    def cli(self, args: Sequence[str], cwd: Path, timeout_s: float, **env: str) -> CliResult:
+        """Run `prefect ARGS` against this server; the process group is killed if it overruns."""
+        argv = [PREFECT, *args]
+        proc = subprocess.Popen(argv, cwd=cwd, env=self.env(**env), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            out = proc.communicate()[0]
+            raise AssertionError(f"{' '.join(argv)} still running after {timeout_s:.0f} s:\n{out[-4000:]}") from None
+        finally:
+            kill_group(proc, grace_s=2.0)  # a worker's flow-run grandchild may still hold the group
+        return CliResult(argv, proc.returncode, out)
+
+    def kill_unfinished_flow_runs(self) -> None:
+        """Kill the process group of every flow run the server does not see finished.
+
+        A process worker starts each flow run in a session of its own, so killing a stuck worker's
+        group leaves the flow behind; its pid is the run's `infrastructure_pid` ("[host:]pid").
+        (A worker stopped with SIGTERM ends its flow runs itself; this is for one that had to be SIGKILLed.)
+        Finished runs are skipped, and so is a pid that no longer leads a prefect process group: it may
+        already belong to someone else.
+        """
+        runs = self.post("/flow_runs/filter", {}).json()
+        for run in runs:
+            pid = (run.get("infrastructure_pid") or "").rpartition(":")[2]
+            if not pid.isdigit() or run["state_type"] in ("COMPLETED", "FAILED", "CANCELLED", "CRASHED"):
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if os.getpgid(int(pid)) == int(pid) and b"prefect" in cmdline:
+                    os.killpg(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass  # already gone
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", timeout=30.0)
+
+    def post(self, path: str, body: dict) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", json=body, timeout=30.0)
+
+
+@contextmanager
+def start_server(home: Path) -> Iterator[PrefectServer]:
+    """Start `prefect server start` on a free port with its own PREFECT_HOME; yields before it is healthy.
+
+    Call `wait_healthy` before using it: the caller can do other setup while the server boots.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = home / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                cwd=home, env=isolated_env(home), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    server = PrefectServer(home=home, url=f"http://127.0.0.1:{port}/api", proc=proc, log=log)
+    try:
+        yield server
+    finally:
+        try:
+            server.kill_unfinished_flow_runs()
+        except httpx.HTTPError:
+            pass  # the server never came up: it started no flow runs
+        kill_group(proc)

@@ -1,0 +1,119 @@
+"""prefect.yaml's deployments against a real Prefect server, driven by the `prefect` CLI as users do.
+
+One isolated server for the module (own PREFECT_HOME, free port): `prefect work-pool create`,
+`prefect --no-prompt deploy --all` from the project root, `prefect deployment run`, then
+`prefect worker start --run-once` from another folder runs the flow through the pull step.
+About 60-100 s on a loaded 2-core machine, most of it process start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, write_tiny_sft_config
+from tests.integration.prefect_server import PrefectServer, start_server
+
+pytestmark = pytest.mark.slow
+
+DEPLOYMENT = "prepare-data/prepare-data"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    with start_server(tmp_path_factory.mktemp("prefect-server")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def job_config(server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A prepare-data job on 8 synthetic clips; it asks for `server` so the server boots meanwhile."""
+    from cosmos_train.data.synthetic import make_synthetic_dataset
+    from cosmos_train.models.tiny import make_tiny_model
+
+    root = tmp_path_factory.mktemp("deploy-job")
+    model = make_tiny_model(root / "model")
+    data = make_synthetic_dataset(root / "data", n_train=8, n_val=4, n_test=4)
+    return write_tiny_sft_config(root / "job.toml", model, data, root / "out")
+
+
+@pytest.fixture(scope="module")
+def deployed(server: PrefectServer, job_config: Path) -> PrefectServer:
+    server.wait_healthy(deadline_s=150)
+    server.cli(["work-pool", "create", "local", "--type", "process"], cwd=ROOT, timeout_s=120).check()
+    # The pull step records {{ $PWD }}: a subprocess's cwd does not update PWD, so set it as a shell would.
+    server.cli(["--no-prompt", "deploy", "--all"], cwd=ROOT, timeout_s=180, PWD=str(ROOT)).check()
+    return server
+
+
+def runs_of(server: PrefectServer, deployment_id: str) -> list[dict]:
+    resp = server.post("/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [deployment_id]}}})
+    resp.raise_for_status()
+    return resp.json()
+
+
+def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
+    declared = {d["name"]: d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}
+    found = {d["name"]: d for d in deployed.post("/deployments/filter", {}).json()}
+    assert set(found) == set(declared)
+    for name, want in declared.items():
+        got = found[name]
+        assert got["entrypoint"] == want["entrypoint"] and got["work_pool_name"] == "local", name
+        # Every deployment, the scheduled one included, must refuse bad parameters up front.
+        assert got["enforce_parameter_schema"] is True, name
+        assert got["pull_steps"] == [
+            {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], name
+    assert found["sft"]["global_concurrency_limit"]["limit"] == 1
+    [nightly] = found["sft-nightly"]["schedules"]
+    assert nightly["active"] is False and nightly["schedule"]["cron"] == "0 3 * * *"
+    assert found["sft-nightly"]["parameters"] == {"params": {"config": "configs/tiny-sft.toml"}}
+
+
+def test_bad_parameters_are_refused_before_a_run_exists(deployed: PrefectServer) -> None:
+    dep = deployed.get(f"/deployments/name/{DEPLOYMENT}").json()
+    before = len(runs_of(deployed, dep["id"]))
+
+    cli = deployed.cli(["deployment", "run", DEPLOYMENT, "--param", 'params={"overrides": "x"}'],
+                       cwd=ROOT, timeout_s=120)
+    assert cli.returncode != 0 and "'config' is a required property" in cli.output, cli.output
+
+    # The same refusals straight from the API, so it is the server that checks, not the CLI.
+    for params, field in (({"params": {"config": 3}}, "params.config"), ({}, "'params' is a required property")):
+        resp = deployed.post(f"/deployments/{dep['id']}/create_flow_run", {"parameters": params})
+        assert resp.status_code == 409 and field in resp.text, resp.text
+
+    assert len(runs_of(deployed, dep["id"])) == before
+
+
+def test_prepare_data_deployment_runs_on_a_process_worker(deployed: PrefectServer, job_config: Path,
+                                                          tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    params = {"config": str(job_config), "run_dir": str(run_dir), "overrides": ["validation.enable=true"]}
+    created = deployed.cli(["deployment", "run", DEPLOYMENT, "--param", f"params={json.dumps(params)}"],
+                           cwd=ROOT, timeout_s=120).check()
+    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
+    assert match, created.output
+    run_id = match.group(1)
+
+    # From an unrelated folder: the deployment's pull step must bring the run into the project.
+    worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=400)
+    run = deployed.get(f"/flow_runs/{run_id}").json()
+    assert worker.returncode == 0 and run["state_type"] == "COMPLETED", f"{run['state']}\n{worker.output[-6000:]}"
+    assert run["parameters"] == {"params": params}
+
+    manifest = run_dir / "manifest.jsonl"
+    rows = [json.loads(line) for line in manifest.read_text().splitlines()]
+    assert len(rows) == 8 and rows[0]["messages"][-1]["content"] in "ABCD"
+    assert len((run_dir / "manifest_val.jsonl").read_text().splitlines()) == 4
+    assert (run_dir / "config.toml").is_file() and json.loads((run_dir / "prep_report.json").read_text())
+
+    # What a user sees in the UI: the flow's log naming the manifest it returned, and its report.
+    logs = deployed.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+    assert any(f"manifest: {manifest}" in log["message"] for log in logs), [log["message"] for log in logs]
+    arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
+    assert "prepare-data-report" in {a["key"] for a in arts}
