@@ -56,7 +56,8 @@ def main() -> None:
             def miss(path: Path = path) -> None:
                 shutil.rmtree(root / "cache", ignore_errors=True)
                 cache = ClipCache(root / "cache")  # fresh: no memoised file digest either
-                preprocess_video(*cache.read_video(path, settings), settings)  # type: ignore[misc]
+                frames, fps = cache.read_video(path, settings)
+                preprocess_video(frames, settings, fps)
 
             miss_s = timed(miss, args.repeats)
 

@@ -52,14 +52,16 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_synthetic(args: argparse.Namespace) -> int:
-    from cosmos_train.data.synthetic import make_synthetic_dataset
+def _synthetic_args(p: argparse.ArgumentParser) -> None:
+    from cosmos_train.data.synthetic import build_arg_parser
 
-    out = make_synthetic_dataset(
-        args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, seed=args.seed,
-        difficulty=args.difficulty,
-    )
-    print(out)
+    build_arg_parser(p)
+
+
+def _make_synthetic(args: argparse.Namespace) -> int:
+    from cosmos_train.data.synthetic import run_from_args
+
+    print(run_from_args(args))
     return 0
 
 
@@ -124,12 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_make_tiny_model)
 
     syn = sub.add_parser("make-synthetic-data", help="Generate synthetic physical-reasoning videos + rows.")
-    syn.add_argument("out", type=Path)
-    syn.add_argument("--n-train", type=int, default=400)
-    syn.add_argument("--n-val", type=int, default=64)
-    syn.add_argument("--n-test", type=int, default=100)
-    syn.add_argument("--seed", type=int, default=0)
-    syn.add_argument("--difficulty", default="easy", choices=["easy", "medium", "hard"])
+    _synthetic_args(syn)
     syn.set_defaults(func=_make_synthetic)
 
     sft = sub.add_parser("sft", help="Run SFT through the Prefect flow (local ephemeral API by default).")

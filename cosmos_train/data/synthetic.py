@@ -106,17 +106,22 @@ def plan_split(rng: np.random.Generator, n: int, families: Sequence[str]) -> lis
     return [plan[i] for i in rng.permutation(len(plan))]
 
 
-def place_options(rng: np.random.Generator, clip: Clip, letter: str) -> dict[str, str]:
-    """index2ans with the clip's true option at `letter` and the three others shuffled around it."""
+def place_options(rng: np.random.Generator, clip: Clip, letter: str, fixed: bool = False) -> tuple[dict[str, str], str]:
+    """(index2ans, answer letter). Shuffled: the clip's true option at `letter`, the three others
+    shuffled around it. Fixed: the family's options in their canonical order (A is always the first
+    label), so the answer letter is a function of what the clip shows."""
+    if fixed:
+        labels = list(clip.options)
+        return {x: clip.options[label] for x, label in zip(LETTERS, labels)}, LETTERS[labels.index(clip.label)]
     others = [label for label in clip.options if label != clip.label]
     rng.shuffle(others)
     slots = [x for x in LETTERS if x != letter]
     by_letter = {letter: clip.options[clip.label], **{s: clip.options[o] for s, o in zip(slots, others)}}
-    return {x: by_letter[x] for x in LETTERS}
+    return {x: by_letter[x] for x in LETTERS}, letter
 
 
 def generate_split(
-    split: str, n: int, seed: int, canvas: Canvas, families: Sequence[str], seen: set[str]
+    split: str, n: int, seed: int, canvas: Canvas, families: Sequence[str], seen: set[str], fixed_options: bool = False
 ) -> Iterator[Item]:
     """Draw the split's clips one at a time (so memory stays flat however many are asked for).
 
@@ -136,7 +141,8 @@ def generate_split(
                 f"tries (difficulty {canvas.difficulty.name!r}, {canvas.size}px); ask for fewer clips"
             )
         seen.add(digest)
-        yield Item(f"{split}-{i:05d}-{family}", split, clip, place_options(rng, clip, letter), letter, digest)
+        index2ans, answer = place_options(rng, clip, letter, fixed_options)
+        yield Item(f"{split}-{i:05d}-{family}", split, clip, index2ans, answer, digest)
 
 
 # ---------------------------------------------------------------- rows
@@ -286,8 +292,15 @@ def make_synthetic_dataset(
     size: int = 56,
     n_frames: int = 4,
     fps: int = 4,
+    option_order: str | None = None,
 ) -> Path:
     """Generate the dataset into `out_dir` (layout in the module docstring) and return its path.
+
+    option_order: "shuffled" (each question's options in a random order, the answer letter balanced
+    and independent of what the clip shows: the model must read the options) or "fixed" (each
+    family's options always in the same order). Default: fixed at "easy", the curriculum a ~1M
+    parameter model learns on a CPU in minutes (it maps what it sees straight to a letter); shuffled
+    at "medium" and "hard".
 
     families: names from FAMILIES (default all four), rows split evenly between them.
     size: square frame side in px (even); n_frames frames at `fps` per clip. Accelerating motion
@@ -298,6 +311,10 @@ def make_synthetic_dataset(
     The folder is written next to `out_dir` and renamed into place when complete; an existing
     synthetic dataset there is replaced, any other non-empty folder is an error.
     """
+    if option_order is None:
+        option_order = "fixed" if difficulty == "easy" else "shuffled"
+    if option_order not in ("fixed", "shuffled"):
+        raise ValueError(f"option_order must be 'fixed' or 'shuffled', got {option_order!r}")
     counts = {"n_train": n_train, "n_val": n_val, "n_test": n_test}
     chosen = _check_args(counts, difficulty, families, size, n_frames, fps)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -315,7 +332,7 @@ def make_synthetic_dataset(
     try:
         seen: set[str] = set()  # content hashes of every clip so far: no clip is in two splits
         summaries = {
-            name: write_split(tmp, name, generate_split(name, sizes[name], seed, canvas, chosen, seen), fps, codec)
+            name: write_split(tmp, name, generate_split(name, sizes[name], seed, canvas, chosen, seen, option_order == "fixed"), fps, codec)
             for name in GENERATION_ORDER
         }
         assert len(seen) == sum(sizes.values()), "a clip was drawn twice despite the duplicate check"
@@ -324,6 +341,7 @@ def make_synthetic_dataset(
             "version": GENERATOR_VERSION,
             "seed": seed,
             "difficulty": difficulty,
+            "option_order": option_order,
             "families": chosen,
             "size": size,
             "n_frames": n_frames,
@@ -357,6 +375,8 @@ def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
     p.add_argument("--size", type=int, default=56)
     p.add_argument("--n-frames", type=int, default=4)
     p.add_argument("--fps", type=int, default=4)
+    p.add_argument("--option-order", choices=["fixed", "shuffled"], default=None,
+                   help="default: fixed at easy, shuffled at medium/hard")
     return p
 
 
@@ -364,6 +384,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
     return make_synthetic_dataset(
         args.out_dir, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, seed=args.seed,
         difficulty=args.difficulty, families=args.families, size=args.size, n_frames=args.n_frames, fps=args.fps,
+        option_order=args.option_order,
     )
 
 

@@ -220,7 +220,7 @@ def test_clips_decode_to_the_simulated_frames(ds: Path) -> None:
     seen: set[str] = set()
     drawn = {}
     for split, n in (("test", 12), ("val", 8), ("train", 24)):  # the generator's order, same seed
-        drawn.update({it.id: it for it in generate_split(split, n, 3, canvas, list(FAMILIES), seen)})
+        drawn.update({it.id: it for it in generate_split(split, n, 3, canvas, list(FAMILIES), seen, fixed_options=True)})
     for split in ("train", "val", "test"):
         for m in meta(ds, split):
             frames = read_mp4(ds / m["video"])
@@ -349,3 +349,22 @@ def test_cli_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     info = load(tmp_path / "c" / "dataset_info.json")
     assert (info["seed"], info["difficulty"], info["splits"]["test"]["count"]) == (2, "hard", 4)
     assert SPLIT_SEEDS.keys() == info["splits"].keys()
+
+
+def test_easy_keeps_each_familys_options_in_one_order(ds: Path, tmp_path: Path) -> None:
+    rows = json.loads((ds / "rl" / "train.json").read_text())
+    letter_of: dict[tuple[str, str], set[str]] = {}
+    for r, m in zip(rows, meta(ds, "train")):
+        assert r["id"] == m["id"]
+        letter_of.setdefault((m["family"], m["label"]), set()).add(r["qa_pairs"]["answer"])
+    # the answer letter is a function of what the clip shows (each family's labels in one order)
+    assert all(len(v) == 1 for v in letter_of.values()), letter_of
+    by_family = {family for family, _ in letter_of}
+    letters = {r["qa_pairs"]["answer"] for r in rows}
+    assert letters == set("ABCD")  # labels are balanced, so letters still are
+    assert json.loads((ds / "dataset_info.json").read_text())["option_order"] == "fixed"
+    shuffled = make_synthetic_dataset(tmp_path / "s", seed=3, option_order="shuffled", **SMALL)
+    orders = {json.dumps(r["qa_pairs"]["index2ans"]) for r in json.loads((shuffled / "rl" / "train.json").read_text())}
+    assert len(orders) > len(by_family)
+    with pytest.raises(ValueError, match="option_order"):
+        make_synthetic_dataset(tmp_path / "x", option_order="sorted", **SMALL)
