@@ -1,7 +1,7 @@
 """SFT training tokens/s: our trainer against TRL's SFTTrainer, same model, rows, batches and machine.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/sft_throughput.py [--reps 4] [--warmup 1] [--steps 4] [--batch 8]
-                                                              [--no-fsdp2] [--workdir DIR]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/sft_throughput.py [--reps 5] [--warmup 1] [--steps 4] [--batch 8]
+                                                              [--threads 1] [--no-fsdp2] [--workdir DIR]
 
 What is compared (see bench/RESULTS.md for the numbers and the reasoning):
 - The tiny offline Qwen2.5-VL on synthetic 56x56 clips, reasoning and letter rows mixed and shuffled
@@ -21,7 +21,10 @@ What is compared (see bench/RESULTS.md for the numbers and the reasoning):
   answer tokens). Step time is the wall time between consecutive step ends (everything the loop does);
   the first --warmup steps of each run are dropped. Sides alternate inside each repetition (and which
   goes first alternates between repetitions) because other processes share the machine; the median
-  over repetitions is reported, with `os.getloadavg()` before and after.
+  over repetitions is reported, with `os.getloadavg()` before and after. Tokens per CPU-second (this
+  process's CPU time) is reported too: it is blind to time spent descheduled, so it moves less with load.
+- Both in-process sides run with --threads torch threads (default 1: on a shared 2-core machine two
+  intra-op threads stall on each other and made every number 4x slower and noisier).
 - --fsdp2 (default on): our trainer under torchrun with 2 processes (FSDP2 over 2 ranks, global batch =
   --batch), for information only; its tokens/s is read from the run's metrics.jsonl (video decode is
   outside its step time there too).
@@ -304,7 +307,7 @@ def table(cells: dict[tuple[str, str], Series], fsdp2: dict[str, float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=4, help="Repetitions; each runs every cell once.")
+    ap.add_argument("--reps", type=int, default=5, help="Repetitions; each runs every cell once.")
     ap.add_argument("--warmup", type=int, default=1, help="Optimizer steps dropped at the start of each run.")
     ap.add_argument("--steps", type=int, default=4, help="Timed optimizer steps per run.")
     ap.add_argument("--batch", type=int, default=8, help="Rows per optimizer step (one micro-batch).")
@@ -330,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         n = args.warmup + args.steps
         steps = batches(encoded, args.batch, n)
         lengths = [len(s) for s in encoded]
+        padded = sum(len(b) * max(len(s) for s in b) for b in steps)
         print(f"{len(encoded)} rows, {min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.0f}); "
-              f"batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps x {args.reps} reps")
+              f"batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps x {args.reps} reps; "
+              f"padding is {1 - sum(map(step_tokens, steps)) / padded:.0%} of padded positions")
         print(f"loadavg before: {load_before}")
         with single_process_env():
             refusal = trl_packed_refusal(model, work / "trl-packed", steps)

@@ -184,7 +184,7 @@ class TrainConfig(Section):
     optm_name: Literal["AdamW", "Adam"] = "AdamW"
     optm_lr: float = 1e-6
     optm_impl: Literal["fused", "foreach", "for-loop"] = Field(
-        "foreach", description="AdamW implementation (fused needs CUDA; falls back to foreach on CPU)."
+        "fused", description="AdamW implementation: one fused kernel (CUDA and CPU), foreach, or a plain loop."
     )
     optm_weight_decay: float = 0.01
     optm_betas: tuple[float, float] = (0.9, 0.999)

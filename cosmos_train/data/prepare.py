@@ -19,6 +19,9 @@ raises DataValidationError naming each file:row and reason; "skip" drops it and 
 reason, keeping the first examples. Outputs in the run folder (val files carry a `_val` suffix):
 `manifest.jsonl` (kept samples plus `n_tokens` and `frames`), `prep_report.json` (counts,
 skipped-by-reason examples, length / frame statistics) and `prep_histograms.png`.
+With `dataset.cache_dir` set, the clips decoded for the check are stored in the clip cache
+(`cosmos_train.data.clip_cache`) under the same keys the trainer's `SFTDataset` looks up, so
+training reads every clip from the cache instead of decoding it a second time.
 Rows are checked in a thread pool (decoding releases the GIL) with an optional progress callback.
 """
 
@@ -33,10 +36,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cosmos_train.config import Config
 from cosmos_train.data.sources.common import reward_names
+
+if TYPE_CHECKING:  # the media stack (torch, av) loads when rows are checked, not on import
+    from cosmos_train.data.clip_cache import ClipCache
 
 ROLES = ("system", "user", "assistant")
 # Rewards that compare with the row's reference answer (format-only rewards need none).
@@ -188,8 +194,14 @@ def _media_reason(reason: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ one row
-def check_sample(sample: dict[str, Any], cfg: Config, processor: Any | None) -> CheckResult:
-    """Validate one chat sample (structure, media, length). Never raises for a bad row."""
+def check_sample(
+    sample: dict[str, Any], cfg: Config, processor: Any | None, clip_cache: ClipCache | None = None
+) -> CheckResult:
+    """Validate one chat sample (structure, media, length). Never raises for a bad row.
+
+    clip_cache: decoded clips are read from / stored in it (dataset.cache_dir), so validating a row
+    also warms the cache the trainer reads: each clip is decoded once for prep and training together.
+    """
     from cosmos_train.data import video as media
     from cosmos_train.data.chat import ChatTooLongError, encode_chat
 
@@ -220,20 +232,22 @@ def check_sample(sample: dict[str, Any], cfg: Config, processor: Any | None) -> 
     try:
         if processor is None:
             # No model to tokenise with: check media only (frame counts, no length).
+            read_video = clip_cache.read_video if clip_cache is not None else media.read_video
+            load_image = clip_cache.load_image if clip_cache is not None else media.load_image
             for kind, path, part in media_parts(messages):
                 settings = media.VisionSettings.from_part(part)
                 if kind == "video":
-                    res.frames.append(int(media.read_video(path, settings)[0].shape[0]))
+                    res.frames.append(int(read_video(path, settings)[0].shape[0]))
                 else:
-                    media.load_image(path, settings)
+                    load_image(path, settings)
             return res
         gen = policy == "grpo"
-        enc = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin)
+        enc = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin, clip_cache=clip_cache)
         res.n_tokens = len(enc)
         if res.n_tokens > limit and tp.overlength == "truncate":
             # The trainer cuts it; it still has to keep an assistant token (else ChatTooLongError).
             cut = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin,
-                              max_length=limit, truncation="right")
+                              max_length=limit, truncation="right", clip_cache=clip_cache)
             res.n_tokens, res.truncated = len(cut), True
     except media.MediaError as e:
         return bad(_media_reason(e.reason), str(e))
@@ -265,13 +279,18 @@ def validate_samples(
     """Check every sample; keep, skip or fail per `dataset.on_bad_row` (see the module docstring).
 
     With `run_dir`, writes the manifest, report and histogram there (the report also on failure).
-    `processor=None` checks structure and media only (no token lengths).
+    `processor=None` checks structure and media only (no token lengths). With `dataset.cache_dir`
+    set, every decoded clip is stored in that cache, so training starts with all clips cached.
     """
+    from cosmos_train.data.clip_cache import open_clip_cache
+
     start = time.monotonic()
     ds = cfg.train.train_policy.dataset
     if split_role == "val" and cfg.validation.dataset is not None:
         ds = cfg.validation.dataset
     on_bad = ds.on_bad_row
+    # One cache object for all threads (it is thread-safe): a file is hashed once per process.
+    clip_cache = open_clip_cache(ds.cache_dir)
     report = PrepReport(split_role=split_role, dataset=ds.name or str(ds.annotation_path or ""))
     problems: list[RowProblem] = []
     total = len(samples)
@@ -306,7 +325,7 @@ def validate_samples(
         while True:
             while not exhausted and len(window) < workers * 4:
                 try:
-                    window.append(pool.submit(check_sample, next(it), cfg, processor))
+                    window.append(pool.submit(check_sample, next(it), cfg, processor, clip_cache))
                 except StopIteration:
                     exhausted = True
             if not window:

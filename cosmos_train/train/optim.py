@@ -43,10 +43,10 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.optm_weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs: dict = {"lr": cfg.optm_lr, "betas": tuple(cfg.optm_betas), "eps": cfg.epsilon}
-    if cfg.optm_impl == "fused" and device.type == "cuda":
+    if cfg.optm_impl == "fused":  # one kernel over all parameters; CUDA and (torch >= 2.4) CPU
         kwargs["fused"] = True
-    else:  # fused AdamW is CUDA-only; foreach is the fast path elsewhere
-        kwargs["foreach"] = cfg.optm_impl != "for-loop"
+    else:
+        kwargs["foreach"] = cfg.optm_impl == "foreach"
     cls = torch.optim.AdamW if cfg.optm_name == "AdamW" else torch.optim.Adam
     if cls is torch.optim.Adam:
         for g in groups:

@@ -28,7 +28,7 @@ from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
 from cosmos_train.train.data import SFTDataset, load_train_samples
-from cosmos_train.train.losses import token_ce_sum
+from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 
@@ -156,8 +156,9 @@ class SFTTrainer:
             if hasattr(self.model, "set_requires_gradient_sync"):
                 self.model.set_requires_gradient_sync(last)
             mb = mb.to(self.dist.device)
-            out = self.model(**model_inputs(self.model, mb), use_cache=False)
-            ce_sum, _ = token_ce_sum(out.logits, mb.labels)
+            keep = label_positions(mb.labels)
+            out = self.model(**model_inputs(self.model, mb), use_cache=False, logits_to_keep=keep)
+            ce_sum, _ = kept_ce_sum(out.logits, mb.labels, keep)
             # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
             # step's gradient is d(sum of token CE over the global batch) / global_tokens.
             (ce_sum * (self.dist.dp_size / global_tokens)).backward()
@@ -212,8 +213,9 @@ class SFTTrainer:
         for b in range(n_batches):
             idx = mine[b * bs:(b + 1) * bs] or [0]
             mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
-            out = self.model(**model_inputs(self.model, mb), use_cache=False)
-            s, k = token_ce_sum(out.logits, mb.labels)
+            keep = label_positions(mb.labels)
+            out = self.model(**model_inputs(self.model, mb), use_cache=False, logits_to_keep=keep)
+            s, k = kept_ce_sum(out.logits, mb.labels, keep)
             if mine[b * bs:(b + 1) * bs]:
                 ce, tokens = ce + float(s), tokens + k
         total = float(all_reduce_sum(tokens, self.dist.device)) / self.dist.tp

@@ -48,6 +48,7 @@ def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_di
     # async: the background DCP write runs while training and the step_2 export run their own collectives
     cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
                                 max_num_steps=4, save_mode="async")
+    cfg.write_text(cfg.read_text() + "[validation]\nenable = true\nfreq = 2\nbatch_size = 3\n")
     p = torchrun(cfg, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
@@ -56,6 +57,10 @@ def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_di
     assert all(m["label_tokens"] == 4 * 2 for m in rows)  # 4 rows per replica: letter + <|im_end|>
     assert rows[-1]["loss"] < rows[0]["loss"]
     assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    # held-out loss every 2 steps and at the end, over all 8 val_letter rows (2 label tokens each)
+    val = [m for m in metrics(run) if m["kind"] == "val"]
+    assert [m["step"] for m in val] == [2, 4, 4] and all(m["label_tokens"] == 16 for m in val)
+    assert val[1]["loss"] < val[0]["loss"] * 1.5
     # the export loads with plain transformers and equals the trained weights in the final checkpoint
     from transformers import AutoModelForImageTextToText
 

@@ -143,3 +143,16 @@ def test_cli_config_check_exit_codes(tmp_path: Path) -> None:
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2
     assert "train.epohc" in res.stderr and "did you mean policy.model_max_length?" in res.stderr
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_job_recipes_pass_check(recipe: Path, tmp_path: Path) -> None:
+    if recipe.name.startswith("eval-"):
+        from cosmos_train.evaluation.config import load_eval_config
+
+        load_eval_config(recipe)
+        return
+    cfg = load_config(recipe, [f"policy.model_name_or_path='{tmp_path}'"])
+    assert cfg.policy_type in ("sft", "grpo")
+    first = recipe.read_text().splitlines()[0]
+    assert first.startswith("#"), "each recipe starts with a comment giving the command that runs it"

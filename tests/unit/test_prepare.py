@@ -224,3 +224,22 @@ def test_prepare_split_on_synthetic_data(tmp_path: Path, processor, synthetic_di
     assert len(read_manifest(tmp_path / "manifest_val.jsonl")) == 8
     assert (tmp_path / "prep_report_val.json").is_file()
     assert set(train.frames) == {4}
+
+
+# ------------------------------------------------------------------------------ clip cache
+@pytest.mark.parametrize("with_processor", [True, False])
+def test_prep_warms_the_clip_cache_for_the_trainer(tmp_path: Path, processor, media: dict[str, str],
+                                                  with_processor: bool) -> None:
+    from cosmos_train.train.data import SFTDataset
+
+    cache = tmp_path / "clips"
+    cfg = config_from_dict({"train": {"train_policy": {"dataset": {"name": "x", "cache_dir": str(cache)}}}})
+    rows = [sample("a", media["good"]), sample("b", media["long"]), sample("c", media["good"]), sample("t", None)]
+    report = validate_samples(rows, cfg, processor if with_processor else None, workers=2)
+    assert report.rows_kept == 4
+    assert len(list(cache.rglob("*.clip"))) == 2  # one entry per distinct clip (and vision settings)
+
+    trainer = SFTDataset(report.kept, processor, 4096, "error", clip_cache=str(cache))
+    for i in range(len(trainer)):
+        trainer[i]
+    assert (trainer.clip_cache.hits, trainer.clip_cache.misses) == (3, 0)  # nothing decoded again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing as mp
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -64,6 +65,46 @@ def test_detect_source_by_what_name_points_at(tmp_path: Path, synthetic_dir: Pat
         detect_source(make_cfg({"name": str(tmp_path / "nope" / "x.json")}).train.train_policy.dataset)
     with pytest.raises(DatasetError, match="is empty"):
         detect_source(make_cfg({"name": ""}).train.train_policy.dataset)
+
+
+def test_local_copy_of_cosmos_dataset_is_detected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 synthetic_dir: Path) -> None:
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setenv("COSMOS_CACHE", str(tmp_path / "cache"))
+    refuse = lambda *a, **k: (_ for _ in ()).throw(AssertionError("hub called for a local copy"))  # noqa: E731
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    copy = tmp_path / "cr1-sft"  # as `hf download --local-dir` leaves it: card + <subset>/clips/*.tar.gz
+    make_archive(copy / "robovqa" / "clips" / "part0.tar.gz", ["clips/aa.mp4"])
+    (copy / "robovqa" / "robovqa_understanding.json").write_text(json.dumps([cosmos_row("clips/aa.mp4")]))
+    (copy / "README.md").write_text("# mirror\n")
+    extracted = tmp_path / "by-hand"  # clips already extracted by the user
+    (extracted / "av" / "clips").mkdir(parents=True)
+    (extracted / "av" / "clips" / "c1.mp4").write_bytes(b"\x00")
+    ds = lambda name, **kw: make_cfg({"name": str(name), **kw}).train.train_policy.dataset  # noqa: E731
+    assert detect_source(ds(copy)) == "cosmos" and detect_source(ds(extracted)) == "cosmos"
+    [s] = load_samples(make_cfg({"name": str(copy), "subset": "robovqa", "split": "understanding"}), "train")
+    assert user_parts(s)[0]["video"].endswith("clips/aa.mp4") and user_parts(s)[0]["fps"] == 1
+
+    # Other layouts keep their source even with a <x>/clips/ folder inside.
+    shutil.copytree(synthetic_dir, tmp_path / "syn")
+    make_archive(tmp_path / "syn" / "extra" / "clips" / "p.tar.gz", ["clips/x.mp4"])
+    vf = tmp_path / "vf"
+    for sub in ("videos", "metas", "old/clips"):
+        (vf / sub).mkdir(parents=True)
+    (vf / "old" / "clips" / "v.mp4").write_bytes(b"\x00")
+    rows = tmp_path / "rows"
+    (rows / "media" / "clips").mkdir(parents=True)
+    (rows / "media" / "clips" / "v.mp4").write_bytes(b"\x00")
+    (rows / "train.jsonl").write_text("{}\n")
+    assert [detect_source(ds(d)) for d in (tmp_path / "syn", vf, rows)] == ["synthetic", "video_folder", "hf"]
+    # A clips/ folder with neither archives nor videos is not a copy of the dataset.
+    (tmp_path / "notes" / "sub" / "clips").mkdir(parents=True)
+    (tmp_path / "notes" / "sub" / "clips" / "readme.txt").write_text("x")
+    with pytest.raises(DatasetError, match=r"none of: .*Cosmos-Reason dataset"):
+        detect_source(ds(tmp_path / "notes"))
 
 
 # ------------------------------------------------------------------------------ hf

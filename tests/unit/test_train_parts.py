@@ -102,3 +102,19 @@ def test_optimizer_groups_skip_decay_on_vectors() -> None:
     decays = sorted(g["weight_decay"] for g in opt.param_groups)
     assert decays == [0.0, 0.1]
     assert all(g["lr"] == 0.5 for g in opt.param_groups)
+
+
+def test_loss_on_kept_positions_equals_full_loss() -> None:
+    from cosmos_train.train.losses import kept_ce_sum, label_positions
+
+    torch.manual_seed(1)
+    logits = torch.randn(3, 7, 11)
+    labels = torch.full((3, 7), -100)
+    labels[0, 5:] = torch.tensor([1, 2])
+    labels[2, 3] = 4
+    keep = label_positions(labels)
+    assert keep.tolist() == [2, 4, 5]
+    full, n = token_ce_sum(logits, labels)
+    kept, k = kept_ce_sum(logits[:, keep], labels, keep)
+    assert k == n == 3
+    assert kept.item() == pytest.approx(full.item(), rel=1e-6)

@@ -37,7 +37,11 @@ Sources (``dataset.source``)
   caption chats prompted by ``dataset.caption_prompt``.
 - ``synthetic``: the folder `cosmos_train.data.synthetic` writes (``dataset_info.json``).
 - ``script``: a user's Python file (see `cosmos_train.data.sources.script` for its contract).
-- ``auto`` (default) picks by what ``dataset.name`` points at, see `detect_source`.
+- ``auto`` (default) picks by what ``dataset.name`` points at, see `detect_source`: a hub id
+  ``nvidia/Cosmos-Reason*`` or a local folder in the hub layout (``<subset>/clips/*.tar.gz`` or
+  extracted videos, row files under ``<subset>/`` or a README with configs) is ``cosmos``; a folder
+  that matches another layout first (save_to_disk, synthetic, video folder, row files at its top)
+  keeps that source.
 
 Rows are mapped by `common.row_to_samples`: Cosmos rows (``conversations`` + ``video``: the video
 goes in front of every user turn), LLaVA rows (``from``/``value`` turns, placeholders), chat
@@ -68,6 +72,7 @@ __all__ = [
     "SOURCES",
     "DatasetError",
     "RowError",
+    "cosmos_subsets",
     "detect_source",
     "get_source",
     "load_samples",
@@ -111,9 +116,12 @@ def detect_source(ds: DatasetConfig) -> str:
             return "video_folder"
         if any(p.suffix.lower() in ROW_FILE_SUFFIXES for p in path.iterdir()):
             return "hf"
+        if cosmos_subsets(path):
+            return "cosmos"
         raise DatasetError(
             f"dataset.name {name}: a folder that is none of: a datasets.save_to_disk folder, a synthetic "
-            "dataset (dataset_info.json + sft/), a video folder (videos/ + metas/), or json/jsonl/parquet/arrow files"
+            "dataset (dataset_info.json + sft/), a video folder (videos/ + metas/), json/jsonl/parquet/arrow "
+            "files, or a copy of a Cosmos-Reason dataset (<subset>/clips/*.tar.gz or videos)"
         )
     if path.is_file():
         if path.suffix.lower() == ".py":
@@ -126,6 +134,20 @@ def detect_source(ds: DatasetConfig) -> str:
     if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.startswith((".", "/")):
         return "cosmos" if COSMOS_HUB_ID.match(name) else "hf"
     raise DatasetError(f"dataset.name {name}: no such file or folder, and not a hub id (org/name)")
+
+
+def cosmos_subsets(folder: Path) -> list[str]:
+    """The subsets of a local copy of a Cosmos-Reason hub dataset: subfolders holding a `clips/` folder
+    with clip archives (*.tar.gz) or extracted videos, the layout the `cosmos` source reads locally."""
+    from cosmos_train.data.sources.cosmos import VIDEO_SUFFIXES  # imported at call time: it imports us
+
+    def has_clips(clips: Path) -> bool:
+        # any() stops at the first hit: an extracted subset holds many thousands of clips.
+        return clips.is_dir() and any(
+            p.name.endswith(".tar.gz") or p.suffix.lower() in VIDEO_SUFFIXES for p in clips.rglob("*")
+        )
+
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and has_clips(d / "clips"))
 
 
 def split_held_out(samples: list[dict], test_size: float | int, split_role: SplitRole, where: str) -> list[dict]:

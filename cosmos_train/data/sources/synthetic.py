@@ -1,8 +1,8 @@
 """`synthetic` source: the folder `cosmos_train.data.synthetic.make_synthetic_dataset` writes.
 
 SFT reads `sft/train.json` (role "train") or `sft/val.json` (role "val", or `dataset.split = "val"`);
-GRPO reads `rl/train.json` / `rl/val.json`. `dataset.split = "train_letter"` / `"val_letter"` picks
-the letter-only SFT answers. Video paths in those files are relative to the folder.
+GRPO reads `rl/train.json` / `rl/val.json`. `dataset.split = "train_letter"` picks the letter-only
+SFT answers, and then role "val" reads `sft/val_letter.json`. Video paths in those files are relative to the folder.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from cosmos_train.data.sources.common import DatasetError, context_for, map_rows
 
 def synthetic_file(root: Path, policy_type: str, split_role: str, split: str) -> Path:
     kind = "rl" if policy_type == "grpo" else "sft"
-    name = "val" if split_role == "val" else (split if split not in ("", "train") else "train")
+    if split_role == "val":
+        # the held-out rows in the same answer format as the training split
+        name = "val_letter" if split.endswith("_letter") and kind == "sft" else "val"
+    else:
+        name = split if split not in ("", "train") else "train"
     path = root / kind / f"{name}.json"
     if not path.is_file():
         have = sorted(p.name for p in (root / kind).glob("*.json")) if (root / kind).is_dir() else []
