@@ -10,7 +10,7 @@ reads each [[custom.mix]] table through its own source and adds the rows of exam
 - `llava`: multi-turn video rows (with and without a placeholder), an image row and an images row;
 - `video_folder`: `videos/<id>.cam.mp4` + `metas/<id>.label.json`.
 Rows are not shuffled, so the 6 steps of 2 go over every row once. The clip cache is on
-(`dataset.cache_dir`) and the test checks the trainer filled it.
+(`dataset.cache_dir`): data prep fills it and the trainer reads from it; the test counts its entries.
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ A copy already on disk (`hf download --repo-type dataset nvidia/Cosmos-Reason1-S
 --local-dir /data/cr1-sft`, or the same layout made by hand) works without the hub:
 
     name = "/data/cr1-sft"          # <name>/<subset>/clips/*.tar.gz (or already extracted clips/*.mp4)
-    source = "cosmos"
-    subset = "robovqa"
+    subset = "robovqa"              # (source = "auto" recognises this layout; "cosmos" says it outright)
     split = "understanding"         # rows: <name>/<subset>/ files named <split>, *_<split> or <split>-*
 
 The rows of a local copy come from its README's `configs` (as the hub reads them) when it has one,
