@@ -479,12 +479,6 @@ def prepare_split(
 
 def read_manifest(path: str | Path) -> list[dict[str, Any]]:
     """The kept samples of a manifest (each with `n_tokens` and `frames`)."""
-    path = Path(path)
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e}); rerun prepare-data") from None
-    return rows
+    from cosmos_train.data.sources.common import read_jsonl
+
+    return read_jsonl(Path(path))

@@ -6,7 +6,6 @@ here, so it runs in DataLoader workers). An error names the row's id and origin.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,9 @@ def load_train_samples(cfg: Config, run_dir: Path, split_role: str, script: str 
     """The data-prep manifest when present (rows already validated), else the configured source."""
     path = manifest_path(run_dir, split_role)
     if path.exists():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [r.get("sample", r) for r in rows]
+        from cosmos_train.data.prepare import read_manifest
+
+        return read_manifest(path)
     from cosmos_train.data.sources import load_samples
 
     return list(load_samples(cfg, split_role, script))

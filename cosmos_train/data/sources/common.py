@@ -341,20 +341,25 @@ def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowCon
 ROW_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
 
 
+def read_jsonl(path: Path) -> list[Any]:
+    """One JSON value per non-empty line; a bad line is named by file and line number."""
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}:{n}: not valid JSON: {e}") from None
+    return rows
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a json (list, or {"data"|"rows": list}), jsonl, parquet or arrow file."""
     suffix = path.suffix.lower()
     if not path.is_file():
         raise DatasetError(f"{path}: file not found")
     if suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DatasetError(f"{path}:{n}: not valid JSON: {e}") from None
-        return rows
+        return read_jsonl(path)
     if suffix == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
