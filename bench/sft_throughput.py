@@ -261,7 +261,7 @@ def run_fsdp2(model: Path, data: Path, samples: list[dict], out: Path, batch: in
     run_dir = out / ("fsdp2-packed" if packing else "fsdp2-padded")
     cfg = write_config(run_dir / "config.toml", model, data, out, batch=batch, steps=n_steps, packing=packing,
                        nproc=2)
-    (run_dir / "manifest.jsonl").write_text("".join(json.dumps({"sample": s}) + "\n" for s in samples))
+    (run_dir / "manifest.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "cosmos_train.train.sft", "--config", str(cfg)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})

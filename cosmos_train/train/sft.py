@@ -269,8 +269,8 @@ class SFTTrainer:
             self.save(blocking=True)
         self.ckpt.wait()
         final = self.export("final") if ck.export_safetensors else None
-        if cfg.validation.enable and len(self.val_dataset):
-            self.metrics.log(self.step, self.validate(), kind="val")
+        if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq:
+            self.metrics.log(self.step, self.validate(), kind="val")  # the final weights, if not just done
         self.metrics.close()
         return {"step": self.step, "stopped": False, "final": str(final) if final else None, **last}
 
