@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cosmos_train.config import Config, load_config
+from cosmos_train.config import Config, ConfigError, load_config
 from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed, teardown
 from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
@@ -31,6 +31,23 @@ from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+
+
+def unsupported_settings(cfg: Config) -> list[str]:
+    """Keys the SFT trainer accepts in the schema but does not implement yet: refused up front,
+    never silently ignored."""
+    out = []
+    if cfg.policy_type != "sft":
+        out.append(f"train.train_policy.type = {cfg.policy_type!r}: this is the SFT trainer (GRPO is not in this release)")
+    if cfg.policy.lora is not None:
+        out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
+    if cfg.train.compile:
+        out.append("train.compile: torch.compile is not wired into the trainer yet; set it to false")
+    if cfg.train.async_tp_enabled:
+        out.append("train.async_tp_enabled: async tensor parallel is not implemented; set it to false")
+    if cfg.train.master_dtype != "float32":
+        out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
+    return out
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
@@ -48,6 +65,9 @@ class SFTTrainer:
         from cosmos_train.models.parallelize import parallelize
 
         self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
+        problems = unsupported_settings(cfg)
+        if problems:
+            raise ConfigError(problems, str(run_dir / "config.toml"))
         t, tp = cfg.train, cfg.train.train_policy
         model_path = cfg.policy.model_name_or_path
         self.processor = load_processor(model_path)

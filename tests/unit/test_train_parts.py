@@ -118,3 +118,14 @@ def test_loss_on_kept_positions_equals_full_loss() -> None:
     kept, k = kept_ce_sum(logits[:, keep], labels, keep)
     assert k == n == 3
     assert kept.item() == pytest.approx(full.item(), rel=1e-6)
+
+
+def test_settings_the_sft_trainer_does_not_implement_are_refused() -> None:
+    from cosmos_train.train.sft import unsupported_settings
+
+    assert unsupported_settings(config_from_dict({})) == []
+    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1}},
+                            "policy": {"lora": {"r": 4}}})
+    problems = " ".join(unsupported_settings(cfg))
+    for key in ("train.train_policy.type", "policy.lora", "train.compile"):
+        assert key in problems
