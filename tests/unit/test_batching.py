@@ -11,14 +11,13 @@ import torch
 
 from cosmos_train.data.chat import encode_chat
 from cosmos_train.models.load import load_model, load_processor
-from cosmos_train.models.tiny import make_tiny_model
 from cosmos_train.train.batching import IGNORE, collate_packed, collate_padded, model_inputs
 from cosmos_train.train.losses import token_ce_sum
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+@pytest.fixture
+def tiny(tiny_model_dir: Path) -> Path:
+    return tiny_model_dir
 
 
 def _clip(path: Path, shift: int) -> Path:

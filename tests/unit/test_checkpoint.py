@@ -15,24 +15,12 @@ import time
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from cosmos_train.checkpoint import COMPLETE, CheckpointManager, complete_checkpoints, is_complete
 from cosmos_train.config import CheckpointConfig
 from cosmos_train.signals import install_exit_handlers
-
-
-@pytest.fixture(params=["gloo", "nodist"])
-def pg(request, tmp_path):
-    """The trainer's situation (a 1-process gloo group) and the offline one (no process group)."""
-    if request.param == "gloo":
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg-store", rank=0, world_size=1)
-        yield "gloo"
-        dist.destroy_process_group()
-    else:
-        yield "nodist"
 
 
 def make(seed: int = 0):

@@ -8,7 +8,6 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -16,22 +15,11 @@ import cosmos_train.export as export_mod
 from cosmos_train.checkpoint import CheckpointManager
 from cosmos_train.config import CheckpointConfig, Config
 from cosmos_train.export import SAFE_INDEX, SAFE_WEIGHTS, export_checkpoint, export_safetensors
-from cosmos_train.models.tiny import make_tiny_model
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(params=["gloo", "nodist"])
-def pg(request, tmp_path):
-    if request.param == "gloo":
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg-store", rank=0, world_size=1)
-        yield "gloo"
-        dist.destroy_process_group()
-    else:
-        yield "nodist"
+@pytest.fixture
+def tiny(tiny_model_dir):
+    return tiny_model_dir  # the session's tiny model (tests/conftest.py); read-only here
 
 
 def trained(path, seed: int = 1):

@@ -1,0 +1,74 @@
+"""Cancelling a flow run (SIGTERM to the flow process, as a Prefect process worker does) stops the
+whole torchrun group: the trainer checkpoints, and no rank is left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, write_tiny_sft_config
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import sys
+from flows.sft import SFTParams, sft
+sft(SFTParams(config=sys.argv[1], overrides=["launch.nproc_per_node=2"], train_retries=0))
+"""
+
+
+def _ranks_alive(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and b"cosmos_train.train.sft" in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synthetic_dir: Path,
+                                                      tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "OMP_NUM_THREADS": "1"}
+    log = (tmp_path / "flow.log").open("w")  # a file, not a pipe nobody drains while it runs
+    flow_proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cfg)], cwd=ROOT, env=env,
+                                 stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            runs = [r for r in out.glob("*") if (r / "metrics.jsonl").exists()]
+            if runs and (runs[0] / "metrics.jsonl").read_text().count('"train"') >= 3:
+                break
+            assert flow_proc.poll() is None, (tmp_path / "flow.log").read_text()[-3000:]
+            time.sleep(0.1)
+        run = runs[0]
+        assert _ranks_alive(str(out)), "no trainer rank found"
+        flow_proc.send_signal(signal.SIGTERM)
+        flow_proc.wait(timeout=120)
+        assert "Finished in state Crashed" in (tmp_path / "flow.log").read_text()
+        deadline = time.monotonic() + 60
+        while _ranks_alive(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _ranks_alive(str(out)), "trainer ranks outlived the cancelled flow"
+        # the trainer got SIGTERM from the task's cleanup and saved where it stopped
+        steps = [int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*") if "." not in p.name]
+        assert steps and max(steps) < 400
+        assert "stopped by signal" in (run / "logs" / "train.log").read_text()
+    finally:
+        if flow_proc.poll() is None:
+            flow_proc.kill()
+        for pid in _ranks_alive(str(out)):
+            os.kill(pid, signal.SIGKILL)
+        log.close()
