@@ -11,6 +11,7 @@ The resolved config is written into each run folder as `config.toml`; every proc
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -289,7 +290,7 @@ class PolicyConfig(Section):
                 "(trainable_pattern trains only the matching parameters)"
             )
         for key in ("freeze_pattern", "trainable_pattern"):
-            for pat in _as_list(getattr(self, key)):
+            for pat in pattern_list(getattr(self, key)):
                 try:
                     re.compile(pat)
                 except re.error as e:
@@ -484,7 +485,7 @@ def config_from_dict(
     check_paths: bool = False,
 ) -> Config:
     problems: list[str] = []
-    raw = _deep_copy(raw)
+    raw = copy.deepcopy(raw)
     # The seed guides' RL recipe says GRPO only through these aliases (no `type`).
     tp_raw = raw.get("train", {}).get("train_policy", {})
     rl_alias = "grpo" in raw or (isinstance(tp_raw, dict) and "rollout_batch_size" in tp_raw)
@@ -601,7 +602,8 @@ def _looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") != 1 or Path(name).exists()
 
 
-def _as_list(v: str | list[str] | None) -> list[str]:
+def pattern_list(v: str | list[str] | None) -> list[str]:
+    """freeze_pattern / trainable_pattern as a list of regexes."""
     if v is None:
         return []
     return [v] if isinstance(v, str) else list(v)
@@ -623,14 +625,6 @@ def _ensure_parent(raw: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]
     return node
 
 
-def _deep_copy(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _deep_copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_deep_copy(x) for x in v]
-    return v
-
-
 def _drop_none(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: _drop_none(x) for k, x in v.items() if x is not None}
@@ -639,6 +633,3 @@ def _drop_none(v: Any) -> Any:
     return v
 
 
-def pattern_list(v: str | list[str] | None) -> list[str]:
-    """freeze_pattern / trainable_pattern as a list of regexes."""
-    return _as_list(v)
