@@ -446,7 +446,7 @@ def env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     return out
 
 
-def _set_path(raw: dict[str, Any], path: list[str], value: Any) -> None:
+def set_path(raw: dict[str, Any], path: list[str], value: Any) -> None:
     node = raw
     for part in path[:-1]:
         nxt = node.setdefault(part, {})
@@ -491,10 +491,10 @@ def config_from_dict(
     rl_alias = "grpo" in raw or (isinstance(tp_raw, dict) and "rollout_batch_size" in tp_raw)
     _apply_aliases(raw, problems)
     for key_path, value in env_overrides(env or {}):
-        _set_path(raw, key_path, value)
+        set_path(raw, key_path, value)
     for text in overrides:
         key_path, value = parse_override(text)
-        _set_path(raw, key_path, value)
+        set_path(raw, key_path, value)
     _apply_aliases(raw, problems)  # an override may use an alias name too
     _infer_policy_type(raw, rl_alias)
     problems += unknown_keys(raw, Config)

@@ -12,6 +12,7 @@ and otherwise taken as a string.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import tomllib
 from collections.abc import Iterable
@@ -20,6 +21,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cosmos_train.config import ConfigError, parse_override, set_path
 
 
 class EvalConfigError(ValueError):
@@ -147,35 +150,19 @@ def read_raw(path: str | Path) -> dict[str, Any]:
     return raw
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """'generation.max_tokens=64' -> (['generation', 'max_tokens'], 64); value read as TOML, else a string."""
-    if "=" not in text:
-        raise EvalConfigError([f"--set {text!r}: expected key.path=value"])
-    key, value = text.split("=", 1)
-    path = [p for p in key.strip().split(".") if p]
-    if not path:
-        raise EvalConfigError([f"--set {text!r}: empty key"])
-    try:
-        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value.strip()
-    return path, parsed
-
-
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    for text in overrides:
-        path, value = parse_override(text)
-        node = raw
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise EvalConfigError([f"{'.'.join(path)}: {part!r} holds a value, not a section"])
-        node[path[-1]] = value
+    """`key.path=value` overrides, parsed as the job config's `--set` (value read as TOML, else a string)."""
+    try:
+        for text in overrides:
+            path, value = parse_override(text)
+            set_path(raw, path, value)
+    except ConfigError as e:
+        raise EvalConfigError(e.problems) from None
     return raw
 
 
 def eval_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), source: str | None = None) -> EvalConfig:
-    raw = apply_overrides(_copy(raw), overrides)
+    raw = apply_overrides(copy.deepcopy(raw), overrides)
     try:
         return EvalConfig.model_validate(raw)
     except ValidationError as e:
@@ -215,11 +202,3 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         model = ann
     return model
-
-
-def _copy(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_copy(x) for x in v]
-    return v
