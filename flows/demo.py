@@ -40,8 +40,9 @@ def make_data(out: str, n_train: int, n_val: int, n_test: int, seed: int, famili
 
 def _stage(name: str, result: dict) -> dict:
     micro = result["scores"]["overall"]["micro"]
+    # unanswered: replies with no readable letter, counted wrong (the random base model's usual reply)
     return {"name": name, "accuracy": micro["accuracy"], "n": micro["total"], "checkpoint": result["model"],
-            "ci95": [micro["ci95_low"], micro["ci95_high"]]}
+            "ci95": [micro["ci95_low"], micro["ci95_high"]], "unanswered": micro["unanswered"]}
 
 
 @flow(name="demo", log_prints=True)
@@ -71,8 +72,9 @@ def demo(output_dir: str = "outputs/demo", n_train: int = 768, n_test: int = 200
     summary = {"stages": stages, "run_dir": run["run_dir"], "data": data, "model": model}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     create_table_artifact(key="demo-summary", table=stages, description="held-out accuracy before and after SFT")
-    lines = [f"{'stage':<6} {'accuracy':>9} {'n':>5}  checkpoint"]
-    lines += [f"{s['name']:<6} {s['accuracy']:>9.3f} {s['n']:>5}  {s['checkpoint']}" for s in stages]
+    lines = [f"{'stage':<6} {'accuracy':>9} {'n':>5} {'unanswered':>11}  checkpoint"]
+    lines += [f"{s['name']:<6} {s['accuracy']:>9.3f} {s['n']:>5} {s['unanswered']:>11}  {s['checkpoint']}"
+              for s in stages]
     print("\n".join(lines))
     logger.info("summary written to %s", out / "summary.json")
     return summary
