@@ -215,7 +215,7 @@ def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int, pad
 
     def collate(items: list[dict[str, int]]) -> dict[str, torch.Tensor]:
         samples = [rows[item["row"]] for item in items]
-        mb = collate_padded(samples, pad, c.image_token_id, c.video_token_id)
+        mb = collate_padded(samples, pad)
         return {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "labels": mb.labels,
                 "mm_token_type_ids": mb.mm_token_type_ids, **mb.vision}
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from cosmos_train.data.chat import EncodedChat
+
 IGNORE = -100
 _VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
 
@@ -22,7 +24,7 @@ class MicroBatch:
     input_ids: torch.Tensor  # [B, L]
     labels: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor | None  # [B, L]; None when packed
-    mm_token_type_ids: torch.Tensor  # [B, L]: 0 text, 1 image, 2 video (what get_rope_index reads)
+    mm_token_type_ids: torch.Tensor  # [B, L]: 0 text, 1 image, 2 video (encode_chat's, for get_rope_index)
     vision: dict[str, torch.Tensor] = field(default_factory=dict)
     packed_lengths: list[int] | None = None
     # per packed sample: how many images / videos it holds, to hand each its own grids
@@ -45,55 +47,45 @@ class MicroBatch:
                           mv, self.packed_lengths, self.packed_media, self.n_samples)
 
 
-def token_types(input_ids: torch.Tensor, image_token_id: int, video_token_id: int) -> torch.Tensor:
-    types = torch.zeros_like(input_ids)
-    types[input_ids == image_token_id] = 1
-    types[input_ids == video_token_id] = 2
-    return types
-
-
-def _get(sample: Any, key: str) -> Any:
-    return sample.get(key) if isinstance(sample, dict) else getattr(sample, key, None)
-
-
-def _cat_vision(samples: list[Any]) -> dict[str, torch.Tensor]:
+def _cat_vision(samples: list[EncodedChat]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for key in _VISION_KEYS:
-        parts = [_get(s, key) for s in samples if _get(s, key) is not None]
+        parts = [getattr(s, key) for s in samples if getattr(s, key) is not None]
         if parts:
             parts = [p.reshape(-1) if key == "second_per_grid_ts" else p for p in parts]
             out[key] = torch.cat([torch.as_tensor(p) for p in parts], dim=0)
     return out
 
 
-def _media_counts(sample: Any) -> tuple[int, int]:
-    img, vid = _get(sample, "image_grid_thw"), _get(sample, "video_grid_thw")
+def _media_counts(sample: EncodedChat) -> tuple[int, int]:
+    img, vid = sample.image_grid_thw, sample.video_grid_thw
     return (0 if img is None else len(img), 0 if vid is None else len(vid))
 
 
-def collate_padded(samples: list[Any], pad_id: int, image_token_id: int, video_token_id: int) -> MicroBatch:
+def collate_padded(samples: list[EncodedChat], pad_id: int) -> MicroBatch:
     """Right-pad to the longest sample."""
-    length = max(len(_get(s, "input_ids")) for s in samples)
+    length = max(len(s.input_ids) for s in samples)
     ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
     labels = torch.full((len(samples), length), IGNORE, dtype=torch.long)
+    types = torch.zeros((len(samples), length), dtype=torch.long)
     mask = torch.zeros((len(samples), length), dtype=torch.long)
     for i, s in enumerate(samples):
-        n = len(_get(s, "input_ids"))
-        ids[i, :n] = _get(s, "input_ids")
-        labels[i, :n] = _get(s, "labels")
+        n = len(s.input_ids)
+        ids[i, :n] = s.input_ids
+        labels[i, :n] = s.labels
+        types[i, :n] = s.mm_token_type_ids
         mask[i, :n] = 1
-    return MicroBatch(ids, labels, mask, token_types(ids, image_token_id, video_token_id), _cat_vision(samples),
-                      n_samples=len(samples))
+    return MicroBatch(ids, labels, mask, types, _cat_vision(samples), n_samples=len(samples))
 
 
-def collate_packed(samples: list[Any], image_token_id: int, video_token_id: int) -> MicroBatch:
+def collate_packed(samples: list[EncodedChat]) -> MicroBatch:
     """Concatenate all samples into one row with no padding."""
-    ids = torch.cat([torch.as_tensor(_get(s, "input_ids")) for s in samples])[None]
-    labels = torch.cat([torch.as_tensor(_get(s, "labels")) for s in samples])[None]
-    lengths = [len(_get(s, "input_ids")) for s in samples]
-    return MicroBatch(ids, labels, None, token_types(ids, image_token_id, video_token_id), _cat_vision(samples),
-                      packed_lengths=lengths, packed_media=[_media_counts(s) for s in samples],
-                      n_samples=len(samples))
+    ids = torch.cat([s.input_ids for s in samples])[None].long()
+    labels = torch.cat([s.labels for s in samples])[None].long()
+    types = torch.cat([s.mm_token_type_ids for s in samples])[None].long()
+    return MicroBatch(ids, labels, None, types, _cat_vision(samples),
+                      packed_lengths=[len(s.input_ids) for s in samples],
+                      packed_media=[_media_counts(s) for s in samples], n_samples=len(samples))
 
 
 def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:

@@ -85,7 +85,7 @@ class SFTTrainer:
         self.trainable, self.total_params = apply_freeze_patterns(model, cfg.policy)
         model.to(dist.device)
         self.model: nn.Module = parallelize(model, dist, cfg)
-        self.token_ids = _vision_token_ids(model)
+        self.pad_id = _pad_token_id(model)
         self.optimizer = build_optimizer(self.model, t, dist.device)
         # A replica is one model copy: its dp_shard ranks split the replica's batch. The global batch is
         # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
@@ -155,10 +155,9 @@ class SFTTrainer:
 
     # ------------------------------------------------------------------ one optimizer step
     def _collate(self, samples: list[Any]):
-        ids = self.token_ids
         if self.cfg.train.sequence_packing:
-            return collate_packed(samples, ids["image"], ids["video"])
-        return collate_padded(samples, ids["pad"], ids["image"], ids["video"])
+            return collate_packed(samples)
+        return collate_padded(samples, self.pad_id)
 
     def train_step(self, samples: list[Any]) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -299,13 +298,11 @@ class SFTTrainer:
             print(f"[sft] {msg}", flush=True)
 
 
-def _vision_token_ids(model: nn.Module) -> dict[str, int]:
-    c = model.config
-    text = getattr(c, "text_config", c)
+def _pad_token_id(model: nn.Module) -> int:
+    """Padding only fills positions the attention mask hides and the labels ignore; any id works."""
+    text = model.config.get_text_config()
     pad = getattr(text, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(c, "pad_token_id", None) or 0
-    return {"image": int(c.image_token_id), "video": int(c.video_token_id), "pad": int(pad)}
+    return int(pad if pad is not None else 0)
 
 
 def _peak_memory_gb(device: torch.device) -> float:

@@ -56,10 +56,9 @@ def test_packed_loss_and_grads_equal_padded(tiny: Path, tmp_path: Path) -> None:
         _chat(_clip(tmp_path / "b.mp4", 11), "Does it move?", "Yes, it moves to the right quickly."),
     ]
     samples = [encode_chat(proc, c, max_length=512) for c in chats]
-    cfg = model.config
-    pad_id = 0
-    padded = collate_padded(samples, pad_id, cfg.image_token_id, cfg.video_token_id)
-    packed = collate_packed(samples, cfg.image_token_id, cfg.video_token_id)
+    padded = collate_padded(samples, pad_id=0)
+    packed = collate_packed(samples)
+    assert (packed.mm_token_type_ids == 2).sum() == sum(int((s.mm_token_type_ids == 2).sum()) for s in samples) > 0
     assert packed.input_ids.shape[1] == sum(len(s.input_ids) for s in samples)
     assert padded.n_label_tokens == packed.n_label_tokens > 0
 
@@ -82,7 +81,7 @@ def test_packed_positions_restart_per_sample(tiny: Path) -> None:
     model = load_model(tiny, dtype=torch.float32)
     samples = [encode_chat(proc, _chat(None, "one", "two"), max_length=64),
                encode_chat(proc, _chat(None, "three four", "five"), max_length=64)]
-    mb = collate_packed(samples, model.config.image_token_id, model.config.video_token_id)
+    mb = collate_packed(samples)
     pos = model_inputs(model, mb)["position_ids"]
     n0 = len(samples[0].input_ids)
     assert pos.shape == (4, 1, mb.input_ids.shape[1])
