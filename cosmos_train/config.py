@@ -235,14 +235,18 @@ class ParallelismConfig(Section):
     pp_size: int = 1
     n_init_replicas: int = 1
 
-    def world_size(self, available: int) -> int:
-        """Ranks one replica group needs, resolving dp_shard_size = -1 against `available`."""
-        return self.dp_replicate_size * self.resolved_shard(available) * self.tp_size * self.cp_size * self.pp_size
+    def product(self, shard: int) -> int:
+        """Ranks the sizes need with `shard` ranks per FSDP group."""
+        return self.dp_replicate_size * shard * self.tp_size * self.cp_size * self.pp_size
+
+    def smallest_world_size(self) -> int:
+        """The fewest ranks that fit: dp_shard_size = -1 counts as one shard rank."""
+        return self.product(max(self.dp_shard_size, 1))
 
     def resolved_shard(self, world_size: int) -> int:
         if self.dp_shard_size != -1:
             return self.dp_shard_size
-        rest = self.dp_replicate_size * self.tp_size * self.cp_size * self.pp_size
+        rest = self.product(1)
         if world_size % rest:
             raise ConfigError(
                 [f"policy.parallelism: world size {world_size} is not divisible by "
@@ -253,7 +257,7 @@ class ParallelismConfig(Section):
     def check_world_size(self, world_size: int, section: str = "policy.parallelism") -> None:
         """Raise naming the keys when the product of sizes does not equal the launched world size."""
         shard = self.resolved_shard(world_size)
-        product = self.dp_replicate_size * shard * self.tp_size * self.cp_size * self.pp_size
+        product = self.product(shard)
         if product != world_size:
             raise ConfigError(
                 [f"{section}: dp_replicate_size*dp_shard_size*tp_size*cp_size*pp_size = "

@@ -34,10 +34,7 @@ def resolve_nproc(cfg: Config) -> int:
 
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    p = cfg.policy.parallelism
-    if p.dp_shard_size == -1:
-        return p.dp_replicate_size * p.tp_size * p.cp_size * p.pp_size
-    return p.dp_replicate_size * p.dp_shard_size * p.tp_size * p.cp_size * p.pp_size
+    return cfg.policy.parallelism.smallest_world_size()
 
 
 def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
