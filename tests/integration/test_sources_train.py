@@ -19,29 +19,19 @@ import json
 import tarfile
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 from PIL import Image
+
+from tests.media import moving_square_mp4
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _clip(path: Path, shift: int, frames: int = 4) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=4)
-        s.width = s.height = 56
-        s.pix_fmt = "yuv420p"
-        for i in range(frames):
-            img = np.full((56, 56, 3), 20, np.uint8)
-            x = 4 + (i * 8 + shift) % 30
-            img[20:36, x:x + 16] = (255, 40, 40)
-            c.mux(s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")))
-        c.mux(s.encode())
-    return path
+def _clip(path: Path, shift: int) -> Path:
+    return moving_square_mp4(path, shift, background=20)
 
 
 def _image(path: Path, seed: int) -> Path:

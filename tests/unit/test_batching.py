@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
-import numpy as np
 import pytest
 import torch
 
@@ -13,27 +11,12 @@ from cosmos_train.data.chat import encode_chat
 from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.train.batching import IGNORE, collate_packed, collate_padded, model_inputs
 from cosmos_train.train.losses import token_ce_sum
+from tests.media import moving_square_mp4
 
 
 @pytest.fixture
 def tiny(tiny_model_dir: Path) -> Path:
     return tiny_model_dir
-
-
-def _clip(path: Path, shift: int) -> Path:
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=4)
-        s.width = s.height = 56
-        s.pix_fmt = "yuv420p"
-        for i in range(4):
-            img = np.zeros((56, 56, 3), np.uint8)
-            x = 4 + (i * 8 + shift) % 30
-            img[20:36, x:x + 16] = (255, 40, 40)
-            for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                c.mux(pkt)
-        for pkt in s.encode():
-            c.mux(pkt)
-    return path
 
 
 def _chat(video: Path | None, q: str, a: str) -> list[dict]:
@@ -51,9 +34,9 @@ def test_packed_loss_and_grads_equal_padded(tiny: Path, tmp_path: Path) -> None:
     model = load_model(tiny, dtype=torch.float32)
     model.eval()  # no dropout in either path
     chats = [
-        _chat(_clip(tmp_path / "a.mp4", 0), "Which way does the square move?", "It moves right. B"),
+        _chat(moving_square_mp4(tmp_path / "a.mp4", 0), "Which way does the square move?", "It moves right. B"),
         _chat(None, "A text-only question about gravity.", "Things fall down."),
-        _chat(_clip(tmp_path / "b.mp4", 11), "Does it move?", "Yes, it moves to the right quickly."),
+        _chat(moving_square_mp4(tmp_path / "b.mp4", 11), "Does it move?", "Yes, it moves to the right quickly."),
     ]
     samples = [encode_chat(proc, c, max_length=512) for c in chats]
     padded = collate_padded(samples, pad_id=0)

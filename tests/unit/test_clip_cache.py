@@ -8,7 +8,6 @@ import pickle
 import shutil
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import torch
@@ -18,22 +17,14 @@ from cosmos_train.data import video
 from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.clip_cache import ClipCache
 from cosmos_train.data.video import MediaError, VisionSettings
+from tests.media import moving_square_mp4
 
 SETTINGS = VisionSettings(min_pixels=3136, max_pixels=3136)
 
 
-def _clip(path: Path, shift: int = 0, frames: int = 6) -> Path:
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=4)
-        s.width = s.height = 56
-        s.pix_fmt = "yuv420p"
-        for i in range(frames):
-            img = np.full((56, 56, 3), 30, np.uint8)
-            x = 2 + (i * 7 + shift) % 36
-            img[18:36, x:x + 18] = (250, 60, 40)
-            c.mux(s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")))
-        c.mux(s.encode())
-    return path
+def _clip(path: Path, shift: int = 0) -> Path:
+    return moving_square_mp4(path, shift, frames=6, box=18, step=7, x0=2, travel=36, y=18, background=30,
+                             color=(250, 60, 40))
 
 
 @pytest.fixture
