@@ -45,17 +45,8 @@ VISION_KEYS = (
     "video_start",
     "video_end",
 )
-_INT_KEYS = (
-    "nframes",
-    "min_frames",
-    "max_frames",
-    "max_pixels",
-    "min_pixels",
-    "total_pixels",
-    "resized_height",
-    "resized_width",
-)
 _FLOAT_KEYS = ("fps", "video_start", "video_end")
+_INT_KEYS = tuple(k for k in VISION_KEYS if k not in _FLOAT_KEYS)
 
 
 class VisionSettingsError(ValueError):
