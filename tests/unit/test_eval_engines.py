@@ -17,7 +17,13 @@ from cosmos_train.evaluation.engines import (
     retry_sampling,
 )
 from cosmos_train.evaluation.engines.hf import PresenceFrequencyPenalty, collate_left, resolve_tokenizer_path
-from cosmos_train.evaluation.engines.vllm import build_request, llm_kwargs, sampling_kwargs, video_parts
+from cosmos_train.evaluation.engines.vllm import (
+    build_request,
+    frames_metadata,
+    llm_kwargs,
+    sampling_kwargs,
+    video_parts,
+)
 
 
 def test_letter_mode_is_greedy_and_short() -> None:
@@ -85,9 +91,22 @@ def test_vllm_request_building() -> None:
 
     req = build_request(chat, lambda c: "<prompt>", fake_loader)
     assert req["prompt"] == "<prompt>" and seen == ["/c/v.mp4"]
-    assert req["multi_modal_data"]["video"].shape == (4, 3, 28, 28)
-    assert req["mm_processor_kwargs"] == {"fps": [2.0]}
+    frames, metadata = req["multi_modal_data"]["video"]
+    assert frames.shape == (4, 3, 28, 28) and metadata["do_sample_frames"] is False
+    assert req["mm_processor_kwargs"] == {"do_resize": False, "fps": 2.0}
     assert build_request([{"role": "user", "content": "hi"}], lambda c: "p") == {"prompt": "p"}
+
+
+def test_vllm_frames_metadata_gives_the_sampled_rate() -> None:
+    """transformers turns the metadata into the model's temporal step (second_per_grid_ts =
+    temporal_patch_size / sampled_fps): it must read back the rate our frames were sampled at."""
+    from transformers.video_utils import VideoMetadata
+
+    for num_frames, sample_fps in [(4, 2.0), (6, 1.0), (16, 29.97 * 16 / 300)]:
+        meta = frames_metadata(num_frames, sample_fps)
+        fields = {k: v for k, v in meta.items() if k != "do_sample_frames"}  # vLLM strips this one too
+        assert VideoMetadata(**fields).sampled_fps == pytest.approx(sample_fps)
+        assert meta["frames_indices"] == list(range(num_frames))
 
 
 def test_vllm_sampling_kwargs() -> None:
@@ -98,8 +117,9 @@ def test_vllm_sampling_kwargs() -> None:
     s = sampling_kwargs(base_sampling("reasoning", g, seed=5), [7])
     assert s["top_p"] == 0.95 and s["temperature"] == 0.6 and s["seed"] == 5
     assert (s["repetition_penalty"], s["presence_penalty"], s["frequency_penalty"]) == (1.05, 0.1, 0.2)
-    kw = llm_kwargs("m", "t", "bfloat16", 4, 128000, 1)
+    kw = llm_kwargs("m", "t", dtype="bfloat16", tp_size=4, max_length=128000, seed=1)
     assert kw["tensor_parallel_size"] == 4 and kw["limit_mm_per_prompt"] == {"video": 1, "image": 0}
+    assert kw["gpu_memory_utilization"] == 0.9
 
 
 def test_engine_registry() -> None:

@@ -71,6 +71,7 @@ def _make_vllm(cfg: Any, model_path: str) -> Engine:
         max_length=cfg.model.max_length,
         seed=cfg.evaluation.seed,
         workers=cfg.evaluation.num_processes,
+        gpu_memory_utilization=cfg.model.gpu_memory_utilization,
     )
 
 

