@@ -90,7 +90,8 @@ class DatasetConfig(Section):
     cache_dir: str | None = Field(
         None,
         description="Folder for a disk cache of decoded, resized clips keyed by file content and vision "
-        "settings, so later epochs and runs do not decode again (unset: off). Shared safely by ranks and runs.",
+        "settings, so later epochs and runs do not decode again (unset: off). Shared safely by ranks and runs. "
+        "Images held inside dataset rows are written under <cache_dir>/embedded_media (unset: $COSMOS_CACHE).",
     )
     vision: VisionConfig = Field(default_factory=VisionConfig)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import TrainPolicyConfig
+from cosmos_train.data.sources.embedded import is_embedded, store_embedded
 
 VISION_KEYS = (
     "fps", "nframes", "min_frames", "max_frames", "max_pixels", "min_pixels", "total_pixels",
@@ -58,6 +60,8 @@ class RowContext:
     media_every_user_turn: Cosmos-Reason rows put the video in front of every user turn; LLaVA
         rows without placeholders put media in front of the first user turn only.
     reasoning_prompt: RL prompts ask for <think>/<answer> (when the format reward is used).
+    embedded_store: where images/videos held inside rows (PIL, {"bytes"} structs) are written;
+        default $COSMOS_CACHE/embedded_media.
     """
 
     media_roots: list[Path] = field(default_factory=list)
@@ -67,6 +71,12 @@ class RowContext:
     prompt_column: str | None = None
     media_every_user_turn: bool = False
     reasoning_prompt: bool = False
+    embedded_store: Path | None = None
+
+
+def cosmos_cache() -> Path:
+    """$COSMOS_CACHE (default ~/.cache/cosmos): extracted archives, embedded media."""
+    return Path(os.environ.get("COSMOS_CACHE") or Path.home() / ".cache" / "cosmos").expanduser()
 
 
 def context_for(train_policy: TrainPolicyConfig, vision: Mapping[str, Any], **kw: Any) -> RowContext:
@@ -113,7 +123,7 @@ def row_to_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: Row
     row_vision = {k: row[k] for k in VISION_KEYS if row.get(k) is not None}
     reference = _reference(row)
     if "messages" in row and ctx.conversation_column not in row:
-        messages = _chat_messages(row["messages"], ctx, row_vision)
+        messages = _chat_messages(row["messages"], ctx, row_vision, _row_media(row, ctx, row_vision))
     elif ctx.conversation_column in row:
         turns = _turns(row[ctx.conversation_column], ctx.conversation_column)
         messages = _place_media(turns, _row_media(row, ctx, row_vision), ctx)
@@ -181,7 +191,18 @@ def _turns(value: Any, column: str) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------ media
 def resolve_media(value: str, ctx: RowContext) -> str:
-    """A row's media reference -> an absolute path string (existence is checked by validation)."""
+    """A row's media reference -> an absolute path string (existence is checked by validation).
+
+    Media held in the row itself (a PIL image, a {"bytes", "path"} struct) is written to
+    `ctx.embedded_store` first; a struct with only a path is that path.
+    """
+    if is_embedded(value):
+        try:
+            return str(store_embedded(value, ctx.embedded_store or cosmos_cache() / "embedded_media"))
+        except OSError as e:
+            raise RowError("bad_media", f"cannot store the row's embedded media: {e}") from None
+    if isinstance(value, Mapping) and value.get("bytes") is None and isinstance(value.get("path"), str):
+        value = value["path"]
     if not isinstance(value, str) or not value:
         raise RowError("bad_row", f"media path must be a non-empty string, got {value!r}")
     if value.startswith(("http://", "https://")):
@@ -276,19 +297,45 @@ def _place_media(turns: list[dict], media: dict[str, list[dict]], ctx: RowContex
     return out
 
 
-def _chat_messages(value: Any, ctx: RowContext, own: Mapping[str, Any]) -> list[dict]:
-    """Rows already in chat-sample form: resolve media paths and merge vision settings."""
+def _chat_messages(value: Any, ctx: RowContext, own: Mapping[str, Any], media: dict[str, list[dict]]) -> list[dict]:
+    """Rows already in chat-sample form: resolve media paths and merge vision settings.
+
+    A media part without a value ({"type": "image"}, TRL's layout) takes the next item of the
+    row's images/videos column, in order; every column item must find its part.
+    """
     messages = _turns(value, "messages")
+    used = {"image": 0, "video": 0}
     for msg in messages:
         if isinstance(msg["content"], list):
             new = []
             for part in msg["content"]:
-                if isinstance(part, Mapping) and part.get("type") in ("image", "video") and part.get(part["type"]):
-                    kind = part["type"]
+                if isinstance(part, Mapping):
+                    # datasets gives every part every key of the column's struct, None where unset;
+                    # a text part with "image": None would read as an image to the chat template.
+                    part = {k: v for k, v in part.items() if v is not None}
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind in ("image", "video") and part.get(kind) is not None:
                     extra = {k: v for k, v in part.items() if k not in ("type", kind)}
                     part = media_part(kind, resolve_media(part[kind], ctx), ctx, {**own, **extra})
+                elif kind in ("image", "video"):
+                    if used[kind] >= len(media[kind]):
+                        raise RowError(
+                            "placeholder_mismatch",
+                            f"a {kind} part without a value and no {kind} left in the row's {kind}s column "
+                            f"({len(media[kind])} given)",
+                        )
+                    extra = {k: v for k, v in part.items() if k != "type"}
+                    part = {**media[kind][used[kind]], **extra}
+                    used[kind] += 1
                 new.append(part)
             msg["content"] = new
+    for kind in ("image", "video"):
+        if used[kind] != len(media[kind]):
+            raise RowError(
+                "placeholder_mismatch",
+                f"the row has {len(media[kind])} {kind}(s) but the messages have {used[kind]} {kind} part(s) "
+                "without a value to put them in",
+            )
     return messages
 
 

@@ -32,7 +32,6 @@ option-lettered prompt with the answer letter as `reference`.
 from __future__ import annotations
 
 import hashlib
-import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,17 +41,20 @@ from filelock import FileLock
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
 from cosmos_train.data.sources import register_source
-from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, context_for, map_rows, read_rows
+from cosmos_train.data.sources.common import (
+    ROW_FILE_SUFFIXES,
+    DatasetError,
+    context_for,
+    cosmos_cache,
+    map_rows,
+    read_rows,
+)
 from cosmos_train.data.sources.hf import iter_tables, split_names
 
 # What the Cosmos-Reason reference uses for its SFT / RL videos.
 COSMOS_VISION_DEFAULTS = {"fps": 1, "max_pixels": 81920}
 PREPARED_MARKER = ".prepared"
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi")
-
-
-def cosmos_cache() -> Path:
-    return Path(os.environ.get("COSMOS_CACHE") or Path.home() / ".cache" / "cosmos").expanduser()
 
 
 def clips_dir(name: str, subset: str) -> Path:

@@ -4,7 +4,11 @@
     name = "data/train.parquet"       # or "org/name" (+ subset, split, revision), or a save_to_disk folder
 
 Relative media paths in rows are resolved against `dataset.media_path` when set, then the
-folder of the data file, then `dataset.local_dir`.
+folder of the data file, then `dataset.local_dir`. Images held in the rows (an `Image` column:
+PIL images, or {"bytes", "path"} structs in parquet) are written once to
+`dataset.cache_dir/embedded_media` (default `$COSMOS_CACHE/embedded_media`) and used by path;
+`messages` rows may leave media parts empty ({"type": "image"}) and give the images in an
+`images` column, as TRL datasets do.
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ from typing import Any
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
 from cosmos_train.data.sources import register_source
-from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, context_for, map_rows, read_rows
+from cosmos_train.data.sources.common import (
+    ROW_FILE_SUFFIXES,
+    DatasetError,
+    context_for,
+    cosmos_cache,
+    map_rows,
+    read_rows,
+)
 
 
 def split_names(ds: DatasetConfig) -> list[str]:
@@ -30,6 +41,11 @@ def _media_roots(ds: DatasetConfig, data_dir: Path | None) -> list[Path]:
     if ds.local_dir:
         roots.append(Path(ds.local_dir).expanduser())
     return roots
+
+
+def _embedded_store(ds: DatasetConfig) -> Path:
+    """Where images held in the rows (datasets Image columns) are written as files."""
+    return (Path(ds.cache_dir).expanduser() if ds.cache_dir else cosmos_cache()) / "embedded_media"
 
 
 def _data_files(name: str) -> list[Path]:
@@ -98,5 +114,7 @@ def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: st
             "[validation.dataset] naming the validation split"
         )
     for label, rows, folder in iter_tables(ds):
-        ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder))
+        ctx = context_for(
+            train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder), embedded_store=_embedded_store(ds)
+        )
         yield from map_rows(rows, label, ctx)
