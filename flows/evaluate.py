@@ -32,6 +32,11 @@ class EvaluateParams(BaseModel):
     )
     labels: list[str] | None = Field(None, description="Results-folder name per model (default: from the paths).")
     overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+    eval_retries: int = Field(
+        1, ge=0,
+        description="Reruns of a model's evaluation after a crash (not after bad input); with "
+        "evaluation.skip_saved a rerun resumes from the videos already written.",
+    )
 
     @model_validator(mode="after")
     def _labels_match(self) -> EvaluateParams:
@@ -49,9 +54,8 @@ def evaluate(params: EvaluateParams) -> dict[str, Any]:
     cfg = load_eval_config(params.config, params.overrides)  # fail before any model loads
     models = params.models or [cfg.model.model_name]
     labels = params.labels or ([cfg.model_basename] if not params.models else unique_labels(models))
-    results = [
-        evaluate_model_task(params.config, model, label, params.overrides) for model, label in zip(models, labels)
-    ]
+    run_one = evaluate_model_task.with_options(retries=params.eval_retries, retry_delay_seconds=2)
+    results = [run_one(params.config, model, label, params.overrides) for model, label in zip(models, labels)]
     rows = comparison_rows(results)
     create_table_artifact(
         key="eval-comparison",

@@ -2,7 +2,8 @@
 
 Wraps `cosmos_train.evaluation.runner.evaluate_model` (the library does everything; this file
 only wires and logs). Takes and returns plain data: the config path and the checkpoint path in,
-`EvalResult.to_dict()` out (result paths plus accuracy dicts), never a model.
+`EvalResult.to_dict()` out (result paths plus accuracy dicts), never a model. The flow sets how
+many retries; with `evaluation.skip_saved` a retry resumes where the failed attempt stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,25 @@ from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.evaluation.runner import evaluate_model
 
 
-@task(name="evaluate-model", cache_policy=NO_CACHE, task_run_name="evaluate-{label}")
+def retry_unless_input_error(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a crash (engine, GPU memory, a lost file system); never bad input.
+
+    A clip that does not decode, a malformed benchmark row or a config error (all ValueErrors)
+    fails the same way again, so retrying only delays the message that names it.
+    """
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception:  # the result itself is unreadable: treat as a crash
+        return True
+    return not isinstance(error, ValueError)
+
+
+@task(
+    name="evaluate-model",
+    cache_policy=NO_CACHE,
+    task_run_name="evaluate-{label}",
+    retry_condition_fn=retry_unless_input_error,
+)
 def evaluate_model_task(config: str, model: str | None, label: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate `model` (default: the config's model.model_name) under results folder `label`."""
     logger = get_run_logger()

@@ -77,6 +77,11 @@ class EvaluationSection(_Section):
     )
     num_processes: int = Field(80, ge=1, description="Threads decoding videos ahead of the model.")
     skip_saved: bool = Field(False, description="Resume: videos whose prediction file exists are not asked again.")
+    on_bad_media: Literal["fail", "skip"] = Field(
+        "fail",
+        description="A clip that cannot be decoded: fail (stop, naming the file; finished videos are kept for "
+        "skip_saved) or skip (leave its questions out of the scores and list them in results.json).",
+    )
     fps: float = Field(4, gt=0, description="Frames sampled per second of video.")
     seed: int = Field(1, description="Sampling seed.")
     max_pixels: int | None = Field(None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset).")

@@ -57,6 +57,10 @@ def wrong_answers_markdown(results: Sequence[dict[str, Any]], per_model: int = 2
         wrong = r.get("wrong", [])
         total = r["scores"]["overall"]["micro"]["total"]
         lines += [f"## {r['label']} ({len(wrong)} wrong of {total}; unreadable: {len(r.get('unanswered', []))})", ""]
+        if r.get("bad_media"):
+            videos = sorted({b["video"] for b in r["bad_media"]})
+            lines += [f"Left out, clip not decodable ({len(r['bad_media'])} questions): "
+                      + ", ".join(f"`{v}`" for v in videos), ""]
         lines += [f"Predictions: `{r['run_dir']}`", ""]
         if not wrong:
             lines += ["None.", ""]

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.data.video import MediaError
 from cosmos_train.evaluation.benchmark import BenchmarkVideo, Question, load_benchmark
 from cosmos_train.evaluation.config import EvalConfig, load_eval_config
 from cosmos_train.evaluation.engines import (
     Engine,
+    Sampling,
     base_sampling,
     create_engine,
     resolve_engine_name,
@@ -58,6 +60,7 @@ class EvalResult:
     asked: int = 0  # questions sent to the engine in this run
     skipped_videos: int = 0  # videos loaded from saved files (skip_saved)
     unanswered: list[dict[str, Any]] = field(default_factory=list)  # unreadable after every retry
+    bad_media: list[dict[str, Any]] = field(default_factory=list)  # left out: clip not decodable ("skip")
     wrong: list[dict[str, Any]] = field(default_factory=list)  # every wrong answer, for a quick look
     seconds: float = 0.0
 
@@ -80,6 +83,7 @@ class EvalResult:
             "asked": self.asked,
             "skipped_videos": self.skipped_videos,
             "unanswered": self.unanswered,
+            "bad_media": self.bad_media,
             "wrong": self.wrong,
             "seconds": round(self.seconds, 3),
         }
@@ -93,11 +97,37 @@ class _Pending:
     question: Question
     chat: list[dict[str, Any]]
     record: dict[str, Any] | None = None
+    media_error: str | None = None  # the clip could not be decoded (on_bad_media = "skip")
 
 
 def _vision_extras(cfg: EvalConfig) -> dict[str, Any]:
     ev = cfg.evaluation
     return {"max_pixels": ev.max_pixels, "min_pixels": ev.min_pixels, "max_frames": ev.max_frames}
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _generate(
+    engine: Engine, todo: list[_Pending], sampling: Sampling, cfg: EvalConfig, log: Callable[[str], None]
+) -> tuple[list[_Pending], list[str]]:
+    """engine.generate over `todo`; with on_bad_media = "skip", questions whose clip fails to decode
+    are marked and left out, and the rest asked again. Returns (items answered, their texts)."""
+    while todo:
+        try:
+            return todo, engine.generate([p.chat for p in todo], sampling)
+        except MediaError as error:
+            bad = [p for p in todo if _same_file(p.video.video_path, error.path)]
+            if cfg.evaluation.on_bad_media == "fail" or not bad:
+                raise MediaError(
+                    error.path, f"{error.reason} (evaluation.on_bad_media = \"skip\" leaves its questions out)"
+                ) from error
+            log(f"skipping {len(bad)} question(s) of {error.path}: {error.reason}")
+            for p in bad:
+                p.media_error = error.reason
+            todo = [p for p in todo if p.media_error is None]
+    return [], []
 
 
 def _answer(
@@ -109,7 +139,7 @@ def _answer(
     todo = list(batch)
     for attempt in range(cfg.generation.max_retries + 1):
         sampling = base if attempt == 0 else retry_sampling(base, attempt - 1)
-        texts = engine.generate([p.chat for p in todo], sampling)
+        todo, texts = _generate(engine, todo, sampling, cfg, log)
         if len(texts) != len(todo):
             raise RuntimeError(f"engine {engine.name} returned {len(texts)} responses for {len(todo)} chats")
         still = []
@@ -195,6 +225,7 @@ def evaluate_model(
         engine = create_engine(cfg)
     engine_name = engine.name if engine is not None else resolve_engine_name(cfg.engine)
     unanswered: list[dict[str, Any]] = []
+    bad_media: list[dict[str, Any]] = []
     try:
         remaining: dict[tuple[str, str], int] = {}
         for p in pending:
@@ -210,9 +241,17 @@ def evaluate_model(
                 remaining[key] -= 1
                 if remaining[key] == 0:
                     items = sorted(done_by_video.pop(key), key=lambda x: x.question.index)
-                    recs = [x.record for x in items]
-                    write_video_predictions(prediction_path(run_dir, key[0], key[1]), recs)
-                    records[key[0]][key[1]] = recs
+                    bad_media += [
+                        {"dataset": x.question.dataset, "video_id": x.question.video_id,
+                         "question_index": x.question.index, "video": str(x.video.video_path), "error": x.media_error}
+                        for x in items if x.media_error is not None
+                    ]
+                    recs = [x.record for x in items if x.record is not None]
+                    # A clip that failed to decode gets no prediction file: skip_saved asks it again.
+                    if len(recs) == len(items):
+                        write_video_predictions(prediction_path(run_dir, key[0], key[1]), recs)
+                    if recs:
+                        records[key[0]][key[1]] = recs
             log(f"asked {min(start + cfg.batch_size, len(pending))}/{len(pending)} questions")
     finally:
         if own_engine and engine is not None:
@@ -221,6 +260,8 @@ def evaluate_model(
     scores = score_records({ds: [r for recs in by_video.values() for r in recs] for ds, by_video in records.items()})
     if unanswered:
         log(f"{len(unanswered)} question(s) unreadable after {cfg.generation.max_retries} retries, counted wrong")
+    if bad_media:
+        log(f"{len(bad_media)} question(s) left out: their clip could not be decoded (listed in results.json)")
     meta = {
         "model": cfg.model.model_name,
         "label": cfg.model_basename,
@@ -230,6 +271,7 @@ def evaluate_model(
         "asked": len(pending),
         "skipped_videos": skipped,
         "unanswered": unanswered,
+        "bad_media": bad_media,
         "config": cfg.to_dict(),
     }
     json_path, csv_path = write_results(run_dir, scores, meta)
@@ -242,7 +284,8 @@ def evaluate_model(
     return EvalResult(
         model=cfg.model.model_name, label=cfg.model_basename, answer_type=answer_type, engine=engine_name,
         run_dir=run_dir, results_json=json_path, results_csv=csv_path, scores=scores, asked=len(pending),
-        skipped_videos=skipped, unanswered=unanswered, wrong=wrong, seconds=time.perf_counter() - started,
+        skipped_videos=skipped, unanswered=unanswered, bad_media=bad_media, wrong=wrong,
+        seconds=time.perf_counter() - started,
     )
 
 

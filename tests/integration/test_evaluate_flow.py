@@ -87,3 +87,42 @@ def test_params_validation() -> None:
         EvaluateParams(config="c.toml", models=["a", "b"], labels=["x"])
     with pytest.raises(ValidationError, match="distinct"):
         EvaluateParams(config="c.toml", models=["a", "b"], labels=["x", "x"])
+
+
+@pytest.mark.slow
+def test_crash_is_retried_and_resumes_bad_input_is_not(
+    prefect_harness: None, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.evaluate as task_module
+    from cosmos_train.data.video import MediaError
+    from cosmos_train.evaluation.runner import evaluate_model
+    from flows.evaluate import EvaluateParams, evaluate
+
+    config = _write_config(tmp_path, synthetic_dir)
+    calls: list[int] = []
+
+    def crash_once(cfg, model_path=None, engine=None, log=None):
+        calls.append(1)
+        if len(calls) == 1:
+            evaluate_model(cfg.model_copy(update={"limit": 2}), model_path, log=log)  # a partial run...
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")  # ...then a crash
+        return evaluate_model(cfg, model_path, log=log)
+
+    monkeypatch.setattr(task_module, "evaluate_model", crash_once)
+    out = evaluate(EvaluateParams(config=str(config), models=[str(tiny_model_dir)],
+                                  overrides=["evaluation.skip_saved=true"]))
+    assert len(calls) == 2
+    (result,) = out["results"]
+    assert result["skipped_videos"] == 2 and result["asked"] == 4  # the retry resumed
+    assert result["scores"]["overall"]["micro"]["total"] == 6
+
+    calls.clear()
+
+    def bad_clip(cfg, model_path=None, engine=None, log=None):
+        calls.append(1)
+        raise MediaError("/data/clips/v7.mp4", "cannot decode")
+
+    monkeypatch.setattr(task_module, "evaluate_model", bad_clip)
+    with pytest.raises(MediaError, match="v7.mp4: cannot decode"):
+        evaluate(EvaluateParams(config=str(config), models=[str(tiny_model_dir)], eval_retries=3))
+    assert len(calls) == 1  # bad input fails at once, naming the file

@@ -184,3 +184,38 @@ def test_freeform_mode(tmp_path: Path) -> None:
     (rec,) = json.loads((res.run_dir / "ff" / "v0.json").read_text())
     assert rec["prompt"][1]["content"][1]["text"] == "What next?"  # no letter instruction
     assert rec["answer"] == "Pick up the cup." and rec["is_correct"] and rec["reasoning"] == "cup"
+
+
+def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    import shutil
+
+    from cosmos_train.data.video import MediaError
+    from cosmos_train.evaluation.engines import create_engine
+    from cosmos_train.evaluation.report import wrong_answers_markdown
+
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_dir / "benchmark", data / "benchmark")
+    clips = sorted((data / "benchmark" / "synthetic" / "clips").glob("*.mp4"))
+    bad = clips[5]
+    bad.write_bytes(bad.read_bytes()[:300])  # truncated: the container cannot be read
+    raw = {
+        "datasets": ["synthetic"], "data_dir": str(data), "results_dir": str(tmp_path / "results"),
+        "engine": "hf", "device": "cpu", "batch_size": 4,
+        "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
+        "evaluation": {"answer_type": "letter", "fps": 1, "max_pixels": 3136, "num_processes": 2},
+        "generation": {"max_retries": 0, "letter_max_tokens": 2},
+    }
+    cfg = eval_config_from_dict(raw)
+    engine = create_engine(cfg)
+    with pytest.raises(MediaError, match=rf"{bad.name}: .*cannot decode.*on_bad_media = \"skip\""):
+        evaluate_model(cfg, engine=engine)
+    assert len(list((cfg.run_dir() / "synthetic").glob("*.json"))) == 4  # the first batch is kept
+
+    skip = eval_config_from_dict(raw, ["evaluation.on_bad_media=\"skip\""])
+    res = evaluate_model(skip, engine=engine)
+    assert res.scores.micro.total == 11  # 12 questions, one left out, none counted wrong for it
+    assert [(b["video_id"], b["question_index"]) for b in res.bad_media] == [(bad.stem, 0)]
+    assert "cannot decode" in res.bad_media[0]["error"]
+    assert not (res.run_dir / "synthetic" / f"{bad.stem}.json").exists()  # asked again on a resume
+    assert json.loads(res.results_json.read_text())["bad_media"][0]["video"] == str(bad)
+    assert str(bad) in wrong_answers_markdown([res.to_dict()])
