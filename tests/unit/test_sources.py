@@ -168,6 +168,49 @@ def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> No
         load_samples(cfg, "train")
 
 
+def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+    import huggingface_hub
+
+    rows = [cosmos_row("clips/a.mp4"), cosmos_row("clips/[b].mp4"), cosmos_row("/abs/c.mp4"),
+            cosmos_row("clips/a.mp4")]
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_list(rows))
+    snapshots = []
+
+    def fake_snapshot(repo_id, repo_type=None, revision=None, allow_patterns=None, **kw):
+        snapshots.append((repo_id, repo_type, revision, allow_patterns))
+        folder = tmp_path / "hub-cache" / "snapshot"
+        for name in ["clips/a.mp4", "clips/[b].mp4"]:  # what the repo holds
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(b"mp4")
+        return str(folder)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    got = load_samples(make_cfg({"name": "org/videos", "revision": "v2"}), "train")
+    # one snapshot for the table, with only the relative files the rows name (patterns escaped)
+    assert snapshots == [("org/videos", "dataset", "v2", ["clips/[[]b].mp4", "clips/a.mp4"])]
+    videos = [user_parts(s)[0]["video"] for s in got]
+    snap = tmp_path / "hub-cache" / "snapshot"
+    assert videos == [str(snap / "clips/a.mp4"), str(snap / "clips/[b].mp4"), "/abs/c.mp4", str(snap / "clips/a.mp4")]
+
+    # found locally (dataset.media_path): no download
+    snapshots.clear()
+    local = tmp_path / "local"
+    (local / "clips").mkdir(parents=True)
+    for name in ["a.mp4", "[b].mp4"]:
+        (local / "clips" / name).write_bytes(b"mp4")
+    got = load_samples(make_cfg({"name": "org/videos", "media_path": str(local)}), "train")
+    assert snapshots == [] and user_parts(got[0])[0]["video"] == str(local / "clips" / "a.mp4")
+
+    def offline(*a, **k):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("offline and not in the cache")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(DatasetError, match=r"'org/videos': 2 media file\(s\).*clips/\[b\]\.mp4, clips/a\.mp4.*"
+                                           r"LocalEntryNotFoundError.*dataset\.media_path"):
+        load_samples(make_cfg({"name": "org/videos"}), "train")
+
+
 def test_test_size_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
     rows = [cosmos_row(f"/v/{i}.mp4", question=str(i)) for i in range(20)]
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

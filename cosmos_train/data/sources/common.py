@@ -72,6 +72,7 @@ class RowContext:
     media_every_user_turn: bool = False
     reasoning_prompt: bool = False
     embedded_store: Path | None = None
+    write_embedded: bool = True  # False: a dry run that only looks at paths (no image encoding)
 
 
 def cosmos_cache() -> Path:
@@ -197,6 +198,8 @@ def resolve_media(value: str, ctx: RowContext) -> str:
     `ctx.embedded_store` first; a struct with only a path is that path.
     """
     if is_embedded(value):
+        if not ctx.write_embedded:
+            return "<embedded>"
         try:
             return str(store_embedded(value, ctx.embedded_store or cosmos_cache() / "embedded_media"))
         except OSError as e:

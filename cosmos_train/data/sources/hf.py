@@ -8,13 +8,16 @@ folder of the data file, then `dataset.local_dir`. Images held in the rows (an `
 PIL images, or {"bytes", "path"} structs in parquet) are written once to
 `dataset.cache_dir/embedded_media` (default `$COSMOS_CACHE/embedded_media`) and used by path;
 `messages` rows may leave media parts empty ({"type": "image"}) and give the images in an
-`images` column, as TRL datasets do.
+`images` column, as TRL datasets do. For a hub dataset, media the rows name by a relative path
+that is not found locally are downloaded from the same dataset repo (one snapshot with just
+those files, in the Hugging Face cache; offline mode uses the cache).
 """
 
 from __future__ import annotations
 
 import glob
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import (
     ROW_FILE_SUFFIXES,
     DatasetError,
+    RowContext,
     context_for,
     cosmos_cache,
     map_rows,
@@ -106,6 +110,40 @@ def iter_tables(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]], 
             yield label, rows, None
 
 
+def _unresolved_media(rows: list[dict[str, Any]], label: str, ctx: RowContext) -> list[str]:
+    """Relative media paths of `rows` found under none of ctx.media_roots (a dry run of the mapping)."""
+    missing: set[str] = set()
+
+    def note(value: str) -> None:
+        path = Path(value)
+        if not value.startswith(("http://", "https://", "file://")) and not path.is_absolute():
+            if not any((root / path).exists() for root in ctx.media_roots):
+                missing.add(value)
+        return None  # let resolve_media go on as usual
+
+    for _ in map_rows(rows, label, replace(ctx, media_lookup=note, write_embedded=False)):
+        pass
+    return sorted(missing)
+
+
+def _hub_media(ds: DatasetConfig, files: list[str]) -> Path:
+    """Download `files` from the dataset repo in one snapshot; returns its local folder."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            ds.name, repo_type="dataset", revision=ds.revision, allow_patterns=[glob.escape(f) for f in files]
+        )
+    except Exception as e:  # the hub raises many types; the user needs the repo, the files and the cause
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise DatasetError(
+            f"dataset {ds.name!r}: {len(files)} media file(s) the rows name ({shown}) are not local and could "
+            f"not be downloaded from the dataset repo: {type(e).__name__}: {e}. Set dataset.media_path to a "
+            "local copy, or allow hub access"
+        ) from e
+    return Path(folder)
+
+
 @register_source("hf")
 def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
     if split_role == "val":
@@ -117,4 +155,8 @@ def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: st
         ctx = context_for(
             train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder), embedded_store=_embedded_store(ds)
         )
+        if folder is None:  # a hub dataset: media its rows name by relative path live in the same repo
+            files = _unresolved_media(rows, label, ctx)
+            if files:
+                ctx.media_roots.append(_hub_media(ds, files))
         yield from map_rows(rows, label, ctx)
