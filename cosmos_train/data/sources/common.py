@@ -324,7 +324,8 @@ def _chat_messages(value: Any, ctx: RowContext, own: Mapping[str, Any], media: d
                     if used[kind] >= len(media[kind]):
                         raise RowError(
                             "placeholder_mismatch",
-                            f"a {kind} part without a value and no {kind} left in the row's {kind}s column "
+                            f"{'an' if kind == 'image' else 'a'} {kind} part without a value and no {kind} left in "
+                            f"the row's {kind}s column "
                             f"({len(media[kind])} given)",
                         )
                     extra = {k: v for k, v in part.items() if k != "type"}

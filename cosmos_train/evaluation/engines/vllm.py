@@ -83,8 +83,8 @@ def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLo
         rates.append(sample_fps)
     request["multi_modal_data"] = {"video": items[0] if len(items) == 1 else items}
     # "fps" is how vLLM <= 0.11 (the reference's) learns the rate: it drops the metadata for
-    # Qwen2.5-VL, and its processor would assume 2 fps. Newer vLLM reads the metadata, and its
-    # transformers takes only a number here (a list is refused), as the old one also does.
+    # Qwen2.5-VL, and its processor would assume 2 fps. Newer vLLM reads the metadata; its
+    # transformers refuses a list here, so one video (the engine's limit per prompt) sends a number.
     request["mm_processor_kwargs"] = {"do_resize": False, "fps": rates[0] if len(rates) == 1 else rates}
     return request
 
