@@ -24,15 +24,15 @@ Truncation (only when max_length is set and the sample is longer):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from cosmos_train.data import video as media
-from cosmos_train.data.clip_cache import ClipCache
 from cosmos_train.models.load import get_tokenizer
 
 IGNORE_INDEX = -100
@@ -101,6 +101,14 @@ class _VisionItem:
     end: int = 0
 
 
+class FrameReader(Protocol):
+    """Where decoded frames come from: `ClipCache` (disk, across runs) or `FrameMemo` (memory, one run)."""
+
+    def read_video(self, path: str | os.PathLike, settings: media.VisionSettings | None = None) -> tuple[torch.Tensor, float]: ...
+
+    def load_image(self, source: Any, settings: media.VisionSettings | None = None) -> torch.Tensor: ...
+
+
 def _where(origin: str | None) -> str:
     return f"{origin}: " if origin else ""
 
@@ -143,7 +151,7 @@ def _validate(messages: Sequence[dict], where: str) -> None:
 
 
 def _load_vision(
-    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None, clip_cache: ClipCache | None = None
+    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None, clip_cache: FrameReader | None = None
 ) -> list[_VisionItem]:
     """Decode and patchify every image / video part, in the order the template renders them.
 
@@ -315,14 +323,15 @@ def encode_chat(
     truncation: Literal["error", "right"] = "error",
     origin: str | None = None,
     vision_defaults: media.VisionSettings | None = None,
-    clip_cache: ClipCache | None = None,
+    clip_cache: FrameReader | None = None,
 ) -> EncodedChat:
     """Encode `messages` for the model of `processor_or_tokenizer` (see the module docstring).
 
     origin: the sample's file and row, prefixed to error messages.
     vision_defaults: settings (e.g. from the config) under each part's own vision keys.
     clip_cache: a `cosmos_train.data.clip_cache.ClipCache` (dataset.cache_dir) that keeps decoded
-        clips on disk, so a second epoch or run does not decode them again; None decodes every time.
+        clips on disk, so a second epoch or run does not decode them again, or a
+        `cosmos_train.data.frame_memo.FrameMemo` (memory, one run); None decodes every time.
     A bare tokenizer works for text-only chats and for vision with Qwen2.5-VL's spatial merge of 2.
     """
     if truncation not in ("error", "right"):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.evaluation.engines.base import Chat, Sampling
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -95,6 +96,7 @@ class HFEngine:
         workers: int = 4,
         model: Any = None,
         processor: Any = None,
+        frame_memo_bytes: int = 2 << 30,
     ):
         from cosmos_train.models.load import get_tokenizer, load_model, load_processor
 
@@ -106,6 +108,8 @@ class HFEngine:
         self.tokenizer = get_tokenizer(self.processor)
         self.max_length = max_length
         self.workers = max(1, workers)
+        # Several questions about one clip decode it once (see FrameMemo).
+        self.frames = FrameMemo(max_bytes=frame_memo_bytes)
         eos = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.eos_ids = [i for i in {eos, self.tokenizer.eos_token_id} if isinstance(i, int) and i >= 0]
         pad = self.tokenizer.pad_token_id
@@ -114,7 +118,9 @@ class HFEngine:
     def encode(self, chat: Chat) -> Any:
         from cosmos_train.data.chat import encode_chat
 
-        return encode_chat(self.processor, chat, add_generation_prompt=True, max_length=self.max_length)
+        return encode_chat(
+            self.processor, chat, add_generation_prompt=True, max_length=self.max_length, clip_cache=self.frames
+        )
 
     def generation_kwargs(self, sampling: Sampling, prompt_length: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -156,5 +162,6 @@ class HFEngine:
 
     def close(self) -> None:
         self.model = None
+        self.frames = FrameMemo(max_bytes=self.frames.max_bytes)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

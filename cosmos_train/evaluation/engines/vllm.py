@@ -19,8 +19,10 @@ import gc
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
+from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.evaluation.engines.base import Chat, Sampling
 
 VideoLoader = Callable[[dict[str, Any]], tuple[Any, float]]
@@ -36,12 +38,16 @@ def video_parts(chat: Chat) -> list[dict[str, Any]]:
     return parts
 
 
-def load_video_frames(part: dict[str, Any]) -> tuple[Any, float]:
-    """(float frames [T, C, H, W], sample_fps) for one video part, sampled and resized like qwen-vl-utils."""
+def load_video_frames(part: dict[str, Any], frames_from: Any = None) -> tuple[Any, float]:
+    """(float frames [T, C, H, W], sample_fps) for one video part, sampled and resized like qwen-vl-utils.
+
+    frames_from: a FrameMemo / ClipCache to read through (default: decode).
+    """
     from cosmos_train.data.video import VisionSettings, read_video
 
-    frames, sample_fps = read_video(part["video"], VisionSettings.from_part(part))
-    return frames.float(), sample_fps
+    read = frames_from.read_video if frames_from is not None else read_video
+    frames, sample_fps = read(part["video"], VisionSettings.from_part(part))
+    return frames.float(), sample_fps  # a new tensor: the memo's frames are never changed
 
 
 def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
@@ -172,6 +178,7 @@ class VLLMEngine:
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.stop_ids = [i for i in {im_end, tokenizer.eos_token_id} if isinstance(i, int) and i >= 0]
         self.workers = max(1, workers)
+        self.frames = FrameMemo()  # several questions about one clip decode it once
 
     def render(self, chat: Chat) -> str:
         return self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
@@ -180,7 +187,8 @@ class VLLMEngine:
         if not chats:
             return []
         with ThreadPoolExecutor(max_workers=min(self.workers, len(chats))) as pool:
-            requests = list(pool.map(lambda c: build_request(c, self.render), chats))
+            load = partial(load_video_frames, frames_from=self.frames)
+            requests = list(pool.map(lambda c: build_request(c, self.render, load), chats))
         params = self._sampling_cls(**sampling_kwargs(sampling, self.stop_ids))
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [o.outputs[0].text for o in outputs]
@@ -191,6 +199,7 @@ class VLLMEngine:
         Dropping the LLM object is not enough: its engine core and workers are child processes that
         hold the GPU memory until garbage collection reaches the client.
         """
+        self.frames = FrameMemo(max_bytes=self.frames.max_bytes)
         llm, self.llm = self.llm, None
         core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):

@@ -1,0 +1,99 @@
+"""FrameMemo: one decode per clip within a run, bounded memory, errors never stored."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cosmos_train.data import video
+from cosmos_train.data.frame_memo import FrameMemo
+from cosmos_train.data.video import MediaError, VisionSettings
+from tests.media import moving_square_mp4
+
+SETTINGS = VisionSettings(fps=2, min_pixels=3136, max_pixels=3136)
+
+
+def test_second_read_is_a_hit_with_the_same_frames(tmp_path: Path) -> None:
+    clip = moving_square_mp4(tmp_path / "a.mp4", frames=8)
+    memo = FrameMemo()
+    frames, fps = memo.read_video(clip, SETTINGS)
+    again, fps_again = memo.read_video(str(clip), SETTINGS)
+    expected, expected_fps = video.read_video(clip, SETTINGS)
+    assert torch.equal(frames, expected) and fps == fps_again == expected_fps
+    assert again is frames and (memo.hits, memo.misses) == (1, 1)
+    memo.read_video(clip, VisionSettings(fps=1, min_pixels=3136, max_pixels=3136))  # other settings: a miss
+    assert memo.misses == 2 and memo.size_bytes == frames.nbytes * 2
+
+
+def test_least_recently_used_goes_first_and_oversized_is_not_kept(tmp_path: Path) -> None:
+    clips = [moving_square_mp4(tmp_path / f"{i}.mp4", shift=i, frames=8) for i in range(3)]
+    one = video.read_video(clips[0], SETTINGS)[0].nbytes
+    memo = FrameMemo(max_bytes=2 * one)
+    memo.read_video(clips[0], SETTINGS)
+    memo.read_video(clips[1], SETTINGS)
+    memo.read_video(clips[0], SETTINGS)  # 0 is now the most recent
+    memo.read_video(clips[2], SETTINGS)  # evicts 1
+    assert memo.size_bytes == 2 * one
+    memo.read_video(clips[0], SETTINGS)
+    assert (memo.hits, memo.misses) == (2, 3)
+    memo.read_video(clips[1], SETTINGS)
+    assert memo.misses == 4
+    tiny = FrameMemo(max_bytes=one - 1)
+    tiny.read_video(clips[0], SETTINGS)
+    tiny.read_video(clips[0], SETTINGS)
+    assert tiny.misses == 2 and tiny.size_bytes == 0
+
+
+def test_media_errors_are_raised_every_time(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video at all")
+    memo = FrameMemo()
+    for _ in range(2):
+        with pytest.raises(MediaError, match="bad.mp4"):
+            memo.read_video(bad, SETTINGS)
+    with pytest.raises(MediaError, match="file not found"):
+        memo.read_video(tmp_path / "missing.mp4", SETTINGS)
+    assert memo.size_bytes == 0 and not memo._loading
+
+
+def test_threads_asking_for_one_clip_share_one_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clip = moving_square_mp4(tmp_path / "a.mp4", frames=8)
+    decodes = []
+    real = video.read_video
+
+    def slow_read(path, settings=None):
+        decodes.append(path)
+        time.sleep(0.2)  # long enough for every thread to ask while the first decodes
+        return real(path, settings)
+
+    monkeypatch.setattr(video, "read_video", slow_read)
+    memo = FrameMemo()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(memo.read_video(clip, SETTINGS))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(decodes) == 1 and len(results) == 4 and all(r[0] is results[0][0] for r in results)
+
+
+def test_hf_engine_decodes_a_clip_once_for_several_questions(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from cosmos_train.evaluation.engines import Sampling
+    from cosmos_train.evaluation.engines.hf import HFEngine
+
+    clips = [moving_square_mp4(tmp_path / f"{i}.mp4", shift=i) for i in range(2)]
+    chats = [
+        [{"role": "user", "content": [{"type": "video", "video": str(c), "fps": 2, "max_pixels": 3136,
+                                       "min_pixels": 3136}, {"type": "text", "text": q}]}]
+        for c in clips for q in ("Where does it go?", "What colour is it?", "How fast?")
+    ]
+    engine = HFEngine(str(tiny_model_dir), dtype="float32", device="cpu", workers=2)
+    texts = engine.generate(chats, Sampling(max_tokens=2))
+    assert len(texts) == 6 and engine.frames.misses == 2 and engine.frames.hits == 4
+    # the same answers as engines without the memo would give: the memo changes no pixel
+    fresh = HFEngine(str(tiny_model_dir), dtype="float32", device="cpu", workers=1, frame_memo_bytes=0)
+    assert fresh.generate(chats, Sampling(max_tokens=2)) == texts and fresh.frames.size_bytes == 0
