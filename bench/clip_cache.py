@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from video_pipeline import write_clip  # noqa: E402  (the same synthetic clips)
+from video_pipeline import standard_clips  # noqa: E402  (the same synthetic clips)
 
 from cosmos_train.data.clip_cache import ClipCache  # noqa: E402
 from cosmos_train.data.video import VisionSettings, prepare_video, preprocess_video  # noqa: E402
@@ -42,11 +42,7 @@ def main() -> None:
     settings = VisionSettings(fps=1, max_pixels=81920)  # the Cosmos-Reason default
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        clips = {
-            "2s 112x112 30fps": write_clip(root / "small.mp4", 2, 30, 112, 112),
-            f"{args.seconds:g}s 480x640 30fps": write_clip(root / "vga.mp4", args.seconds, 30, 480, 640),
-            f"{args.seconds:g}s 720x1280 30fps": write_clip(root / "hd.mp4", args.seconds, 30, 720, 1280),
-        }
+        clips = standard_clips(root, args.seconds)
         header = f"{'clip (fps 1, max 81920 px)':<28} {'uncached ms':>11} {'miss ms':>8} {'hit ms':>7} {'speedup':>8} {'entry KiB':>9}"
         print(header)
         print("-" * len(header))

@@ -71,6 +71,15 @@ def write_clip(path: Path, seconds: float, fps: int, height: int, width: int) ->
     return path
 
 
+def standard_clips(root: Path, seconds: float) -> dict[str, Path]:
+    """The benchmark clips, by label: a short small one, and `seconds`-long VGA and HD ones."""
+    return {
+        "2s 112x112 30fps": write_clip(root / "small.mp4", 2, 30, 112, 112),
+        f"{seconds:g}s 480x640 30fps": write_clip(root / "vga.mp4", seconds, 30, 480, 640),
+        f"{seconds:g}s 720x1280 30fps": write_clip(root / "hd.mp4", seconds, 30, 720, 1280),
+    }
+
+
 def naive_prepare(path: Path, settings: VisionSettings) -> VisionInput:
     """Decode every frame to RGB, then sample and resize each kept frame with PIL."""
     with av.open(str(path)) as container:
@@ -227,11 +236,7 @@ def main() -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        clips = {
-            "2s 112x112 30fps": write_clip(root / "small.mp4", 2, 30, 112, 112),
-            f"{args.seconds:g}s 480x640 30fps": write_clip(root / "vga.mp4", args.seconds, 30, 480, 640),
-            f"{args.seconds:g}s 720x1280 30fps": write_clip(root / "hd.mp4", args.seconds, 30, 720, 1280),
-        }
+        clips = standard_clips(root, args.seconds)
         if args.only != "workers":
             clip_table(clips, args)
         if args.only != "clips":
