@@ -23,17 +23,9 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cosmos_train.errors import ConfigError
+
 ENV_PREFIX = "COSMOS_TRAIN__"
-
-
-class ConfigError(ValueError):
-    """All problems found in one config, each as 'key.path: what is wrong (what to do)'."""
-
-    def __init__(self, problems: list[str], source: str | None = None):
-        self.problems = problems
-        self.source = source
-        head = f"invalid config {source}" if source else "invalid config"
-        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 class Section(BaseModel):

@@ -33,6 +33,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from cosmos_train.data import video as media
+from cosmos_train.errors import DataError
 from cosmos_train.models.load import get_tokenizer
 
 IGNORE_INDEX = -100
@@ -44,7 +45,7 @@ TEXT_TYPE, IMAGE_TYPE, VIDEO_TYPE = 0, 1, 2
 ROLES = ("system", "user", "assistant")
 
 
-class ChatTooLongError(ValueError):
+class ChatTooLongError(DataError):
     """The encoded sample does not fit in max_length (and could not be truncated usefully)."""
 
     def __init__(self, message: str, length: int, max_length: int):

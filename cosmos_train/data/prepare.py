@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosmos_train.config import Config
 from cosmos_train.data.sources.common import reward_names
+from cosmos_train.errors import DataError
 
 if TYPE_CHECKING:  # the media stack (torch, av) loads when rows are checked, not on import
     from cosmos_train.data.clip_cache import ClipCache
@@ -61,7 +62,7 @@ class RowProblem:
         return f"{self.origin} (id {self.id}): {self.reason}: {self.message}"
 
 
-class DataValidationError(ValueError):
+class DataValidationError(DataError):
     """Rows that did not validate under on_bad_row = "fail", each naming file:row and reason."""
 
     def __init__(self, problems: list[RowProblem], rows_checked: int, total: int, report_path: str | None = None):

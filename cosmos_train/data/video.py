@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from cosmos_train.data.vision_settings import VisionSettings, VisionSettingsError
+from cosmos_train.errors import MediaError
 
 __all__ = [
     "MediaError",
@@ -71,13 +72,6 @@ _FRAME_COUNT_SLACK = 2
 MediaSource = str | os.PathLike
 
 
-class MediaError(ValueError):
-    """A video or image that cannot be used; names the file and says why."""
-
-    def __init__(self, path: MediaSource | str, reason: str):
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
 
 
 @dataclasses.dataclass

@@ -19,6 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from cosmos_train.errors import DataError
+
 # qwen-vl-utils constants (Qwen2.5-VL: patch 14 x spatial merge 2 = 28 pixels per token side).
 IMAGE_FACTOR = 28
 MIN_PIXELS = 4 * 28 * 28
@@ -49,7 +51,7 @@ _FLOAT_KEYS = ("fps", "video_start", "video_end")
 _INT_KEYS = tuple(k for k in VISION_KEYS if k not in _FLOAT_KEYS)
 
 
-class VisionSettingsError(ValueError):
+class VisionSettingsError(DataError):
     """A vision setting is unknown (a likely typo), has the wrong type, or contradicts another."""
 
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.errors import BenchmarkError
+
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm")
 
 
-class BenchmarkError(ValueError):
-    """A benchmark file that cannot be evaluated, with the file and row named."""
 
 
 @dataclass(frozen=True)

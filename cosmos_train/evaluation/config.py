@@ -25,13 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from cosmos_train.config import ConfigError, parse_override, set_path
 
 
-class EvalConfigError(ValueError):
+class EvalConfigError(ConfigError):
     """Every problem found in one evaluation config, each as 'key.path: what is wrong'."""
 
-    def __init__(self, problems: list[str], source: str | None = None):
-        self.problems = problems
-        head = f"invalid evaluation config {source}" if source else "invalid evaluation config"
-        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in problems))
+    def __init__(self, problems: list[str] | str, source: str | None = None):
+        super().__init__(problems, source, what="evaluation config")
 
 
 class _Section(BaseModel):

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.errors import BenchmarkError
+
 RECORD_KEYS = (
     "datasource",
     "video_id",
@@ -30,7 +32,7 @@ RECORD_KEYS = (
 )
 
 
-class PredictionFileError(ValueError):
+class PredictionFileError(BenchmarkError):
     """A prediction file that does not hold the reference layout (file and entry named)."""
 
 

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 
 from cosmos_train.config import Config
 from cosmos_train.data.clip_cache import ClipCache, open_clip_cache
+from cosmos_train.errors import DataError
 
 
 def manifest_path(run_dir: Path, split_role: str) -> Path:
@@ -32,7 +33,7 @@ def load_train_samples(cfg: Config, run_dir: Path, split_role: str, script: str 
     return list(load_samples(cfg, split_role, script))
 
 
-class RowError(ValueError):
+class RowError(DataError):
     """A row that cannot be encoded, named by id and origin (file:row)."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from cosmos_train.config import TrainPolicyConfig
 from cosmos_train.data.sources.embedded import is_embedded, store_embedded
+from cosmos_train.errors import DataError
 
 VISION_KEYS = (
     "fps", "nframes", "min_frames", "max_frames", "max_pixels", "min_pixels", "total_pixels",
@@ -38,11 +39,11 @@ REASONING_INSTRUCTION = (
 )
 
 
-class DatasetError(ValueError):
+class DatasetError(DataError):
     """A dataset that cannot be read at all (missing file, unknown layout, hub failure)."""
 
 
-class RowError(ValueError):
+class RowError(DataError):
     """One row that cannot be turned into a chat sample; `reason` is a short count key."""
 
     def __init__(self, reason: str, message: str):

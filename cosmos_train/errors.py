@@ -1,0 +1,190 @@
+"""The typed user errors: one kind per thing a user can get wrong, one place that defines them.
+
+A `UserError` is a mistake in the input (config, data, media, benchmark, checkpoint, model folder,
+credentials, disk): it fails the same way every time, so it is never retried, and it is shown as one
+short paragraph (the key / file / row, what is wrong, what to do) with exit code 2 and no traceback.
+Any other exception is a bug or a crash and keeps its traceback.
+
+Errors cross process boundaries as RUN/error.json (`write_error_file` in a torchrun rank,
+`read_error_file` in the launching task), so the flow that started the ranks raises the same typed
+error the rank raised.
+
+    from cosmos_train.errors import CheckpointError
+    raise CheckpointError(f"train.resume: {path} is not a checkpoint; complete ones: ...")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_USER_ERROR = 2
+ERROR_FILE = "error.json"
+
+
+class UserError(ValueError):
+    """Base of every error a user can fix. A ValueError, so callers that catch bad input keep working."""
+
+    kind = "input"
+
+    @property
+    def paragraph(self) -> str:
+        """What the CLI prints and a failed flow run shows: the message, nothing else."""
+        return str(self)
+
+
+class ConfigError(UserError):
+    """All problems found in one config, each as 'key.path: what is wrong (what to do)'."""
+
+    kind = "config"
+
+    def __init__(self, problems: list[str] | str, source: str | None = None, what: str = "config"):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.source = source
+        head = f"invalid {what} {source}" if source else f"invalid {what}"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable with its own arguments (Prefect stores results)
+        return (_rebuild_config_error, (type(self), self.problems, self.source, str(self)))
+
+
+def _rebuild_config_error(cls: type, problems: list[str], source: str | None, text: str) -> ConfigError:
+    err = cls.__new__(cls)
+    ValueError.__init__(err, text)
+    err.problems, err.source = problems, source
+    return err
+
+
+class DataError(UserError):
+    """A dataset that cannot be read or rows that do not validate (file and row named)."""
+
+    kind = "data"
+
+
+class MediaError(DataError):
+    """A video or image that cannot be used; names the file and says why."""
+
+    kind = "media"
+
+    def __init__(self, path: Any, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason))
+
+
+class BenchmarkError(UserError):
+    """A benchmark that cannot be evaluated, with the file and row named."""
+
+    kind = "benchmark"
+
+
+class ModelError(UserError):
+    """A model folder or hub id that cannot be loaded as asked (missing files, wrong architecture)."""
+
+    kind = "model"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, incomplete or does not match the run (path named)."""
+
+    kind = "checkpoint"
+
+
+class AuthError(UserError):
+    """Missing or refused credentials (which variable or secret to set)."""
+
+    kind = "auth"
+
+
+class DiskFullError(UserError):
+    """No space left where the run writes; names the path."""
+
+    kind = "disk"
+
+
+class TrainingDiverged(UserError):
+    """A non-finite loss or gradient norm: names the step and what to change (lr, clip, data)."""
+
+    kind = "training"
+
+
+class RepeatedFailure(RuntimeError):
+    """A crash that happened again at the same step with the same message: retrying cannot help."""
+
+
+KINDS: dict[str, type[UserError]] = {
+    cls.kind: cls
+    for cls in (UserError, ConfigError, DataError, MediaError, BenchmarkError, ModelError, CheckpointError,
+                AuthError, DiskFullError, TrainingDiverged)
+}
+
+
+def is_user_error(exc: BaseException | None) -> bool:
+    return isinstance(exc, UserError)
+
+
+def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> UserError | None:
+    """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
+    import errno
+
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    where = path or exc.filename or "the output folder"
+    return DiskFullError(
+        f"no space left on {where}: free space there or point train.output_dir at a larger disk "
+        "(partial files of the interrupted write were removed)"
+    )
+
+
+# ------------------------------------------------------------------------- across processes
+def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int | None = None,
+                     rank: int = 0) -> Path:
+    """Record why this rank stopped, for the launching task (written atomically; first rank wins)."""
+    path = Path(run_dir) / ERROR_FILE
+    record = {
+        "kind": exc.kind if isinstance(exc, UserError) else None,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "step": step,
+        "rank": rank,
+        "traceback": None if isinstance(exc, UserError) else "".join(traceback.format_exception(exc)),
+    }
+    tmp = path.with_name(f"{ERROR_FILE}.{rank}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, indent=2))
+        if not path.exists():
+            tmp.replace(path)
+        else:
+            tmp.unlink()
+    except OSError:  # a full disk must not hide the original error: the message still goes to stderr
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_error_file(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    path = Path(run_dir) / ERROR_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def error_from_record(record: dict[str, Any]) -> UserError | None:
+    """The UserError a rank recorded, rebuilt as its own kind; None for a crash (no kind)."""
+    kind = record.get("kind")
+    if kind is None:
+        return None
+    cls = KINDS.get(kind, UserError)
+    err = cls.__new__(cls)
+    ValueError.__init__(err, record["message"])
+    if isinstance(err, ConfigError):
+        err.problems, err.source = [record["message"]], None
+    if isinstance(err, MediaError):
+        err.path, err.reason = "", record["message"]
+    return err
