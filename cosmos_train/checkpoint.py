@@ -482,3 +482,48 @@ def _json_ok(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
+    """The checkpoint `train.resume` names, checked before anything is loaded.
+
+    - false: None (start fresh).
+    - true: the newest complete checkpoint under output_dir, or None when there is none (the caller says
+      so in its log and result: starting fresh is what a first run of a resumable job does).
+    - a path: that checkpoint (a step_N folder), or the newest complete one in a run folder / its
+      checkpoints/ folder / an output_dir. Anything else is a CheckpointError that lists the complete
+      checkpoints found, so the user can copy one: a missing path or an interrupted save never silently
+      becomes a run from step 0.
+    """
+    from cosmos_train.errors import CheckpointError
+
+    if resume is False:
+        return None
+    if resume is True:
+        return CheckpointManager.find_latest(Path(output_dir).expanduser())
+    path = Path(resume).expanduser()
+    found = CheckpointManager.find_latest(path)
+    if found is not None and (not _STEP_DIR.fullmatch(path.name) or found == path):
+        return found
+    if not path.exists():
+        why = "does not exist"
+    elif _STEP_DIR.fullmatch(path.name):
+        why = f"is not a complete checkpoint (no {COMPLETE} marker: the save was interrupted)"
+    else:
+        why = "holds no complete checkpoint"
+    nearby = _complete_near(path, Path(output_dir).expanduser())
+    listing = ("complete checkpoints nearby:\n" + "\n".join(f"    {p}" for p in nearby[-10:])) if nearby else (
+        "no complete checkpoint was found there or under train.output_dir")
+    raise CheckpointError(f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
+                          f"or to true for the newest one. {listing}")
+
+
+def _complete_near(path: Path, output_dir: Path) -> list[Path]:
+    """Complete checkpoints in the closest existing ancestor of `path`'s run, and under output_dir."""
+    roots = [p for p in (path, path.parent, path.parent.parent, output_dir) if p.is_dir()]
+    seen: dict[Path, None] = {}
+    for root in roots:
+        for run in [root, root / "checkpoints", *[r / "checkpoints" for r in root.iterdir() if r.is_dir()]]:
+            for ckpt in complete_checkpoints(run):
+                seen[ckpt.resolve()] = None
+    return sorted(seen, key=lambda p: (_written_at(p), step_of(p)))

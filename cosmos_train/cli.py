@@ -10,14 +10,25 @@
     cosmos-train demo
 
 Heavy imports (torch, transformers, prefect) happen inside each command so `--help` and
-`config check` answer at once.
+`config check` answer at once, and a command's inputs are checked (`cosmos_train.preflight`) before
+Prefect starts its temporary API server.
+
+A mistake in the input (a `cosmos_train.errors.UserError`) prints one paragraph and exits 2, with no
+traceback (`--debug` shows it; the flow run's log on the Prefect server keeps it); anything else is
+a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import traceback
 from pathlib import Path
+
+# Prefect's temporary API server gives up after 20 s by default, which a loaded machine exceeds.
+EPHEMERAL_STARTUP_TIMEOUT_S = "180"
 
 
 def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
@@ -32,13 +43,9 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from cosmos_train.config import ConfigError, load_config
+    from cosmos_train.config import load_config
 
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
+    cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
     print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
     return 0
@@ -66,7 +73,12 @@ def _make_synthetic(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
+    from cosmos_train.preflight import check_job
+
+    check_job(args.config, args.overrides, args.script)
     from flows.sft import SFTParams, sft
+
+    _quiet_prefect_console()
 
     result = sft(SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=args.script))
     print(result["run_dir"])
@@ -74,7 +86,12 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _prepare_data(args: argparse.Namespace) -> int:
+    from cosmos_train.preflight import check_job
+
+    check_job(args.config, args.overrides, args.script, args.run_dir)
     from flows.prepare_data import PrepareDataParams, prepare_data
+
+    _quiet_prefect_console()
 
     print(prepare_data(PrepareDataParams(config=str(args.config), overrides=args.overrides,
                                          dataset_script=args.script, run_dir=args.run_dir)))
@@ -82,14 +99,14 @@ def _prepare_data(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from cosmos_train.evaluation.config import EvalConfigError
+    from cosmos_train.evaluation.config import load_eval_config
+
+    load_eval_config(args.config, args.overrides)
     from flows.evaluate import EvaluateParams, evaluate
 
-    try:
-        out = evaluate(EvaluateParams(config=str(args.config), models=args.models, overrides=args.overrides))
-    except EvalConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
+    _quiet_prefect_console()
+
+    out = evaluate(EvaluateParams(config=str(args.config), models=args.models, overrides=args.overrides))
     for r in out["results"]:
         print(r["label"], r["accuracy"], r["results_json"])
     return 0
@@ -105,12 +122,15 @@ def _export(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
+    _quiet_prefect_console()
+
     demo(output_dir=str(args.output_dir))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cosmos-train", description=__doc__.split("\n")[0])
+    ap.add_argument("--debug", action="store_true", help="Show the traceback of an input error too.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     cfg = sub.add_parser("config", help="Config utilities.")
@@ -157,9 +177,55 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+class _HideUserErrorTracebacks(logging.Filter):
+    """On the console only: Prefect logs a failed task or flow with its traceback; for a user error the
+    paragraph printed at the end says it all. The API log handler (the run's log on the server) keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from cosmos_train.errors import UserError
+
+        if record.exc_info and isinstance(record.exc_info[1], UserError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_prefect_console() -> None:
+    """Called once the flows are imported (Prefect has set up its logging), unless --debug."""
+    if os.environ.get("COSMOS_TRAIN_DEBUG") == "1":
+        return
+    seen = set()
+    for name in ["", *logging.root.manager.loggerDict]:
+        logger = logging.getLogger(name)
+        for handler in getattr(logger, "handlers", []):
+            if id(handler) not in seen and isinstance(handler, logging.StreamHandler):
+                seen.add(id(handler))
+                handler.addFilter(_HideUserErrorTracebacks())
+
+
 def main(argv: list[str] | None = None) -> int:
+    from cosmos_train.errors import EXIT_USER_ERROR, UserError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
+    if args.debug:
+        os.environ["COSMOS_TRAIN_DEBUG"] = "1"
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        if args.debug:
+            traceback.print_exc()
+        _stop_temporary_prefect_server()  # its "Stopping temporary server" line would come after ours
+        print(f"error: {e.paragraph}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+def _stop_temporary_prefect_server() -> None:
+    """Stop the ephemeral API servers Prefect started in this process now (Prefect does it at exit)."""
+    module = sys.modules.get("prefect.server.api.server")
+    if module is None:
+        return
+    for server in list(getattr(module.SubprocessASGIServer, "_instances", {}).values()):
+        server.stop()
 
 
 if __name__ == "__main__":

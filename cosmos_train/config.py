@@ -209,6 +209,11 @@ class TrainConfig(Section):
     sequence_packing: bool = Field(False, description="Pack samples padding-free into one sequence.")
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
     sync_weight_interval: int = Field(1, description="GRPO: steps between weight syncs to rollout.")
+    skip_nonfinite_steps: int = Field(
+        0, ge=0,
+        description="Steps whose loss or gradient norm is NaN/inf that may be skipped (no update) before the "
+        "run stops naming the step; 0 stops at the first.",
+    )
     ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)
     train_policy: TrainPolicyConfig = Field(default_factory=TrainPolicyConfig)
 
@@ -591,6 +596,23 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
             cfg.policy.parallelism.check_world_size(nproc)
         except ConfigError as e:
             out += e.problems
+    return out
+
+
+def unsupported_settings(cfg: Config) -> list[str]:
+    """Keys the schema accepts (the reference framework's) that the trainers do not implement yet: refused
+    up front, before any process starts, never silently ignored."""
+    out = []
+    if cfg.policy_type != "sft":
+        out.append(f"train.train_policy.type = {cfg.policy_type!r}: this is the SFT trainer (GRPO is not in this release)")
+    if cfg.policy.lora is not None:
+        out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
+    if cfg.train.compile:
+        out.append("train.compile: torch.compile is not wired into the trainer yet; set it to false")
+    if cfg.train.async_tp_enabled:
+        out.append("train.async_tp_enabled: async tensor parallel is not implemented; set it to false")
+    if cfg.train.master_dtype != "float32":
+        out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
     return out
 
 

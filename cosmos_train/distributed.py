@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from cosmos_train.config import ConfigError, ParallelismConfig
+from cosmos_train.process_tree import watch_parent
 
 
 @dataclass
@@ -60,6 +61,10 @@ def _free_port() -> int:
 
 def init_distributed(par: ParallelismConfig) -> DistInfo:
     """Join (or create) the process group and build the (dp_replicate, dp_shard, tp) mesh."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        # Under torchrun each rank runs in a session of its own: if the launcher dies (SIGKILL), stop
+        # instead of hanging on as an orphan.
+        watch_parent(grace_s=10.0)
     if "RANK" not in os.environ:  # plain `python -m ...`: a one-process group
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
@@ -91,7 +96,9 @@ def all_reduce_sum(value: float | int | torch.Tensor, device: torch.device) -> t
     return t
 
 
-def teardown() -> None:
+def teardown(barrier: bool = True) -> None:
+    """Leave the process group; `barrier=False` on an error path, where the other ranks may be anywhere."""
     if dist.is_initialized():
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()

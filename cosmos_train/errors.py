@@ -144,8 +144,9 @@ def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> UserEr
 
 # ------------------------------------------------------------------------- across processes
 def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int | None = None,
-                     rank: int = 0) -> Path:
-    """Record why this rank stopped, for the launching task (written atomically; first rank wins)."""
+                     rank: int = 0) -> bool:
+    """Record why this rank stopped, for the launching task (written atomically; the first rank wins).
+    Returns whether this rank's record is the one kept."""
     path = Path(run_dir) / ERROR_FILE
     record = {
         "kind": exc.kind if isinstance(exc, UserError) else None,
@@ -158,13 +159,14 @@ def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int |
     tmp = path.with_name(f"{ERROR_FILE}.{rank}.tmp")
     try:
         tmp.write_text(json.dumps(record, indent=2))
-        if not path.exists():
-            tmp.replace(path)
-        else:
-            tmp.unlink()
-    except OSError:  # a full disk must not hide the original error: the message still goes to stderr
+        os.link(tmp, path)  # atomic and exclusive: fails when another rank was first
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a full disk must not hide the original error: the caller still prints it
+        return True
+    finally:
         tmp.unlink(missing_ok=True)
-    return path
 
 
 def read_error_file(run_dir: str | os.PathLike) -> dict[str, Any] | None:
@@ -188,3 +190,19 @@ def error_from_record(record: dict[str, Any]) -> UserError | None:
     if isinstance(err, MediaError):
         err.path, err.reason = "", record["message"]
     return err
+
+
+def report_rank_failure(exc: BaseException, run_dir: str | os.PathLike, step: int | None = None,
+                        rank: int = 0) -> int | None:
+    """At the top of a torchrun rank: record why it stops (RUN/error.json) and, for a user error, print its
+    paragraph and return the exit code. None for a crash: the caller re-raises it with its traceback."""
+    import sys
+
+    if isinstance(exc, OSError):
+        exc = from_os_error(exc) or exc
+    first = write_error_file(run_dir, exc, step=step, rank=rank)
+    if not isinstance(exc, UserError):
+        return None
+    if first:  # ranks usually fail alike: say it once
+        print(f"error: {exc.paragraph}", file=sys.stderr, flush=True)
+    return EXIT_USER_ERROR

@@ -44,6 +44,15 @@ class MetricsLogger:
             shown = " ".join(f"{k}={_fmt(v)}" for k, v in values.items())
             print(f"[{kind}] step {step} {shown}", flush=True)
 
+    def drop_after(self, step: int) -> None:
+        """Remove rows past `step` (a resumed run's earlier attempt logged them; they are logged again)."""
+        if not self.enabled or not self.path.exists():
+            return
+        kept = [r for r in read_metrics(self.path.parent) if int(r.get("step", 0)) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.path)
+
     def close(self) -> None:
         if self._wandb is not None:
             self._wandb.finish()

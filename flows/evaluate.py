@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.evaluation.report import comparison_rows, unique_labels, wrong_answers_markdown
+from tasks.errors import user_errors_reported
 from tasks.evaluate import evaluate_model_task
 
 
@@ -50,6 +51,11 @@ class EvaluateParams(BaseModel):
 @flow(name="evaluate", log_prints=True)
 def evaluate(params: EvaluateParams) -> dict[str, Any]:
     """Evaluate each model, then publish the comparison table and the wrong answers."""
+    with user_errors_reported("evaluation"):
+        return _evaluate(params)
+
+
+def _evaluate(params: EvaluateParams) -> dict[str, Any]:
     logger = get_run_logger()
     cfg = load_eval_config(params.config, params.overrides)  # fail before any model loads
     models = params.models or [cfg.model.model_name]

@@ -14,6 +14,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
 
+from cosmos_train.preflight import check_job
+from tasks.errors import user_errors_reported
 from tasks.prepare_data import prepare_data_task
 from tasks.run_folder import resolve_config
 
@@ -30,7 +32,13 @@ class PrepareDataParams(BaseModel):
 @flow(name="prepare-data", log_prints=True)
 def prepare_data(params: PrepareDataParams) -> str:
     """Validate the job's dataset rows; returns RUN/manifest.jsonl."""
+    with user_errors_reported("data preparation"):
+        return _prepare_data(params)
+
+
+def _prepare_data(params: PrepareDataParams) -> str:
     logger = get_run_logger()
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir)
     _, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
     script = str(Path(params.dataset_script).resolve()) if params.dataset_script else None
     result = prepare_data_task(config=str(Path(run_dir) / "config.toml"), run_dir=run_dir, dataset_script=script)

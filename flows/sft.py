@@ -17,9 +17,9 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from pydantic import BaseModel, Field
 
-from cosmos_train.config import ConfigError
 from cosmos_train.metrics import read_metrics
-from cosmos_train.train.sft import unsupported_settings
+from cosmos_train.preflight import check_job
+from tasks.errors import user_errors_reported
 from tasks.prepare_data import prepare_data_task
 from tasks.run_folder import resolve_config
 from tasks.torchrun import run_torchrun
@@ -53,11 +53,15 @@ def _summary_markdown(run_dir: Path, result: dict, metrics: list[dict]) -> str:
 
 @flow(name="sft", log_prints=True)
 def sft(params: SFTParams) -> dict:
+    with user_errors_reported("SFT"):
+        return _sft(params)
+
+
+def _sft(params: SFTParams) -> dict:
     logger = get_run_logger()
+    # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir)
     cfg, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
-    problems = unsupported_settings(cfg)
-    if problems:  # before any data is read or process started
-        raise ConfigError(problems, params.config)
     run = Path(run_dir)
     logger.info("run folder: %s", run)
     prep = prepare_data_task(config=str(run / "config.toml"), run_dir=run_dir, dataset_script=params.dataset_script)

@@ -15,26 +15,14 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.evaluation.runner import evaluate_model
-
-
-def retry_unless_input_error(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a crash (engine, GPU memory, a lost file system); never bad input.
-
-    A clip that does not decode, a malformed benchmark row or a config error (all ValueErrors)
-    fails the same way again, so retrying only delays the message that names it.
-    """
-    try:
-        error = state.result(raise_on_failure=False)
-    except Exception:  # the result itself is unreadable: treat as a crash
-        return True
-    return not isinstance(error, ValueError)
+from tasks.errors import retry_only_crashes
 
 
 @task(
     name="evaluate-model",
     cache_policy=NO_CACHE,
     task_run_name="evaluate-{label}",
-    retry_condition_fn=retry_unless_input_error,
+    retry_condition_fn=retry_only_crashes,
 )
 def evaluate_model_task(config: str, model: str | None, label: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """Evaluate `model` (default: the config's model.model_name) under results folder `label`."""

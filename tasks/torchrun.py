@@ -1,13 +1,20 @@
 """Run a torchrun job as a child process group, streaming its output into the Prefect log.
 
 `log_prints` cannot capture a child process, so every line is read and handed to the run logger.
-The child gets its own session: on cancel, failure or timeout the whole group (torchrun and its
-ranks) is sent SIGTERM, then SIGKILL after a grace period, so nothing is left orphaned. A progress
-artifact follows RUN/metrics.jsonl while the job runs.
+The child is `cosmos_train.launch` (torchrun with a loopback-only rendezvous on one node) in its own
+session: on cancel, failure or timeout it is sent SIGTERM (it stops its ranks, which checkpoint),
+then SIGKILL after a grace period; if this process dies without cleanup, the launcher and each rank
+notice through their parent watchdog. A progress artifact follows RUN/metrics.jsonl while it runs.
+
+How a failed job ends: a rank that hit a user error wrote RUN/error.json, and the task raises that
+same typed error (never retried: it would fail the same way). A crash raises TorchrunFailed, which
+the flow's retries relaunch (resuming from the newest checkpoint), unless the same crash already
+happened at the same step (RepeatedFailure).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +29,11 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config
+from cosmos_train.errors import ERROR_FILE, RepeatedFailure, error_from_record, read_error_file
 from cosmos_train.metrics import read_metrics
+from tasks.errors import retry_only_crashes
+
+FAILURES_FILE = "failures.jsonl"
 
 
 def resolve_nproc(cfg: Config) -> int:
@@ -39,7 +50,7 @@ def resolve_nproc(cfg: Config) -> int:
 
 def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
     launch = cfg.launch
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={resolve_nproc(cfg)}",
+    cmd = [sys.executable, "-m", "cosmos_train.launch", f"--nproc_per_node={resolve_nproc(cfg)}",
            f"--nnodes={launch.nnodes}", f"--max_restarts={launch.max_restarts}"]
     if launch.nnodes > 1:
         if not launch.rdzv_endpoint:
@@ -64,7 +75,32 @@ def _kill_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
 
 
 class TorchrunFailed(RuntimeError):
-    pass
+    """A crash of the training job (signal, OOM kill, collective timeout, a bug): a retry may help."""
+
+
+def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Exception:
+    """The exception a failed launch stands for, from RUN/error.json when a rank wrote one.
+
+    Each crash is appended to RUN/failures.jsonl; the same exception at the same step as the previous
+    crash becomes RepeatedFailure, so a deterministic bug is not retried until the retries run out."""
+    record = read_error_file(run_dir)
+    if record is not None:
+        user_error = error_from_record(record)
+        if user_error is not None:
+            return user_error
+    signature = {"type": (record or {}).get("type"), "message": (record or {}).get("message"),
+                 "step": (record or {}).get("step"), "returncode": returncode}
+    failures = run_dir / FAILURES_FILE
+    previous = [json.loads(line) for line in failures.read_text().splitlines() if line.strip()] \
+        if failures.exists() else []
+    with failures.open("a") as f:
+        f.write(json.dumps(signature) + "\n")
+    what = (f"{record['type']} at step {record['step']} on rank {record['rank']}: {record['message']}"
+            if record else f"exit code {returncode}")
+    detail = f"torchrun failed ({what}); last lines:\n" + "\n".join(tail)
+    if record is not None and previous and previous[-1] == signature:
+        return RepeatedFailure("the same crash happened twice at the same step, so it is not retried: " + detail)
+    return TorchrunFailed(detail)
 
 
 def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeout_s: float | None,
@@ -74,6 +110,7 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     log_file = run_dir / "logs" / "train.log"
     tail: deque[str] = deque(maxlen=40)
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)  # only this launch's error counts
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=True, env={**os.environ, **(env or {})})
 
@@ -105,11 +142,11 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     if progress_id and proc.returncode == 0:
         update_progress_artifact(progress_id, progress=100.0)
     if proc.returncode != 0:
-        raise TorchrunFailed(f"torchrun exited with {proc.returncode}; last lines:\n" + "\n".join(tail))
+        raise failure_from_run(run_dir, proc.returncode, list(tail))
     return proc.returncode
 
 
-@task(name="torchrun", cache_policy=NO_CACHE)
+@task(name="torchrun", cache_policy=NO_CACHE, retry_condition_fn=retry_only_crashes)
 def run_torchrun(cfg: Config, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
                  timeout_s: float | None = None) -> str:
     """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import resource
 import sys
@@ -22,8 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from cosmos_train.config import Config, ConfigError, load_config
+from cosmos_train.config import Config, ConfigError, load_config, unsupported_settings
 from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed, teardown
+from cosmos_train.errors import TrainingDiverged, report_rank_failure
 from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
@@ -31,23 +33,6 @@ from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
-
-
-def unsupported_settings(cfg: Config) -> list[str]:
-    """Keys the SFT trainer accepts in the schema but does not implement yet: refused up front,
-    never silently ignored."""
-    out = []
-    if cfg.policy_type != "sft":
-        out.append(f"train.train_policy.type = {cfg.policy_type!r}: this is the SFT trainer (GRPO is not in this release)")
-    if cfg.policy.lora is not None:
-        out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
-    if cfg.train.compile:
-        out.append("train.compile: torch.compile is not wired into the trainer yet; set it to false")
-    if cfg.train.async_tp_enabled:
-        out.append("train.async_tp_enabled: async tensor parallel is not implemented; set it to false")
-    if cfg.train.master_dtype != "float32":
-        out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
-    return out
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
@@ -108,6 +93,9 @@ class SFTTrainer:
         self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
         self.step = 0
         self.pos = DataPosition()
+        self.resumed_from: str | None = None
+        self.resume_note: str | None = None
+        self.skipped_steps: list[int] = []
         # SIGTERM/SIGUSR1 (Prefect cancel, preemption): checkpoint and leave at a step's end. Ranks get the
         # signal at different moments, so they agree (one all-reduce) to stop after the same step.
         self.exit_request = install_exit_handlers()
@@ -116,24 +104,26 @@ class SFTTrainer:
     # ------------------------------------------------------------------ resume / save
     def maybe_resume(self, own_run_first: bool = False) -> None:
         """Continue from this run folder's newest checkpoint (a retried launch) when asked and present,
-        else as train.resume says: true = newest under output_dir, a string = that path."""
-        from cosmos_train.checkpoint import CheckpointManager
+        else as train.resume says (`checkpoint.resolve_resume`: a path that is not a complete checkpoint
+        is an error listing the complete ones; true with none found starts fresh and says so)."""
+        from cosmos_train.checkpoint import CheckpointManager, resolve_resume
 
         ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
         resume = self.cfg.train.resume
-        if ckpt is None and resume is False:
-            return
         if ckpt is None:
-            where = Path(resume) if isinstance(resume, str) else Path(self.cfg.train.output_dir)
-            ckpt = CheckpointManager.find_latest(where)
-        else:
-            where = self.run_dir
+            ckpt = resolve_resume(resume, self.cfg.train.output_dir)
+            if ckpt is None and resume is True:
+                self.resume_note = (f"train.resume = true: no complete checkpoint under "
+                                    f"{self.cfg.train.output_dir}; started from step 0")
+                self._log(self.resume_note)
         if ckpt is None:
-            self._log(f"resume: no complete checkpoint under {where}; starting from step 0")
             return
         extra = self.ckpt.load(ckpt, self.model, self.optimizer, self.scheduler)
         self.step = int(extra["step"])
         self.pos = DataPosition(int(extra["epoch"]), int(extra["consumed"]))
+        self.resumed_from = str(ckpt)
+        # A relaunch after a crash: the failed attempt's metrics past this step are replaced, not repeated.
+        self.metrics.drop_after(self.step)
         self._log(f"resumed from {ckpt} at step {self.step} (epoch {self.pos.epoch}, sample {self.pos.consumed})")
 
     def save(self, blocking: bool = False) -> Path:
@@ -183,12 +173,17 @@ class SFTTrainer:
             (ce_sum * (self.dist.dp_size / global_tokens)).backward()
             loss_sum += float(ce_sum.detach())
         grad_norm = self._clip_grad_norm()
-        self.optimizer.step()
-        self.scheduler.step()
+        loss = float(all_reduce_sum(loss_sum, self.dist.device)) / self.dist.tp / global_tokens
+        # Both values are global (all-reduced), so every rank takes the same branch here.
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+        self.scheduler.step()  # a skipped update keeps the schedule on step numbers (as AMP's scaler does)
         self.optimizer.zero_grad(set_to_none=True)
+        if not finite:
+            return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
         step_time = time.perf_counter() - t0
         tokens = float(all_reduce_sum(sum(mb.n_tokens for mb in micro), self.dist.device)) / self.dist.tp
-        loss = float(all_reduce_sum(loss_sum, self.dist.device)) / self.dist.tp / global_tokens
         return {
             "loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
             "tokens_per_s": tokens / step_time, "samples_per_s": self.sampler.global_batch / step_time,
@@ -262,9 +257,13 @@ class SFTTrainer:
         last: dict[str, float] = {}
         while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
             for samples, next_pos in self.loader(self.pos):
-                last = self.train_step(samples)
+                values = self.train_step(samples)
                 self.step += 1
                 self.pos = next_pos
+                if values.get("skipped"):
+                    self._skip_nonfinite(values)
+                    continue
+                last = values
                 self.metrics.log(self.step, {**last, "total_steps": self.total_steps})
                 if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq == 0:
                     self.metrics.log(self.step, self.validate(), kind="val")
@@ -291,7 +290,32 @@ class SFTTrainer:
         if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq:
             self.metrics.log(self.step, self.validate(), kind="val")  # the final weights, if not just done
         self.metrics.close()
-        return {"step": self.step, "stopped": False, "final": str(final) if final else None, **last}
+        return {"step": self.step, "stopped": False, "final": str(final) if final else None,
+                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
+                "skipped_steps": self.skipped_steps, **last}
+
+    def _skip_nonfinite(self, values: dict[str, Any]) -> None:
+        """A step whose loss or gradient norm is not finite made no update; stop the run (naming the step)
+        once more of them than train.skip_nonfinite_steps allows. Nothing is saved or exported here, so
+        a diverged model never reaches a checkpoint or safetensors."""
+        self.skipped_steps.append(self.step)
+        allowed = self.cfg.train.skip_nonfinite_steps
+        loss, norm = values["loss"], values["grad_norm"]
+        self.metrics.log(self.step, {"loss": loss, "grad_norm": norm, "skipped": 1}, kind="skipped")
+        if len(self.skipped_steps) <= allowed:
+            self._log(f"step {self.step}: loss {loss} / grad norm {norm} not finite: update skipped "
+                      f"({len(self.skipped_steps)} of train.skip_nonfinite_steps = {allowed})")
+            return
+        from cosmos_train.checkpoint import CheckpointManager
+
+        last_good = CheckpointManager.find_latest(self.run_dir)
+        raise TrainingDiverged(
+            f"step {self.step}: the loss is {loss} and the gradient norm {norm}, not finite: training diverged "
+            f"(steps skipped so far: {self.skipped_steps}). Lower train.optm_lr (now {self.cfg.train.optm_lr:g}), "
+            f"keep train.optm_grad_norm_clip > 0, look at this step's rows, or let train.skip_nonfinite_steps "
+            f"skip a few such steps. Nothing was exported from the diverged weights; the last good checkpoint "
+            f"is {last_good or 'none (no checkpoint was saved yet)'}."
+        )
 
     def _log(self, msg: str) -> None:
         if self.dist.is_main:
@@ -319,18 +343,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume-own-run", action="store_true",
                     help="Resume from this run folder's newest checkpoint if it has one (used by retries).")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, env={})  # the resolved file is the whole truth: no env overrides
     run_dir = args.config.resolve().parent
-    dist = init_distributed(cfg.policy.parallelism)
-    seed_everything(cfg.train.seed, dist.rank, cfg.train.deterministic)
+    trainer: SFTTrainer | None = None
+    dist: DistInfo | None = None
     try:
+        cfg = load_config(args.config, env={})  # the resolved file is the whole truth: no env overrides
+        dist = init_distributed(cfg.policy.parallelism)
+        seed_everything(cfg.train.seed, dist.rank, cfg.train.deterministic)
         trainer = SFTTrainer(cfg, run_dir, dist, args.dataset_script)
         trainer.maybe_resume(args.resume_own_run)
         result = trainer.fit()
         if dist.is_main:
             (run_dir / "result.json").write_text(json.dumps(result, indent=2))
-    finally:
-        teardown()
+    except Exception as e:
+        # A user error: its paragraph and exit 2 (RUN/error.json tells the launching task); a crash
+        # re-raises with its traceback. No barrier: the other ranks may be anywhere.
+        teardown(barrier=False)
+        code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None,
+                                   rank=dist.rank if dist else 0)
+        if code is None:
+            raise
+        return code
+    teardown()
     return 143 if result.get("stopped") else 0
 
 

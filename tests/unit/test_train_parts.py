@@ -121,7 +121,7 @@ def test_loss_on_kept_positions_equals_full_loss() -> None:
 
 
 def test_settings_the_sft_trainer_does_not_implement_are_refused() -> None:
-    from cosmos_train.train.sft import unsupported_settings
+    from cosmos_train.config import unsupported_settings
 
     assert unsupported_settings(config_from_dict({})) == []
     cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1}},

@@ -1,0 +1,54 @@
+"""Checks of a job's inputs that take a second, run before any server, process or model starts.
+
+    from cosmos_train.preflight import check_job
+    cfg = check_job("configs/tiny-sft.toml", ["train.epoch=2"])   # raises a UserError, or returns the Config
+
+The CLI calls it before it starts Prefect (a temporary API server alone takes ~15 s), and the flows
+call it again on their first line, since a deployment run never passes through the CLI. It reads
+no rows and loads no model: those checks belong to data preparation and the trainer, which name the
+row or file themselves. Kept free of torch/transformers imports so an input error answers at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config, unsupported_settings
+from cosmos_train.errors import DataError
+
+
+def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
+              run_dir: str | Path | None = None) -> Config:
+    """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong."""
+    cfg = load_config(config, overrides or [])
+    problems = unsupported_settings(cfg)
+    if problems:
+        raise ConfigError(problems, str(config))
+    if dataset_script is not None and not Path(dataset_script).expanduser().is_file():
+        raise DataError(f"dataset script {dataset_script}: no such file (pass the path of a .py file, "
+                        "see examples/my_dataset.py)")
+    datasets = [("train.train_policy.dataset", cfg.train.train_policy.dataset)]
+    if cfg.validation.enable and cfg.validation.dataset is not None:
+        datasets.append(("validation.dataset", cfg.validation.dataset))
+    for key, ds in datasets:
+        check_dataset_paths(key, ds, has_script=dataset_script is not None)
+    # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
+    if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
+        from cosmos_train.checkpoint import resolve_resume  # imports torch: only when resuming
+
+        resolve_resume(cfg.train.resume, cfg.train.output_dir)
+    return cfg
+
+
+def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -> None:
+    """Files the dataset config names exist, and the source can be told from them."""
+    from cosmos_train.data.sources import detect_source
+
+    if ds.annotation_path and not Path(ds.annotation_path).expanduser().is_file():
+        raise DataError(f"{key}.annotation_path: {ds.annotation_path} does not exist (the LLaVA json file)")
+    if ds.media_path and not Path(ds.media_path).expanduser().is_dir():
+        raise DataError(f"{key}.media_path: {ds.media_path} is not a folder (the root that relative media "
+                        "paths in the rows are read from)")
+    if has_script and ds.source in ("auto", "script") and not ds.name:
+        return  # the dataset script provides the rows
+    detect_source(ds)

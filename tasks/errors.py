@@ -1,0 +1,44 @@
+"""How flows and tasks fail: retries only where a retry can help, and a user error shown as itself.
+
+- `retry_only_crashes`: the retry condition of every retried task. A UserError (bad config, data,
+  media, benchmark, checkpoint ...) fails the same way every time, and so does a RepeatedFailure;
+  anything else is a crash (a signal, an OOM kill, a collective timeout, a lost file system) and is
+  retried.
+- `user_errors_reported(what)`: wraps a flow body. A UserError leaves a markdown artifact `error`
+  with its paragraph and what kind of input to fix, then fails the flow run with the same exception,
+  so the run's state message is that paragraph. Internal errors pass through with their traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect.artifacts import create_markdown_artifact
+
+from cosmos_train.errors import RepeatedFailure, UserError
+
+
+def retry_only_crashes(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect `retry_condition_fn`: True for a crash, False for a user error or a repeated crash."""
+    try:
+        error = state.result(raise_on_failure=False)
+    except Exception:  # the result itself is unreadable: treat as a crash
+        return True
+    return not isinstance(error, UserError | RepeatedFailure)
+
+
+def failure_markdown(what: str, error: UserError) -> str:
+    return (f"# {what} stopped: {error.kind} error\n\n```\n{error.paragraph}\n```\n\n"
+            "This is a problem with the input, not a crash: it was not retried. Fix what the message names "
+            "and run again.\n")
+
+
+@contextmanager
+def user_errors_reported(what: str) -> Iterator[None]:
+    try:
+        yield
+    except UserError as e:
+        create_markdown_artifact(failure_markdown(what, e), key="error", description=f"{what}: {e.kind} error")
+        raise
