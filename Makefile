@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test lint clean vllm-cpu-env test-vllm
+.PHONY: setup demo test test-fast lint clean vllm-cpu-env test-vllm
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests
+
+# The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests/unit
 
 # The vLLM engine on a CPU (vllm-cpu in its own .venv-vllm; see the script's header). Not part of
 # `make test`: that environment takes minutes to build and CI runs without it.

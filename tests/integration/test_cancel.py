@@ -1,5 +1,6 @@
 """Cancelling a flow run (SIGTERM to the flow process, as a Prefect process worker does) stops the
-whole torchrun group: the trainer checkpoints, and no rank is left running."""
+whole torchrun group: the trainer checkpoints, and no rank is left running. Killing the flow process
+outright (SIGKILL: no cleanup runs) leaves nothing either: the launcher and the ranks watch their parent."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ sft(SFTParams(config=sys.argv[1], overrides=["launch.nproc_per_node=2"], train_r
 
 
 def _ranks_alive(marker: str) -> list[int]:
+    """The launcher and the ranks of the run whose paths contain `marker` (both name the trainer module)."""
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes()
+                state = (d / "stat").read_text().split(") ")[-1][:1]
             except OSError:
                 continue
-            if marker.encode() in cmd and b"cosmos_train.train.sft" in cmd:
+            if marker.encode() in cmd and b"cosmos_train.train.sft" in cmd and state != "Z":
                 pids.append(int(d.name))
     return pids
 
@@ -48,8 +51,8 @@ def _processes_with_env(entry: str) -> list[int]:
     return pids
 
 
-def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synthetic_dir: Path,
-                                                      tmp_path: Path) -> None:
+def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path):
+    """The sft flow in its own process, returned once its trainer has logged 3 steps."""
     out = tmp_path / "out"
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -57,15 +60,49 @@ def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synt
     log = (tmp_path / "flow.log").open("w")  # a file, not a pipe nobody drains while it runs
     flow_proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cfg)], cwd=ROOT, env=env,
                                  stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    runs: list[Path] = []
+    while time.monotonic() < deadline:
+        runs = [r for r in out.glob("*") if (r / "metrics.jsonl").exists()]
+        if runs and (runs[0] / "metrics.jsonl").read_text().count('"train"') >= 3:
+            break
+        assert flow_proc.poll() is None, (tmp_path / "flow.log").read_text()[-3000:]
+        time.sleep(0.1)
+    assert runs, (tmp_path / "flow.log").read_text()[-3000:]
+    return flow_proc, log, out, runs[0]
+
+
+def _cleanup(flow_proc: subprocess.Popen, log, out: Path, tmp_path: Path) -> None:
+    if flow_proc.poll() is None:
+        flow_proc.kill()
+    for pid in _ranks_alive(str(out)):
+        os.kill(pid, signal.SIGKILL)
+    # the flow's temporary Prefect server outlives a killed flow process (Prefect's behaviour)
+    for pid in _processes_with_env(f"PREFECT_HOME={tmp_path / 'prefect'}"):
+        os.kill(pid, signal.SIGTERM)
+    log.close()
+
+
+def test_sigkill_of_the_flow_process_leaves_no_process_of_the_run(tiny_model_dir: Path, synthetic_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    flow_proc, log, out, _ = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            runs = [r for r in out.glob("*") if (r / "metrics.jsonl").exists()]
-            if runs and (runs[0] / "metrics.jsonl").read_text().count('"train"') >= 3:
-                break
-            assert flow_proc.poll() is None, (tmp_path / "flow.log").read_text()[-3000:]
-            time.sleep(0.1)
-        run = runs[0]
+        alive = _ranks_alive(str(out))
+        assert len(alive) == 3, f"expected the launcher and 2 ranks, found {alive}"
+        flow_proc.kill()
+        flow_proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _ranks_alive(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _ranks_alive(str(out)), "launcher or ranks outlived the killed flow process by 30 s"
+    finally:
+        _cleanup(flow_proc, log, out, tmp_path)
+
+
+def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synthetic_dir: Path,
+                                                      tmp_path: Path) -> None:
+    flow_proc, log, out, run = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path)
+    try:
         assert _ranks_alive(str(out)), "no trainer rank found"
         flow_proc.send_signal(signal.SIGTERM)
         flow_proc.wait(timeout=120)
@@ -79,11 +116,4 @@ def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synt
         assert steps and max(steps) < 400
         assert "stopped by signal" in (run / "logs" / "train.log").read_text()
     finally:
-        if flow_proc.poll() is None:
-            flow_proc.kill()
-        for pid in _ranks_alive(str(out)):
-            os.kill(pid, signal.SIGKILL)
-        # the flow's temporary Prefect server outlives a killed flow process (Prefect's behaviour)
-        for pid in _processes_with_env(f"PREFECT_HOME={tmp_path / 'prefect'}"):
-            os.kill(pid, signal.SIGTERM)
-        log.close()
+        _cleanup(flow_proc, log, out, tmp_path)

@@ -1,0 +1,89 @@
+"""cosmos_train.launch: a single-node run listens on loopback only, and a failed rank ends the launch with
+its own exit code and no torchrun traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+# Each rank reports its pid; rank 0 then lists every listening TCP socket held by the launcher (its
+# parent) and the ranks, from /proc (no `ss` needed).
+RANK_SCRIPT = r'''
+import json, os, sys
+import torch, torch.distributed as dist
+
+def listening(pids):
+    inodes = {}
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes[target[8:-1]] = pid
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
+                found.append({"pid": inodes[f[9]], "local": f[1], "table": table})
+    return found
+
+dist.init_process_group("gloo")
+pids = [None] * dist.get_world_size()
+dist.all_gather_object(pids, os.getpid())
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump(listening([os.getppid(), *pids]), f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def _launch(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "rank.py"
+    path.write_text(script)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    return subprocess.run([sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2",
+                           str(path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+
+
+def _is_loopback(hex_addr: str) -> bool:
+    host = hex_addr.split(":")[0]
+    if len(host) == 8:  # IPv4, little-endian hex
+        return host.upper() == "0100007F"
+    # IPv6 ::1, or an IPv4-mapped 127.0.0.1 (::ffff:127.0.0.1)
+    return host.upper() in ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+
+
+def test_single_node_run_listens_on_loopback_only(tmp_path: Path) -> None:
+    out = tmp_path / "listening.json"
+    proc = _launch(tmp_path, RANK_SCRIPT, str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sockets = json.loads(out.read_text())
+    # torchrun's rendezvous store and the ranks' gloo listeners at least
+    assert len(sockets) >= 3, sockets
+    exposed = [s for s in sockets if not _is_loopback(s["local"])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+def test_failed_rank_gives_its_exit_code_without_a_launcher_traceback(tmp_path: Path) -> None:
+    script = ("import os, sys, time\n"
+              "if os.environ['RANK'] == '1':\n"
+              "    print('error: rows/3: bad answer letter', file=sys.stderr); sys.exit(2)\n"
+              "time.sleep(120)\n")
+    proc = _launch(tmp_path, script)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "rank 1 exited with code 2" in proc.stderr.splitlines()[-1]
