@@ -56,7 +56,7 @@ def _trainer_pids(config: Path) -> list[int]:
                 cmd = (d / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"cosmos_train.train.sft" in cmd and str(config).encode() in cmd and b"torch.distributed.run" not in b" ".join(cmd):
+            if b"cosmos_train.train.sft" in cmd and str(config).encode() in cmd and b"cosmos_train.launch" not in b" ".join(cmd):
                 pids.append(int(d.name))
     return pids
 
@@ -100,4 +100,29 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     assert resumed_at >= 2
     # the retry did not start over: steps after the resume point appear, step 1 only once
     assert train_steps.count(1) == 1 and max(train_steps) == steps
+    # the failed attempt's rows past the resume point were replaced, not repeated
+    assert train_steps == sorted(set(train_steps)), train_steps
     assert json.loads((run / "result.json").read_text())["step"] == steps
+
+
+def test_diverging_run_fails_once_naming_the_step_and_exports_nothing(tiny_model_dir: Path, synthetic_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """A huge learning rate: the run stops at the first non-finite step with TrainingDiverged, which is
+    not retried (it would diverge again), exports nothing, and leaves an `error` artifact."""
+    from cosmos_train.errors import TrainingDiverged
+    from flows.sft import SFTParams, sft
+
+    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
+                                max_num_steps=6)
+    state = sft(SFTParams(config=str(cfg), train_retries=2, overrides=[
+        "launch.nproc_per_node=2", "train.optm_lr=1e6", "train.optm_grad_norm_clip=0.0"]), return_state=True)
+    assert state.is_failed(), state
+    assert "TrainingDiverged" in state.message and "train.optm_lr" in state.message
+    with pytest.raises(TrainingDiverged, match=r"step \d+: the loss is"):
+        state.result()
+    run = next((tmp_path / "out").iterdir())
+    log = (run / "logs" / "train.log").read_text()
+    assert log.count("[sft] training ") == 1, "a user error was retried"
+    assert not (run / "safetensors" / "final").exists() and not (run / "result.json").exists()
+    assert json.loads((run / "error.json").read_text())["kind"] == "training"
+    assert "error" in _artifact_keys(state.state_details.flow_run_id)

@@ -60,6 +60,7 @@ def test_local_copy_extracts_once_and_reads_split_files(tmp_path: Path, no_hub: 
                                               "fps": 1, "max_pixels": 81920}
     assert b["messages"][0]["content"][0]["video"] == str(dest / "clips" / "bb.mp4")
     assert a["origin"] == f"{copy / 'robovqa' / 'robovqa_understanding.json'}:0"
+    assert a["id"] == "robovqa/0" and b["id"] == "robovqa/0"  # "<subset>/<row>", as docs/INTERFACES.md says
     (dest / "clips" / "aa.mp4").unlink()
     load_samples(cfg, "train")
     assert not (dest / "clips" / "aa.mp4").exists()  # prepared: not extracted again

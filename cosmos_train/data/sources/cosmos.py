@@ -221,4 +221,5 @@ def cosmos_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role
     root = local_copy(ds)
     tables = local_tables(ds, root) if root is not None else ((label, rows) for label, rows, _ in iter_tables(ds))
     for label, rows in tables:
-        yield from map_rows(rows, label, ctx)
+        # Ids name the subset ("robovqa/17"): rows of different subsets share the same numbers.
+        yield from map_rows(rows, label, ctx, id_prefix=f"{ds.subset}/")
