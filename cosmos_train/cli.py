@@ -99,9 +99,9 @@ def _prepare_data(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from cosmos_train.evaluation.config import load_eval_config
+    from cosmos_train.preflight import check_eval
 
-    load_eval_config(args.config, args.overrides)
+    check_eval(args.config, args.overrides, args.models)
     from flows.evaluate import EvaluateParams, evaluate
 
     _quiet_prefect_console()

@@ -2,6 +2,7 @@
 
     from cosmos_train.preflight import check_job
     cfg = check_job("configs/tiny-sft.toml", ["train.epoch=2"])   # raises a UserError, or returns the Config
+    check_eval("configs/eval-tiny.toml", [], ["outputs/tiny-model"])
 
 The CLI calls it before it starts Prefect (a temporary API server alone takes ~15 s), and the flows
 call it again on their first line, since a deployment run never passes through the CLI. It reads
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config, unsupported_settings
-from cosmos_train.errors import DataError
+from cosmos_train.errors import DataError, ModelError
 
 
 def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
@@ -52,3 +53,19 @@ def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -
     if has_script and ds.source in ("auto", "script") and not ds.name:
         return  # the dataset script provides the rows
     detect_source(ds)
+
+
+def check_eval(config: str | Path, overrides: list[str] | None = None, models: list[str] | None = None) -> None:
+    """An evaluation's config, every benchmark's questions (read, not answered) and local model folders."""
+    from cosmos_train.evaluation.benchmark import load_benchmark
+    from cosmos_train.evaluation.config import load_eval_config
+
+    cfg = load_eval_config(config, overrides or [])
+    for ds in cfg.datasets:
+        load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=cfg.evaluation.answer_type != "freeform")
+    for model in models or [cfg.model.model_name]:
+        path = Path(model).expanduser()
+        looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
+        if looks_local and not path.exists():
+            raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
+                             "or a hub id org/name)")

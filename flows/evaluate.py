@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.evaluation.report import comparison_rows, unique_labels, wrong_answers_markdown
+from cosmos_train.preflight import check_eval
 from tasks.errors import user_errors_reported
 from tasks.evaluate import evaluate_model_task
 
@@ -57,6 +58,7 @@ def evaluate(params: EvaluateParams) -> dict[str, Any]:
 
 def _evaluate(params: EvaluateParams) -> dict[str, Any]:
     logger = get_run_logger()
+    check_eval(params.config, params.overrides, params.models)  # before any model loads
     cfg = load_eval_config(params.config, params.overrides)  # fail before any model loads
     models = params.models or [cfg.model.model_name]
     labels = params.labels or ([cfg.model_basename] if not params.models else unique_labels(models))

@@ -1,0 +1,201 @@
+"""Bad input through the CLI, as a new user makes it: each case exits 2, names the key / file / row in its
+last lines, and prints no traceback. Config, path and flag mistakes are caught before Prefect starts
+(the `fast` cases: each answers in seconds); the rest fail inside a flow run, against one real Prefect
+server shared by the module (a run with no API URL would start a temporary server per command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, write_tiny_sft_config
+from tests.integration.prefect_server import PrefectServer, start_server
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]  # {job}, {eval}, {dir}, {model}, {data} are filled in from the fixtures
+    names: str  # what the last lines must name
+    fast: bool = True  # answered before any Prefect server or model starts
+    files: dict[str, str] = field(default_factory=dict)  # extra files to write under {dir}
+
+
+SFT = ["sft", "--config", "{job}"]
+CHECK = ["config", "check", "{job}"]
+EVAL = ["eval", "--config", "{eval}", "--model", "{model}"]
+PREP = ["prepare-data", "--config", "{job}"]
+
+
+def setting(key: str, value: str, base: list[str] = CHECK) -> list[str]:
+    return [*base, "--set", f"{key}={value}"]
+
+
+CASES = [
+    # ---- config: syntax, keys, types
+    Case("missing config file", ["config", "check", "{dir}/nope.toml"], "nope.toml"),
+    Case("toml syntax", ["config", "check", "{dir}/broken.toml"], "broken.toml",
+         files={"broken.toml": "[train\noptm_lr = 1\n"}),
+    Case("typo in a key", setting("train.optm_lrr", "1e-4"), "train.optm_lrr"),
+    Case("typo in a section", setting("trian.epoch", "1"), "trian"),
+    Case("wrong type", setting("train.epoch", '"many"'), "train.epoch"),
+    Case("--set without =", [*CHECK, "--set", "train.epoch"], "--set"),
+    Case("unknown dataset source", setting("train.train_policy.dataset.source", '"lavla"'), "dataset.source"),
+    Case("mini_batch does not divide the batch", setting("train.train_policy.mini_batch", "3"), "mini_batch"),
+    # ---- config: ranges
+    Case("lr zero", setting("train.optm_lr", "0"), "train.optm_lr"),
+    Case("lr negative", setting("train.optm_lr", "-1e-4"), "train.optm_lr"),
+    Case("lr nan", setting("train.optm_lr", "nan"), "train.optm_lr"),
+    Case("lr inf", setting("train.optm_lr", "inf"), "train.optm_lr"),
+    Case("batch zero", setting("train.train_batch_per_replica", "0"), "train.train_batch_per_replica"),
+    Case("micro-batch zero", setting("train.train_policy.mini_batch", "0"), "train.train_policy.mini_batch"),
+    Case("max_keep zero", setting("train.ckpt.max_keep", "0"), "train.ckpt.max_keep"),
+    Case("epoch zero", setting("train.epoch", "0"), "train.epoch"),
+    Case("beta above 1", setting("train.optm_betas", "[0.9, 1.5]"), "train.optm_betas"),
+    Case("negative clip", setting("train.optm_grad_norm_clip", "-1.0"), "train.optm_grad_norm_clip"),
+    Case("fps zero", setting("train.train_policy.dataset.vision.fps", "0"), "dataset.vision.fps"),
+    Case("nframes zero", setting("train.train_policy.dataset.vision.nframes", "0"), "dataset.vision.nframes"),
+    Case("model_max_length zero", setting("policy.model_max_length", "0"), "policy.model_max_length"),
+    Case("validation freq zero", setting("validation.freq", "0"), "validation.freq"),
+    Case("empty output_dir", setting("train.output_dir", '""'), "train.output_dir"),
+    Case("save_freq zero", setting("train.ckpt.save_freq", "0"), "train.ckpt.save_freq"),
+    Case("tp_size zero", setting("policy.parallelism.tp_size", "0"), "policy.parallelism.tp_size"),
+    # ---- config: accepted by the schema, not implemented: refused, never ignored
+    Case("upload to the hub", setting("train.ckpt.upload_hf", "true", SFT), "train.ckpt.upload_hf"),
+    Case("upload to s3", [*SFT, "--set", "train.ckpt.upload_s3=true", "--set", 'train.ckpt.s3_bucket="b"'],
+         "train.ckpt.upload_s3"),
+    Case("lora", setting("policy.lora.r", "8", SFT), "policy.lora"),
+    Case("grpo in the sft command", setting("train.train_policy.type", '"grpo"', SFT), "train.train_policy.type"),
+    # ---- paths: model, data, checkpoints (before Prefect starts)
+    Case("model folder missing", setting("policy.model_name_or_path", '"{dir}/no-model"', SFT),
+         "policy.model_name_or_path"),
+    Case("dataset folder missing", setting("train.train_policy.dataset.name", '"{dir}/no-data"', SFT), "no-data"),
+    Case("llava annotation missing", setting("train.train_policy.dataset.annotation_path", '"{dir}/no.json"', SFT),
+         "annotation_path"),
+    Case("media root missing", setting("train.train_policy.dataset.media_path", '"{dir}/no-media"', SFT),
+         "media_path"),
+    Case("dataset script missing", [*SFT, "{dir}/no_script.py"], "no_script.py"),
+    Case("resume path missing", setting("train.resume", '"{dir}/old/step_40"', SFT), "train.resume"),
+    Case("resume from an interrupted save", setting("train.resume", '"{dir}/run/checkpoints/step_8"', SFT),
+         "not a complete checkpoint", files={"run/checkpoints/step_8/.metadata": ""}),
+    Case("export of a folder that is not a checkpoint", ["export", "{dir}", "{dir}/exported"], "{dir}"),
+    # ---- evaluation config and benchmarks
+    Case("eval config missing", ["eval", "--config", "{dir}/no-eval.toml"], "no-eval.toml"),
+    Case("eval config typo", [*EVAL, "--set", "evaluation.answer_typ=letter"], "evaluation.answer_typ"),
+    Case("eval unknown answer type", [*EVAL, "--set", 'evaluation.answer_type="letters"'], "answer_type"),
+    Case("benchmark missing", [*EVAL, "--set", 'datasets=["nope"]'], "nope"),
+    Case("empty benchmark", [*EVAL, "--set", 'data_dir="{dir}/empty-bench"'], "empty",
+         files={"empty-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": "[]"}),
+    Case("benchmark with a bad answer letter", [*EVAL, "--set", 'data_dir="{dir}/bad-bench"'],
+         "synthetic_benchmark_qa_pairs.json", files={
+             "bad-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": json.dumps([{
+                 "video": "clips/a.mp4", "qa_pairs": {"question": "Which?", "index2ans": {"A": "x", "B": "y"},
+                                                      "answer": "E"}}])}),
+    # ---- flags
+    Case("unknown command", ["trian"], "invalid choice"),
+    Case("sft without --config", ["sft"], "--config"),
+    # ---- inside a flow run: rows, media, model files
+    Case("split that does not exist", setting("train.train_policy.dataset.split", '"nope"', PREP), "nope",
+         fast=False),
+    Case("malformed llava json", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/bad.json"',
+                                  "--set", 'train.train_policy.dataset.media_path="{data}"'],
+         "bad.json", fast=False, files={"bad.json": '[{"id": "a", "video": "x.mp4", "conversations": ['}),
+    Case("bad row", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/rows.json"',
+                     "--set", 'train.train_policy.dataset.media_path="{data}"'],
+         "rows.json:1", fast=False, files={"rows.json": json.dumps([
+             {"id": "ok", "video": "videos/train/VIDEO", "conversations": [
+                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]},
+             {"id": "no-answer", "video": "videos/train/VIDEO", "conversations": [
+                 {"from": "human", "value": "<video>\nWhat moves?"}]}])}),
+    Case("video that does not decode", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/v.json"',
+                                        "--set", 'train.train_policy.dataset.media_path="{dir}"'],
+         "broken.mp4", fast=False, files={"broken.mp4": "not a video", "v.json": json.dumps([
+             {"id": "v", "video": "broken.mp4", "conversations": [
+                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
+    Case("media outside the media root", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/o.json"',
+                                          "--set", 'train.train_policy.dataset.media_path="{dir}/media"'],
+         "o.json:0", fast=False, files={"media/.keep": "", "o.json": json.dumps([
+             {"id": "o", "video": "../../../etc/passwd.mp4", "conversations": [
+                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
+    Case("model folder without tokenizer files", setting("policy.model_name_or_path", '"{dir}/no-tokenizer"', PREP),
+         "no-tokenizer", fast=False),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    with start_server(tmp_path_factory.mktemp("cli-errors-prefect")) as srv:
+        srv.wait_healthy(120)
+        yield srv
+
+
+def _fill(text: str, ctx: dict[str, str]) -> str:
+    for key, value in ctx.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _run(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path,
+         env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
+    eval_cfg = tmp_path / "eval.toml"
+    eval_cfg.write_text((ROOT / "configs" / "eval-tiny.toml").read_text()
+                        .replace('data_dir = "outputs/synthetic"', f'data_dir = "{synthetic_dir}"')
+                        .replace('results_dir = "outputs/eval"', f'results_dir = "{tmp_path / "eval"}"'))
+    no_tok = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny_model_dir, no_tok)
+    for f in no_tok.iterdir():
+        if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "chat_template")):
+            f.unlink()
+    video = next((synthetic_dir / "videos" / "train").glob("*.mp4")).name
+    ctx = {"job": str(job), "eval": str(eval_cfg), "dir": str(tmp_path), "model": str(tiny_model_dir),
+           "data": str(synthetic_dir)}
+    for rel, content in case.files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content.replace("VIDEO", video))
+    args = [_fill(a, ctx) for a in case.args]
+    proc = subprocess.run([sys.executable, "-m", "cosmos_train.cli", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, ctx
+
+
+def _check(case: Case, proc: subprocess.CompletedProcess, ctx: dict[str, str]) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, f"{case.name}: exit {proc.returncode}\n{out[-3000:]}"
+    assert "Traceback" not in out, f"{case.name}: traceback printed\n{out[-5000:]}"
+    last = "\n".join(proc.stderr.strip().splitlines()[-6:])
+    assert _fill(case.names, ctx) in last, f"{case.name}: {case.names!r} not in the last lines:\n{last}"
+
+
+def test_there_are_enough_cases() -> None:
+    assert len(CASES) >= 40
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.fast], ids=lambda c: c.name)
+def test_input_error_before_any_server(case: Case, tmp_path: Path, tiny_model_dir: Path,
+                                       synthetic_dir: Path) -> None:
+    # No API URL and an unusable PREFECT_HOME: a command that reached Prefect would show it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "no-prefect-here"), PREFECT_API_URL="http://127.0.0.1:9/api")
+    proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, env)
+    _check(case, proc, ctx)
+    assert not (tmp_path / "no-prefect-here").exists(), f"{case.name}: Prefect was started"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.fast], ids=lambda c: c.name)
+def test_input_error_inside_a_flow_run(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path,
+                                       server: PrefectServer) -> None:
+    proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, server.env(OMP_NUM_THREADS="1"))
+    _check(case, proc, ctx)
