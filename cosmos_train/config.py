@@ -36,7 +36,9 @@ class Section(BaseModel):
     """Base of every TOML table: unknown keys are errors, assignment is validated, floats are finite."""
 
     # nan and inf parse from TOML (`optm_lr = nan`) and pass every range check; no key means them.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 # -1 is the reference framework's "all" / "off" for these counts; 0 has no meaning.
@@ -121,9 +123,13 @@ class RemoteRewardFn(Section):
 
     name: str = Field(description="Reward name as the service knows it.")
     weight: float = Field(1.0, description="Multiplier on this reward's score (negative makes it a penalty).")
-    score_key: str | None = Field(None, description="Key of the score in the service's reply (default: name).")
+    score_key: str | None = Field(
+        None, description="Key of the score in the service's reply (default: name)."
+    )
     clip_min: float | None = Field(None, description="Scores below this are raised to it (unset: no floor).")
-    clip_max: float | None = Field(None, description="Scores above this are lowered to it (unset: no ceiling).")
+    clip_max: float | None = Field(
+        None, description="Scores above this are lowered to it (unset: no ceiling)."
+    )
 
     @model_validator(mode="after")
     def _clip_order(self) -> RemoteRewardFn:
@@ -155,7 +161,9 @@ class TrainPolicyConfig(Section):
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
     dataloader_shuffle: bool = Field(True, description="Shuffle rows every epoch.")
     dataloader_seed: int = Field(0, ge=0, description="Seed of the shuffle (the epoch is added).")
-    dataloader_num_workers: int = Field(0, ge=0, description="DataLoader worker processes decoding video (0: inline).")
+    dataloader_num_workers: int = Field(
+        0, ge=0, description="DataLoader worker processes decoding video (0: inline)."
+    )
     dataloader_prefetch_factor: int | None = Field(
         None, ge=1, description="Batches prefetched per worker (default 2; needs dataloader_num_workers > 0)."
     )
@@ -171,21 +179,29 @@ class TrainPolicyConfig(Section):
         default_factory=lambda: ["single_choice"], description="Reward name(s), or {name = weight}."
     )
     temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
-    epsilon_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below 1: the ratio is kept >= 1 - epsilon_low.")
+    epsilon_low: float = Field(
+        0.2, ge=0, lt=1, description="PPO clip below 1: the ratio is kept >= 1 - epsilon_low."
+    )
     epsilon_high: float = Field(0.2, ge=0, description="PPO clip above 1 (DAPO clip-higher: 0.28).")
-    lower_bound_ratio: float = Field(3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages.")
+    lower_bound_ratio: float = Field(
+        3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages."
+    )
     loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
         "token-mean", description="Loss aggregation: over all tokens of the batch, or per sequence first."
     )
-    kl_beta: float = Field(0.0, ge=0, description="k3 KL to the frozen reference (0.1 held Cosmos-Reason1-7B).")
+    kl_beta: float = Field(
+        0.0, ge=0, description="k3 KL to the frozen reference (0.1 held Cosmos-Reason1-7B)."
+    )
     mu_iterations: int = Field(1, ge=1, description="Optimizer passes over each rollout batch.")
     entropy_coeff: float = Field(0.0, ge=0, description="Weight of the entropy bonus in the loss (0: none).")
     allowed_outdated_steps: int = Field(
-        4, ge=0, description="Drop rollouts older than this many weight versions (0: only the current weights)."
+        4, ge=0,
+        description="Drop rollouts older than this many weight versions (0: only the current weights)."
     )
     on_policy: bool = Field(False, description="Fully synchronous rollout/training.")
     max_inflight_steps: int | None = Field(
-        None, ge=1, description="Rollout batches generated ahead of training (unset: the framework's default)."
+        None, ge=1,
+        description="Rollout batches generated ahead of training (unset: the framework's default)."
     )
     overlong_reward: OverlongPenaltyConfig = Field(
         default_factory=OverlongPenaltyConfig, description="Soft penalty on overlong responses."
@@ -195,10 +211,12 @@ class TrainPolicyConfig(Section):
         default_factory=RemoteRewardConfig, description="The remote reward service."
     )
     behav_imp_weight_cap: float | None = Field(
-        None, gt=0, description="Truncated IS cap on the sampler/trainer probability ratio (e.g. 2-3; unset: off)."
+        None, gt=0,
+        description="Truncated IS cap on the sampler/trainer probability ratio (e.g. 2-3; unset: off)."
     )
     use_decoupled_loss: bool = Field(
-        False, description="Decoupled PPO loss: clip against the sampler's log-probs and reweight by the IS ratio."
+        False,
+        description="Decoupled PPO loss: clip against the sampler's log-probs and reweight by the IS ratio."
     )
 
 
@@ -211,9 +229,13 @@ class CheckpointConfig(Section):
     enable_checkpoint: bool = Field(True, description="Save resumable checkpoints.")
     save_freq: int = Field(100, ge=1, description="Save every this many optimizer steps.")
     save_mode: Literal["async", "sync"] = Field("async", description="async overlaps the write with training.")
-    max_keep: MinusOneOrPositive = Field(2, description="Checkpoints kept, oldest removed first (-1 keeps all).")
+    max_keep: MinusOneOrPositive = Field(
+        2, description="Checkpoints kept, oldest removed first (-1 keeps all)."
+    )
     export_safetensors: bool = Field(True, description="Export HF safetensors at each save and at the end.")
-    upload_hf: bool = Field(False, description="Upload the final safetensors to the Hub (not in this release).")
+    upload_hf: bool = Field(
+        False, description="Upload the final safetensors to the Hub (not in this release)."
+    )
     hf_repo_name: str | None = Field(None, description="Hub repo the upload goes to.")
     # `true` in the seed guides means the final one; "all" uploads every export.
     upload_s3: Literal[False, "final", "all"] | bool = Field(
@@ -251,7 +273,9 @@ class TrainConfig(Section):
     optm_min_lr_factor: float = Field(0.0, ge=0, le=1, description="Decay floor as a fraction of optm_lr.")
     optm_grad_norm_clip: float = Field(1.0, ge=0, description="Clip total grad norm (0 disables).")
     epsilon: float = Field(1e-6, gt=0, description="Optimizer eps (not the PPO clip).")
-    master_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of the master weights.")
+    master_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype of the master weights."
+    )
     param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Compute dtype of FSDP params (float32 is used on CPU)."
     )
@@ -264,7 +288,8 @@ class TrainConfig(Section):
     )
     logprob_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of GRPO log-probs.")
     train_batch_per_replica: int = Field(
-        8, ge=1, description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
+        8, ge=1,
+        description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
     )
     epoch: int = Field(1, ge=1, description="Passes over the training dataset.")
     max_num_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
@@ -288,7 +313,9 @@ class TrainConfig(Section):
 class ParallelismConfig(Section):
     """[policy.parallelism] / [rollout.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks."""
 
-    dp_shard_size: MinusOneOrPositive = Field(-1, description="FSDP shard group size; -1 = all remaining ranks.")
+    dp_shard_size: MinusOneOrPositive = Field(
+        -1, description="FSDP shard group size; -1 = all remaining ranks."
+    )
     dp_replicate_size: int = Field(1, ge=1, description="HSDP replicas (1 for GRPO).")
     tp_size: int = Field(1, ge=1, description="Tensor parallel size.")
     cp_size: int = Field(1, ge=1, description="Context (sequence) parallel size.")
@@ -331,7 +358,9 @@ class LoraConfig(Section):
     """[policy.lora]: low-rank adapters instead of full fine-tuning."""
 
     r: int = Field(8, ge=1, description="Adapter rank.")
-    lora_alpha: int = Field(8, ge=1, description="Adapter scale numerator (the update is scaled by lora_alpha / r).")
+    lora_alpha: int = Field(
+        8, ge=1, description="Adapter scale numerator (the update is scaled by lora_alpha / r)."
+    )
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on the adapter input.")
     target_modules: str | list[str] = Field(
         "all-linear", description="Module names that get adapters, or 'all-linear'."
@@ -376,9 +405,13 @@ class SamplingConfig(Section):
     """[rollout.sampling_config]: how rollouts are sampled."""
 
     temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of this mass (1: off).")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of this mass (1: off)."
+    )
     top_k: MinusOneOrPositive = Field(-1, description="Sample from the k likeliest tokens (-1: off).")
-    repetition_penalty: float = Field(1.0, gt=0, description="Divides logits of tokens already present (1: off).")
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
+    )
 
 
 class RolloutConfig(Section):
@@ -393,10 +426,13 @@ class RolloutConfig(Section):
     )
     quantization: Literal["none", "fp8"] = Field("none", description="Rollout weight quantization.")
     enable_chunked_prefill: bool = Field(False, description="vLLM chunked prefill of long prompts.")
-    sampling_config: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
+    sampling_config: SamplingConfig = Field(
+        default_factory=SamplingConfig, description="Sampling parameters."
+    )
     seed: int | None = Field(None, ge=0, description="Sampling seed (unset: random).")
     parallelism: ParallelismConfig = Field(
-        default_factory=lambda: ParallelismConfig(dp_shard_size=1), description="How the rollout engine is split."
+        default_factory=lambda: ParallelismConfig(dp_shard_size=1),
+        description="How the rollout engine is split."
     )
 
 
@@ -407,11 +443,14 @@ class ValidationConfig(Section):
     freq: int = Field(20, ge=1, description="Validate every this many steps.")
     batch_size: int = Field(8, ge=1, description="Samples per validation batch.")
     dataset: DatasetConfig | None = Field(None, description="Default: the train dataset's held-out split.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature of validation answers (0: greedy).")
+    temperature: float = Field(
+        0.0, ge=0, description="Sampling temperature of validation answers (0: greedy)."
+    )
     n_generation: int = Field(1, ge=1, description="Completions per validation prompt.")
     max_response_length: int = Field(256, ge=1, description="Max new tokens per validation answer.")
     reward_function: str | list[str] | dict[str, float] = Field(
-        default_factory=lambda: ["single_choice"], description="Reward name(s) scoring answers, or {name = weight}."
+        default_factory=lambda: ["single_choice"],
+        description="Reward name(s) scoring answers, or {name = weight}."
     )
 
 
@@ -435,17 +474,23 @@ class LaunchConfig(Section):
     )
     node_rank: int = Field(0, ge=0, description="This machine's index, 0 to nnodes - 1.")
     rdzv_endpoint: str | None = Field(None, description="host:port of node 0 for multi-node runs.")
-    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers before the run fails.")
+    max_restarts: int = Field(
+        0, ge=0, description="torchrun restarts of failed workers before the run fails."
+    )
 
 
 class Config(Section):
     """The whole job. `Config()` alone is valid: the reference framework's defaults."""
 
     redis: str | None = Field(None, description="cosmos-rl's controller port; accepted, unused (no Redis here).")
-    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer, schedule, batches, run length.")
+    train: TrainConfig = Field(
+        default_factory=TrainConfig, description="Optimizer, schedule, batches, run length."
+    )
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The model trained.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="GRPO generation.")
-    validation: ValidationConfig = Field(default_factory=ValidationConfig, description="Validation during training.")
+    validation: ValidationConfig = Field(
+        default_factory=ValidationConfig, description="Validation during training."
+    )
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metric sinks.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
     custom: dict[str, Any] = Field(default_factory=dict, description="Free-form, for users' dataset scripts.")
@@ -677,7 +722,9 @@ def check_name(what: str, name: str, known: Iterable[str]) -> str:
     names = sorted(known)
     if name not in names:
         valid = ", ".join(repr(n) for n in names)
-        raise PydanticCustomError("unknown_name", "must be a registered {what}: {valid}", {"what": what, "valid": valid})
+        raise PydanticCustomError(
+            "unknown_name", "must be a registered {what}: {valid}", {"what": what, "valid": valid}
+        )
     return name
 
 
@@ -717,7 +764,9 @@ def explain_errors(e: ValidationError, root: type[BaseModel]) -> list[str]:
     return out
 
 
-def _locate(loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[str, type[BaseModel] | None, FieldInfo | None]:
+def _locate(
+    loc: tuple[Any, ...], root: type[BaseModel]
+) -> tuple[str, type[BaseModel] | None, FieldInfo | None]:
     """The key path of an error location ('train.optm_betas[1]'), the section it ends in and its field."""
     path = ""
     section: type[BaseModel] | None = root
@@ -760,7 +809,8 @@ def _message(err: Any, section: type[BaseModel] | None, field: FieldInfo | None)
     if kind == "extra_forbidden":
         fields = list(section.model_fields) if section is not None else []
         close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1, cutoff=0.6)
-        return f"unknown key ({f'did you mean {close[0]!r}?' if close else 'valid keys: ' + ', '.join(fields)})", ""
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
+        return f"unknown key ({hint})", ""
     msg = err["msg"].removeprefix("Value error, ").replace("Input should be ", "must be ", 1)
     if kind.endswith(("_parsing", "_type")) or kind == "int_from_float":
         msg = msg.split(", ")[0]  # "must be a valid integer, unable to parse string ...": the value is shown

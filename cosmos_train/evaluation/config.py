@@ -35,7 +35,9 @@ class EvalConfigError(ConfigError):
 
 class _Section(BaseModel):
     # nan / inf parse from TOML and YAML (`.nan`) and pass every range check; no key means them.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False
+    )
 
 
 class ModelSection(_Section):
@@ -105,7 +107,9 @@ class GenerationSection(_Section):
     max_tokens: int = Field(1024, ge=1, description="New-token budget in reasoning/freeform mode.")
     temperature: float = Field(0.6, ge=0, description="Sampling temperature in reasoning/freeform mode.")
     top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling in reasoning/freeform mode.")
-    repetition_penalty: float = Field(1.0, gt=0, description="Divides logits of tokens already present (1: off).")
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
+    )
     # vLLM's own range for the OpenAI-style penalties.
     presence_penalty: float = Field(
         0.0, ge=-2, le=2, description="vLLM: subtracted from logits of tokens present so far (0: off)."
@@ -121,7 +125,9 @@ class EvalConfig(_Section):
 
     datasets: list[str] = Field(..., min_length=1, description="Benchmark names under <data_dir>/benchmark/.")
     model: ModelSection = Field(default_factory=ModelSection, description="The model evaluated.")
-    evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="How questions are asked.")
+    evaluation: EvaluationSection = Field(
+        default_factory=EvaluationSection, description="How questions are asked."
+    )
     generation: GenerationSection = Field(default_factory=GenerationSection, description="Sampling.")
     data_dir: str = Field("data", description="Holds benchmark/<ds>/<ds>_benchmark_qa_pairs.json and clips/.")
     results_dir: str = Field("results", description="Predictions go to <results_dir>/<model>/<answer_type>/<ds>/.")
@@ -132,7 +138,8 @@ class EvalConfig(_Section):
     )
     batch_size: int = Field(8, ge=1, description="Questions per generate call (the HF engine pads them).")
     limit: Literal[-1] | Annotated[int, Field(ge=1)] | None = Field(
-        None, description="Per dataset, stop adding videos once this many questions are gathered (-1/unset: all)."
+        None,
+        description="Per dataset, stop adding videos once this many questions are gathered (-1/unset: all)."
     )
     device: str = Field("auto", description="HF engine device: auto (cuda if present), cpu, cuda, cuda:1 ...")
 
