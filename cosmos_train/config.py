@@ -18,20 +18,31 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
+import annotated_types
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
+from cosmos_train.data.vision_settings import VisionSettings
 from cosmos_train.errors import ConfigError
 
 ENV_PREFIX = "COSMOS_TRAIN__"
 
 
 class Section(BaseModel):
-    """Base of every TOML table: unknown keys are errors, assignment is validated."""
+    """Base of every TOML table: unknown keys are errors, assignment is validated, floats are finite."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    # nan and inf parse from TOML (`optm_lr = nan`) and pass every range check; no key means them.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False
+    )
+
+
+# -1 is the reference framework's "all" / "off" for these counts; 0 has no meaning.
+MinusOneOrPositive = Literal[-1] | Annotated[int, Field(ge=1)]
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -39,17 +50,24 @@ class VisionConfig(Section):
     """Per-media vision settings (qwen-vl-utils names), applied to every video/image of the dataset
     unless the row itself sets them."""
 
-    fps: float | None = Field(None, description="Frames sampled per second of video (default 2.0).")
-    nframes: int | None = Field(None, description="Exact frame count to sample; overrides fps.")
-    min_frames: int | None = Field(None, description="Lower bound on sampled frames (default 4).")
-    max_frames: int | None = Field(None, description="Upper bound on sampled frames (default 768).")
-    max_pixels: int | None = Field(None, description="Max pixels per frame after resize.")
-    min_pixels: int | None = Field(None, description="Min pixels per frame after resize.")
-    total_pixels: int | None = Field(None, description="Pixel budget over all frames of a clip.")
-    resized_height: int | None = Field(None, description="Fixed height (rounded to 28).")
-    resized_width: int | None = Field(None, description="Fixed width (rounded to 28).")
-    video_start: float | None = Field(None, description="Clip start, seconds.")
-    video_end: float | None = Field(None, description="Clip end, seconds.")
+    fps: float | None = Field(None, gt=0, description="Frames sampled per second of video (default 2.0).")
+    nframes: int | None = Field(None, ge=1, description="Exact frame count to sample; exclusive with fps.")
+    min_frames: int | None = Field(None, ge=1, description="Lower bound on fps-sampled frames (default 4).")
+    max_frames: int | None = Field(None, ge=1, description="Upper bound on fps-sampled frames (default 768).")
+    max_pixels: int | None = Field(None, ge=1, description="Max pixels per frame after resize.")
+    min_pixels: int | None = Field(None, ge=1, description="Min pixels per frame after resize.")
+    total_pixels: int | None = Field(None, ge=1, description="Pixel budget over all frames of a clip.")
+    resized_height: int | None = Field(None, ge=1, description="Fixed height in pixels (rounded to 28).")
+    resized_width: int | None = Field(None, ge=1, description="Fixed width in pixels (rounded to 28).")
+    video_start: float | None = Field(None, ge=0, description="Clip start, seconds.")
+    video_end: float | None = Field(None, gt=0, description="Clip end, seconds (after video_start).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VisionConfig:
+        # The rules the data pipeline applies to every media part (fps xor nframes, min <= max,
+        # start < end ...), checked here so a bad default fails at `config check`, not on row 1.
+        VisionSettings(**self.as_part_defaults())
+        return self
 
     def as_part_defaults(self) -> dict[str, Any]:
         """The settings that are set, as keys of a message part."""
@@ -64,7 +82,7 @@ class DatasetConfig(Section):
     revision: str | None = Field(None, description="Hub revision.")
     split: str | list[str] = Field("train", description="Split name, or a list concatenated in order.")
     test_size: float | int | None = Field(
-        None, description="Hold out this fraction (<1) or count (>=1) of rows as the validation split."
+        None, gt=0, description="Hold out this fraction (<1) or count (>=1) of rows as the validation split."
     )
     local_dir: str | None = Field(None, description="Where hub files are downloaded/extracted to.")
     source: Literal["auto", "hf", "cosmos", "llava", "video_folder", "synthetic", "script"] = Field(
@@ -85,27 +103,47 @@ class DatasetConfig(Section):
         "settings, so later epochs and runs do not decode again (unset: off). Shared safely by ranks and runs. "
         "Images held inside dataset rows are written under <cache_dir>/embedded_media (unset: $COSMOS_CACHE).",
     )
-    vision: VisionConfig = Field(default_factory=VisionConfig)
+    vision: VisionConfig = Field(
+        default_factory=VisionConfig, description="Vision settings for every video/image of this dataset."
+    )
 
 
 class OverlongPenaltyConfig(Section):
+    """[train.train_policy.overlong_reward]: DAPO's soft penalty on responses near the length limit."""
+
     enable_overlong_penalty: bool = Field(False, description="Soft linear penalty near max length (DAPO).")
-    buffer_length: int = Field(4096, description="Tokens before max_response_length where the penalty ramps.")
-    penalty_factor: float = Field(1.0, description="Penalty at max_response_length.")
+    buffer_length: int = Field(
+        4096, ge=1, description="Tokens before rollout.max_response_length where the penalty ramps up."
+    )
+    penalty_factor: float = Field(1.0, ge=0, description="Penalty subtracted at max_response_length.")
 
 
 class RemoteRewardFn(Section):
-    name: str
-    weight: float = 1.0
-    score_key: str | None = None
-    clip_min: float | None = None
-    clip_max: float | None = None
+    """One reward the remote service computes, and how its score is combined."""
+
+    name: str = Field(description="Reward name as the service knows it.")
+    weight: float = Field(1.0, description="Multiplier on this reward's score (negative makes it a penalty).")
+    score_key: str | None = Field(
+        None, description="Key of the score in the service's reply (default: name)."
+    )
+    clip_min: float | None = Field(None, description="Scores below this are raised to it (unset: no floor).")
+    clip_max: float | None = Field(
+        None, description="Scores above this are lowered to it (unset: no ceiling)."
+    )
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> RemoteRewardFn:
+        if self.clip_min is not None and self.clip_max is not None and self.clip_min > self.clip_max:
+            raise ValueError(f"clip_min ({self.clip_min}) must be <= clip_max ({self.clip_max})")
+        return self
 
 
 class RemoteRewardConfig(Section):
-    scale: float = Field(1.0, description="Multiplier on the service's scores.")
-    reward_fns: list[RemoteRewardFn] = Field(default_factory=list)
-    batch_size: int = Field(8, description="Items per request to the reward service.")
+    """[train.train_policy.remote_reward]: rewards scored by an HTTP service."""
+
+    scale: float = Field(1.0, gt=0, description="Multiplier on the service's scores.")
+    reward_fns: list[RemoteRewardFn] = Field(default_factory=list, description="The rewards to ask for.")
+    batch_size: int = Field(8, ge=1, description="Items per request to the reward service.")
 
 
 class TrainPolicyConfig(Section):
@@ -114,15 +152,21 @@ class TrainPolicyConfig(Section):
     type: Literal["sft", "grpo"] | None = Field(
         None, description="sft | grpo; inferred as grpo when a GRPO-only key is present, else sft."
     )
-    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="The training dataset.")
     # --- SFT
-    mini_batch: int = Field(2, description="Samples per micro-batch (gradient accumulation splits the batch).")
+    mini_batch: int = Field(
+        2, ge=1, description="Samples per micro-batch (gradient accumulation splits the batch)."
+    )
     conversation_column_name: str = Field("conversations", description="Column holding the chat.")
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
     dataloader_shuffle: bool = Field(True, description="Shuffle rows every epoch.")
-    dataloader_seed: int = Field(0, description="Seed of the shuffle (the epoch is added).")
-    dataloader_num_workers: int = Field(0, description="DataLoader workers decoding video.")
-    dataloader_prefetch_factor: int | None = Field(None, description="Batches prefetched per worker.")
+    dataloader_seed: int = Field(0, ge=0, description="Seed of the shuffle (the epoch is added).")
+    dataloader_num_workers: int = Field(
+        0, ge=0, description="DataLoader worker processes decoding video (0: inline)."
+    )
+    dataloader_prefetch_factor: int | None = Field(
+        None, ge=1, description="Batches prefetched per worker (default 2; needs dataloader_num_workers > 0)."
+    )
     dataloader_drop_last: bool = Field(True, description="Drop the last incomplete batch of an epoch.")
     overlength: Literal["error", "truncate", "skip"] = Field(
         "error",
@@ -134,39 +178,71 @@ class TrainPolicyConfig(Section):
     reward_function: str | list[str] | dict[str, float] = Field(
         default_factory=lambda: ["single_choice"], description="Reward name(s), or {name = weight}."
     )
-    temperature: float = Field(1.0, description="Rollout sampling temperature.")
-    epsilon_low: float = Field(0.2, description="PPO clip below 1.")
-    epsilon_high: float = Field(0.2, description="PPO clip above 1 (DAPO clip-higher: 0.28).")
-    lower_bound_ratio: float = Field(3.0, description="Dual-clip bound c for negative advantages.")
-    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    kl_beta: float = Field(0.0, description="k3 KL to the frozen reference (0.1 held Cosmos-Reason1-7B).")
-    mu_iterations: int = Field(1, description="Optimizer passes over each rollout batch.")
-    entropy_coeff: float = 0.0
-    allowed_outdated_steps: int = Field(4, description="Drop rollouts older than this many weight versions.")
+    temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
+    epsilon_low: float = Field(
+        0.2, ge=0, lt=1, description="PPO clip below 1: the ratio is kept >= 1 - epsilon_low."
+    )
+    epsilon_high: float = Field(0.2, ge=0, description="PPO clip above 1 (DAPO clip-higher: 0.28).")
+    lower_bound_ratio: float = Field(
+        3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages."
+    )
+    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="Loss aggregation: over all tokens of the batch, or per sequence first."
+    )
+    kl_beta: float = Field(
+        0.0, ge=0, description="k3 KL to the frozen reference (0.1 held Cosmos-Reason1-7B)."
+    )
+    mu_iterations: int = Field(1, ge=1, description="Optimizer passes over each rollout batch.")
+    entropy_coeff: float = Field(0.0, ge=0, description="Weight of the entropy bonus in the loss (0: none).")
+    allowed_outdated_steps: int = Field(
+        4, ge=0,
+        description="Drop rollouts older than this many weight versions (0: only the current weights)."
+    )
     on_policy: bool = Field(False, description="Fully synchronous rollout/training.")
-    max_inflight_steps: int | None = None
-    overlong_reward: OverlongPenaltyConfig = Field(default_factory=OverlongPenaltyConfig)
-    use_remote_reward: bool = False
-    remote_reward: RemoteRewardConfig = Field(default_factory=RemoteRewardConfig)
-    behav_imp_weight_cap: float | None = Field(None, description="Truncated IS cap on sampler/trainer ratio.")
-    use_decoupled_loss: bool = False
+    max_inflight_steps: int | None = Field(
+        None, ge=1,
+        description="Rollout batches generated ahead of training (unset: the framework's default)."
+    )
+    overlong_reward: OverlongPenaltyConfig = Field(
+        default_factory=OverlongPenaltyConfig, description="Soft penalty on overlong responses."
+    )
+    use_remote_reward: bool = Field(False, description="Score with the [remote_reward] service.")
+    remote_reward: RemoteRewardConfig = Field(
+        default_factory=RemoteRewardConfig, description="The remote reward service."
+    )
+    behav_imp_weight_cap: float | None = Field(
+        None, gt=0,
+        description="Truncated IS cap on the sampler/trainer probability ratio (e.g. 2-3; unset: off)."
+    )
+    use_decoupled_loss: bool = Field(
+        False,
+        description="Decoupled PPO loss: clip against the sampler's log-probs and reweight by the IS ratio."
+    )
 
 
 _GRPO_ONLY_KEYS = ("temperature", "epsilon_low", "epsilon_high", "kl_beta", "use_remote_reward")
 
 
 class CheckpointConfig(Section):
+    """[train.ckpt]: resumable checkpoints and safetensors exports."""
+
     enable_checkpoint: bool = Field(True, description="Save resumable checkpoints.")
-    save_freq: int = Field(100, description="Save every this many steps.")
+    save_freq: int = Field(100, ge=1, description="Save every this many optimizer steps.")
     save_mode: Literal["async", "sync"] = Field("async", description="async overlaps the write with training.")
-    max_keep: int = Field(2, description="Checkpoints kept (-1 keeps all).")
+    max_keep: MinusOneOrPositive = Field(
+        2, description="Checkpoints kept, oldest removed first (-1 keeps all)."
+    )
     export_safetensors: bool = Field(True, description="Export HF safetensors at each save and at the end.")
-    upload_hf: bool = False
-    hf_repo_name: str | None = None
+    upload_hf: bool = Field(
+        False, description="Upload the final safetensors to the Hub (not in this release)."
+    )
+    hf_repo_name: str | None = Field(None, description="Hub repo the upload goes to.")
     # `true` in the seed guides means the final one; "all" uploads every export.
-    upload_s3: Literal[False, "final", "all"] | bool = False
-    s3_bucket: str | None = None
-    s3_prefix: str = "outputs"
+    upload_s3: Literal[False, "final", "all"] | bool = Field(
+        False, description="Upload to S3: the final export, or all of them (not in this release)."
+    )
+    s3_bucket: str | None = Field(None, description="S3 bucket the upload goes to.")
+    s3_prefix: str = Field("outputs", description="Key prefix inside s3_bucket.")
 
     @field_validator("upload_s3", mode="after")
     @classmethod
@@ -174,64 +250,82 @@ class CheckpointConfig(Section):
         return "final" if v is True else v
 
 
+# Adam's betas are decay rates of moving averages: 1 never forgets, and torch refuses it.
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class TrainConfig(Section):
-    optm_name: Literal["AdamW", "Adam"] = "AdamW"
-    optm_lr: float = 1e-6
+    """[train]: the optimizer, schedule, precision, batch and run length."""
+
+    optm_name: Literal["AdamW", "Adam"] = Field("AdamW", description="Optimizer.")
+    optm_lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
     optm_impl: Literal["fused", "foreach", "for-loop"] = Field(
         "fused", description="AdamW implementation: one fused kernel (CUDA and CPU), foreach, or a plain loop."
     )
-    optm_weight_decay: float = 0.01
-    optm_betas: tuple[float, float] = (0.9, 0.999)
-    optm_warmup_steps: float = Field(20, description="Warmup steps, or a fraction (<1) of total steps.")
-    optm_decay_type: Literal["none", "linear", "cosine", "sqrt"] = "none"
-    optm_min_lr_factor: float = Field(0.0, description="Decay floor as a fraction of optm_lr.")
-    optm_grad_norm_clip: float = Field(1.0, description="Clip total grad norm (0 disables).")
-    epsilon: float = Field(1e-6, description="Optimizer eps (not the PPO clip).")
-    master_dtype: Literal["float32", "bfloat16"] = "float32"
+    optm_weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (0: none).")
+    optm_betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam (beta1, beta2), each in [0, 1).")
+    optm_warmup_steps: float = Field(
+        20, ge=0, description="Linear warmup steps, or a fraction (<1) of total steps (0: none)."
+    )
+    optm_decay_type: Literal["none", "linear", "cosine", "sqrt"] = Field(
+        "none", description="Learning-rate decay after warmup, down to optm_min_lr_factor."
+    )
+    optm_min_lr_factor: float = Field(0.0, ge=0, le=1, description="Decay floor as a fraction of optm_lr.")
+    optm_grad_norm_clip: float = Field(1.0, ge=0, description="Clip total grad norm (0 disables).")
+    epsilon: float = Field(1e-6, gt=0, description="Optimizer eps (not the PPO clip).")
+    master_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype of the master weights."
+    )
     param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Compute dtype of FSDP params (float32 is used on CPU)."
     )
-    fsdp_reduce_dtype: Literal["float32", "bfloat16"] = "float32"
-    fsdp_offload: bool = False
-    fsdp_reshard_after_forward: Literal["default", "always", "never"] = "default"
-    logprob_dtype: Literal["float32", "bfloat16"] = "float32"
-    train_batch_per_replica: int = Field(
-        8, description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
+    fsdp_reduce_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype gradients are reduced in across ranks."
     )
-    epoch: int = 1
-    max_num_steps: int | None = Field(None, description="Stop after this many optimizer steps.")
-    output_dir: str = Field("./outputs", description="A timestamp sub-folder is appended per run.")
+    fsdp_offload: bool = Field(False, description="Keep parameters and optimizer state in CPU memory.")
+    fsdp_reshard_after_forward: Literal["default", "always", "never"] = Field(
+        "default", description="Free gathered params after forward: always saves memory, never saves traffic."
+    )
+    logprob_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of GRPO log-probs.")
+    train_batch_per_replica: int = Field(
+        8, ge=1,
+        description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
+    )
+    epoch: int = Field(1, ge=1, description="Passes over the training dataset.")
+    max_num_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
+    output_dir: str = Field(
+        "./outputs", min_length=1, description="A timestamp sub-folder is appended per run."
+    )
     resume: bool | str = Field(False, description="true: newest checkpoint in output_dir; or a path.")
-    seed: int = 0
-    deterministic: bool = False
-    compile: bool = False
-    async_tp_enabled: bool = False
+    seed: int = Field(0, ge=0, description="Seed of torch, numpy and random (the rank is added).")
+    deterministic: bool = Field(False, description="Deterministic kernels: reproducible and slower.")
+    compile: bool = Field(False, description="torch.compile the model.")
+    async_tp_enabled: bool = Field(False, description="Async tensor parallel (overlaps TP communication).")
     sequence_packing: bool = Field(False, description="Pack samples padding-free into one sequence.")
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
-    sync_weight_interval: int = Field(1, description="GRPO: steps between weight syncs to rollout.")
+    sync_weight_interval: int = Field(1, ge=1, description="GRPO: steps between weight syncs to rollout.")
     skip_nonfinite_steps: int = Field(
         0, ge=0,
         description="Steps whose loss or gradient norm is NaN/inf that may be skipped (no update) before the "
         "run stops naming the step; 0 stops at the first.",
     )
-    ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    train_policy: TrainPolicyConfig = Field(default_factory=TrainPolicyConfig)
-
-    @field_validator("optm_warmup_steps")
-    @classmethod
-    def _warmup_nonneg(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError("must be >= 0 (a step count, or a fraction < 1 of total steps)")
-        return v
+    ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and exports.")
+    train_policy: TrainPolicyConfig = Field(
+        default_factory=TrainPolicyConfig, description="SFT or GRPO, and its dataset."
+    )
 
 
 class ParallelismConfig(Section):
-    dp_shard_size: int = Field(-1, description="FSDP shard group size; -1 = all remaining ranks.")
-    dp_replicate_size: int = Field(1, description="HSDP replicas (1 for GRPO).")
-    tp_size: int = 1
-    cp_size: int = 1
-    pp_size: int = 1
-    n_init_replicas: int = 1
+    """[policy.parallelism] / [rollout.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks."""
+
+    dp_shard_size: MinusOneOrPositive = Field(
+        -1, description="FSDP shard group size; -1 = all remaining ranks."
+    )
+    dp_replicate_size: int = Field(1, ge=1, description="HSDP replicas (1 for GRPO).")
+    tp_size: int = Field(1, ge=1, description="Tensor parallel size.")
+    cp_size: int = Field(1, ge=1, description="Context (sequence) parallel size.")
+    pp_size: int = Field(1, ge=1, description="Pipeline parallel size.")
+    n_init_replicas: int = Field(1, ge=1, description="Replicas that must be up before training starts.")
 
     def product(self, shard: int) -> int:
         """Ranks the sizes need with `shard` ranks per FSDP group."""
@@ -266,23 +360,35 @@ class ParallelismConfig(Section):
 
 
 class LoraConfig(Section):
-    r: int = 8
-    lora_alpha: int = 8
-    lora_dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
+    """[policy.lora]: low-rank adapters instead of full fine-tuning."""
+
+    r: int = Field(8, ge=1, description="Adapter rank.")
+    lora_alpha: int = Field(
+        8, ge=1, description="Adapter scale numerator (the update is scaled by lora_alpha / r)."
+    )
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on the adapter input.")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="Module names that get adapters, or 'all-linear'."
+    )
 
 
 class PolicyConfig(Section):
+    """[policy]: the model trained, its length limit and what of it is trained."""
+
     model_name_or_path: str = Field(
         "nvidia/Cosmos-Reason1-7B", description="Hub id or local folder (from_pretrained layout)."
     )
-    model_revision: str | None = None
-    model_max_length: int = Field(4096, description="Max tokens per sample, vision tokens included.")
-    model_gradient_checkpointing: bool = True
+    model_revision: str | None = Field(None, description="Hub revision of the model.")
+    model_max_length: int = Field(4096, ge=1, description="Max tokens per sample, vision tokens included.")
+    model_gradient_checkpointing: bool = Field(
+        True, description="Recompute activations in backward: less memory, about a third more compute."
+    )
     freeze_pattern: list[str] | str | None = Field(None, description="Regexes of parameter names to freeze.")
     trainable_pattern: list[str] | str | None = Field(None, description="Regexes: train only these.")
-    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
-    lora: LoraConfig | None = None
+    parallelism: ParallelismConfig = Field(
+        default_factory=ParallelismConfig, description="How the policy is split over ranks."
+    )
+    lora: LoraConfig | None = Field(None, description="LoRA adapters (unset: full fine-tuning).")
 
     @model_validator(mode="after")
     def _patterns_exclusive(self) -> PolicyConfig:
@@ -301,65 +407,97 @@ class PolicyConfig(Section):
 
 
 class SamplingConfig(Section):
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    repetition_penalty: float = 1.0
+    """[rollout.sampling_config]: how rollouts are sampled."""
+
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of this mass (1: off)."
+    )
+    top_k: MinusOneOrPositive = Field(-1, description="Sample from the k likeliest tokens (-1: off).")
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
+    )
 
 
 class RolloutConfig(Section):
+    """[rollout]: the GRPO generation engine."""
+
     backend: Literal["vllm", "hf"] = Field("vllm", description="vllm on GPU; hf (transformers) anywhere.")
-    n_generation: int = Field(16, description="Completions per prompt (the GRPO group size).")
-    batch_size: int = Field(1, description="Prompts per rollout batch.")
-    max_response_length: int = 2048
-    gpu_memory_utilization: float = 0.8
-    quantization: Literal["none", "fp8"] = "none"
-    enable_chunked_prefill: bool = False
-    sampling_config: SamplingConfig = Field(default_factory=SamplingConfig)
-    seed: int | None = None
-    parallelism: ParallelismConfig = Field(default_factory=lambda: ParallelismConfig(dp_shard_size=1))
+    n_generation: int = Field(16, ge=1, description="Completions per prompt (the GRPO group size).")
+    batch_size: int = Field(1, ge=1, description="Prompts per rollout batch.")
+    max_response_length: int = Field(2048, ge=1, description="Max new tokens per completion.")
+    gpu_memory_utilization: float = Field(
+        0.8, gt=0, le=1, description="vLLM: fraction of device memory for weights and KV cache."
+    )
+    quantization: Literal["none", "fp8"] = Field("none", description="Rollout weight quantization.")
+    enable_chunked_prefill: bool = Field(False, description="vLLM chunked prefill of long prompts.")
+    sampling_config: SamplingConfig = Field(
+        default_factory=SamplingConfig, description="Sampling parameters."
+    )
+    seed: int | None = Field(None, ge=0, description="Sampling seed (unset: random).")
+    parallelism: ParallelismConfig = Field(
+        default_factory=lambda: ParallelismConfig(dp_shard_size=1),
+        description="How the rollout engine is split."
+    )
 
 
 class ValidationConfig(Section):
-    enable: bool = False
-    freq: int = Field(20, description="Validate every this many steps.")
-    batch_size: int = 8
+    """[validation]: periodic evaluation during training."""
+
+    enable: bool = Field(False, description="Validate during training.")
+    freq: int = Field(20, ge=1, description="Validate every this many steps.")
+    batch_size: int = Field(8, ge=1, description="Samples per validation batch.")
     dataset: DatasetConfig | None = Field(None, description="Default: the train dataset's held-out split.")
-    temperature: float = 0.0
-    n_generation: int = 1
-    max_response_length: int = 256
-    reward_function: str | list[str] | dict[str, float] = Field(default_factory=lambda: ["single_choice"])
+    temperature: float = Field(
+        0.0, ge=0, description="Sampling temperature of validation answers (0: greedy)."
+    )
+    n_generation: int = Field(1, ge=1, description="Completions per validation prompt.")
+    max_response_length: int = Field(256, ge=1, description="Max new tokens per validation answer.")
+    reward_function: str | list[str] | dict[str, float] = Field(
+        default_factory=lambda: ["single_choice"],
+        description="Reward name(s) scoring answers, or {name = weight}."
+    )
 
 
 class LoggingConfig(Section):
-    logger: list[Literal["console", "wandb"]] = Field(default_factory=lambda: ["console"])
-    project_name: str = "cosmos_train"
-    experiment_name: str | None = None
-    log_interval: int = 1
+    """[logging]: where metrics go."""
+
+    logger: list[Literal["console", "wandb"]] = Field(
+        default_factory=lambda: ["console"], description="Metric sinks (metrics.jsonl is always written)."
+    )
+    project_name: str = Field("cosmos_train", description="wandb project.")
+    experiment_name: str | None = Field(None, description="wandb run name (default: the run folder's name).")
+    log_interval: int = Field(1, ge=1, description="Log every this many steps.")
 
 
 class LaunchConfig(Section):
     """How torchrun starts the policy processes (cosmos-rl infers this from the GPUs it finds)."""
 
-    nnodes: int = 1
-    nproc_per_node: int | Literal["auto"] = Field(
+    nnodes: int = Field(1, ge=1, description="Machines in the job.")
+    nproc_per_node: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="'auto': every GPU, or the parallelism product on CPU (2 when dp_shard_size=-1)."
     )
-    node_rank: int = 0
+    node_rank: int = Field(0, ge=0, description="This machine's index, 0 to nnodes - 1.")
     rdzv_endpoint: str | None = Field(None, description="host:port of node 0 for multi-node runs.")
-    max_restarts: int = 0
+    max_restarts: int = Field(
+        0, ge=0, description="torchrun restarts of failed workers before the run fails."
+    )
 
 
 class Config(Section):
     """The whole job. `Config()` alone is valid: the reference framework's defaults."""
 
     redis: str | None = Field(None, description="cosmos-rl's controller port; accepted, unused (no Redis here).")
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    validation: ValidationConfig = Field(default_factory=ValidationConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    launch: LaunchConfig = Field(default_factory=LaunchConfig)
+    train: TrainConfig = Field(
+        default_factory=TrainConfig, description="Optimizer, schedule, batches, run length."
+    )
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The model trained.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="GRPO generation.")
+    validation: ValidationConfig = Field(
+        default_factory=ValidationConfig, description="Validation during training."
+    )
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metric sinks.")
+    launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
     custom: dict[str, Any] = Field(default_factory=dict, description="Free-form, for users' dataset scripts.")
 
     @property
@@ -505,7 +643,7 @@ def config_from_dict(
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(_explain(e), source) from None
+        raise ConfigError(explain_errors(e, Config), source) from None
     # Resolve the type now: the written config.toml holds every GRPO default, which would
     # otherwise re-infer "grpo" when a process reads it back.
     cfg.train.train_policy.type = cfg.policy_type
@@ -538,8 +676,8 @@ def unknown_keys(raw: Any, model: type[BaseModel], prefix: str = "") -> list[str
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The Section class inside an annotation like `DatasetConfig | None` or `list[RemoteRewardFn]`."""
-    if isinstance(annotation, type) and issubclass(annotation, Section):
+    """The model class inside an annotation like `DatasetConfig | None` or `list[RemoteRewardFn]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()) or ():
         found = _section_model(arg)
@@ -548,44 +686,164 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _explain(e: ValidationError) -> list[str]:
-    out = []
+_BOUND_OPS = ((annotated_types.Gt, "gt", ">"), (annotated_types.Ge, "ge", ">="),
+              (annotated_types.Lt, "lt", "<"), (annotated_types.Le, "le", "<="))
+_COMPARISON_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+# How pydantic names the members of a union in an error's location ('int', "literal['auto']",
+# 'function-after[...]'): never a key, so left out of the key path.
+_TYPE_TAG = re.compile(r"[a-z-]+\[.*\]|constrained-\w+|int|float|str|bool|bytes|none", re.S)
+
+
+def field_bounds(field: FieldInfo) -> str:
+    """A field's numeric bounds in words, '> 0 and <= 1'; '' when it has none. Bounds of union members
+    and tuple items (`tuple[Beta, Beta]`, `Literal[-1] | Annotated[int, Field(ge=1)]`) count too."""
+    words: list[str] = []
+
+    def collect(metadata: Iterable[Any]) -> None:
+        for m in metadata:
+            if isinstance(m, FieldInfo):
+                collect(m.metadata)
+            for cls, attr, op in _BOUND_OPS:
+                if isinstance(m, cls) and f"{op} {getattr(m, attr)}" not in words:
+                    words.append(f"{op} {getattr(m, attr)}")
+
+    def walk(annotation: Any) -> None:
+        args = get_args(annotation)
+        if getattr(annotation, "__metadata__", None) is not None:  # Annotated[T, ...]
+            collect(annotation.__metadata__)
+            walk(args[0])
+            return
+        for arg in args:
+            walk(arg)
+
+    collect(field.metadata)
+    walk(field.annotation)
+    return " and ".join(words)
+
+
+def check_name(what: str, name: str, known: Iterable[str]) -> str:
+    """`name` when it is one of `known` (a plug-in registry), else a validation error that
+    `explain_errors` shows with the valid names and the closest one."""
+    names = sorted(known)
+    if name not in names:
+        valid = ", ".join(repr(n) for n in names)
+        raise PydanticCustomError(
+            "unknown_name", "must be a registered {what}: {valid}", {"what": what, "valid": valid}
+        )
+    return name
+
+
+def explain_errors(e: ValidationError, root: type[BaseModel]) -> list[str]:
+    """One line per key: 'key.path: what is wrong (got value); did you mean ...?', constraints in words.
+
+    pydantic reports each member of a union separately (`max_keep = 0` fails both `-1` and `>= 1`);
+    their messages are joined into one line.
+    """
+    lines: dict[str, list[str]] = {}
+    hints: dict[str, str] = {}
+    inputs: dict[str, Any] = {}
     for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[")))
-        # pydantic reports union members separately; keep the first message per key.
-        msg = err["msg"].removeprefix("Value error, ")
-        line = f"{loc or 'config'}: {msg} (got {err.get('input')!r})"
-        if not any(o.startswith(f"{loc}:") for o in out):
-            out.append(line)
+        key, section, field = _locate(err["loc"], root)
+        msg, hint = _message(err, section, field)
+        if msg not in lines.setdefault(key, []):
+            lines[key].append(msg)
+        if err["type"] != "extra_forbidden":  # the value of a key that should not be there says nothing
+            inputs.setdefault(key, err.get("input"))
+        if hint:
+            hints.setdefault(key, hint)
+    out = []
+    for key, msgs in lines.items():
+        # A value that matched one union member deeper down (`reward_function = {a = nan}`) makes
+        # the other members' type mismatches noise: the deeper key says what is wrong.
+        if any(k.startswith((f"{key}.", f"{key}[")) for k in lines if key):
+            continue
+        text = msgs[0] + "".join(
+            f" or {m.removeprefix('must be ')}" if m.startswith("must be ") else f"; {m}" for m in msgs[1:]
+        )
+        # A section-level rule reports the whole table as its input.
+        if key in inputs and not isinstance(inputs[key], dict):
+            text += f" (got {inputs[key]!r})"
+        if key in hints:
+            text += f"; {hints[key]}"
+        out.append(f"{key or 'config'}: {text}")
     return out
 
 
+def _locate(
+    loc: tuple[Any, ...], root: type[BaseModel]
+) -> tuple[str, type[BaseModel] | None, FieldInfo | None]:
+    """The key path of an error location ('train.optm_betas[1]'), the section it ends in and its field."""
+    path = ""
+    section: type[BaseModel] | None = root
+    field: FieldInfo | None = None
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif section is not None and part in section.model_fields:
+            field = section.model_fields[part]
+            path += f".{part}" if path else part
+            section = _section_model(field.annotation)
+        elif not _TYPE_TAG.fullmatch(str(part)):  # an unknown key, or a key of a free-form table
+            path += f".{part}" if path else str(part)
+            field = None
+    return path, section, field
+
+
+def _message(err: Any, section: type[BaseModel] | None, field: FieldInfo | None) -> tuple[str, str]:
+    """(what is wrong, a hint such as 'did you mean ...?' or '')."""
+    kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
+    bounds = field_bounds(field) if field is not None else ""
+    if kind in _COMPARISON_ERRORS:
+        if bounds:
+            return f"must be {bounds}", ""
+        return next(f"must be {op} {ctx[attr]}" for _, attr, op in _BOUND_OPS if attr in ctx), ""
+    if kind == "finite_number":
+        return f"must be a finite number {bounds}".rstrip(), ""
+    if kind in ("literal_error", "unknown_name"):
+        expected = ctx.get("expected") or ctx.get("valid", "")
+        names = re.findall(r"'([^']*)'", expected)
+        close = difflib.get_close_matches(given, names, n=1, cutoff=0.6) if isinstance(given, str) else []
+        hint = f"did you mean {close[0]!r}?" if close else ""
+        if kind == "unknown_name":
+            return err["msg"], hint
+        return f"must be {'one of ' if len(names) > 1 else ''}{expected}", hint
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "must not be empty", ""
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length')} item(s)", ""
+    if kind == "extra_forbidden":
+        fields = list(section.model_fields) if section is not None else []
+        close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
+        return f"unknown key ({hint})", ""
+    msg = err["msg"].removeprefix("Value error, ").replace("Input should be ", "must be ", 1)
+    if kind.endswith(("_parsing", "_type")) or kind == "int_from_float":
+        msg = msg.split(", ")[0]  # "must be a valid integer, unable to parse string ...": the value is shown
+    return msg, ""
+
+
 def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
-    """Combinations that type-check but cannot run, each with what to change."""
+    """Combinations that type-check but cannot run, each with what to change. Single-key ranges are
+    the schema's (`Field(ge=...)`)."""
     out = []
     t, ck = cfg.train, cfg.train.ckpt
-    if ck.upload_hf and not ck.hf_repo_name:
-        out.append("train.ckpt.hf_repo_name: required when upload_hf = true")
-    if ck.upload_s3 and not ck.s3_bucket:
-        out.append("train.ckpt.s3_bucket: required when upload_s3 is set")
-    if ck.save_freq < 1:
-        out.append("train.ckpt.save_freq: must be >= 1")
+    # Refused rather than ignored: a user who asks for an upload must not find the weights only on disk.
+    for key, value in (("upload_hf", ck.upload_hf), ("upload_s3", ck.upload_s3)):
+        if value:
+            out.append(
+                f"train.ckpt.{key}: uploads are not implemented in this release; remove the key "
+                f"(exports stay under train.output_dir)"
+            )
     mb = t.train_policy.mini_batch
-    if cfg.policy_type == "sft" and (mb < 1 or t.train_batch_per_replica % mb):
+    if cfg.policy_type == "sft" and t.train_batch_per_replica % mb:
         out.append(
             f"train.train_policy.mini_batch: {mb} must divide train.train_batch_per_replica "
             f"({t.train_batch_per_replica}) (micro-batches of equal size)"
         )
-    for sec, par in (("policy.parallelism", cfg.policy.parallelism), ("rollout.parallelism", cfg.rollout.parallelism)):
-        for key in ("dp_replicate_size", "tp_size", "cp_size", "pp_size"):
-            if getattr(par, key) < 1:
-                out.append(f"{sec}.{key}: must be >= 1")
-        if par.dp_shard_size == 0 or par.dp_shard_size < -1:
-            out.append(f"{sec}.dp_shard_size: must be >= 1, or -1 for all remaining ranks")
     if cfg.policy_type == "grpo" and cfg.policy.parallelism.dp_replicate_size != 1:
         out.append("policy.parallelism.dp_replicate_size: GRPO runs one replica; set it to 1")
-    if t.max_num_steps is not None and t.max_num_steps < 1:
-        out.append("train.max_num_steps: must be >= 1")
+    if cfg.launch.node_rank >= cfg.launch.nnodes:
+        out.append(f"launch.node_rank: {cfg.launch.node_rank} must be < launch.nnodes ({cfg.launch.nnodes})")
     if check_paths:
         model = cfg.policy.model_name_or_path
         if _looks_local(model) and not Path(model).expanduser().exists():

@@ -13,16 +13,17 @@ and otherwise taken as a string.
 from __future__ import annotations
 
 import copy
-import difflib
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cosmos_train.config import ConfigError, parse_override, set_path
+from cosmos_train.config import ConfigError, check_name, explain_errors, parse_override, set_path
+from cosmos_train.evaluation.engines import ENGINES
+from cosmos_train.evaluation.parsing import PARSERS
 
 
 class EvalConfigError(ConfigError):
@@ -33,7 +34,10 @@ class EvalConfigError(ConfigError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    # nan / inf parse from TOML and YAML (`.nan`) and pass every range check; no key means them.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False
+    )
 
 
 class ModelSection(_Section):
@@ -68,10 +72,10 @@ class ModelSection(_Section):
 class EvaluationSection(_Section):
     """How to ask (the reference's `evaluation:` block)."""
 
-    answer_type: Literal["letter", "reasoning", "freeform"] = Field(
+    answer_type: str = Field(
         "reasoning",
         description="letter: greedy, a few tokens, the option letter; reasoning: <think>/<answer> with sampling; "
-        "freeform: the answer text compared case-insensitively.",
+        "freeform: the answer text compared case-insensitively; or a name given to register_parser.",
     )
     num_processes: int = Field(80, ge=1, description="Threads decoding videos ahead of the model.")
     skip_saved: bool = Field(False, description="Resume: videos whose prediction file exists are not asked again.")
@@ -81,12 +85,19 @@ class EvaluationSection(_Section):
         "skip_saved) or skip (leave its questions out of the scores and list them in results.json).",
     )
     fps: float = Field(4, gt=0, description="Frames sampled per second of video.")
-    seed: int = Field(1, description="Sampling seed.")
-    max_pixels: int | None = Field(None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset).")
+    seed: int = Field(1, ge=0, description="Sampling seed (retries add 1, 2, ...).")
+    max_pixels: int | None = Field(
+        None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset)."
+    )
     min_pixels: int | None = Field(
         None, gt=0, description="Per-frame pixel floor (qwen-vl-utils upscales small clips to 100352 when unset)."
     )
     max_frames: int | None = Field(None, gt=0, description="Frame count cap per video (default 768).")
+
+    @field_validator("answer_type")
+    @classmethod
+    def _known_answer_type(cls, v: str) -> str:
+        return check_name("answer type", v, PARSERS)
 
 
 class GenerationSection(_Section):
@@ -96,9 +107,16 @@ class GenerationSection(_Section):
     max_tokens: int = Field(1024, ge=1, description="New-token budget in reasoning/freeform mode.")
     temperature: float = Field(0.6, ge=0, description="Sampling temperature in reasoning/freeform mode.")
     top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling in reasoning/freeform mode.")
-    repetition_penalty: float = Field(1.0, gt=0)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
+    )
+    # vLLM's own range for the OpenAI-style penalties.
+    presence_penalty: float = Field(
+        0.0, ge=-2, le=2, description="vLLM: subtracted from logits of tokens present so far (0: off)."
+    )
+    frequency_penalty: float = Field(
+        0.0, ge=-2, le=2, description="vLLM: subtracted per occurrence of a token so far (0: off)."
+    )
     letter_max_tokens: int = Field(10, ge=1, description="New-token budget in letter mode (greedy).")
 
 
@@ -106,24 +124,34 @@ class EvalConfig(_Section):
     """One evaluation run: which benchmarks, which model, how to ask, where to write."""
 
     datasets: list[str] = Field(..., min_length=1, description="Benchmark names under <data_dir>/benchmark/.")
-    model: ModelSection = Field(default_factory=ModelSection)
-    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
-    generation: GenerationSection = Field(default_factory=GenerationSection)
+    model: ModelSection = Field(default_factory=ModelSection, description="The model evaluated.")
+    evaluation: EvaluationSection = Field(
+        default_factory=EvaluationSection, description="How questions are asked."
+    )
+    generation: GenerationSection = Field(default_factory=GenerationSection, description="Sampling.")
     data_dir: str = Field("data", description="Holds benchmark/<ds>/<ds>_benchmark_qa_pairs.json and clips/.")
     results_dir: str = Field("results", description="Predictions go to <results_dir>/<model>/<answer_type>/<ds>/.")
-    engine: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="auto: vLLM when it is importable and CUDA is present, else transformers."
+    engine: str = Field(
+        "auto",
+        description="auto: vLLM when it is importable and CUDA is present, else transformers (hf); "
+        "or a name given to register_engine.",
     )
     batch_size: int = Field(8, ge=1, description="Questions per generate call (the HF engine pads them).")
-    limit: int | None = Field(
-        None, description="Per dataset, stop adding videos once this many questions are gathered (-1/None: all)."
+    limit: Literal[-1] | Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="Per dataset, stop adding videos once this many questions are gathered (-1/unset: all)."
     )
     device: str = Field("auto", description="HF engine device: auto (cuda if present), cpu, cuda, cuda:1 ...")
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        return check_name("engine", v, ["auto", *ENGINES])
+
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:
-        if self.limit is not None and self.limit < 0:
-            self.limit = None  # the reference's -1
+        if self.limit == -1:
+            self.limit = None  # the reference's "all"
         for name in self.datasets:
             if not name or "/" in name or name in (".", ".."):
                 raise ValueError(f"dataset name {name!r} must be a plain folder name under benchmark/")
@@ -176,7 +204,7 @@ def eval_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), so
     try:
         return EvalConfig.model_validate(raw)
     except ValidationError as e:
-        raise EvalConfigError(_explain(e), source) from None
+        raise EvalConfigError(explain_errors(e, EvalConfig), source) from None
 
 
 def load_eval_config(path: str | Path | None, overrides: Iterable[str] = ()) -> EvalConfig:
@@ -186,29 +214,3 @@ def load_eval_config(path: str | Path | None, overrides: Iterable[str] = ()) -> 
     """
     raw = read_raw(path) if path is not None else {}
     return eval_config_from_dict(raw, overrides, str(path) if path is not None else None)
-
-
-def _explain(e: ValidationError) -> list[str]:
-    out = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            section_model = _model_at(err["loc"][:-1])
-            fields = list(section_model.model_fields) if section_model else []
-            close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(fields)}"
-            out.append(f"{loc}: unknown key ({hint})")
-        else:
-            out.append(f"{loc or 'config'}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
-    return out
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] = EvalConfig
-    for part in loc:
-        field = model.model_fields.get(str(part))
-        ann = field.annotation if field else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return None
-        model = ann
-    return model

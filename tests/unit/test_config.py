@@ -6,13 +6,25 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel
 
-from cosmos_train.config import Config, ConfigError, config_from_dict, load_config
+from cosmos_train.config import (
+    CheckpointConfig,
+    Config,
+    ConfigError,
+    config_from_dict,
+    field_bounds,
+    load_config,
+)
+from cosmos_train.evaluation.config import EvalConfig
 
 SNIPPETS = sorted((Path(__file__).parent.parent / "data" / "seed_snippets").glob("*.toml"))
 ROOT = Path(__file__).resolve().parents[2]
+# Two seed snippets turn uploads on, which this release refuses (test_seed_upload_keys_are_refused).
+UPLOADS_OFF = ["train.ckpt.upload_hf=false", "train.ckpt.upload_s3=false"]
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda p: p.name)
@@ -20,8 +32,15 @@ def test_every_seed_snippet_passes(snippet: Path, tmp_path: Path) -> None:
     # The seed's RL snippet points at an SFT checkpoint folder; give it one that exists.
     model = tmp_path / "model"
     model.mkdir()
-    cfg = load_config(snippet, [f"policy.model_name_or_path='{model}'"])
+    cfg = load_config(snippet, [f"policy.model_name_or_path='{model}'", *UPLOADS_OFF])
     assert isinstance(cfg, Config)
+
+
+def test_seed_upload_keys_are_refused() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(SNIPPETS[0].parent / "000_01.toml")
+    assert [p.split(":")[0] for p in e.value.problems] == ["train.ckpt.upload_hf", "train.ckpt.upload_s3"]
+    assert all("not implemented in this release; remove the key" in p for p in e.value.problems)
 
 
 def test_seed_rl_snippet_maps_aliases(tmp_path: Path) -> None:
@@ -39,10 +58,11 @@ def test_seed_wfm_snippet_maps_parallelism() -> None:
     assert (par.dp_shard_size, par.dp_replicate_size, par.cp_size) == (8, 4, 2)
 
 
-def test_upload_s3_true_means_final() -> None:
-    cfg = load_config(SNIPPETS[0].parent / "000_01.toml")
-    assert cfg.train.ckpt.upload_s3 == "final"
-    assert cfg.train.ckpt.hf_repo_name == "Cosmos-Reason1"
+def test_upload_keys_still_parse() -> None:
+    # The schema keeps the seed guides' upload keys for the release that implements uploads.
+    assert CheckpointConfig(upload_s3=True).upload_s3 == "final"
+    cfg = load_config(SNIPPETS[0].parent / "000_01.toml", UPLOADS_OFF)
+    assert cfg.train.ckpt.hf_repo_name == "Cosmos-Reason1" and cfg.train.ckpt.s3_bucket == "your-s3-bucket"
 
 
 def test_typo_is_named_with_suggestion() -> None:
@@ -82,10 +102,11 @@ def test_mini_batch_must_divide_batch() -> None:
         config_from_dict({"train": {"train_batch_per_replica": 8, "train_policy": {"mini_batch": 3}}})
 
 
-def test_upload_needs_destination() -> None:
+def test_uploads_are_refused() -> None:
     with pytest.raises(ConfigError) as e:
-        config_from_dict({"train": {"ckpt": {"upload_hf": True, "upload_s3": "all"}}})
-    assert "hf_repo_name: required" in str(e.value) and "s3_bucket: required" in str(e.value)
+        config_from_dict({"train": {"ckpt": {"upload_hf": True, "hf_repo_name": "me/x", "upload_s3": "all"}}})
+    assert len(e.value.problems) == 2
+    assert all("uploads are not implemented in this release" in p for p in e.value.problems)
 
 
 def test_overrides_layer_file_env_cli(tmp_path: Path) -> None:
@@ -156,3 +177,181 @@ def test_shipped_job_recipes_pass_check(recipe: Path, tmp_path: Path) -> None:
     assert cfg.policy_type in ("sft", "grpo")
     first = recipe.read_text().splitlines()[0]
     assert first.startswith("#"), "each recipe starts with a comment giving the command that runs it"
+
+
+# ------------------------------------------------------------------------------ bounds, described
+BAD_VALUES = [
+    ("train.optm_lr=0", "train.optm_lr"),
+    ("train.optm_lr=-1e-5", "train.optm_lr"),
+    ("train.optm_lr=nan", "train.optm_lr"),
+    ("train.optm_lr=inf", "train.optm_lr"),
+    ("train.optm_weight_decay=-0.01", "train.optm_weight_decay"),
+    ("train.optm_betas=[1.0, 0.999]", "train.optm_betas[0]"),
+    ("train.optm_betas=[0.9, -0.1]", "train.optm_betas[1]"),
+    ("train.optm_betas=[0.9, nan]", "train.optm_betas[1]"),
+    ("train.optm_warmup_steps=-1", "train.optm_warmup_steps"),
+    ("train.optm_min_lr_factor=1.5", "train.optm_min_lr_factor"),
+    ("train.optm_grad_norm_clip=-1.0", "train.optm_grad_norm_clip"),
+    ("train.epsilon=0", "train.epsilon"),
+    ("train.train_batch_per_replica=0", "train.train_batch_per_replica"),
+    ("train.epoch=0", "train.epoch"),
+    ("train.max_num_steps=0", "train.max_num_steps"),
+    ("train.output_dir=''", "train.output_dir"),
+    ("train.ckpt.max_keep=0", "train.ckpt.max_keep"),
+    ("train.ckpt.max_keep=-2", "train.ckpt.max_keep"),
+    ("train.ckpt.save_freq=0", "train.ckpt.save_freq"),
+    ("train.train_policy.mini_batch=0", "train.train_policy.mini_batch"),
+    ("train.train_policy.dataloader_num_workers=-1", "train.train_policy.dataloader_num_workers"),
+    ("train.train_policy.temperature=-0.5", "train.train_policy.temperature"),
+    ("train.train_policy.epsilon_low=-0.1", "train.train_policy.epsilon_low"),
+    ("train.train_policy.epsilon_high=-0.1", "train.train_policy.epsilon_high"),
+    ("train.train_policy.kl_beta=inf", "train.train_policy.kl_beta"),
+    ("train.train_policy.remote_reward.reward_fns=[{name='a', weight=nan}]",
+     "train.train_policy.remote_reward.reward_fns[0].weight"),
+    ("train.train_policy.reward_function={single_choice=nan}",
+     "train.train_policy.reward_function.single_choice"),
+    ("train.train_policy.dataset.test_size=0", "train.train_policy.dataset.test_size"),
+    ("train.train_policy.dataset.vision.fps=0", "train.train_policy.dataset.vision.fps"),
+    ("train.train_policy.dataset.vision.fps=nan", "train.train_policy.dataset.vision.fps"),
+    ("train.train_policy.dataset.vision.nframes=0", "train.train_policy.dataset.vision.nframes"),
+    ("train.train_policy.dataset.vision.max_pixels=0", "train.train_policy.dataset.vision.max_pixels"),
+    ("train.train_policy.dataset.vision.video_start=-1.0", "train.train_policy.dataset.vision.video_start"),
+    ("train.train_policy.dataset.vision={video_start=5.0, video_end=2.0}", "video_end"),
+    ("train.train_policy.dataset.vision={fps=1.0, nframes=8}", "nframes"),
+    ("policy.model_max_length=0", "policy.model_max_length"),
+    ("policy.parallelism.tp_size=0", "policy.parallelism.tp_size"),
+    ("policy.parallelism.dp_shard_size=0", "policy.parallelism.dp_shard_size"),
+    ("policy.parallelism.dp_shard_size=-2", "policy.parallelism.dp_shard_size"),
+    ("rollout.parallelism.dp_replicate_size=0", "rollout.parallelism.dp_replicate_size"),
+    ("policy.lora={r=0}", "policy.lora.r"),
+    ("rollout.batch_size=0", "rollout.batch_size"),
+    ("rollout.n_generation=0", "rollout.n_generation"),
+    ("rollout.max_response_length=0", "rollout.max_response_length"),
+    ("rollout.gpu_memory_utilization=0", "rollout.gpu_memory_utilization"),
+    ("rollout.gpu_memory_utilization=1.1", "rollout.gpu_memory_utilization"),
+    ("rollout.sampling_config.top_p=0", "rollout.sampling_config.top_p"),
+    ("rollout.sampling_config.top_p=1.5", "rollout.sampling_config.top_p"),
+    ("rollout.sampling_config.top_k=0", "rollout.sampling_config.top_k"),
+    ("rollout.sampling_config.temperature=-1.0", "rollout.sampling_config.temperature"),
+    ("validation.freq=0", "validation.freq"),
+    ("validation.batch_size=0", "validation.batch_size"),
+    ("validation.n_generation=0", "validation.n_generation"),
+    ("logging.log_interval=0", "logging.log_interval"),
+    ("launch.nnodes=0", "launch.nnodes"),
+    ("launch.nproc_per_node=0", "launch.nproc_per_node"),
+    ("launch.node_rank=1", "launch.node_rank"),
+    ("train.ckpt.upload_hf=true", "train.ckpt.upload_hf"),
+    ("train.ckpt.upload_s3='final'", "train.ckpt.upload_s3"),
+]
+
+
+@pytest.mark.parametrize(("override", "key"), BAD_VALUES, ids=[o for o, _ in BAD_VALUES])
+def test_bad_value_is_refused_naming_the_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({}, [override])
+    assert len(e.value.problems) == 1, e.value.problems  # one clear line per key
+    assert key in e.value.problems[0]
+
+
+def test_constraint_messages_read_as_words() -> None:
+    def problems(*overrides: str) -> list[str]:
+        with pytest.raises(ConfigError) as e:
+            config_from_dict({}, list(overrides))
+        return e.value.problems
+
+    assert problems("train.optm_lr=inf") == ["train.optm_lr: must be a finite number > 0 (got inf)"]
+    assert problems("train.optm_lr=0.0") == ["train.optm_lr: must be > 0 (got 0.0)"]
+    assert problems("rollout.sampling_config.top_p=2.0") == [
+        "rollout.sampling_config.top_p: must be > 0 and <= 1 (got 2.0)"
+    ]
+    assert problems("train.ckpt.max_keep=0") == ["train.ckpt.max_keep: must be -1 or >= 1 (got 0)"]
+    assert problems("launch.nproc_per_node=0") == ["launch.nproc_per_node: must be >= 1 or 'auto' (got 0)"]
+    assert problems("train.output_dir=''") == ["train.output_dir: must not be empty (got '')"]
+    assert problems("train.epoch='two'") == ["train.epoch: must be a valid integer (got 'two')"]
+    [source] = problems("train.train_policy.dataset.source='hff'")
+    assert source.startswith("train.train_policy.dataset.source: must be one of 'auto', 'hf'")
+    assert source.endswith("(got 'hff'); did you mean 'hf'?")
+
+
+def test_legal_special_values_pass() -> None:
+    cfg = config_from_dict({}, ["train.ckpt.max_keep=-1", "policy.parallelism.dp_shard_size=-1",
+                                "rollout.sampling_config.top_k=-1", "train.optm_grad_norm_clip=0.0",
+                                "train.optm_warmup_steps=0.1", "train.train_policy.dataset.test_size=0.1"])
+    assert cfg.train.max_num_steps is None and cfg.train.ckpt.max_keep == -1
+
+
+def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
+    """`root` and every table model reachable from its fields."""
+    found: list[type[BaseModel]] = []
+
+    def walk(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in found:
+                found.append(annotation)
+                for field in annotation.model_fields.values():
+                    walk(field.annotation)
+            return
+        for arg in get_args(annotation):
+            walk(arg)
+
+    walk(root)
+    return found
+
+
+def _numeric(annotation: Any) -> bool:
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) is Literal:
+        return False
+    return any(_numeric(arg) for arg in get_args(annotation))
+
+
+ALL_MODELS = _models(Config) + _models(EvalConfig)
+# Numbers that are legitimately unbounded (finite is still enforced for every float).
+UNBOUNDED = {
+    # Reward weights and remote-reward score clips: a negative weight turns a reward into a penalty,
+    # and the clips are in whatever unit the reward service scores in.
+    "TrainPolicyConfig.reward_function",
+    "ValidationConfig.reward_function",
+    "RemoteRewardFn.weight",
+    "RemoteRewardFn.clip_min",
+    "RemoteRewardFn.clip_max",
+}
+
+
+def test_walk_reaches_every_table() -> None:
+    names = {m.__name__ for m in ALL_MODELS}
+    assert {"VisionConfig", "RemoteRewardFn", "LoraConfig", "SamplingConfig", "GenerationSection"} <= names
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_field_has_a_description(model: type[BaseModel]) -> None:
+    missing = [name for name, f in model.model_fields.items() if not (f.description or "").strip()]
+    assert not missing, f"{model.__name__}: fields without a description: {missing}"
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_numeric_field_is_bounded(model: type[BaseModel]) -> None:
+    unbounded = [
+        name for name, f in model.model_fields.items()
+        if _numeric(f.annotation) and not field_bounds(f) and f"{model.__name__}.{name}" not in UNBOUNDED
+    ]
+    assert not unbounded, f"{model.__name__}: bound (Field(ge=...)) or list in UNBOUNDED: {unbounded}"
+
+
+def test_unbounded_allow_list_is_current() -> None:
+    fields = {f"{m.__name__}.{n}": f for m in ALL_MODELS for n, f in m.model_fields.items()}
+    assert all(name in fields and not field_bounds(fields[name]) for name in UNBOUNDED)
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_float_must_be_finite(model: type[BaseModel]) -> None:
+    assert model.model_config.get("allow_inf_nan") is False
+
+
+def test_dataset_source_names_match_the_source_registry() -> None:
+    from cosmos_train.data.sources import SOURCES
+
+    literal = get_args(Config.model_fields["train"].annotation.model_fields["train_policy"].annotation
+                       .model_fields["dataset"].annotation.model_fields["source"].annotation)
+    assert set(literal) == {"auto", *SOURCES}

@@ -99,3 +99,38 @@ def test_overrides_and_limit(tmp_path: Path) -> None:
         load_eval_config(path, ["limit"])
     with pytest.raises(EvalConfigError, match="engine"):
         load_eval_config(path, ["engine=trt"])
+
+
+def test_plugin_names_checked_against_registries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cosmos_train.evaluation.engines import ENGINES
+    from cosmos_train.evaluation.parsing import PARSERS
+
+    path = tmp_path / "e.toml"
+    path.write_text('datasets = ["a"]\n')
+    with pytest.raises(EvalConfigError) as e:
+        load_eval_config(path, ["engine=hff", "evaluation.answer_type=reasonng"])
+    assert sorted(e.value.problems) == [
+        "engine: must be a registered engine: 'auto', 'hf', 'vllm' (got 'hff'); did you mean 'hf'?",
+        "evaluation.answer_type: must be a registered answer type: 'freeform', 'letter', 'reasoning' "
+        "(got 'reasonng'); did you mean 'reasoning'?",
+    ]
+    # A plug-in registered before the config is read is a valid name.
+    monkeypatch.setitem(ENGINES, "mine", lambda cfg, model_path: None)
+    monkeypatch.setitem(PARSERS, "json", PARSERS["freeform"])
+    cfg = load_eval_config(path, ["engine=mine", "evaluation.answer_type=json"])
+    assert (cfg.engine, cfg.evaluation.answer_type) == ("mine", "json")
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("limit=0", "limit"), ("limit=-2", "limit"), ("batch_size=0", "batch_size"),
+     ("generation.top_p=nan", "generation.top_p"), ("generation.temperature=-1.0", "generation.temperature"),
+     ("generation.presence_penalty=3.0", "generation.presence_penalty"), ("evaluation.fps=inf", "evaluation.fps"),
+     ("evaluation.seed=-1", "evaluation.seed"), ("model.gpu_memory_utilization=0", "model.gpu_memory_utilization")],
+)
+def test_bad_eval_values_named(override: str, key: str, tmp_path: Path) -> None:
+    path = tmp_path / "e.toml"
+    path.write_text('datasets = ["a"]\n')
+    with pytest.raises(EvalConfigError) as e:
+        load_eval_config(path, [override])
+    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(f"{key}: must be")
