@@ -1,6 +1,7 @@
 """`cosmos-train ...`: a thin dispatcher to the flows and the library.
 
     cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
+    cosmos-train config docs > docs/CONFIG.md
     cosmos-train make-tiny-model outputs/tiny-model
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
@@ -48,6 +49,13 @@ def _config_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
     print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
+    return 0
+
+
+def _config_docs(args: argparse.Namespace) -> int:
+    from cosmos_train.config_docs import config_reference
+
+    print(config_reference(), end="")
     return 0
 
 
@@ -138,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = cfg_sub.add_parser("check", help="Print the resolved config (exit 0) or every error (exit 2).")
     _add_config_args(check, positional=True)
     check.set_defaults(func=_config_check)
+    docs = cfg_sub.add_parser("docs", help="Print the config reference (every key, bounds, description).")
+    docs.set_defaults(func=_config_docs)
 
     tiny = sub.add_parser("make-tiny-model", help="Build the offline tiny Qwen2.5-VL model folder.")
     tiny.add_argument("out", type=Path)

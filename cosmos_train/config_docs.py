@@ -1,0 +1,118 @@
+"""The config reference, generated from the schema: every key with its type, default, bounds and description.
+
+    cosmos-train config docs > docs/CONFIG.md
+
+One table per TOML table, for the job config (`cosmos_train.config.Config`) and the evaluation config
+(`cosmos_train.evaluation.config.EvalConfig`). tests/unit/test_config_docs.py fails when docs/CONFIG.md
+no longer matches the schema, so the file never drifts from what `config check` enforces.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from cosmos_train.config import field_bounds
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a).replace("'", '"') for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin in (list, tuple, dict):
+        inner = ", ".join(_type_name(a) for a in args if a is not Ellipsis)
+        return f"{origin.__name__}[{inner}]"
+    if annotation is type(None):
+        return "none"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+        if isinstance(value, BaseModel):
+            return "(table)"
+    elif field.default is PydanticUndefined:
+        return "(required)"
+    else:
+        value = field.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(list(value) if isinstance(value, tuple) else value).replace("'", '"')
+
+
+def _bounds(field: FieldInfo) -> str:
+    words = [field_bounds(field)] if field_bounds(field) else []
+    if any(isinstance(m, annotated_types.MinLen) and m.min_length > 0 for m in field.metadata):
+        words.append("non-empty")
+    return " and ".join(words)
+
+
+def _sub_section(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _sub_section(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _sections(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[BaseModel]]]:
+    yield path, model
+    for name, field in model.model_fields.items():
+        sub = _sub_section(field.annotation)
+        if sub is not None:
+            yield from _sections(sub, f"{path}.{name}" if path else name)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def section_tables(root: type[BaseModel], title: str) -> str:
+    out = [f"## {title}", ""]
+    for path, model in _sections(root, ""):
+        rows = [(name, f) for name, f in model.model_fields.items() if _sub_section(f.annotation) is None
+                or typing.get_origin(f.annotation) is list]
+        if not rows:
+            continue
+        doc = (model.__doc__ or "").strip().split("\n\n")[0]
+        out += [f"### [{path}]" if path else "### top level", ""]
+        if doc:
+            out += [_cell(doc), ""]
+        out += ["| key | type | default | bounds | description |", "|---|---|---|---|---|"]
+        for name, field in rows:
+            out.append(f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | "
+                       f"{_cell(_bounds(field))} | {_cell(field.description or '')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def config_reference() -> str:
+    from cosmos_train.config import Config
+    from cosmos_train.evaluation.config import EvalConfig
+
+    head = ["# Config reference", "",
+            "Generated from the schema by `cosmos-train config docs` (do not edit by hand). Every key's "
+            "bounds are enforced by `cosmos-train config check` and by every command before it starts.", "", ""]
+    return "\n".join(head) + section_tables(Config, "Job config (TOML)") + "\n" + section_tables(
+        EvalConfig, "Evaluation config (TOML or YAML)")
