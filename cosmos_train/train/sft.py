@@ -25,7 +25,7 @@ from torch import nn
 
 from cosmos_train.config import Config, ConfigError, load_config, unsupported_settings
 from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed, teardown
-from cosmos_train.errors import TrainingDiverged, report_rank_failure
+from cosmos_train.errors import DataError, TrainingDiverged, report_rank_failure
 from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
@@ -85,6 +85,12 @@ class SFTTrainer:
             shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=tp.dataloader_drop_last,
         )
         per_epoch = self.sampler.steps_per_epoch()
+        if per_epoch == 0:  # training nothing would export the untrained model as `final`
+            raise DataError(
+                f"{len(self.dataset)} training row(s) make no full global batch of {global_batch} "
+                f"(train.train_batch_per_replica x dp_replicate) with train.train_policy.dataloader_drop_last = "
+                "true: add rows, lower train.train_batch_per_replica, or set dataloader_drop_last = false"
+            )
         self.total_steps = per_epoch * t.epoch
         if t.max_num_steps is not None:
             self.total_steps = min(self.total_steps, t.max_num_steps)
