@@ -129,6 +129,28 @@ def is_user_error(exc: BaseException | None) -> bool:
     return isinstance(exc, UserError)
 
 
+NO_SPACE = "No space left on device"  # strerror(ENOSPC), also in errors of libraries that wrap it (safetensors)
+
+
+def disk_full_in(exc: BaseException, path: str | os.PathLike | None = None) -> DiskFullError | None:
+    """A DiskFullError when `exc` or an exception it was raised from is a full disk, else None.
+    Libraries wrap ENOSPC in their own types (safetensors' SafetensorError, DCP's CheckpointException),
+    so the chain and the message are both looked at."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, DiskFullError):
+            return cur
+        if isinstance(cur, OSError) and (found := from_os_error(cur, path)) is not None:
+            return found  # type: ignore[return-value]
+        if NO_SPACE in str(cur):
+            return DiskFullError(f"no space left on {path or 'the output folder'}: free space there or point "
+                                 "train.output_dir at a larger disk")
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> UserError | None:
     """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
     import errno
@@ -198,8 +220,7 @@ def report_rank_failure(exc: BaseException, run_dir: str | os.PathLike, step: in
     paragraph and return the exit code. None for a crash: the caller re-raises it with its traceback."""
     import sys
 
-    if isinstance(exc, OSError):
-        exc = from_os_error(exc) or exc
+    exc = disk_full_in(exc, run_dir) or exc
     first = write_error_file(run_dir, exc, step=step, rank=rank)
     if not isinstance(exc, UserError):
         return None

@@ -29,7 +29,14 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config
-from cosmos_train.errors import ERROR_FILE, RepeatedFailure, error_from_record, read_error_file
+from cosmos_train.errors import (
+    ERROR_FILE,
+    NO_SPACE,
+    DiskFullError,
+    RepeatedFailure,
+    error_from_record,
+    read_error_file,
+)
 from cosmos_train.metrics import read_metrics
 from tasks.errors import retry_only_crashes
 
@@ -88,13 +95,19 @@ def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Excepti
         user_error = error_from_record(record)
         if user_error is not None:
             return user_error
+    elif any(NO_SPACE in line for line in tail):  # a full disk also kept the rank from writing error.json
+        return DiskFullError(f"no space left on {run_dir}: free space there or point train.output_dir at a "
+                             "larger disk (partial checkpoints are removed at the next start)")
     signature = {"type": (record or {}).get("type"), "message": (record or {}).get("message"),
                  "step": (record or {}).get("step"), "returncode": returncode}
     failures = run_dir / FAILURES_FILE
     previous = [json.loads(line) for line in failures.read_text().splitlines() if line.strip()] \
         if failures.exists() else []
-    with failures.open("a") as f:
-        f.write(json.dumps(signature) + "\n")
+    try:
+        with failures.open("a") as f:
+            f.write(json.dumps(signature) + "\n")
+    except OSError:
+        pass  # the record only spares a repeated retry; the failure itself is what must be raised
     what = (f"{record['type']} at step {record['step']} on rank {record['rank']}: {record['message']}"
             if record else f"exit code {returncode}")
     detail = f"torchrun failed ({what}); last lines:\n" + "\n".join(tail)
@@ -118,9 +131,12 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
         assert proc.stdout is not None
         with log_file.open("a") as f:
             for line in proc.stdout:
-                f.write(line)
                 tail.append(line.rstrip())
                 logger.info(line.rstrip())
+                try:
+                    f.write(line)
+                except OSError:
+                    pass  # a full disk: the line is in the run's log and `tail`; keep draining the pipe
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()

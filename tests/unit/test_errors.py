@@ -137,3 +137,26 @@ def test_retried_run_does_not_repeat_metrics(tmp_path: Path) -> None:
     for step in range(4, 7):
         log.log(step, {"loss": float(step)})
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_full_disk_is_found_behind_library_errors(tmp_path: Path) -> None:
+    from cosmos_train.errors import disk_full_in
+    from tasks.torchrun import failure_from_run
+
+    class SafetensorError(Exception):  # safetensors' Rust error type carries only the message
+        pass
+
+    wrapped = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert isinstance(disk_full_in(wrapped, "/runs/x"), DiskFullError)
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/step_2.tmp/a.distcp")
+        except OSError as e:
+            raise RuntimeError("async checkpoint failed") from e
+    except RuntimeError as e:
+        chained = e
+    assert "step_2.tmp" in str(disk_full_in(chained))
+    assert disk_full_in(RuntimeError("collective timeout")) is None
+    # the disk was too full for error.json: the launch's last lines still tell
+    err = failure_from_run(tmp_path, 1, ["[rank0]: OSError: [Errno 28] No space left on device"])
+    assert isinstance(err, DiskFullError) and str(tmp_path) in str(err)
