@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,9 +32,11 @@ from prefect.cache_policies import NO_CACHE
 from cosmos_train.config import Config
 from cosmos_train.errors import (
     ERROR_FILE,
+    EXIT_USER_ERROR,
     NO_SPACE,
     DiskFullError,
     RepeatedFailure,
+    UserError,
     error_from_record,
     read_error_file,
 )
@@ -95,10 +98,16 @@ def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Excepti
         user_error = error_from_record(record)
         if user_error is not None:
             return user_error
-    elif any(NO_SPACE in line for line in tail):  # a full disk also kept the rank from writing error.json
-        return DiskFullError(f"no space left on {run_dir}: free space there or point train.output_dir at a "
-                             "larger disk (partial checkpoints are removed at the next start)")
-    signature = {"type": (record or {}).get("type"), "message": (record or {}).get("message"),
+    else:  # a rank could not write error.json (a full disk does that): its output still tells
+        said = [line.removeprefix("error: ") for line in tail if line.startswith("error: ")]
+        if returncode == EXIT_USER_ERROR and said:
+            return (DiskFullError if "no space left on" in said[-1] else UserError)(said[-1])
+        if any(NO_SPACE in line for line in tail):
+            return DiskFullError(f"no space left on {run_dir}: free space there or point train.output_dir at a "
+                                 "larger disk (partial checkpoints are removed at the next start)")
+    # Nonces (temporary folder names, ids) differ between attempts of the same crash: left out.
+    message = re.sub(r"[0-9a-f]{8,}", "#", (record or {}).get("message") or "")
+    signature = {"type": (record or {}).get("type"), "message": message,
                  "step": (record or {}).get("step"), "returncode": returncode}
     failures = run_dir / FAILURES_FILE
     previous = [json.loads(line) for line in failures.read_text().splitlines() if line.strip()] \

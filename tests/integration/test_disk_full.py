@@ -1,0 +1,67 @@
+"""A disk that fills up mid-checkpoint, through the sft flow on a real (tmpfs) filesystem of a few MB:
+the run fails once with "no space left on <path>", leaves no process and no half checkpoint behind,
+and the metrics it wrote stay readable."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_tiny_sft_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 6 MiB filesystem: room for the run folder and a few steps, not for a checkpoint (~14 MB)."""
+    mount = tmp_path / f"small-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _ranks_alive(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmd and b"cosmos_train" in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, synthetic_dir: Path,
+                                     tmp_path: Path) -> None:
+    from cosmos_train.checkpoint import complete_checkpoints
+    from cosmos_train.errors import DiskFullError
+    from cosmos_train.metrics import read_metrics
+    from flows.sft import SFTParams, sft
+
+    out = small_disk / "out"
+    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=6)
+    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=2),
+                return_state=True)
+    assert state.is_failed(), state
+    with pytest.raises(DiskFullError, match="no space left on") as e:
+        state.result()
+    assert str(small_disk) in str(e.value)
+    run = next(out.iterdir())
+    assert not _ranks_alive(str(run)), "a process of the run outlived it"
+    ckpts = run / "checkpoints"
+    assert not list(ckpts.glob("*.tmp*")), "a partial checkpoint was left behind"
+    assert all((c / "COMPLETE").is_file() for c in ckpts.glob("step_*")), "an incomplete step_N folder"
+    assert complete_checkpoints(ckpts) == sorted(ckpts.glob("step_*"), key=lambda p: int(p.name[5:]))
+    read_metrics(run)  # a torn last line (the disk filled mid-write) is skipped, not a crash
