@@ -219,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
+    if args.command in ("sft", "prepare-data", "eval", "demo"):
+        from cosmos_train.process_tree import start_reaper
+
+        start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
         return int(args.func(args) or 0)
     except UserError as e:

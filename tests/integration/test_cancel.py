@@ -51,15 +51,16 @@ def _processes_with_env(entry: str) -> list[int]:
     return pids
 
 
-def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path):
-    """The sft flow in its own process, returned once its trainer has logged 3 steps."""
+def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, cli: bool = False):
+    """The sft flow in its own process (or `cosmos-train sft`), returned once its trainer logged 3 steps."""
     out = tmp_path / "out"
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "OMP_NUM_THREADS": "1"}
     log = (tmp_path / "flow.log").open("w")  # a file, not a pipe nobody drains while it runs
-    flow_proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cfg)], cwd=ROOT, env=env,
-                                 stdout=log, stderr=subprocess.STDOUT)
+    argv = ([sys.executable, "-m", "cosmos_train.cli", "sft", "--config", str(cfg), "--set",
+             "launch.nproc_per_node=2"] if cli else [sys.executable, "-c", SCRIPT, str(cfg)])
+    flow_proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     runs: list[Path] = []
     while time.monotonic() < deadline:
@@ -83,18 +84,29 @@ def _cleanup(flow_proc: subprocess.Popen, log, out: Path, tmp_path: Path) -> Non
     log.close()
 
 
-def test_sigkill_of_the_flow_process_leaves_no_process_of_the_run(tiny_model_dir: Path, synthetic_dir: Path,
-                                                                  tmp_path: Path) -> None:
-    flow_proc, log, out, _ = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path)
+@pytest.mark.parametrize("via", ["flow", "cli"])
+def test_sigkill_leaves_no_process_of_the_run(via: str, tiny_model_dir: Path, synthetic_dir: Path,
+                                              tmp_path: Path) -> None:
+    """`flow`: the flow function in a plain process (as a deployment's flow-run process runs it): the
+    launcher and the ranks watch their parent. `cli`: `cosmos-train sft`, whose reaper also stops the
+    temporary Prefect server that Prefect started for it."""
+    flow_proc, log, out, _ = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path, cli=via == "cli")
+    prefect_home = f"PREFECT_HOME={tmp_path / 'prefect'}"
     try:
         alive = _ranks_alive(str(out))
         assert len(alive) == 3, f"expected the launcher and 2 ranks, found {alive}"
+        if via == "cli":
+            assert _processes_with_env(prefect_home), "no temporary Prefect server found"
         flow_proc.kill()
         flow_proc.wait(timeout=10)
         deadline = time.monotonic() + 30
         while _ranks_alive(str(out)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _ranks_alive(str(out)), "launcher or ranks outlived the killed flow process by 30 s"
+        assert not _ranks_alive(str(out)), "launcher or ranks outlived the killed process by 30 s"
+        if via == "cli":
+            while _processes_with_env(prefect_home) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not _processes_with_env(prefect_home), "the temporary Prefect server outlived the CLI"
     finally:
         _cleanup(flow_proc, log, out, tmp_path)
 
