@@ -267,16 +267,16 @@ class SFTTrainer:
                 self.step += 1
                 self.pos = next_pos
                 if values.get("skipped"):
-                    self._skip_nonfinite(values)
-                    continue
-                last = values
-                self.metrics.log(self.step, {**last, "total_steps": self.total_steps})
-                if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq == 0:
-                    self.metrics.log(self.step, self.validate(), kind="val")
-                if ck.enable_checkpoint and self.step % ck.save_freq == 0 and self.step < self.total_steps:
-                    self.save()
-                    if ck.export_safetensors:
-                        self.export(f"step_{self.step}")
+                    self._skip_nonfinite(values)  # no update was made: nothing new to log, check or save
+                else:
+                    last = values
+                    self.metrics.log(self.step, {**last, "total_steps": self.total_steps})
+                    if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq == 0:
+                        self.metrics.log(self.step, self.validate(), kind="val")
+                    if ck.enable_checkpoint and self.step % ck.save_freq == 0 and self.step < self.total_steps:
+                        self.save()
+                        if ck.export_safetensors:
+                            self.export(f"step_{self.step}")
                 self.stopped = self.exit_request.agreed()
                 if self.stopped or self.step >= self.total_steps:
                     break
