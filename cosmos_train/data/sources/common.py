@@ -394,9 +394,14 @@ ROW_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """One JSON value per non-empty line; a bad line is named by file and line number."""
+    """One JSON value per non-empty line; a bad line, the last one too, is named by file and line number.
+
+    Strict on purpose: the data-prep manifest is read with it, and a torn or corrupt row there must
+    stop the run rather than silently train on fewer rows. Lines are split on "\n" only: rows written
+    with ensure_ascii=False keep U+2028 / U+0085 inside strings, where str.splitlines() would split.
+    """
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
