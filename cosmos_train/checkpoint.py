@@ -10,7 +10,10 @@ One checkpoint is one folder, `<run_dir>/checkpoints/step_N/`:
 
 Atomicity: everything is written into `step_N.tmp-<nonce>`; after every rank is done, rank 0 writes
 COMPLETE and renames the folder to `step_N`. A crash at any point leaves either the old set of
-checkpoints or a `*.tmp-*` folder that `find_latest` ignores and the next save deletes.
+checkpoints or a `*.tmp-*` folder that `find_latest` and `load` ignore and that the next manager
+(a new or resumed run) or the next save deletes. A write that fails with an OSError (a full disk
+above all) removes its own `.tmp` folder at once; a full disk is raised as `DiskFullError` naming
+the checkpoint, the previous checkpoints stay as they were.
 
 Async saves (`save_mode = "async"`): `dcp.async_save` copies the state to CPU memory before it returns,
 then writes in a background thread while training goes on; the COMPLETE marker, the rename and the
@@ -26,6 +29,7 @@ loads at another (DCP reshards). Used by the trainers; offline conversion to Hug
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -53,6 +57,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from cosmos_train.config import CheckpointConfig
+from cosmos_train.errors import CheckpointError, from_os_error
 
 log = logging.getLogger(__name__)
 # DCP warns on every call made without a process group; offline export and single-process tests do that on
@@ -65,6 +70,8 @@ SCHEDULER_FALLBACK = "scheduler.pt"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"step_(\d+)")
 _TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
+# How a save went on one rank; ranks agree on the worst (an all-reduce MAX), so all of them raise alike.
+_OK, _FAILED, _OS_ERROR, _DISK_FULL = 0, 1, 2, 3
 
 
 # ------------------------------------------------------------------------------ process-group helpers
@@ -113,6 +120,15 @@ def all_ok(ok: bool, group: Any = None) -> bool:
     return bool(flag.item())
 
 
+def agree_max(value: int, group: Any = None) -> int:
+    """The largest `value` over all ranks."""
+    if not dist_on():
+        return value
+    box = torch.tensor([value], dtype=torch.int32)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX, group=group)
+    return int(box.item())
+
+
 def broadcast_str(value: str, group: Any = None) -> str:
     """Rank 0's `value` on every rank."""
     if not dist_on():
@@ -142,6 +158,48 @@ def complete_checkpoints(ckpt_root: Path) -> list[Path]:
         return []
     found = [p for p in Path(ckpt_root).iterdir() if p.is_dir() and is_complete(p)]
     return sorted(found, key=step_of)
+
+
+def list_complete(path: Path) -> list[Path]:
+    """Every complete checkpoint under `path`, in the layouts `find_latest` accepts (a step_N folder,
+    a run's checkpoints/, a run folder, an output_dir of runs); by run, then step."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    if _STEP_DIR.fullmatch(path.name):
+        return [path] if is_complete(path) else []
+    for root in (path / "checkpoints", path):
+        if found := complete_checkpoints(root):
+            return found
+    return [ckpt for run in sorted(path.iterdir()) if run.is_dir() for ckpt in complete_checkpoints(run / "checkpoints")]
+
+
+def describe_complete(path: Path, limit: int = 8) -> str:
+    """'complete ones under PATH: a, b, ...' (or 'none'), for error messages about a wrong checkpoint."""
+    found = list_complete(path)
+    if not found:
+        return f"there is no complete checkpoint under {path}"
+    shown = ", ".join(str(p) for p in found[-limit:])
+    more = f" (and {len(found) - limit} older)" if len(found) > limit else ""
+    return f"complete ones under {path}: {shown}{more}"
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`: itself, its cause/context chain, or a rank's failure inside DCP's
+    CheckpointException (which wraps each rank's exception as (exception, traceback))."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        if isinstance(e, CheckpointException):
+            todo.extend(failure[0] for failure in e.failures.values())
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return None
 
 
 def _written_at(ckpt: Path) -> float:
@@ -254,6 +312,10 @@ class CheckpointManager:
         # order could differ between ranks and deadlock. The async write gets a group of its own.
         self._async_group = dist.new_group(backend="gloo") if dist_on() and cfg.save_mode == "async" else None
         self._pending: _PendingSave | None = None
+        if rank() == 0:
+            # A run that crashed (or was killed) mid-save left its step_N.tmp-* behind: never loadable,
+            # possibly large, and on the disk a full-disk failure needs free.
+            self._remove_stale_tmp()
         # Seconds of the last save that blocked training / of the last finalized write (for metrics).
         self.last_blocking_s = 0.0
         self.last_write_s = 0.0
@@ -286,31 +348,38 @@ class CheckpointManager:
         tmp = self.ckpt_root / f"step_{step}.tmp-{nonce}"
         if rank() == 0:
             self._remove_stale_tmp()
-            tmp.mkdir(parents=True)
-        barrier(self._group)
-        torch.save(rng_state(), tmp / f"rng_rank{rank()}.pt")
-        if rank() == 0:
-            self._write_trainer_state(tmp, state_json, scheduler)
+        barrier(self._group)  # the stale-folder sweep is over before any rank creates the new folder
+        error: BaseException | None = None
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)
+            torch.save(rng_state(), tmp / f"rng_rank{rank()}.pt")
+            if rank() == 0:
+                self._write_trainer_state(tmp, state_json, scheduler)
+        except Exception as e:  # noqa: BLE001 - raised by _raise_failed once every rank knows
+            error = e
+        self._raise_failed(step, tmp, final, error, self._group)
 
         model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
         state: dict[str, Any] = {"model": model_sd}
         if optimizer is not None:
             state["optimizer"] = optim_sd
 
+        t_write = time.perf_counter()
+        try:
+            if self.cfg.save_mode == "async" and not blocking:
+                future = dcp.async_save(
+                    state, checkpoint_id=str(tmp), process_group=self._async_group, no_dist=not dist_on()
+                )
+            else:
+                dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
+        except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
+            # DCP reports every rank's failure on every rank, so all ranks arrive here together.
+            self._raise_failed(step, tmp, final, e, self._group)
         if self.cfg.save_mode == "async" and not blocking:
-            future = dcp.async_save(
-                state, checkpoint_id=str(tmp), process_group=self._async_group, no_dist=not dist_on()
-            )
-            self._pending = _PendingSave(step, tmp, final, future, time.perf_counter())
+            self._pending = _PendingSave(step, tmp, final, future, t_write)
             self.last_blocking_s = time.perf_counter() - t0
             log.info("checkpoint step %d: async save started (%.2fs blocking)", step, self.last_blocking_s)
         else:
-            t_write = time.perf_counter()
-            try:
-                dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
-            except CheckpointException as e:
-                # DCP's error is a BaseException: re-raise as one `except Exception` handlers see.
-                raise RuntimeError(f"checkpoint of step {step} into {tmp} failed: {e}") from e
             self._finalize(step, tmp, final)
             self.last_write_s = time.perf_counter() - t_write
             self.last_blocking_s = time.perf_counter() - t0
@@ -325,13 +394,9 @@ class CheckpointManager:
         error: BaseException | None = None
         try:
             pending.future.result()
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after every rank agrees
+        except BaseException as e:  # noqa: BLE001 - the background write's error, raised once every rank knows
             error = e
-        if not all_ok(error is None, self._group):
-            # The tmp folder stays without COMPLETE: never loaded, deleted by the next save.
-            if error is not None:
-                raise RuntimeError(f"async checkpoint of step {pending.step} into {pending.tmp} failed") from error
-            raise RuntimeError(f"async checkpoint of step {pending.step} failed on another rank ({pending.tmp})")
+        self._raise_failed(pending.step, pending.tmp, pending.final, error, self._group)
         self._finalize(pending.step, pending.tmp, pending.final)
         self.last_write_s = time.perf_counter() - pending.started
         log.info("checkpoint step %d saved to %s (async write %.2fs)", pending.step, pending.final, self.last_write_s)
@@ -366,15 +431,57 @@ class CheckpointManager:
 
     def _finalize(self, step: int, tmp: Path, final: Path) -> None:
         barrier(self._group)  # every rank's shard and RNG file are on disk
+        error: Exception | None = None
         if rank() == 0:
-            _write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()})
-            if final.exists():
-                # A step_N without COMPLETE (never loadable): replace it.
-                shutil.rmtree(final)
-            tmp.rename(final)
-            _fsync_dir(self.ckpt_root)
+            try:
+                _write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()})
+                if final.exists():
+                    # A step_N without COMPLETE (never loadable): replace it.
+                    shutil.rmtree(final)
+                tmp.rename(final)
+                _fsync_dir(self.ckpt_root)
+            except Exception as e:  # noqa: BLE001 - raised by _raise_failed on every rank
+                error = e
+        self._raise_failed(step, tmp, final, error, self._group)
+        if rank() == 0:
             self._rotate()
         barrier(self._group)
+
+    def _raise_failed(
+        self, step: int, tmp: Path, final: Path, error: BaseException | None, group: Any
+    ) -> None:
+        """Return when the write went well on every rank; otherwise raise on every rank.
+
+        Collective: every rank calls it with its own error (None when its part went well). After an
+        OSError on any rank the partial `tmp` is removed (rank 0, once all ranks stopped writing into
+        it); a full disk raises DiskFullError naming the checkpoint, another OSError is re-raised as
+        it is. A failure that is no OSError (a crash mid-write) leaves `tmp` for the next save to sweep.
+        """
+        os_error = _os_error_in(error) if error is not None else None
+        if error is None:
+            code = _OK
+        elif os_error is None:
+            code = _FAILED
+        else:
+            code = _DISK_FULL if from_os_error(os_error) is not None else _OS_ERROR
+        worst = agree_max(code, group)
+        if worst == _OK:
+            return
+        if worst >= _OS_ERROR and rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            log.warning("checkpoint step %d: removed the partial %s after a failed write", step, tmp)
+        if error is None:  # this rank's part went well; another rank's did not
+            if worst != _DISK_FULL:
+                raise RuntimeError(f"checkpoint of step {step} into {tmp} failed on another rank")
+            os_error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if os_error is not None:
+            disk_full = from_os_error(os_error, final)
+            if disk_full is not None:
+                raise disk_full from error
+            if os_error is error:
+                raise error
+            raise os_error from error
+        raise RuntimeError(f"checkpoint of step {step} into {tmp} failed: {error}") from error
 
     def _rotate(self) -> None:
         if self.cfg.max_keep == -1:
@@ -431,9 +538,9 @@ class CheckpointManager:
         """
         ckpt_dir = Path(ckpt_dir)
         if not is_complete(ckpt_dir):
-            raise FileNotFoundError(
-                f"{ckpt_dir}: not a complete checkpoint (no {COMPLETE} marker in a step_N folder); "
-                "an interrupted save is never loaded"
+            raise CheckpointError(
+                f"{ckpt_dir}: not a complete checkpoint (a step_N folder holding its {COMPLETE} marker; an "
+                f"interrupted save never has one, and is never loaded); {describe_complete(ckpt_dir.parent)}"
             )
         t0 = time.perf_counter()
         meta = json.loads((ckpt_dir / TRAINER_STATE).read_text())

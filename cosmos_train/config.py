@@ -106,6 +106,12 @@ class DatasetConfig(Section):
     vision: VisionConfig = Field(
         default_factory=VisionConfig, description="Vision settings for every video/image of this dataset."
     )
+    allow_media_outside_root: bool = Field(
+        False,
+        description="Read media whose path (symlinks followed) lies outside the dataset's media roots: media_path, "
+        "the annotation / data file's folder, local_dir, the video folder or extracted clips. Off: such a row "
+        "is a bad row (media_outside_root), so a row like ../../etc/x.mp4 reads nothing it should not.",
+    )
 
 
 class OverlongPenaltyConfig(Section):

@@ -18,6 +18,13 @@ What is written, the way `save_pretrained` writes it:
   chat-template files copied from the base model folder.
 The folder appears atomically: it is written as `<out>.tmp-<nonce>` and renamed; a previous export at
 `out_dir` is replaced only once the new one is complete.
+
+Checks: a weight holding NaN or inf (after the dtype cast, which can overflow) stops the export before
+anything is written (`TrainingDiverged`). Every safetensors file is read back once written: names,
+shapes, dtypes and values must equal what was meant to be written, compared one tensor at a time
+from the memory-mapped file, so the check never holds a second copy of the model (`CheckpointError`
+naming the file otherwise). A full disk removes the partial folder and raises `DiskFullError`.
+`verify_hf_folder(folder)` checks an existing export's files (complete, readable, index consistent).
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ import argparse
 import fnmatch
 import json
 import logging
+import os
+import re
 import shutil
+import struct
 import sys
 import time
 import uuid
@@ -34,11 +44,13 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import split_torch_state_dict_into_shards
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from cosmos_train.checkpoint import all_ok, barrier, cpu_group, is_complete, rank
+from cosmos_train.checkpoint import all_ok, barrier, cpu_group, describe_complete, is_complete, rank
+from cosmos_train.errors import CheckpointError, TrainingDiverged, from_os_error
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,10 @@ COPY_DIRS = ("additional_chat_templates",)
 WRAPPER_TOKENS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
 SAFE_WEIGHTS = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
+# Elements checked for NaN/inf at a time: bounds the temporary mask to 16 MiB whatever the tensor size.
+FINITE_CHUNK = 2**24
+# The OS error a safetensors write failed with: its Rust error only says "... (os error 28)" in text.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def export_safetensors(
@@ -117,7 +133,10 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
 
     ckpt_dir = Path(ckpt_dir)
     if not is_complete(ckpt_dir):
-        raise FileNotFoundError(f"{ckpt_dir}: not a complete checkpoint (expected a step_N folder with COMPLETE)")
+        raise CheckpointError(
+            f"{ckpt_dir}: not a complete checkpoint (expected a step_N folder with COMPLETE); "
+            f"{describe_complete(ckpt_dir.parent)}"
+        )
     config_path = ckpt_dir.parent.parent / "config.toml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path}: the run's config.toml is missing (expected next to checkpoints/)")
@@ -166,6 +185,7 @@ def write_hf_folder(
     state = hf_state_dict(state, hf_model)
     if dtype is not None:
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    refuse_non_finite(state, out_dir)
     source = resolve_model_dir(source_dir) if source_dir is not None else None
 
     nonce = uuid.uuid4().hex[:12]
@@ -173,15 +193,36 @@ def write_hf_folder(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.parent.glob(f"{out_dir.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         _write_weights(state, tmp, max_shard_bytes)
         _write_side_files(tmp, source, hf_model, state)
         _replace_dir(tmp, out_dir, nonce)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        disk_full = from_os_error(e, out_dir) if isinstance(e, OSError) else None
+        if disk_full is not None:
+            raise disk_full from e
         raise
     return out_dir
+
+
+def refuse_non_finite(state: dict[str, torch.Tensor], out_dir: Path) -> None:
+    """Raise TrainingDiverged naming the first tensor that holds a NaN or an inf (nothing written yet)."""
+    for name, tensor in state.items():
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            continue
+        flat = tensor.reshape(-1)
+        for start in range(0, flat.numel(), FINITE_CHUNK):
+            chunk = flat[start:start + FINITE_CHUNK]
+            if not bool(torch.isfinite(chunk).all()):
+                bad = int((~torch.isfinite(chunk)).sum())
+                raise TrainingDiverged(
+                    f"export to {out_dir}: weight {name!r} ({tensor.dtype}, shape {tuple(tensor.shape)}) holds "
+                    f"NaN/inf ({bad}+ values); nothing was exported. The training diverged (lower the learning "
+                    "rate, clip gradients, check the data) or the export dtype cannot hold the values; export an "
+                    "earlier checkpoint with `cosmos-train export`"
+                )
 
 
 def hf_state_dict(state: dict[str, torch.Tensor], hf_model: nn.Module | None) -> dict[str, torch.Tensor]:
@@ -235,15 +276,107 @@ def _write_weights(state: dict[str, torch.Tensor], folder: Path, max_shard_bytes
         state, filename_pattern="model{suffix}.safetensors", max_shard_size=max_shard_bytes
     )
     for filename, names in split.filename_to_tensors.items():
+        path = folder / filename
         # contiguous(): gathered/cast tensors may be views; clone() of shared storage is avoided by
         # the tied-weight handling above (safetensors refuses aliased tensors).
-        save_file({n: state[n].contiguous() for n in names}, str(folder / filename), metadata={"format": "pt"})
+        shard = {n: state[n].contiguous() for n in names}
+        try:
+            save_file(shard, str(path), metadata={"format": "pt"})
+        except SafetensorError as e:
+            found = _RUST_OS_ERROR.search(str(e))
+            if found is None:
+                raise
+            code = int(found.group(1))
+            raise OSError(code, os.strerror(code), str(path)) from e
+        verify_written(path, shard)
     if split.is_sharded:
         index = {
             "metadata": {"total_parameters": sum(t.numel() for t in state.values()), **split.metadata},
             "weight_map": split.tensor_to_filename,
         }
         (folder / SAFE_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def verify_written(path: Path, expected: dict[str, torch.Tensor]) -> None:
+    """Read `path` back: the same tensor names, shapes, dtypes and values as `expected`, else CheckpointError.
+
+    One tensor at a time from the memory-mapped file, so memory stays at one tensor however large the model.
+    """
+    check_safetensors_file(path)
+    try:
+        with safe_open(str(path), "pt") as f:
+            names = set(f.keys())
+            if names != set(expected):
+                missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
+                raise CheckpointError(
+                    f"{path}: written file does not hold the tensors meant for it (missing {missing[:5]}, "
+                    f"unexpected {extra[:5]}); the export was not kept"
+                )
+            for name in sorted(names):
+                got, want = f.get_tensor(name), expected[name]
+                if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+                    raise CheckpointError(
+                        f"{path}: tensor {name!r} reads back as {got.dtype} {tuple(got.shape)} with other values "
+                        f"than the {want.dtype} {tuple(want.shape)} written; the export was not kept (check the "
+                        "disk)"
+                    )
+    except SafetensorError as e:
+        raise CheckpointError(f"{path}: written file cannot be read back ({e}); the export was not kept") from e
+
+
+def check_safetensors_file(path: Path) -> None:
+    """A safetensors file whose header parses and whose size is what the header says, else CheckpointError.
+
+    Reads the header only (not the weights), so it is cheap for any model size.
+    """
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            if 8 + header_len > size:
+                raise ValueError(f"header of {header_len} bytes in a file of {size}")
+            header = json.loads(f.read(header_len))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, KeyError, TypeError, IndexError) as e:
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({e}); the export is damaged: export the checkpoint again"
+        ) from None
+    if 8 + header_len + end != size:
+        raise CheckpointError(
+            f"{path}: truncated or damaged safetensors file ({size} bytes, its header says "
+            f"{8 + header_len + end}); the export is incomplete: export the checkpoint again"
+        )
+
+
+def verify_hf_folder(folder: Path) -> list[Path]:
+    """Check an exported folder: every safetensors file complete, the index (when sharded) naming only
+    files that exist and every tensor they hold. Returns the weight files; raises CheckpointError."""
+    folder = Path(folder)
+    index_path = folder / SAFE_INDEX
+    if index_path.is_file():
+        try:
+            weight_map: dict[str, str] = json.loads(index_path.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index_path}: not a valid safetensors index ({e})") from None
+        files = sorted({folder / name for name in weight_map.values()})
+    else:
+        files = [folder / SAFE_WEIGHTS]
+        weight_map = {}
+    for path in files:
+        if not path.is_file():
+            raise CheckpointError(f"{path}: weight file missing from the export at {folder}")
+        check_safetensors_file(path)
+    if weight_map:
+        for path in files:
+            with safe_open(str(path), "pt") as f:
+                names = set(f.keys())
+            listed = {n for n, file in weight_map.items() if folder / file == path}
+            if listed != names:
+                raise CheckpointError(
+                    f"{path}: holds {len(names)} tensors but {index_path.name} assigns it {len(listed)}; the "
+                    "export is damaged: export the checkpoint again"
+                )
+    return files
 
 
 def _write_side_files(

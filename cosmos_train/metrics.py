@@ -2,23 +2,37 @@
 
 wandb runs offline (files under the run folder, no account) unless WANDB_API_KEY is set or
 WANDB_MODE says otherwise. Only rank 0 logs.
+
+metrics.jsonl is appended to while other processes read it (the launching task's progress
+reader), and a kill or a full disk can cut its last line short. A reader therefore skips a torn
+last line, and a logger that resumes a run cuts that torn tail off before appending (otherwise
+its first row would be glued onto the fragment and lost too).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import Config
+from cosmos_train.errors import from_os_error
+
+log = logging.getLogger(__name__)
+METRICS_FILE = "metrics.jsonl"
+# (file, line number) of corrupt lines already reported: the progress reader polls every few seconds.
+_REPORTED: set[tuple[str, int]] = set()
 
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, cfg: Config, enabled: bool = True):
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
+        if enabled:
+            drop_torn_tail(self.path)
         self.interval = max(1, cfg.logging.log_interval)
         self._wandb = None
         if enabled and "wandb" in cfg.logging.logger:
@@ -35,9 +49,15 @@ class MetricsLogger:
         if not self.enabled:
             return
         row = {"step": step, "kind": kind, "time": round(time.time(), 3), **values}
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+        except OSError as e:
+            disk_full = from_os_error(e, self.path)
+            if disk_full is None:
+                raise
+            raise disk_full from e
         if self._wandb is not None:
             self._wandb.log({f"{kind}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
         if self.console and (step % self.interval == 0 or kind != "train"):
@@ -64,8 +84,47 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a write cut short by a kill or a full disk) off `path`."""
+    try:
+        with path.open("rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return
+            keep = data.rfind(b"\n") + 1
+            f.truncate(keep)
+    except FileNotFoundError:
+        return
+    log.warning("%s: removed a torn last line (%d bytes) left by an interrupted write", path, len(data) - keep)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    """The rows of RUN/metrics.jsonl, in order.
+
+    The last line may be torn (being written right now, or cut by a kill / full disk): it is
+    skipped. A bad line before the last one is corruption; it is skipped with one warning naming
+    file and line rather than raised, because every reader is a display (the training progress
+    poller, the run summary): raising there would stop a healthy training run, or fail a finished
+    one, over a metrics row. The training state itself never comes from this file.
+    """
+    path = Path(run_dir) / METRICS_FILE
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # split("\n"), not splitlines(): json.dumps leaves U+2028 / U+0085 in strings, which splitlines breaks on.
+    lines = text.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == last:
+                continue  # torn last line: complete on the next read, or cut off when the run resumes
+            if (str(path), i + 1) not in _REPORTED:
+                _REPORTED.add((str(path), i + 1))
+                log.warning("%s:%d: corrupt metrics row skipped (%s)", path, i + 1, e)
+    return rows

@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import load_config
 from cosmos_train.data.prepare import DataValidationError, PrepReport, prepare_split, report_markdown
+from cosmos_train.errors import DataError
 
 # Progress artifact updates are API calls: at most one per this many seconds (plus the last one).
 PROGRESS_INTERVAL_S = 1.0
@@ -80,7 +81,10 @@ def prepare_data_task(
             report.manifest_path,
         )
         if report.rows_kept == 0:
-            raise ValueError(f"no {role} rows left after validation ({report.skipped}); see {report.report_path}")
+            raise DataError(
+                f"{report.dataset}: none of its {report.rows_read} {role} rows passed validation (skipped by "
+                f"reason: {report.skipped}); the first examples of each reason are in {report.report_path}"
+            )
         create_markdown_artifact(report_markdown(report), key=f"prepare-data-report{suffix}",
                                  description=f"data preparation ({role}): {Path(run_dir).name}")
         key = "manifest" if role == "train" else f"{role}_manifest"

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosmos_train.config import Config
 from cosmos_train.data.sources.common import reward_names
-from cosmos_train.errors import DataError
+from cosmos_train.errors import DataError, from_os_error
 
 if TYPE_CHECKING:  # the media stack (torch, av) loads when rows are checked, not on import
     from cosmos_train.data.clip_cache import ClipCache
@@ -365,8 +365,15 @@ def output_names(split_role: str) -> dict[str, str]:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        disk_full = from_os_error(e, path)
+        if disk_full is None:
+            raise
+        raise disk_full from e
 
 
 def _write_report(report: PrepReport, run_dir: Path) -> Path:

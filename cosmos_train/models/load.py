@@ -10,13 +10,20 @@ Qwen2_5_VLProcessor code with the folder's tokenizer, image processor (transform
 chat template, and no video processor. Videos are decoded and patchified by
 `cosmos_train.data.video` and tokenised by `cosmos_train.data.chat.encode_chat`, which work with
 either processor; calling that processor with `videos=` raises rather than leaving pads unexpanded.
+
+A local folder is checked before transformers reads it, so a folder that lacks files fails as a
+`ModelError` naming the folder and the missing files (transformers' own errors for that are vague, and
+a processor that half-loads surfaces much later as a problem with the data rows). A hub id that
+cannot be fetched (offline without a cached copy, a typo, no access) is a `ModelError` too.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import torch
 from transformers import (
@@ -31,7 +38,23 @@ from transformers import (
 from transformers.processing_utils import ProcessorMixin
 from transformers.utils import cached_file, is_torchvision_available
 
+from cosmos_train.errors import ModelError, UserError
+
 _REAL_PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
+# What a folder needs, as (what it is, alternatives: each a set of files that together suffice).
+TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    ("tokenizer", (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",))),
+    ("tokenizer config", (("tokenizer_config.json",),)),
+)
+# A processor saved by recent transformers keeps the image processor's settings in processor_config.json.
+PROCESSOR_FILES = (("image preprocessor config", (("preprocessor_config.json",), ("processor_config.json",))),)
+MODEL_FILES = (
+    ("model config", (("config.json",),)),
+    ("weights", (("model.safetensors",), ("model.safetensors.index.json",), ("pytorch_model.bin",),
+                 ("pytorch_model.bin.index.json",))),
+)
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+T = TypeVar("T")
 
 
 class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
@@ -77,16 +100,75 @@ class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
         return files
 
 
+def check_model_source(path: str | Path, need: Literal["processor", "model"]) -> Path | None:
+    """The local folder `path` names, checked to hold what `need` reads; None for a hub id.
+
+    Raises ModelError naming the folder, the missing files and what to do; a path that is neither an
+    existing folder nor a hub id (org/name) is a ModelError too.
+    """
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        if HUB_ID.fullmatch(str(path)) and not str(path).startswith((".", "/", "~")):
+            return None
+        raise ModelError(f"model {path}: no such folder, and not a hub id (org/name)")
+    if not folder.is_dir():
+        raise ModelError(f"model {folder}: not a folder (a model folder holds config.json, weights and tokenizer files)")
+    wanted = TOKENIZER_FILES + PROCESSOR_FILES if need == "processor" else MODEL_FILES
+    missing = [
+        f"{what} ({' or '.join(' + '.join(group) for group in options)})"
+        for what, options in wanted
+        if not any(all((folder / name).is_file() for name in group) for group in options)
+    ]
+    if missing:
+        raise ModelError(
+            f"model folder {folder} lacks the {need} files: missing {'; '.join(missing)}. Copy them from the base "
+            "model this folder was made from (a safetensors export copies them itself), or point "
+            "policy.model_name_or_path at a complete folder"
+        )
+    if need == "model":
+        from cosmos_train.errors import CheckpointError
+        from cosmos_train.export import check_safetensors_file
+
+        for weights in sorted(folder.glob("*.safetensors")):
+            try:
+                check_safetensors_file(weights)
+            except CheckpointError as e:
+                raise ModelError(str(e)) from None
+    return folder
+
+
+def _from_hub_or_folder(path: str | Path, folder: Path | None, what: str, load: Callable[[], T]) -> T:
+    """`load()`, with transformers' failure to read `path` turned into a ModelError saying what to do."""
+    try:
+        return load()
+    except UserError:
+        raise
+    except OSError as e:
+        if folder is not None:
+            raise ModelError(f"model folder {folder}: transformers cannot read its {what}: {e}") from e
+        raise ModelError(
+            f"model {path!r}: not a local folder, and its {what} could not be fetched from the hub ({e}). Offline "
+            "(HF_HUB_OFFLINE=1) it must be in the Hugging Face cache: download it once with `hf download "
+            f"{path}`, or set policy.model_name_or_path to a local folder"
+        ) from e
+
+
 def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
     """The processor of the model at `path` (folder or hub id); see the module docstring for torchvision."""
+    folder = check_model_source(path, "processor")
+    return _from_hub_or_folder(path, folder, "tokenizer / processor files", lambda: _load_processor(path, **kwargs))
+
+
+def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
     if is_torchvision_available():
         return AutoProcessor.from_pretrained(str(path), **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
     image_processor = AutoImageProcessor.from_pretrained(str(path), backend="pil", **kwargs)
     chat_template = getattr(tokenizer, "chat_template", None) or _processor_chat_template(path, **kwargs)
     if chat_template is None:
-        raise ValueError(
-            f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config)"
+        raise ModelError(
+            f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config); "
+            "copy chat_template.jinja from the base model"
         )
     return Qwen25VLProcessorWithoutVideo(image_processor, tokenizer, chat_template=chat_template)
 
@@ -131,7 +213,11 @@ def load_model(
 
     attn_implementation: None lets transformers choose (sdpa where available); "flash_attention_2" on GPUs.
     """
-    model = AutoModelForImageTextToText.from_pretrained(
-        str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs
+    folder = check_model_source(path, "model")
+    model = _from_hub_or_folder(
+        path, folder, "config and weights",
+        lambda: AutoModelForImageTextToText.from_pretrained(
+            str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs
+        ),
     )
     return model.to(device)

@@ -15,3 +15,34 @@ def pg(request, tmp_path):
         dist.destroy_process_group()
     else:
         yield "nodist"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs at tmp_path/disk: a real filesystem that fills up (ENOSPC), unmounted afterwards."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1024k", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill up (needs root / CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture
+def fill_disk():
+    """fill(disk, leave_bytes): take all but about `leave_bytes` of `disk`'s free space with one file."""
+    import os
+
+    def fill(disk, leave_bytes: int):
+        st = os.statvfs(disk)
+        filler = disk / "filler"
+        filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_bytes))
+        return filler
+
+    return fill

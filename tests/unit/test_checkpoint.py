@@ -20,6 +20,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 
 from cosmos_train.checkpoint import COMPLETE, CheckpointManager, complete_checkpoints, is_complete
 from cosmos_train.config import CheckpointConfig
+from cosmos_train.errors import CheckpointError, DiskFullError
 from cosmos_train.signals import install_exit_handlers
 
 
@@ -148,7 +149,7 @@ def test_crash_mid_save_is_never_loaded(pg, tmp_path, monkeypatch, mode):
     leftovers = [p.name for p in root.iterdir() if p.name.startswith("step_2")]
     assert len(leftovers) == 1 and leftovers[0].startswith("step_2.tmp-"), leftovers
     assert CheckpointManager.find_latest(tmp_path / "run") == good
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a complete checkpoint.*complete ones under .*step_1"):
         mgr.load(root / leftovers[0], *make())
     # A plain step_N folder without the marker (e.g. copied half-way) is ignored too.
     (root / "step_9").mkdir()
@@ -278,3 +279,56 @@ def test_exit_handler_sets_flag_then_second_signal_is_default():
         assert request2 and caught == [signal.SIGUSR1]
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_full_disk_raises_disk_full_and_keeps_the_previous_checkpoint(pg, small_disk, fill_disk, mode):
+    torch.manual_seed(0)
+    model = nn.Linear(128, 128)  # 64 KiB of weights, 192 KiB with AdamW's moments
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 128)).sum().backward()
+    opt.step()
+    run = small_disk / "run"
+    mgr = CheckpointManager(run, cfg(save_mode=mode, max_keep=-1))
+    good = mgr.save(1, model, opt, None, {}, blocking=True)
+    filler = fill_disk(small_disk, leave_bytes=96 * 1024)  # room for a part of the next checkpoint only
+    step2 = run / "checkpoints" / "step_2"
+    with pytest.raises(DiskFullError, match=rf"no space left on {step2}: free space there") as info:
+        mgr.save(2, model, opt, None, {})
+        mgr.wait()  # an async write fails in the background: its error surfaces here
+    assert info.value.__cause__ is not None  # the OSError (or DCP's report of it) stays attached
+    assert not mgr.in_flight
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1"]  # no .tmp left
+    assert CheckpointManager.find_latest(run) == good
+    filler.unlink()  # space freed: the same manager saves again
+    assert is_complete(mgr.save(3, model, opt, None, {}, blocking=True))
+
+
+def test_manager_start_removes_leftovers_of_a_crashed_save(tmp_path, caplog):
+    model, opt, sched = make()
+    CheckpointManager(tmp_path / "run", cfg()).save(1, model, opt, sched, {})
+    root = tmp_path / "run" / "checkpoints"
+    (root / "step_2.tmp-0123456789ab").mkdir()
+    (root / "step_2.tmp-0123456789ab" / "__0_0.distcp").write_bytes(b"half")
+    (root / "notes.tmp").mkdir()  # not the checkpoint's naming: not ours to delete
+    with caplog.at_level(logging.WARNING):
+        CheckpointManager(tmp_path / "run", cfg())
+    assert sorted(p.name for p in root.iterdir()) == ["notes.tmp", "step_1"]
+    assert "step_2.tmp-0123456789ab" in caplog.text
+
+
+def test_listing_complete_checkpoints_for_messages(tmp_path):
+    from cosmos_train.checkpoint import describe_complete, list_complete
+
+    model, opt, sched = make()
+    for run, steps in (("r1", (2, 4)), ("r2", (1,))):
+        mgr = CheckpointManager(tmp_path / run, cfg(max_keep=-1))
+        for step in steps:
+            mgr.save(step, model, opt, sched, {})
+    (tmp_path / "r1" / "checkpoints" / "step_6").mkdir()  # no COMPLETE marker: not listed
+    r1 = tmp_path / "r1" / "checkpoints"
+    assert list_complete(tmp_path) == [r1 / "step_2", r1 / "step_4", tmp_path / "r2" / "checkpoints" / "step_1"]
+    assert list_complete(tmp_path / "r1") == list_complete(r1) == [r1 / "step_2", r1 / "step_4"]
+    assert list_complete(r1 / "step_6") == []
+    assert describe_complete(r1) == f"complete ones under {r1}: {r1 / 'step_2'}, {r1 / 'step_4'}"
+    assert describe_complete(tmp_path / "none") == f"there is no complete checkpoint under {tmp_path / 'none'}"

@@ -4,6 +4,7 @@ wrappers, atomicity, and the offline conversion of a DCP checkpoint (export_chec
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -14,7 +15,15 @@ from transformers import AutoConfig, AutoModelForImageTextToText
 import cosmos_train.export as export_mod
 from cosmos_train.checkpoint import CheckpointManager
 from cosmos_train.config import CheckpointConfig, Config
-from cosmos_train.export import SAFE_INDEX, SAFE_WEIGHTS, export_checkpoint, export_safetensors
+from cosmos_train.errors import CheckpointError, DiskFullError, TrainingDiverged
+from cosmos_train.export import (
+    SAFE_INDEX,
+    SAFE_WEIGHTS,
+    export_checkpoint,
+    export_safetensors,
+    verify_hf_folder,
+    write_hf_folder,
+)
 
 
 @pytest.fixture
@@ -148,8 +157,8 @@ def test_export_checkpoint_offline(tiny, tmp_path):
     shutil.copytree(ckpt, orphan)
     with pytest.raises(FileNotFoundError, match="config.toml"):
         export_checkpoint(orphan, tmp_path / "never")
-    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        export_checkpoint(run / "checkpoints", tmp_path / "never")
+    with pytest.raises(CheckpointError, match=rf"not a complete checkpoint.*complete ones under .*{ckpt}"):
+        export_checkpoint(run / "checkpoints" / "step_8", tmp_path / "never")
 
 
 def test_export_checkpoint_rejects_other_architecture(tiny, tmp_path):
@@ -161,3 +170,66 @@ def test_export_checkpoint_rejects_other_architecture(tiny, tmp_path):
     ckpt = CheckpointManager(run, CheckpointConfig(save_mode="sync")).save(1, model, None, None, {})
     with pytest.raises(ValueError, match=r"do not match .*missing \['lm_head.weight'.*unexpected \['0.bias'"):
         export_checkpoint(ckpt, tmp_path / "never")
+
+
+def test_non_finite_weight_is_refused_and_nothing_written(tiny, tmp_path):
+    model = trained(tiny)
+    with torch.no_grad():
+        model.model.language_model.layers[0].mlp.up_proj.weight[3, 1] = float("nan")
+    with pytest.raises(TrainingDiverged, match=r"layers\.0\.mlp\.up_proj\.weight.*NaN/inf.*nothing was exported"):
+        export_safetensors(model, tmp_path / "final", tiny)
+    assert list(tmp_path.iterdir()) == []
+    # A cast that overflows is refused the same way: 1e6 is inf in float16.
+    state = {"w": torch.tensor([1.0, 1e6])}
+    with pytest.raises(TrainingDiverged, match="'w'"):
+        write_hf_folder(state, tmp_path / "fp16", None, dtype=torch.float16)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_damaged_while_written_is_caught_and_previous_export_kept(tiny, tmp_path, monkeypatch):
+    model = trained(tiny)
+    out = export_safetensors(model, tmp_path / "final", tiny)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real_save = export_mod.save_file
+
+    def flips_a_byte(tensors, filename, metadata=None):
+        real_save(tensors, filename, metadata=metadata)
+        data = bytearray(open(filename, "rb").read())
+        data[-3] ^= 0xFF  # a value changed on the way to disk
+        open(filename, "wb").write(bytes(data))
+
+    monkeypatch.setattr(export_mod, "save_file", flips_a_byte)
+    with pytest.raises(CheckpointError, match=r"final\.tmp-[0-9a-f]+/model\.safetensors: tensor .* other values"):
+        export_safetensors(trained(tiny, seed=9), out, tiny)
+
+    def truncates(tensors, filename, metadata=None):
+        real_save(tensors, filename, metadata=metadata)
+        os.truncate(filename, os.path.getsize(filename) - 100)
+
+    monkeypatch.setattr(export_mod, "save_file", truncates)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: truncated or damaged safetensors file"):
+        export_safetensors(trained(tiny, seed=9), out, tiny)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+def test_verify_names_a_truncated_or_missing_export_file(tiny, tmp_path):
+    out = export_safetensors(trained(tiny), tmp_path / "sharded", tiny, max_shard_bytes=1_000_000)
+    files = verify_hf_folder(out)
+    assert len(files) > 2
+    os.truncate(files[1], files[1].stat().st_size // 2)  # a copy cut short
+    with pytest.raises(CheckpointError, match=rf"{files[1]}: truncated or damaged"):
+        verify_hf_folder(out)
+    files[1].unlink()
+    with pytest.raises(CheckpointError, match=rf"{files[1]}: weight file missing"):
+        verify_hf_folder(out)
+
+
+def test_export_on_a_full_disk_raises_disk_full_and_leaves_no_partial_folder(tiny, small_disk, fill_disk):
+    model = trained(tiny)
+    out = small_disk / "safetensors" / "final"
+    out.parent.mkdir()
+    fill_disk(small_disk, leave_bytes=64 * 1024)  # the tiny model's weights take more than that
+    with pytest.raises(DiskFullError, match=rf"no space left on {out}"):
+        export_safetensors(model, out, tiny)
+    assert list(out.parent.iterdir()) == []

@@ -43,3 +43,23 @@ def test_non_main_rank_writes_nothing(tmp_path: Path) -> None:
     m = MetricsLogger(tmp_path, config_from_dict({}), enabled=False)
     m.log(1, {"loss": 1.0})
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_reader_skips_a_torn_last_line_and_the_logger_cuts_it_off(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "kind": "train"}\n{"step": 2, "kind": "tr')  # killed mid-write
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1]
+    # A resumed run appends: the torn fragment must not swallow its first row.
+    m = MetricsLogger(tmp_path, config_from_dict({"logging": {"logger": []}}))
+    m.log(2, {"loss": 1.0})
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert path.read_text().count("\n") == 2
+
+
+def test_reader_reports_a_corrupt_middle_line_once_and_keeps_the_rest(tmp_path: Path, caplog) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3, "note": "a\u2028b"}\n')
+    with caplog.at_level("WARNING"):
+        assert [r["step"] for r in read_metrics(tmp_path)] == [1, 3]
+        assert [r["step"] for r in read_metrics(tmp_path)] == [1, 3]
+    reported = [r.getMessage() for r in caplog.records if "corrupt metrics row" in r.getMessage()]
+    assert len(reported) == 1 and reported[0].startswith(f"{tmp_path / 'metrics.jsonl'}:2: ")

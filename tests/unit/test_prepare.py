@@ -243,3 +243,17 @@ def test_prep_warms_the_clip_cache_for_the_trainer(tmp_path: Path, processor, me
     for i in range(len(trainer)):
         trainer[i]
     assert (trainer.clip_cache.hits, trainer.clip_cache.misses) == (3, 0)  # nothing decoded again
+
+
+def test_manifest_reader_keeps_every_row_and_names_a_torn_one(tmp_path: Path) -> None:
+    from cosmos_train.data.prepare import PrepReport, write_outputs
+    from cosmos_train.errors import DataError
+
+    rows = [{"id": str(i), "messages": [{"role": "user", "content": f"a\u2028b\x85c {i}"}]} for i in range(3)]
+    report = PrepReport(split_role="train", dataset="d", kept=rows)
+    write_outputs(report, tmp_path)
+    assert read_manifest(tmp_path / "manifest.jsonl") == rows  # line separators inside strings split nothing
+    path = tmp_path / "manifest.jsonl"
+    path.write_text(path.read_text()[:-10])  # a manifest cut short
+    with pytest.raises(DataError, match=rf"{path}:3: not valid JSON"):
+        read_manifest(path)

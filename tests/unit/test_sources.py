@@ -131,17 +131,17 @@ def test_parquet_and_save_to_disk_with_split_list(tmp_path: Path) -> None:
 
     rows = [cosmos_row(f"/abs/{i}.mp4", question=f"q{i}") for i in range(3)]
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "d.parquet"))
-    got = load_samples(make_cfg({"name": str(tmp_path / "d.parquet")}), "train")
+    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "d.parquet")}), "train")
     assert [user_parts(s)[1]["text"] for s in got] == ["q0", "q1", "q2"]
     assert user_parts(got[2])[0]["video"] == "/abs/2.mp4"
 
     dd = datasets.DatasetDict({"a": datasets.Dataset.from_list(rows[:1]), "b": datasets.Dataset.from_list(rows[1:])})
     dd.save_to_disk(str(tmp_path / "disk"))
-    got = load_samples(make_cfg({"name": str(tmp_path / "disk"), "split": ["b", "a"]}), "train")
+    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": ["b", "a"]}), "train")
     assert [user_parts(s)[1]["text"] for s in got] == ["q1", "q2", "q0"]
     assert got[0]["origin"].endswith("[b]:0")
     with pytest.raises(DatasetError, match="'zz' is not in"):
-        load_samples(make_cfg({"name": str(tmp_path / "disk"), "split": "zz"}), "train")
+        load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": "zz"}), "train")
 
 
 def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +154,7 @@ def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> No
         return datasets.Dataset.from_list([cosmos_row(f"/v/{split}.mp4", question=split)])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    cfg = make_cfg({"name": "org/data", "subset": "sub", "split": ["x", "y"], "revision": "v1"})
+    cfg = make_cfg({"allow_media_outside_root": True, "name": "org/data", "subset": "sub", "split": ["x", "y"], "revision": "v1"})
     got = load_samples(cfg, "train")
     assert calls == [("org/data", "sub", "x", "v1"), ("org/data", "sub", "y", "v1")]
     assert [user_parts(s)[1]["text"] for s in got] == ["x", "y"]
@@ -186,7 +186,7 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
         return str(folder)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    got = load_samples(make_cfg({"name": "org/videos", "revision": "v2"}), "train")
+    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos", "revision": "v2"}), "train")
     # one snapshot for the table, with only the relative files the rows name (patterns escaped)
     assert snapshots == [("org/videos", "dataset", "v2", ["clips/[[]b].mp4", "clips/a.mp4"])]
     videos = [user_parts(s)[0]["video"] for s in got]
@@ -199,7 +199,7 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
     (local / "clips").mkdir(parents=True)
     for name in ["a.mp4", "[b].mp4"]:
         (local / "clips" / name).write_bytes(b"mp4")
-    got = load_samples(make_cfg({"name": "org/videos", "media_path": str(local)}), "train")
+    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos", "media_path": str(local)}), "train")
     assert snapshots == [] and user_parts(got[0])[0]["video"] == str(local / "clips" / "a.mp4")
 
     def offline(*a, **k):
@@ -208,33 +208,33 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(DatasetError, match=r"'org/videos': 2 media file\(s\).*clips/\[b\]\.mp4, clips/a\.mp4.*"
                                            r"LocalEntryNotFoundError.*dataset\.media_path"):
-        load_samples(make_cfg({"name": "org/videos"}), "train")
+        load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos"}), "train")
 
 
 def test_test_size_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
     rows = [cosmos_row(f"/v/{i}.mp4", question=str(i)) for i in range(20)]
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = make_cfg({"name": str(tmp_path / "r.jsonl"), "test_size": 0.25})
+    cfg = make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 0.25})
     train, val = load_samples(cfg, "train"), load_samples(cfg, "val")
     ids = lambda ss: {s["origin"] for s in ss}  # noqa: E731
     assert len(val) == 5 and len(train) == 15 and not ids(train) & ids(val)
     assert ids(load_samples(cfg, "val")) == ids(val)  # the same rows every time
-    assert len(load_samples(make_cfg({"name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val")) == 3
+    assert len(load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val")) == 3
     with pytest.raises(DatasetError, match="test_size"):
         split_held_out(train[:1], 0.5, "val", "dataset")
     with pytest.raises(DatasetError, match="no held-out split"):
-        load_samples(make_cfg({"name": str(tmp_path / "r.jsonl")}), "val")
+        load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl")}), "val")
 
 
 def test_unknown_column_names_file_and_row(tmp_path: Path) -> None:
     (tmp_path / "r.json").write_text(json.dumps([cosmos_row("/v/a.mp4"), {"video": "/v/b.mp4", "chat": []}]))
-    cfg = make_cfg({"name": str(tmp_path / "r.json")})
+    cfg = make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.json")})
     with pytest.raises(RowError, match=r"r\.json:1: row has none of the columns \['conversations'.*'chat'"):
         load_samples(cfg, "train")
     got = load_samples(cfg, "train", keep_errors=True)
     assert got[1]["error"]["reason"] == "unknown_column"
     # The column name is configurable.
-    cfg = make_cfg({"name": str(tmp_path / "r.json")}, conversation_column_name="chat")
+    cfg = make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.json")}, conversation_column_name="chat")
     assert load_samples(cfg, "train", keep_errors=True)[0]["error"]["reason"] == "unknown_column"
 
 
@@ -436,3 +436,87 @@ def test_script_errors_name_the_file(tmp_path: Path) -> None:
     # dataset.source = "script" / a .py name works without the positional argument too.
     via_name = config_from_dict({"train": {"train_policy": {"dataset": {"name": str(only_train)}}}})
     assert load_samples(via_name, "train")[0]["origin"] == f"{only_train}:get_dataset:0"
+
+
+# ------------------------------------------------------------------------------ empty datasets
+def test_a_dataset_without_rows_names_what_was_read(tmp_path: Path) -> None:
+    empty = tmp_path / "rows.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DatasetError, match=rf"train\.train_policy\.dataset: hf dataset {empty}, split 'train' "
+                                           "yielded no rows"):
+        load_samples(make_cfg({"name": str(empty)}), "train")
+    ann = tmp_path / "llava.json"
+    ann.write_text("[]")
+    with pytest.raises(DatasetError, match=rf"LLaVA file {ann} yielded no rows"):
+        load_samples(make_cfg({"annotation_path": str(ann), "test_size": 0.5}), "val")
+
+
+# ------------------------------------------------------------------------------ media outside the root
+def llava_rows(tmp_path: Path, videos: list[str], **ds) -> list[dict]:
+    ann = tmp_path / "data" / "llava.json"
+    ann.parent.mkdir(exist_ok=True)
+    ann.write_text(json.dumps([{"id": str(i), "video": v, "conversations": [
+        {"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}]} for i, v in enumerate(videos)]))
+    return load_samples(make_cfg({"annotation_path": str(ann), **ds}), "train", keep_errors=True)
+
+
+def test_media_outside_the_roots_is_a_bad_row(tmp_path: Path) -> None:
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "ok.mp4").write_bytes(b"x")
+    secret = tmp_path / "elsewhere" / "secret.mp4"
+    secret.parent.mkdir()
+    secret.write_bytes(b"x")
+    (media / "link.mp4").symlink_to(secret)  # a symlink out of the media folder
+    rows = ["ok.mp4", "../elsewhere/secret.mp4", str(secret), "link.mp4", str(media / "ok.mp4"), "sub/../ok.mp4"]
+    samples = llava_rows(tmp_path, rows, media_path=str(media))
+    assert [s.get("error", {}).get("reason") for s in samples] == [
+        None, "media_outside_root", "media_outside_root", "media_outside_root", None, None]
+    message = samples[3]["error"]["message"]
+    assert f"llava.json:3: media 'link.mp4' resolves to {secret}" in message
+    assert "allow_media_outside_root = true" in message
+    ann = tmp_path / "data" / "llava.json"
+    with pytest.raises(RowError, match=r"llava\.json:1: media '\.\./elsewhere/secret\.mp4' resolves to"):
+        load_samples(make_cfg({"annotation_path": str(ann), "media_path": str(media)}), "train")
+    # Rows that point elsewhere on purpose: the flag reads them as before.
+    allowed = llava_rows(tmp_path, rows, media_path=str(media), allow_media_outside_root=True)
+    assert not any("error" in s for s in allowed)
+    assert user_parts(allowed[2])[0]["video"] == str(secret)
+
+
+def test_absolute_paths_with_empty_media_path_stay_under_the_annotation_folder(tmp_path: Path) -> None:
+    inside = tmp_path / "data" / "clips" / "a.mp4"
+    outside = tmp_path / "b.mp4"
+    samples = llava_rows(tmp_path, [str(inside), str(outside)], media_path="")
+    assert [s.get("error", {}).get("reason") for s in samples] == [None, "media_outside_root"]
+
+
+def test_hf_file_and_video_folder_roots(tmp_path: Path) -> None:
+    data = tmp_path / "hf"
+    data.mkdir()
+    (data / "rows.jsonl").write_text("\n".join(json.dumps(cosmos_row(v)) for v in ("a.mp4", "../x/b.mp4")) + "\n")
+    a, b = load_samples(make_cfg({"name": str(data / "rows.jsonl")}), "train", keep_errors=True)
+    assert "error" not in a and b["error"]["reason"] == "media_outside_root"
+
+    folder = tmp_path / "vf"
+    (folder / "videos").mkdir(parents=True)
+    (folder / "metas").mkdir()
+    (tmp_path / "outside.mp4").write_bytes(b"x")
+    (folder / "videos" / "a.mp4").write_bytes(b"x")
+    (folder / "videos" / "b.mp4").symlink_to(tmp_path / "outside.mp4")
+    for vid in ("a", "b"):
+        (folder / "metas" / f"{vid}.txt").write_text("A caption.")
+    a, b = load_samples(make_cfg({"name": str(folder)}), "train", keep_errors=True)
+    assert "error" not in a and b["error"]["reason"] == "media_outside_root"
+    assert len(load_samples(make_cfg({"name": str(folder), "allow_media_outside_root": True}), "train")) == 2
+
+
+def test_hub_cache_snapshot_symlinks_into_blobs_are_inside(tmp_path: Path) -> None:
+    repo = tmp_path / "hub" / "datasets--org--videos"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "0123abcd").write_bytes(b"x")
+    snapshot = repo / "snapshots" / "rev1"
+    (snapshot / "clips").mkdir(parents=True)
+    (snapshot / "clips" / "a.mp4").symlink_to(repo / "blobs" / "0123abcd")  # how huggingface_hub lays it out
+    samples = llava_rows(tmp_path, ["clips/a.mp4"], media_path=str(snapshot))
+    assert "error" not in samples[0]

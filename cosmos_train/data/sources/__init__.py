@@ -166,6 +166,19 @@ def split_held_out(samples: list[dict], test_size: float | int, split_role: Spli
     return [s for s in samples if keep(s["origin"])]
 
 
+def _describe(ds: DatasetConfig, script: str | Path | None, role: SplitRole) -> str:
+    """What was read, for messages: the file / folder / hub id, its source, subset and split."""
+    if script is not None:
+        return f"dataset script {script} ({role} rows)"
+    source = detect_source(ds)
+    if source == "llava":
+        return f"LLaVA file {ds.annotation_path}"
+    if source in ("video_folder", "synthetic", "script"):
+        return f"{source} dataset {ds.name} ({role} rows)"
+    subset = f", subset {ds.subset!r}" if ds.subset else ""
+    return f"{source} dataset {ds.name}{subset}, split {ds.split!r}"
+
+
 def _with_system_prompt(sample: dict, system_prompt: str | None) -> dict:
     msgs = sample.get("messages") or []
     if system_prompt and msgs and msgs[0].get("role") != "system":
@@ -201,12 +214,13 @@ def load_samples(
     else:
         source = get_source(detect_source(ds))
         reader = lambda role: source(ds, tp, role, dict(cfg.custom))  # noqa: E731
+    read_role: SplitRole = "train" if ds.test_size is not None or ds is not tp.dataset else split_role
+    samples = list(reader(read_role))
+    if not samples:
+        raise DatasetError(f"{where}: {_describe(ds, script, read_role)} yielded no rows; check the file is not "
+                           "empty and that subset / split name the rows you mean")
     if ds.test_size is not None:
-        samples = split_held_out(list(reader("train")), ds.test_size, split_role, where)
-    elif ds is not tp.dataset:
-        samples = list(reader("train"))  # a [validation.dataset] names exactly the rows to use
-    else:
-        samples = list(reader(split_role))
+        samples = split_held_out(samples, ds.test_size, split_role, where)
     if not keep_errors:
         for s in samples:
             if "error" in s:

@@ -63,6 +63,8 @@ class RowContext:
     reasoning_prompt: RL prompts ask for <think>/<answer> (when the format reward is used).
     embedded_store: where images/videos held inside rows (PIL, {"bytes"} structs) are written;
         default $COSMOS_CACHE/embedded_media.
+    allow_outside_root: read local media outside every media root (dataset.allow_media_outside_root);
+        otherwise such a row is a RowError "media_outside_root" (see `check_inside_roots`).
     """
 
     media_roots: list[Path] = field(default_factory=list)
@@ -74,6 +76,7 @@ class RowContext:
     reasoning_prompt: bool = False
     embedded_store: Path | None = None
     write_embedded: bool = True  # False: a dry run that only looks at paths (no image encoding)
+    allow_outside_root: bool = False
 
 
 def cosmos_cache() -> Path:
@@ -214,15 +217,43 @@ def resolve_media(value: str, ctx: RowContext) -> str:
     if ctx.media_lookup is not None:
         found = ctx.media_lookup(value)
         if found is not None:
-            return str(found)
+            return str(check_inside_roots(Path(found), value, ctx))
     path = Path(value.removeprefix("file://")).expanduser()
     if path.is_absolute():
-        return str(path)
+        return str(check_inside_roots(path, value, ctx))
     for root in ctx.media_roots:
         if (root / path).exists():
-            return str((root / path).resolve())
+            return str(check_inside_roots((root / path).resolve(), value, ctx))
     base = ctx.media_roots[0] if ctx.media_roots else Path.cwd()
-    return str((base / path).absolute())
+    return str(check_inside_roots((base / path).absolute(), value, ctx))
+
+
+def check_inside_roots(path: Path, value: Any, ctx: RowContext) -> Path:
+    """`path`, when it lies under one of ctx.media_roots once `..` and symlinks are resolved; else
+    RowError "media_outside_root" (unless ctx.allow_outside_root).
+
+    The media roots are the folders a source resolves relative paths against (dataset.media_path, the
+    annotation / data file's folder, dataset.local_dir, the hub snapshot, the video folder, the
+    extracted clips). An absolute path under one of them is fine; one elsewhere (a LLaVA file with
+    media_path = "" and absolute paths) needs dataset.allow_media_outside_root = true, which says so
+    on purpose. Media written from the rows' own bytes (the embedded store) is never checked: we wrote it.
+    A root inside a Hugging Face cache snapshot (`.../snapshots/<rev>`) also admits its repo's `blobs/`:
+    the snapshot's files are symlinks into it by design.
+    """
+    if ctx.allow_outside_root:
+        return path
+    real = path.resolve()
+    roots = [root.resolve() for root in ctx.media_roots]
+    blobs = [root.parent.parent / "blobs" for root in ctx.media_roots if root.parent.name == "snapshots"]
+    if any(real.is_relative_to(root) for root in roots + [b.resolve() for b in blobs]):
+        return path
+    where = ", ".join(str(r) for r in roots) if roots else "none: this dataset has no local media folder"
+    raise RowError(
+        "media_outside_root",
+        f"media {value!r} resolves to {real}, outside the dataset's media roots ({where}); move it under "
+        "dataset.media_path, or set train.train_policy.dataset.allow_media_outside_root = true (or "
+        "validation.dataset's) if the rows are meant to point there",
+    )
 
 
 def media_part(kind: str, path: str, ctx: RowContext, own: Mapping[str, Any]) -> dict[str, Any]:
@@ -394,9 +425,14 @@ ROW_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """One JSON value per non-empty line; a bad line is named by file and line number."""
+    """One JSON value per non-empty line; a bad line, the last one too, is named by file and line number.
+
+    Strict on purpose: the data-prep manifest is read with it, and a torn or corrupt row there must
+    stop the run rather than silently train on fewer rows. Lines are split on "\n" only: rows written
+    with ensure_ascii=False keep U+2028 / U+0085 inside strings, where str.splitlines() would split.
+    """
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))

@@ -217,6 +217,7 @@ def cosmos_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role
         media_roots=[folder],
         media_lookup=lambda value: clips.get(Path(value).name),
         media_every_user_turn=True,
+        allow_outside_root=ds.allow_media_outside_root,
     )
     root = local_copy(ds)
     tables = local_tables(ds, root) if root is not None else ((label, rows) for label, rows, _ in iter_tables(ds))

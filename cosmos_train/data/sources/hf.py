@@ -10,7 +10,8 @@ PIL images, or {"bytes", "path"} structs in parquet) are written once to
 `messages` rows may leave media parts empty ({"type": "image"}) and give the images in an
 `images` column, as TRL datasets do. For a hub dataset, media the rows name by a relative path
 that is not found locally are downloaded from the same dataset repo (one snapshot with just
-those files, in the Hugging Face cache; offline mode uses the cache).
+those files, in the Hugging Face cache; offline mode uses the cache). Media resolving outside all
+of those folders is a bad row (`media_outside_root`) unless `dataset.allow_media_outside_root`.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: st
         )
     for label, rows, folder in iter_tables(ds):
         ctx = context_for(
-            train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder), embedded_store=_embedded_store(ds)
+            train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder),
+            embedded_store=_embedded_store(ds), allow_outside_root=ds.allow_media_outside_root,
         )
         if folder is None:  # a hub dataset: media its rows name by relative path live in the same repo
             files = _unresolved_media(rows, label, ctx)

@@ -108,7 +108,9 @@ def script_samples(path: str | Path, cfg: Config, split_role: str) -> Iterator[d
         raise DatasetError(f"{where}(config) failed: {type(e).__name__}: {e}") from e
     ds = cfg.train.train_policy.dataset
     roots = ([Path(ds.media_path).expanduser()] if ds.media_path else []) + [path.parent]
-    ctx = context_for(cfg.train.train_policy, ds.vision.as_part_defaults(), media_roots=roots)
+    # No media-root check: the script is the user's own code (it can read any file itself), and building
+    # absolute paths to wherever the clips live is what scripts are for.
+    ctx = context_for(cfg.train.train_policy, ds.vision.as_part_defaults(), media_roots=roots, allow_outside_root=True)
     yield from map_rows(_iterate(rows, where), where, ctx)
 
 

@@ -36,5 +36,6 @@ def synthetic_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_r
         raise DatasetError(f"dataset.name {ds.name}: not a synthetic dataset folder (no dataset_info.json)")
     split = ds.split if isinstance(ds.split, str) else "train"
     path = synthetic_file(root, train_policy.type or "sft", split_role, split)
-    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[root.absolute(), path.parent.absolute()])
+    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[root.absolute(), path.parent.absolute()],
+                      allow_outside_root=ds.allow_media_outside_root)
     yield from map_rows(read_rows(path), str(path), ctx)

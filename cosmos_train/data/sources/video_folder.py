@@ -6,7 +6,8 @@
 
 Each clip becomes user [video, `dataset.caption_prompt`] -> assistant caption. A caption without
 its video still yields a sample (validation reports the missing file); a video without a caption
-is an error sample (`missing_caption`).
+is an error sample (`missing_caption`); a video that is a symlink out of `videos/` is one too
+(`media_outside_root`) unless `dataset.allow_media_outside_root`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import Any
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
 from cosmos_train.data.sources import register_source
-from cosmos_train.data.sources.common import DatasetError, RowError, context_for, error_sample, media_part
+from cosmos_train.data.sources.common import (
+    DatasetError,
+    RowError,
+    check_inside_roots,
+    context_for,
+    error_sample,
+    media_part,
+)
 
 CAPTION_KEYS = ("caption", "text", "label", "description")
 
@@ -56,7 +64,8 @@ def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, spli
         raise DatasetError(f"dataset.name {ds.name}: a video folder needs videos/ and metas/ subfolders")
     if split_role == "val":
         raise DatasetError(f"video folder {ds.name} has no held-out split: set dataset.test_size or a [validation.dataset]")
-    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[videos])
+    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[videos],
+                      allow_outside_root=ds.allow_media_outside_root)
     suffix = f"{ds.video_suffix}.mp4"
     captions: dict[str, Path] = {}
     for meta in sorted(metas.iterdir()):
@@ -74,6 +83,7 @@ def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, spli
             continue
         try:
             caption = read_caption(meta)
+            check_inside_roots(video, video.name, ctx)
         except RowError as e:
             yield error_sample(sample_id, origin, e.reason, f"{meta}: {e}")
             continue

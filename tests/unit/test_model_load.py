@@ -1,0 +1,61 @@
+"""A model folder or hub id that cannot be loaded fails as a ModelError naming it and what is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cosmos_train.errors import ModelError
+from cosmos_train.models.load import load_model, load_processor
+
+
+def copy_without(src: Path, dst: Path, *names: str) -> Path:
+    shutil.copytree(src, dst)
+    for name in names:
+        (dst / name).unlink()
+    return dst
+
+
+def test_folder_without_tokenizer_files_names_them(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = copy_without(tiny_model_dir, tmp_path / "export", "tokenizer.json", "tokenizer_config.json")
+    with pytest.raises(ModelError) as info:
+        load_processor(folder)
+    text = str(info.value)
+    assert str(folder) in text and "tokenizer.json" in text and "tokenizer_config.json" in text
+    assert "preprocessor_config.json" not in text  # present: not named
+    assert "Copy them from the base model" in text
+
+
+def test_folder_without_preprocessor_config(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = copy_without(tiny_model_dir, tmp_path / "m", "preprocessor_config.json")
+    with pytest.raises(ModelError, match=r"missing image preprocessor config \(preprocessor_config\.json or "
+                                         r"processor_config\.json\)"):
+        load_processor(folder)
+
+
+def test_model_folder_without_weights_or_config(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = copy_without(tiny_model_dir, tmp_path / "m", "model.safetensors", "config.json")
+    with pytest.raises(ModelError, match=rf"{folder} lacks the model files: missing model config \(config\.json\); "
+                                         r"weights \(model\.safetensors or "):
+        load_model(folder)
+
+
+def test_truncated_weights_name_the_file(tiny_model_dir: Path, tmp_path: Path) -> None:
+    folder = copy_without(tiny_model_dir, tmp_path / "m")
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size - 1000)
+    with pytest.raises(ModelError, match=rf"{weights}: truncated or damaged safetensors file"):
+        load_model(folder)
+
+
+def test_missing_folder_and_unreachable_hub_id(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=rf"model {tmp_path / 'nope'}: no such folder"):
+        load_processor(tmp_path / "nope")
+    # HF_HUB_OFFLINE=1 (tests/conftest.py): a hub id not in the cache cannot be fetched.
+    with pytest.raises(ModelError, match=r"(?s)'nobody-xyz/not-a-model'.*could not be fetched.*hf download"):
+        load_processor("nobody-xyz/not-a-model")
+    with pytest.raises(ModelError, match=r"(?s)'nobody-xyz/not-a-model'.*config and weights"):
+        load_model("nobody-xyz/not-a-model")
