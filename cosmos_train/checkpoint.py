@@ -618,19 +618,11 @@ def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
         why = f"is not a complete checkpoint (no {COMPLETE} marker: the save was interrupted)"
     else:
         why = "holds no complete checkpoint"
-    nearby = _complete_near(path, Path(output_dir).expanduser())
+    # Where the user probably meant: the closest existing folder of the path's run, and output_dir.
+    roots = [p for p in (path, path.parent, path.parent.parent) if p.is_dir()][:1] + [Path(output_dir).expanduser()]
+    nearby = sorted({c.resolve() for root in roots for c in list_complete(root)},
+                    key=lambda p: (_written_at(p), step_of(p)))
     listing = ("complete checkpoints nearby:\n" + "\n".join(f"    {p}" for p in nearby[-10:])) if nearby else (
         "no complete checkpoint was found there or under train.output_dir")
     raise CheckpointError(f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
                           f"or to true for the newest one. {listing}")
-
-
-def _complete_near(path: Path, output_dir: Path) -> list[Path]:
-    """Complete checkpoints in the closest existing ancestor of `path`'s run, and under output_dir."""
-    roots = [p for p in (path, path.parent, path.parent.parent, output_dir) if p.is_dir()]
-    seen: dict[Path, None] = {}
-    for root in roots:
-        for run in [root, root / "checkpoints", *[r / "checkpoints" for r in root.iterdir() if r.is_dir()]]:
-            for ckpt in complete_checkpoints(run):
-                seen[ckpt.resolve()] = None
-    return sorted(seen, key=lambda p: (_written_at(p), step_of(p)))
