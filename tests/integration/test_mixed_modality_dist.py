@@ -121,10 +121,10 @@ def test_mixed_modalities_train_on_two_processes(tiny_model_dir: Path, tmp_path:
     for step in a:
         assert a[step]["label_tokens"] == b[step]["label_tokens"] > 0
         # the same micro-batches: only the order of float sums differs
-        assert a[step]["loss"] == pytest.approx(b[step]["loss"], rel=1e-4), step
-        assert a[step]["grad_norm"] == pytest.approx(b[step]["grad_norm"], rel=1e-3), step
+        assert a[step]["loss"] == pytest.approx(b[step]["loss"], rel=1e-5), step
+        assert a[step]["grad_norm"] == pytest.approx(b[step]["grad_norm"], rel=1e-4), step
     va, vb = _metrics(two.parent, "val"), _metrics(one.parent, "val")
     assert sorted(va) == sorted(vb) == [2, 4]
     for step in va:
         assert va[step]["label_tokens"] == vb[step]["label_tokens"] > 0
-        assert va[step]["loss"] == pytest.approx(vb[step]["loss"], rel=1e-4), step
+        assert va[step]["loss"] == pytest.approx(vb[step]["loss"], rel=1e-5), step
