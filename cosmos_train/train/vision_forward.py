@@ -43,12 +43,12 @@ def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> lis
 
 def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool,
                         **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
-    """The model's output on `mb` (as `model(**model_inputs(model, mb), **kwargs)`) and a zero-valued
-    loss term to add to the loss, or None.
+    """(the model's output on `mb`, a loss term or None): the output equals that of
+    `model(**model_inputs(model, mb), **kwargs)`; images and videos go through the vision tower in one call.
 
-    run_vision: true when some rank has media in this micro-batch (`media_in_micro_batches`): this
-    rank then runs the vision tower even without media of its own. The returned term is then not None
-    when this rank ran the blank grid; training must add it to the loss before backward."""
+    run_vision: some rank has media in this micro-batch (`media_in_micro_batches`), so this rank runs
+    the tower even without media of its own, on a blank grid; the loss term (zero-valued, not None only
+    then) carries that output, and training adds it to the loss before backward."""
     if not hasattr(model, _METHOD):
         # The model is the FSDP root built by `parallelize`; registering the method there makes FSDP
         # gather the root's parameters around it as around `forward` (a no-op without FSDP).
@@ -59,29 +59,28 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool,
 
 def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: bool,
                            **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
-    core = self.model
-    visual = core.visual
+    """`forward_micro_batch` inside the root's FSDP forward: `self` is the model, `inputs` its
+    keyword arguments. It calls `self.forward`, not `self(...)`: FSDP's hooks already ran around it."""
+    visual = self.model.visual
     pixels = [inputs.pop(k) for k in ("pixel_values", "pixel_values_videos") if k in inputs]
     if not pixels and not run_vision:
         return self.forward(**inputs, **kwargs), None
-    image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
-    grids = [g for g in (image_grid, video_grid) if g is not None]
-    blank = not pixels
-    if blank:
-        # the smallest grid the 2x2 spatial merge accepts: one frame of merge x merge patches
-        merge, embed = visual.spatial_merge_size, visual.patch_embed
+    merge = visual.spatial_merge_size
+    if not pixels:
+        # the smallest grid the spatial merge accepts: one frame of merge x merge patches
+        embed = visual.patch_embed
         width = embed.in_channels * embed.temporal_patch_size * embed.patch_size ** 2
         device = inputs["input_ids"].device
-        pixels = [torch.zeros(merge * merge, width, device=device)]
-        grids = [torch.tensor([[1, merge, merge]], device=device)]
-    feats = visual(torch.cat(pixels).type(visual.dtype), grid_thw=torch.cat(grids), return_dict=True).pooler_output
-    # `self.forward`, not `self(...)`: FSDP's hooks already ran around this method
-    if blank:
+        feats = visual(torch.zeros(merge * merge, width, device=device).type(visual.dtype),
+                       grid_thw=torch.tensor([[1, merge, merge]], device=device), return_dict=True).pooler_output
         # made before the language model runs: autograd runs later-made nodes first, so this rank
         # reaches the tower in backward after the language model, as ranks with real media do
         zero = feats.sum() * 0
         return self.forward(**inputs, **kwargs), zero
-    n_image = 0 if image_grid is None else int(image_grid.prod(-1).sum()) // visual.spatial_merge_size ** 2
+    image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
+    grids = torch.cat([g for g in (image_grid, video_grid) if g is not None])
+    feats = visual(torch.cat(pixels).type(visual.dtype), grid_thw=grids, return_dict=True).pooler_output
+    n_image = 0 if image_grid is None else int(image_grid.prod(-1).sum()) // merge ** 2
     encoded: dict[str, BaseModelOutputWithPooling] = {}
     if image_grid is not None:
         encoded["image"] = BaseModelOutputWithPooling(pooler_output=(feats[:n_image],))
