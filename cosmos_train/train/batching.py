@@ -37,6 +37,10 @@ class MicroBatch:
         return int((self.labels[:, 1:] != IGNORE).sum())
 
     @property
+    def has_media(self) -> bool:
+        return "pixel_values" in self.vision or "pixel_values_videos" in self.vision
+
+    @property
     def n_tokens(self) -> int:
         return int(self.attention_mask.sum()) if self.attention_mask is not None else self.input_ids.numel()
 

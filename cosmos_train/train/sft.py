@@ -28,11 +28,12 @@ from cosmos_train.distributed import DistInfo, all_reduce_sum, init_distributed,
 from cosmos_train.errors import DataError, TrainingDiverged, report_rank_failure
 from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
-from cosmos_train.train.batching import collate_packed, collate_padded, model_inputs, split_micro_batches
+from cosmos_train.train.batching import collate_packed, collate_padded, split_micro_batches
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micro_batches
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
@@ -164,6 +165,8 @@ class SFTTrainer:
         global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.dist.tp
         if global_tokens == 0:
             raise ValueError(f"step {self.step}: the global batch has no assistant tokens to learn from")
+        # ranks run the vision tower in the same micro-batches (FSDP collectives): where any has media
+        run_vision = media_in_micro_batches(micro, self.dist.device)
         loss_sum = 0.0
         for i, mb in enumerate(micro):
             last = i == len(micro) - 1
@@ -172,11 +175,12 @@ class SFTTrainer:
                 self.model.set_requires_gradient_sync(last)
             mb = mb.to(self.dist.device)
             keep = label_positions(mb.labels)
-            out = self.model(**model_inputs(self.model, mb), use_cache=False, logits_to_keep=keep)
+            out, blank = forward_micro_batch(self.model, mb, run_vision[i], use_cache=False, logits_to_keep=keep)
             ce_sum, _ = kept_ce_sum(out.logits, mb.labels, keep)
             # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
             # step's gradient is d(sum of token CE over the global batch) / global_tokens.
-            (ce_sum * (self.dist.dp_size / global_tokens)).backward()
+            loss = ce_sum * (self.dist.dp_size / global_tokens)
+            (loss if blank is None else loss + blank).backward()
             loss_sum += float(ce_sum.detach())
         grad_norm = self._clip_grad_norm()
         loss = float(all_reduce_sum(loss_sum, self.dist.device)) / self.dist.tp / global_tokens
@@ -234,7 +238,8 @@ class SFTTrainer:
             idx = mine[b * bs:(b + 1) * bs] or [0]
             mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
             keep = label_positions(mb.labels)
-            out = self.model(**model_inputs(self.model, mb), use_cache=False, logits_to_keep=keep)
+            # no gradients here: a blank vision call on a text-only batch costs less than agreeing on one
+            out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
             s, k = kept_ce_sum(out.logits, mb.labels, keep)
             if mine[b * bs:(b + 1) * bs]:
                 ce, tokens = ce + float(s), tokens + k

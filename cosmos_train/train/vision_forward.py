@@ -1,0 +1,89 @@
+"""The trainer's forward: the vision tower runs once per micro-batch, the same way on every rank.
+
+With FSDP2 each vision block all-gathers its parameters when it runs forward (and again in backward
+after resharding) and reduce-scatters its gradients in backward; these are collectives, so every rank
+must run the vision tower the same number of times in every micro-batch. The model's own forward runs
+it once for the images and once more for the videos, and not at all for text-only rows, so ranks whose
+micro-batches differ in modality issue different collectives and gloo/NCCL fail or hang.
+
+Here images and videos go through the tower in one call (Qwen2.5-VL's image and video patches share one
+layout: rows of pixel_values and a (t, h, w) grid each, and the tower attends within each grid only), and
+the features reach the model's forward as `mm_encoder_outputs`, which scatters them into the image and
+video token positions exactly as it scatters its own. A rank without media in a micro-batch where some
+rank has media runs the tower on one blank grid instead; `0 * sum` of that output joins the loss so its
+backward runs the same collectives and adds exact zeros to the gradients. Micro-batches where no rank
+has media run no tower at all, as before, so the vision parameters keep no gradient there.
+
+All of this happens inside one FSDP forward of the root module (`register_fsdp_forward_method`): the
+root's parameters (patch embedding, merger, token embeddings, lm_head) are gathered only there.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import register_fsdp_forward_method
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from cosmos_train.distributed import all_reduce_sum
+from cosmos_train.train.batching import MicroBatch, model_inputs
+
+_METHOD = "forward_shared_vision"
+
+
+def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> list[bool]:
+    """Per micro-batch index: does any rank's micro-batch hold an image or a video? (One all-reduce;
+    every rank splits its share of the global batch into the same number of micro-batches.)"""
+    flags = all_reduce_sum(torch.tensor([float(mb.has_media) for mb in micro]), device)
+    return [bool(f > 0) for f in flags.tolist()]
+
+
+def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool,
+                        **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
+    """(the model's output on `mb`, a loss term or None): the output equals that of
+    `model(**model_inputs(model, mb), **kwargs)`; images and videos go through the vision tower in one call.
+
+    run_vision: some rank has media in this micro-batch (`media_in_micro_batches`), so this rank runs
+    the tower even without media of its own, on a blank grid; the loss term (zero-valued, not None only
+    then) carries that output, and training adds it to the loss before backward."""
+    if not hasattr(model, _METHOD):
+        # The model is the FSDP root built by `parallelize`; registering the method there makes FSDP
+        # gather the root's parameters around it as around `forward` (a no-op without FSDP).
+        setattr(model, _METHOD, types.MethodType(_forward_shared_vision, model))
+        register_fsdp_forward_method(model, _METHOD)
+    return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, **kwargs)
+
+
+def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: bool,
+                           **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
+    """`forward_micro_batch` inside the root's FSDP forward: `self` is the model, `inputs` its
+    keyword arguments. It calls `self.forward`, not `self(...)`: FSDP's hooks already ran around it."""
+    visual = self.model.visual
+    pixels = [inputs.pop(k) for k in ("pixel_values", "pixel_values_videos") if k in inputs]
+    if not pixels and not run_vision:
+        return self.forward(**inputs, **kwargs), None
+    merge = visual.spatial_merge_size
+    if not pixels:
+        # the smallest grid the spatial merge accepts: one frame of merge x merge patches
+        embed = visual.patch_embed
+        width = embed.in_channels * embed.temporal_patch_size * embed.patch_size ** 2
+        device = inputs["input_ids"].device
+        feats = visual(torch.zeros(merge * merge, width, device=device).type(visual.dtype),
+                       grid_thw=torch.tensor([[1, merge, merge]], device=device), return_dict=True).pooler_output
+        # made before the language model runs: autograd runs later-made nodes first, so this rank
+        # reaches the tower in backward after the language model, as ranks with real media do
+        zero = feats.sum() * 0
+        return self.forward(**inputs, **kwargs), zero
+    image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
+    grids = torch.cat([g for g in (image_grid, video_grid) if g is not None])
+    feats = visual(torch.cat(pixels).type(visual.dtype), grid_thw=grids, return_dict=True).pooler_output
+    n_image = 0 if image_grid is None else int(image_grid.prod(-1).sum()) // merge ** 2
+    encoded: dict[str, BaseModelOutputWithPooling] = {}
+    if image_grid is not None:
+        encoded["image"] = BaseModelOutputWithPooling(pooler_output=(feats[:n_image],))
+    if video_grid is not None:
+        encoded["video"] = BaseModelOutputWithPooling(pooler_output=(feats[n_image:],))
+    return self.forward(**inputs, mm_encoder_outputs=encoded, **kwargs), None
