@@ -164,7 +164,8 @@ class SFTTrainer:
         # ranks of one TP group see the same rows: count them once
         global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.dist.tp
         if global_tokens == 0:
-            raise ValueError(f"step {self.step}: the global batch has no assistant tokens to learn from")
+            raise DataError(f"step {self.step}: the global batch has no assistant tokens to learn from (check that "
+                            "the rows have assistant turns, and train.train_policy.overlength)")
         # ranks run the vision tower in the same micro-batches (FSDP collectives): where any has media
         run_vision = media_in_micro_batches(micro, self.dist.device)
         loss_sum = 0.0
