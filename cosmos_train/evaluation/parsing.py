@@ -9,7 +9,7 @@ different letters gives up rather than guess:
    is read, with the rules below; otherwise the text after </think> is read;
 2. the whole text is one letter: "B", "b", "(B)", "B.", "**B**", "[B]";
 3. a stated answer, the last one wins: "answer is B", "Answer: (B)", "the correct option is C",
-   "I choose D", "Option B", "choice (C)", "答案：C", "答案是C";
+   "I choose D", "Option B", "choice (C)", "\\boxed{B}", "答案：C", "答案是C";
 4. a leading letter: "B. The robot ...", "(B) The robot ...", "B) ...", "B: ...", "B - ...";
 5. the text of one option ("The robot moves left." when (A) is "The robot moves left");
 6. exactly one distinct "(B)" in the text;
@@ -20,15 +20,15 @@ different letters gives up rather than guess:
    letters, so no answer.
 
 A letter the text rejects is no candidate for rules 3, 4, 6 and 7: after a negation ("not A",
-"the answer is not A", "it can't be B", "rule out C") or followed by one ("A is wrong", "B isn't",
+"the answer is not A", "it can't be B", "neither A nor B", "rule out C") or followed by one ("A is wrong", "B isn't",
 "C can be ruled out"). So "Not A; the answer is C" reads C and "the answer is not A" reads nothing.
 
-Degenerate output reads as no answer, whatever letter it contains (an untrained model's repeated
-or garbage tokens would otherwise score by chance): counting the words of the answer text (runs of
-letters and digits; a word that is one character repeated, "AAAA", counts as that many one-letter
-words), it is degenerate when one word is more than half of at least 3 words ("A A A A",
-"AAAAAAAA", "B.B.B.B", "the the the the A") or when it has more than twice as many symbol
-characters as words plus 3 ("#$%^ A &*()", "�� B ��"; the margin keeps "(B)." readable).
+Degenerate output reads as no answer unless it states one (rules 2-3): rules 4-7 would pick a
+letter out of an untrained model's repeated or garbage tokens by chance. Counting the words of the
+answer text (runs of letters and digits; a word that is one character repeated, "AAAA", counts as
+that many one-letter words), it is degenerate when one word is more than half of at least 3 words
+("A A A A", "AAAAAAAA", "B.B.B.B", "the the the the A") or when it has more than twice as many
+symbol characters as words plus 3 ("#$%^ A &*()", "��� B ���"; the margin keeps "(B)." readable).
 
 Parsers are registered per answer type in PARSERS (plug-ins: `register_parser`).
 """
@@ -49,9 +49,9 @@ _THINK_OPEN = re.compile(r"<think>(.*)$", re.S | re.I)
 _MARKDOWN = re.compile(r"[*_`#]+")
 _WHOLE = re.compile(r"^[\(\[\{]?\s*([A-Za-z])\s*[\)\]\}]?\s*[\.\:\!]?$")
 _STATED = re.compile(
-    r"(?:answer|option|choice|choose|chose|pick|select|selected|go with|答案|选项)"
+    r"(?:answer|option|choice|choose|chose|pick|select|selected|go with|boxed|答案|选项)"
     r"(?:\s+(?:is|would be|should be|will be|must be|=)|\s*[是为])?\s*[:\-]?\s*"
-    r"(?:(?:option|choice|letter)\s*)?[\(\[]?([A-Z])[\)\]]?(?![A-Za-z0-9'’])",
+    r"(?:(?:option|choice|letter)\s*)?[\(\[\{]?([A-Z])[\)\]\}]?(?![A-Za-z0-9'’])",
     re.I,
 )
 _LEADING = re.compile(r"^[\(\[]?([A-Z])(?:[\)\]]|\.(?=\s|$)|:|\s+[-–—]\s)")
@@ -65,7 +65,7 @@ _VERB = re.compile(
 )
 # A negation right before the letter: "not A", "isn't (B)", "can't be C", "wouldn't pick D", "rule out A".
 _NEGATED_BEFORE = re.compile(
-    r"(?:\bnot|\bcannot|n['’]t|\bnever|\brather than|\binstead of|\brul(?:e|ed|ing) out|\beliminat\w*|\bexclud\w*)"
+    r"(?:\bnot|\bcannot|n['’]t|\bnever|\bneither|\bnor|\brather than|\binstead of|\brul(?:e|ed|ing) out|\beliminat\w*|\bexclud\w*)"
     r"(?:\s+(?:be|choose|pick|select|say|go with|option|choice|letter))*\s*[\(\[]?$",
     re.I,
 )
@@ -151,7 +151,7 @@ def letter_from_text(text: str, options: Mapping[str, str]) -> str | None:
     """Rules 2-7 of the module docstring on a text without tags (NFKC-normalised by the caller)."""
     valid = {k.upper() for k in options if len(k) == 1} or set(string.ascii_uppercase)
     s = _MARKDOWN.sub("", text).strip().strip("\"'“”‘’").strip()
-    if not s or is_degenerate(s):
+    if not s:
         return None
     m = _WHOLE.match(s)
     if m and m.group(1).upper() in valid:
@@ -166,6 +166,9 @@ def letter_from_text(text: str, options: Mapping[str, str]) -> str | None:
     ]
     if stated:
         return stated[-1]
+    # Below, the rules read letters the text does not state as its answer: not in repeated or garbage output.
+    if is_degenerate(s):
+        return None
     m = _LEADING.match(s)
     if m and m.group(1) in valid and not _rejected(s, m):
         # "(A) and (C) both fit" lists options rather than choosing one.

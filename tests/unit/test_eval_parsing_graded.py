@@ -63,6 +63,10 @@ GRADED: list[tuple[str, dict[str, str], str | None]] = [
     ("the answer is b.", ROBOT, "B"),
     ("option c", ROBOT, "C"),
     ("The answer is A. Wait, no: the answer is C.", ROBOT, "C"),  # the model corrects itself
+    ("$\\boxed{B}$", ROBOT, "B"),
+    ("The final answer is $\\boxed{C}$.", ROBOT, "C"),
+    ("The answer is: **B. The robot moves right**", ROBOT, "B"),
+    ("Answer:\n\n(D) The robot moves left and up", ROBOT, "D"),
     # a leading letter
     ("B. the ball falls", BALL, "B"),
     ("C) The ball bounces", BALL, "C"),
@@ -104,6 +108,9 @@ GRADED: list[tuple[str, dict[str, str], str | None]] = [
     ("(A) is wrong and (B) is wrong, so (C).", ROBOT, "C"),
     ("Option A is wrong; option C is right.", ROBOT, "C"),
     ("not F", NONE, None),
+    ("Neither A nor B; it is C.", ROBOT, "C"),
+    ("B is not correct. A is not correct. D is not correct. So C.", ROBOT, "C"),
+    ("The robot doesn't move left, so not A. It's B.", ROBOT, "B"),
     ("A is correct", ROBOT, "A"),  # the option as the subject, not the article
     ("B is the best answer", ROBOT, "B"),
     # degenerate output: repeated or garbage tokens
@@ -122,6 +129,8 @@ GRADED: list[tuple[str, dict[str, str], str | None]] = [
     ("!!!!!!!!!!!!!!!B!!!!!!!", ROBOT, None),
     ("\ufffd\ufffd\ufffd B \ufffd\ufffd\ufffd", ROBOT, None),
     ("FFFFFF", NONE, None),
+    ("(A)(A)(A)(A)", ROBOT, None),
+    ("The answer is B B B B B B B B", ROBOT, "B"),  # stated, then repeated: the statement counts
     # several letters
     ("A or B", ROBOT, None),
     ("(A) and (C) both look possible", ROBOT, None),
