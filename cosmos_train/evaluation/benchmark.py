@@ -4,7 +4,8 @@ Each row is {"video": "clips/<id>.mp4", "qa_pairs": {...} | [{...}, ...]} with e
 {"question", "index2ans": {"A": ..., ...}, "answer" | "correct_answer"}. Rows naming the same
 video are merged into one `BenchmarkVideo` (the reference writes one prediction file per video).
 Any dataset name works; nothing here knows robovqa from av. Problems raise `BenchmarkError`
-naming the file and row: a missing clip, a missing key, an answer that is not one of the options.
+naming the file and row: a missing clip, a missing key, an answer that is not one of the options,
+and a benchmark with no question to ask (an empty file, or limit = 0).
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ def load_benchmark(
             q = _question(pair, dataset, video_id, len(item.questions), f"{where} qa_pairs[{k}]", require_options)
             item.questions.append(q)
             n_questions += 1
+    if not videos:
+        # Scoring nothing would report accuracy 0.0 as if measured; say so before any model loads.
+        if limit == 0:
+            raise BenchmarkError(
+                f"benchmark {dataset!r}: limit = 0 leaves none of the questions of {qa_file}; "
+                "set limit to a positive number of questions, or -1 for all"
+            )
+        raise BenchmarkError(
+            f"benchmark {dataset!r}: {qa_file} holds no questions (no rows); add rows "
+            '{"video": "clips/<id>.mp4", "qa_pairs": {"question", "index2ans", "answer"}} '
+            f"or remove {dataset!r} from datasets"
+        )
     return list(videos.values())
 
 

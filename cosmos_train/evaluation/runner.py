@@ -8,7 +8,9 @@ question whose answer cannot be read is asked again up to `generation.max_retrie
 tokens and a slightly higher temperature (the reference's retry), and then counted wrong and listed
 in `EvalResult.unanswered`. Each video's file is written as soon as all its questions are answered,
 so an interrupted run loses at most one batch; with `evaluation.skip_saved` a rerun loads finished
-videos from disk and never sends them to the engine.
+videos from disk and never sends them to the engine. Nothing measured is an error, never accuracy
+0.0: a benchmark with no question fails before the model loads (BenchmarkError), and so does, at
+the end, a dataset whose every clip failed to decode (on_bad_media = "skip").
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.data.video import MediaError
+from cosmos_train.errors import BenchmarkError
 from cosmos_train.evaluation.benchmark import BenchmarkVideo, Question, load_benchmark
 from cosmos_train.evaluation.config import EvalConfig, load_eval_config
 from cosmos_train.evaluation.engines import (
@@ -179,6 +182,26 @@ def question_of(record: dict[str, Any]) -> str:
     return ""
 
 
+def _check_measured(
+    records: dict[str, dict[str, list[dict[str, Any]]]], bad_media: list[dict[str, Any]], run_dir: Path
+) -> None:
+    """Raise BenchmarkError when a dataset has no answered question: every one was left out because
+    its clip did not decode (on_bad_media = "skip"). Its accuracy would read 0.0 as if measured, and a
+    whole dataset failing to decode is a broken file set or a missing codec, not bad luck."""
+    for ds, by_video in records.items():
+        if by_video:
+            continue
+        # Every question of a loaded benchmark is answered, saved or left out, so left_out is not empty.
+        left_out = [b for b in bad_media if b["dataset"] == ds]
+        example = f"{left_out[0]['video']}: {left_out[0]['error']}"
+        raise BenchmarkError(
+            f"benchmark {ds!r}: all {len(left_out)} question(s) were left out because their clips could not be "
+            f"decoded (evaluation.on_bad_media = \"skip\"), so nothing was measured; e.g. {example}. Check that "
+            f"the clips decode (ffprobe), or remove {ds!r} from datasets. The other datasets' predictions are "
+            f"saved under {run_dir} (evaluation.skip_saved = true reuses them)."
+        )
+
+
 def evaluate_model(
     cfg: EvalConfig,
     model_path: str | None = None,
@@ -257,6 +280,7 @@ def evaluate_model(
         if own_engine and engine is not None:
             engine.close()
 
+    _check_measured(records, bad_media, run_dir)
     scores = score_records({ds: [r for recs in by_video.values() for r in recs] for ds, by_video in records.items()})
     if unanswered:
         log(f"{len(unanswered)} question(s) unreadable after {cfg.generation.max_retries} retries, counted wrong")

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cosmos_train.evaluation.predictions import read_dataset_predictions
+from cosmos_train.evaluation.predictions import PredictionFileError, read_dataset_predictions
 
 Z95 = 1.959963984540054
 
@@ -122,7 +122,16 @@ def score_run_dir(run_dir: str | Path, datasets: Sequence[str] | None = None) ->
     run_dir = Path(run_dir)
     if datasets is None:
         datasets = sorted(p.name for p in run_dir.iterdir() if p.is_dir())
-    return score_records({ds: read_dataset_predictions(run_dir / ds) for ds in datasets})
+    if not datasets:
+        raise PredictionFileError(f"{run_dir}: no dataset folders of prediction files; evaluate a model first")
+    records = {ds: read_dataset_predictions(run_dir / ds) for ds in datasets}
+    for ds, recs in records.items():
+        # An empty folder is nothing measured, not accuracy 0.0.
+        if not recs:
+            raise PredictionFileError(
+                f"{run_dir / ds}: no prediction files; evaluate {ds!r} first or leave it out of --datasets"
+            )
+    return score_records(records)
 
 
 def write_results(run_dir: str | Path, scores: Scores, meta: Mapping[str, Any] | None = None) -> tuple[Path, Path]:

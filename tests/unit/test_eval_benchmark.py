@@ -105,3 +105,18 @@ def test_messages_and_training_prompt_agree(tmp_path: Path) -> None:
 
     assert synthetic.format_prompt("Q", OPTS, True) == question_text("Q", OPTS, "reasoning")
     assert synthetic.SYSTEM_PROMPT == SYSTEM_PROMPT
+
+
+@pytest.mark.parametrize("rows", [[], {}])
+def test_empty_benchmark_is_an_error(tmp_path: Path, rows: list | dict) -> None:
+    make_bench(tmp_path, "empty", rows, [])
+    with pytest.raises(BenchmarkError, match=r"benchmark 'empty': .*empty_benchmark_qa_pairs\.json holds no questions.*"
+                       r"remove 'empty' from datasets"):
+        load_benchmark(tmp_path, "empty")
+
+
+def test_limit_zero_is_an_error(tmp_path: Path) -> None:
+    rows = [{"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}}]
+    make_bench(tmp_path, "ds", rows, ["v.mp4"])
+    with pytest.raises(BenchmarkError, match=r"benchmark 'ds': limit = 0 leaves none of the questions of .*ds_benchmark"):
+        load_benchmark(tmp_path, "ds", limit=0)

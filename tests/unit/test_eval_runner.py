@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cosmos_train.errors import BenchmarkError, MediaError
 from cosmos_train.evaluation.config import eval_config_from_dict
 from cosmos_train.evaluation.engines import Sampling
 from cosmos_train.evaluation.predictions import read_dataset_predictions
@@ -116,6 +117,55 @@ def test_skip_saved_resumes_without_asking_again(tmp_path: Path) -> None:
     fourth = ScriptedEngine({k: list(v) for k, v in answers.items()})
     evaluate_model(cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"skip_saved": False})}), engine=fourth)
     assert sum(len(ids) for ids, _ in fourth.calls) == 4
+
+
+def test_empty_benchmark_fails_before_the_model_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cosmos_train.evaluation.runner as runner
+
+    _bench(tmp_path / "data", "ds1", ["A"])
+    _bench(tmp_path / "data", "ds2", [])
+
+    def no_model(cfg):
+        raise AssertionError("the model was loaded for an empty benchmark")
+
+    monkeypatch.setattr(runner, "create_engine", no_model)
+    with pytest.raises(BenchmarkError, match=r"benchmark 'ds2': .*ds2_benchmark_qa_pairs\.json holds no questions"):
+        evaluate_model(_cfg(tmp_path))
+    with pytest.raises(BenchmarkError, match=r"benchmark 'ds1': limit = 0"):
+        evaluate_model(_cfg(tmp_path, datasets=["ds1"], limit=0))
+
+
+class BadClipEngine(ScriptedEngine):
+    """A scripted engine whose clips named in `bad` fail to decode, as the HF engine reports it."""
+
+    def __init__(self, script: dict[str, list[str]], bad: set[str]):
+        super().__init__(script)
+        self.bad = bad
+
+    def generate(self, chats: Sequence[list[dict]], sampling: Sampling) -> list[str]:
+        for c in chats:
+            path = c[1]["content"][0]["video"]
+            if path in self.bad:
+                raise MediaError(path, "cannot decode the container")
+        return super().generate(chats, sampling)
+
+
+def test_dataset_with_every_clip_left_out_is_an_error(tmp_path: Path) -> None:
+    _bench(tmp_path / "data", "ds1", ["A", "B"])
+    _bench(tmp_path / "data", "ds2", ["C", "D"])
+    ds2 = tmp_path / "data" / "benchmark" / "ds2" / "clips"
+    engine = BadClipEngine({"v0": ["A"], "v1": ["B"]}, {str(ds2 / "v0.mp4"), str(ds2 / "v1.mp4")})
+    cfg = _cfg(tmp_path, evaluation={"on_bad_media": "skip"})
+    with pytest.raises(BenchmarkError, match=r"benchmark 'ds2': all 2 question\(s\) were left out .*nothing was "
+                       r"measured; e\.g\. .*ds2/clips/v0\.mp4: cannot decode the container"):
+        evaluate_model(cfg, engine=engine)
+    run_dir = cfg.run_dir()
+    assert len(read_dataset_predictions(run_dir / "ds1")) == 2  # what was measured is kept
+    assert not (run_dir / "results.json").exists()  # no accuracy 0.0 for ds2
+    # One bad clip of two is still measured on the other.
+    engine = BadClipEngine({"v0": ["A"], "v1": ["B"]}, {str(ds2 / "v0.mp4")})
+    res = evaluate_model(cfg, engine=engine)
+    assert res.scores.datasets["ds2"].total == 1 and [b["video_id"] for b in res.bad_media] == ["v0"]
 
 
 class CountingEngine:

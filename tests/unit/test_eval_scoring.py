@@ -89,3 +89,13 @@ def test_record_layout_and_resume_check(tmp_path: Path) -> None:
     with pytest.raises(PredictionFileError, match="entry 0 lacks datasource"):
         read_video_predictions(path)
     assert not list((tmp_path / "av").glob("*.tmp"))
+
+
+def test_nothing_to_score_is_an_error(tmp_path: Path) -> None:
+    run = tmp_path / "results" / "model" / "letter"
+    run.mkdir(parents=True)
+    with pytest.raises(PredictionFileError, match="no dataset folders"):
+        score_run_dir(run)
+    (run / "av").mkdir()
+    with pytest.raises(PredictionFileError, match=r"av: no prediction files; evaluate 'av' first"):
+        score_run_dir(run)
