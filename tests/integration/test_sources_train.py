@@ -202,7 +202,7 @@ def test_every_source_trains_through_the_sft_flow(tiny_model_dir: Path, tmp_path
         by_source.setdefault(rid.split("/")[0], []).append(rid)
     assert {k: len(v) for k, v in by_source.items()} == {"cosmos": 2, "hf": 2, "llava": 4, "video_folder": 2,
                                                          "script": 2}
-    cosmos0 = kept["cosmos/ep0"]["messages"]
+    cosmos0 = kept["cosmos/robovqa/ep0"]["messages"]  # Cosmos-Reason row ids are "<subset>/<row id>"
     assert cosmos0[0]["role"] == "system" and cosmos0[1]["content"][0]["fps"] == 1  # the Cosmos default
     video = Path(cosmos0[1]["content"][0]["video"])
     assert video.is_relative_to(tmp_path / "cosmos-cache") and video.is_file()
