@@ -50,3 +50,18 @@ def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path,
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def processes_with(*needles: str) -> list[int]:
+    """Live (not zombie) processes whose command line contains every one of `needles`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+                state = (d / "stat").read_text().rsplit(") ", 1)[-1][:1]
+            except OSError:
+                continue
+            if state != "Z" and all(n.encode() in cmd for n in needles):
+                pids.append(int(d.name))
+    return pids

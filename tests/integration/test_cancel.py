@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, write_tiny_sft_config
+from tests.conftest import ROOT, processes_with, write_tiny_sft_config
 
 pytestmark = pytest.mark.slow
 
@@ -26,17 +26,7 @@ sft(SFTParams(config=sys.argv[1], overrides=["launch.nproc_per_node=2"], train_r
 
 def _ranks_alive(marker: str) -> list[int]:
     """The launcher and the ranks of the run whose paths contain `marker` (both name the trainer module)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-                state = (d / "stat").read_text().split(") ")[-1][:1]
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"cosmos_train.train.sft" in cmd and state != "Z":
-                pids.append(int(d.name))
-    return pids
+    return processes_with(marker, "cosmos_train.train.sft")
 
 
 def _processes_with_env(entry: str) -> list[int]:

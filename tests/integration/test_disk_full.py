@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_tiny_sft_config
+from tests.conftest import processes_with, write_tiny_sft_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -30,19 +30,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _ranks_alive(marker: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmd and b"cosmos_train" in cmd:
-                pids.append(int(d.name))
-    return pids
-
-
 def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, synthetic_dir: Path,
                                      tmp_path: Path) -> None:
     from cosmos_train.checkpoint import complete_checkpoints
@@ -59,7 +46,7 @@ def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, syn
         state.result()
     assert str(small_disk) in str(e.value)
     run = next(out.iterdir())
-    assert not _ranks_alive(str(run)), "a process of the run outlived it"
+    assert not processes_with(str(run), "cosmos_train"), "a process of the run outlived it"
     ckpts = run / "checkpoints"
     assert not list(ckpts.glob("*.tmp*")), "a partial checkpoint was left behind"
     assert all((c / "COMPLETE").is_file() for c in ckpts.glob("step_*")), "an incomplete step_N folder"
