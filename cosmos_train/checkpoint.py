@@ -56,6 +56,18 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the checkpoint API in one import)
+    _STEP_DIR,
+    COMPLETE,
+    _written_at,
+    complete_checkpoints,
+    describe_complete,
+    find_latest,
+    is_complete,
+    list_complete,
+    resolve_resume,
+    step_of,
+)
 from cosmos_train.config import CheckpointConfig
 from cosmos_train.errors import CheckpointError, from_os_error
 
@@ -64,11 +76,9 @@ log = logging.getLogger(__name__)
 # purpose (no_dist=True below), so the warning carries no information here.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
-COMPLETE = "COMPLETE"
 TRAINER_STATE = "trainer_state.json"
 SCHEDULER_FALLBACK = "scheduler.pt"
 FORMAT_VERSION = 1
-_STEP_DIR = re.compile(r"step_(\d+)")
 _TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
 # How a save went on one rank; ranks agree on the worst (an all-reduce MAX), so all of them raise alike.
 _OK, _FAILED, _OS_ERROR, _DISK_FULL = 0, 1, 2, 3
@@ -139,51 +149,6 @@ def broadcast_str(value: str, group: Any = None) -> str:
 
 
 # ------------------------------------------------------------------------------ folder helpers
-def is_complete(path: Path) -> bool:
-    """A finished checkpoint: a step_N folder holding the COMPLETE marker."""
-    path = Path(path)
-    return _STEP_DIR.fullmatch(path.name) is not None and (path / COMPLETE).is_file()
-
-
-def step_of(path: Path) -> int:
-    m = _STEP_DIR.fullmatch(Path(path).name)
-    if m is None:
-        raise ValueError(f"{path}: not a checkpoint folder (expected a name like step_100)")
-    return int(m.group(1))
-
-
-def complete_checkpoints(ckpt_root: Path) -> list[Path]:
-    """The complete step_N folders directly under `ckpt_root`, oldest step first."""
-    if not Path(ckpt_root).is_dir():
-        return []
-    found = [p for p in Path(ckpt_root).iterdir() if p.is_dir() and is_complete(p)]
-    return sorted(found, key=step_of)
-
-
-def list_complete(path: Path) -> list[Path]:
-    """Every complete checkpoint under `path`, in the layouts `find_latest` accepts (a step_N folder,
-    a run's checkpoints/, a run folder, an output_dir of runs); by run, then step."""
-    path = Path(path)
-    if not path.is_dir():
-        return []
-    if _STEP_DIR.fullmatch(path.name):
-        return [path] if is_complete(path) else []
-    for root in (path / "checkpoints", path):
-        if found := complete_checkpoints(root):
-            return found
-    return [ckpt for run in sorted(path.iterdir()) if run.is_dir() for ckpt in complete_checkpoints(run / "checkpoints")]
-
-
-def describe_complete(path: Path, limit: int = 8) -> str:
-    """'complete ones under PATH: a, b, ...' (or 'none'), for error messages about a wrong checkpoint."""
-    found = list_complete(path)
-    if not found:
-        return f"there is no complete checkpoint under {path}"
-    shown = ", ".join(str(p) for p in found[-limit:])
-    more = f" (and {len(found) - limit} older)" if len(found) > limit else ""
-    return f"complete ones under {path}: {shown}{more}"
-
-
 def _os_error_in(exc: BaseException) -> OSError | None:
     """The OSError behind `exc`: itself, its cause/context chain, or a rank's failure inside DCP's
     CheckpointException (which wraps each rank's exception as (exception, traceback))."""
@@ -200,13 +165,6 @@ def _os_error_in(exc: BaseException) -> OSError | None:
             todo.extend(failure[0] for failure in e.failures.values())
         todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return None
-
-
-def _written_at(ckpt: Path) -> float:
-    try:
-        return float(json.loads((ckpt / COMPLETE).read_text())["time"])
-    except (ValueError, KeyError, TypeError, OSError):
-        return (ckpt / COMPLETE).stat().st_mtime
 
 
 def _fsync_dir(path: Path) -> None:
@@ -504,26 +462,8 @@ class CheckpointManager:
     # -------------------------------------------------------------------- find / load
     @staticmethod
     def find_latest(path: Path) -> Path | None:
-        """The newest complete checkpoint under `path`, or None.
-
-        `path` may be a step_N folder, a run's `checkpoints/` folder, a run folder, or an output_dir holding
-        timestamped run folders (then the run whose newest checkpoint was written last wins).
-        """
-        path = Path(path)
-        if not path.is_dir():
-            return None
-        if _STEP_DIR.fullmatch(path.name):
-            return path if is_complete(path) else None
-        for root in (path / "checkpoints", path):
-            found = complete_checkpoints(root)
-            if found:
-                return found[-1]
-        newest_per_run = [
-            found[-1] for run in path.iterdir() if run.is_dir() and (found := complete_checkpoints(run / "checkpoints"))
-        ]
-        if not newest_per_run:
-            return None
-        return max(newest_per_run, key=lambda p: (_written_at(p), step_of(p)))
+        """The newest complete checkpoint under `path`, or None (see checkpoint_paths.find_latest)."""
+        return find_latest(path)
 
     def load(
         self,
@@ -589,40 +529,3 @@ def _json_ok(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
-    """The checkpoint `train.resume` names, checked before anything is loaded.
-
-    - false: None (start fresh).
-    - true: the newest complete checkpoint under output_dir, or None when there is none (the caller says
-      so in its log and result: starting fresh is what a first run of a resumable job does).
-    - a path: that checkpoint (a step_N folder), or the newest complete one in a run folder / its
-      checkpoints/ folder / an output_dir. Anything else is a CheckpointError that lists the complete
-      checkpoints found, so the user can copy one: a missing path or an interrupted save never silently
-      becomes a run from step 0.
-    """
-    from cosmos_train.errors import CheckpointError
-
-    if resume is False:
-        return None
-    if resume is True:
-        return CheckpointManager.find_latest(Path(output_dir).expanduser())
-    path = Path(resume).expanduser()
-    found = CheckpointManager.find_latest(path)
-    if found is not None and (not _STEP_DIR.fullmatch(path.name) or found == path):
-        return found
-    if not path.exists():
-        why = "does not exist"
-    elif _STEP_DIR.fullmatch(path.name):
-        why = f"is not a complete checkpoint (no {COMPLETE} marker: the save was interrupted)"
-    else:
-        why = "holds no complete checkpoint"
-    # Where the user probably meant: the closest existing folder of the path's run, and output_dir.
-    roots = [p for p in (path, path.parent, path.parent.parent) if p.is_dir()][:1] + [Path(output_dir).expanduser()]
-    nearby = sorted({c.resolve() for root in roots for c in list_complete(root)},
-                    key=lambda p: (_written_at(p), step_of(p)))
-    listing = ("complete checkpoints nearby:\n" + "\n".join(f"    {p}" for p in nearby[-10:])) if nearby else (
-        "no complete checkpoint was found there or under train.output_dir")
-    raise CheckpointError(f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
-                          f"or to true for the newest one. {listing}")

@@ -35,7 +35,7 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
         check_dataset_paths(key, ds, has_script=dataset_script is not None)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
-        from cosmos_train.checkpoint import resolve_resume  # imports torch: only when resuming
+        from cosmos_train.checkpoint_paths import resolve_resume
 
         resolve_resume(cfg.train.resume, cfg.train.output_dir)
     return cfg

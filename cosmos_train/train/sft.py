@@ -111,9 +111,10 @@ class SFTTrainer:
     # ------------------------------------------------------------------ resume / save
     def maybe_resume(self, own_run_first: bool = False) -> None:
         """Continue from this run folder's newest checkpoint (a retried launch) when asked and present,
-        else as train.resume says (`checkpoint.resolve_resume`: a path that is not a complete checkpoint
+        else as train.resume says (`checkpoint_paths.resolve_resume`: a path that is not a complete checkpoint
         is an error listing the complete ones; true with none found starts fresh and says so)."""
-        from cosmos_train.checkpoint import CheckpointManager, resolve_resume
+        from cosmos_train.checkpoint import CheckpointManager
+        from cosmos_train.checkpoint_paths import resolve_resume
 
         ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
         resume = self.cfg.train.resume

@@ -32,7 +32,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, synthetic_dir: Path,
                                      tmp_path: Path) -> None:
-    from cosmos_train.checkpoint import complete_checkpoints
+    from cosmos_train.checkpoint_paths import complete_checkpoints
     from cosmos_train.errors import DiskFullError
     from cosmos_train.metrics import read_metrics
     from flows.sft import SFTParams, sft

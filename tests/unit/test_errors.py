@@ -106,7 +106,7 @@ def _fake_checkpoint(root: Path, step: int, complete: bool = True) -> Path:
 
 
 def test_resume_resolution(tmp_path: Path) -> None:
-    from cosmos_train.checkpoint import resolve_resume
+    from cosmos_train.checkpoint_paths import resolve_resume
     from cosmos_train.errors import CheckpointError
 
     out = tmp_path / "out"
