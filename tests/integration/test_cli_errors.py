@@ -199,3 +199,10 @@ def test_input_error_inside_a_flow_run(case: Case, tmp_path: Path, tiny_model_di
                                        server: PrefectServer) -> None:
     proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, server.env(OMP_NUM_THREADS="1"))
     _check(case, proc, ctx)
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "--debug", "config", "check",
+                           str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-2].startswith("error: invalid config")
