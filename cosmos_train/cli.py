@@ -189,13 +189,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 class _HideUserErrorTracebacks(logging.Filter):
     """On the console only: Prefect logs a failed task or flow with its traceback; for a user error the
-    paragraph printed at the end says it all. The API log handler (the run's log on the server) keeps it."""
+    paragraph printed at the end says it all. The record is shared with the API log handler (the run's log
+    on the server keeps the traceback), so the console gets a copy without it instead."""
+
+    def __init__(self, handler: logging.Handler):
+        super().__init__()
+        self.handler = handler
 
     def filter(self, record: logging.LogRecord) -> bool:
         from cosmos_train.errors import UserError
 
         if record.exc_info and isinstance(record.exc_info[1], UserError):
-            record.exc_info, record.exc_text = None, None
+            bare = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+            self.handler.handle(bare)
+            return False
         return True
 
 
@@ -209,7 +216,7 @@ def _quiet_prefect_console() -> None:
         for handler in getattr(logger, "handlers", []):
             if id(handler) not in seen and isinstance(handler, logging.StreamHandler):
                 seen.add(id(handler))
-                handler.addFilter(_HideUserErrorTracebacks())
+                handler.addFilter(_HideUserErrorTracebacks(handler))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from cosmos_train.config import Config
+from cosmos_train.config import Config, ConfigError
 from cosmos_train.errors import (
     ERROR_FILE,
     EXIT_USER_ERROR,
@@ -64,7 +64,7 @@ def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
            f"--nnodes={launch.nnodes}", f"--max_restarts={launch.max_restarts}"]
     if launch.nnodes > 1:
         if not launch.rdzv_endpoint:
-            raise ValueError("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0)")
+            raise ConfigError("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0)")
         cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--node_rank={launch.node_rank}"]
     else:
         cmd += ["--standalone"]
