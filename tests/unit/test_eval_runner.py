@@ -131,8 +131,7 @@ def test_empty_benchmark_fails_before_the_model_loads(tmp_path: Path, monkeypatc
     monkeypatch.setattr(runner, "create_engine", no_model)
     with pytest.raises(BenchmarkError, match=r"benchmark 'ds2': .*ds2_benchmark_qa_pairs\.json holds no questions"):
         evaluate_model(_cfg(tmp_path))
-    with pytest.raises(BenchmarkError, match=r"benchmark 'ds1': limit = 0"):
-        evaluate_model(_cfg(tmp_path, datasets=["ds1"], limit=0))
+    # limit = 0 never gets this far: the evaluation config refuses it (limit is -1 or >= 1)
 
 
 class BadClipEngine(ScriptedEngine):
