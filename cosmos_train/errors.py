@@ -97,7 +97,8 @@ class CheckpointError(UserError):
 
 
 class AuthError(UserError):
-    """Missing or refused credentials (which variable or secret to set)."""
+    """Missing or refused credentials (which variable or secret to set). Raised by the parts that talk to
+    services (uploads, the reward service client); defined here so every kind has one place."""
 
     kind = "auth"
 
@@ -123,10 +124,6 @@ KINDS: dict[str, type[UserError]] = {
     for cls in (UserError, ConfigError, DataError, MediaError, BenchmarkError, ModelError, CheckpointError,
                 AuthError, DiskFullError, TrainingDiverged)
 }
-
-
-def is_user_error(exc: BaseException | None) -> bool:
-    return isinstance(exc, UserError)
 
 
 NO_SPACE = "No space left on device"  # strerror(ENOSPC), also in errors of libraries that wrap it (safetensors)
