@@ -245,6 +245,9 @@ def _stop_temporary_prefect_server() -> None:
     module = sys.modules.get("prefect.server.api.server")
     if module is None:
         return
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)  # the run's last log lines first, or they fail after the stop
     for server in list(getattr(module.SubprocessASGIServer, "_instances", {}).values()):
         server.stop()
 

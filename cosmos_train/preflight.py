@@ -6,8 +6,9 @@
 
 The CLI calls it before it starts Prefect (a temporary API server alone takes ~15 s), and the flows
 call it again on their first line, since a deployment run never passes through the CLI. It reads
-no rows and loads no model: those checks belong to data preparation and the trainer, which name the
-row or file themselves. Kept free of torch/transformers imports so an input error answers at once.
+the rows of local datasets (not their media) and loads no model: decoding, tokenizing and the trainer's
+own checks stay with data preparation and training, which name the row or file themselves. Kept free
+of torch/transformers imports so an input error answers at once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
         datasets.append(("validation.dataset", cfg.validation.dataset))
     for key, ds in datasets:
         check_dataset_paths(key, ds, has_script=dataset_script is not None)
+    roles = ["train", "val"] if cfg.validation.enable else ["train"]
+    for role in roles:
+        check_rows(cfg, role, dataset_script)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
         from cosmos_train.checkpoint_paths import resolve_resume
@@ -69,3 +73,25 @@ def check_eval(config: str | Path, overrides: list[str] | None = None, models: l
         if looks_local and not path.exists():
             raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
                              "or a hub id org/name)")
+
+
+def check_rows(cfg: Config, role: str, dataset_script: str | None = None, shown: int = 5) -> None:
+    """Read a local dataset's rows (file parsing, split, row layout, media paths; no decoding) and, under
+    on_bad_row = "fail", raise naming the first bad rows. Hub datasets, Cosmos-Reason copies (their
+    clips are extracted on first read) and dataset scripts (the user's own code) are left to data
+    preparation: reading them here could take as long as preparing them."""
+    from cosmos_train.data.sources import detect_source, load_samples
+
+    ds = cfg.validation.dataset if role == "val" and cfg.validation.dataset is not None else \
+        cfg.train.train_policy.dataset
+    if dataset_script is not None or detect_source(ds) in ("cosmos", "script"):
+        return
+    if not (ds.annotation_path or Path(ds.name).expanduser().exists()):
+        return  # a hub id
+    samples = load_samples(cfg, role, keep_errors=True)  # type: ignore[arg-type]
+    bad = [s for s in samples if "error" in s]
+    if bad and ds.on_bad_row == "fail":
+        lines = [f"  - {s['error']['message']}" for s in bad[:shown]]
+        more = f"\n  ... and {len(bad) - shown} more" if len(bad) > shown else ""
+        raise DataError(f"{len(bad)} bad row(s) of {len(samples)} ({role}); fix them or set "
+                        'dataset.on_bad_row = "skip" to drop and count them:\n' + "\n".join(lines) + more)

@@ -104,12 +104,11 @@ CASES = [
     # ---- flags
     Case("unknown command", ["trian"], "invalid choice"),
     Case("sft without --config", ["sft"], "--config"),
-    # ---- inside a flow run: rows, media, model files
-    Case("split that does not exist", setting("train.train_policy.dataset.split", '"nope"', PREP), "nope",
-         fast=False),
+    # ---- inside a flow run: what needs decoding, tokenizing or the model
+    Case("split that does not exist", setting("train.train_policy.dataset.split", '"nope"', PREP), "nope"),
     Case("malformed llava json", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/bad.json"',
                                   "--set", 'train.train_policy.dataset.media_path="{data}"'],
-         "bad.json", fast=False, files={"bad.json": '[{"id": "a", "video": "x.mp4", "conversations": ['}),
+         "bad.json", files={"bad.json": '[{"id": "a", "video": "x.mp4", "conversations": ['}),
     Case("bad row", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/rows.json"',
                      "--set", 'train.train_policy.dataset.media_path="{data}"'],
          "rows.json:1", fast=False, files={"rows.json": json.dumps([
@@ -124,7 +123,7 @@ CASES = [
                  {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
     Case("media outside the media root", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/o.json"',
                                           "--set", 'train.train_policy.dataset.media_path="{dir}/media"'],
-         "o.json:0", fast=False, files={"media/.keep": "", "o.json": json.dumps([
+         "o.json:0", files={"media/.keep": "", "o.json": json.dumps([
              {"id": "o", "video": "../../../etc/passwd.mp4", "conversations": [
                  {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
     Case("model folder without tokenizer files", setting("policy.model_name_or_path", '"{dir}/no-tokenizer"', PREP),
@@ -174,6 +173,7 @@ def _check(case: Case, proc: subprocess.CompletedProcess, ctx: dict[str, str]) -
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, f"{case.name}: exit {proc.returncode}\n{out[-3000:]}"
     assert "Traceback" not in out, f"{case.name}: traceback printed\n{out[-5000:]}"
+    assert "Error logging to API" not in out, f"{case.name}: Prefect log lines lost\n{out[-3000:]}"
     last = "\n".join(proc.stderr.strip().splitlines()[-6:])
     assert _fill(case.names, ctx) in last, f"{case.name}: {case.names!r} not in the last lines:\n{last}"
 
@@ -206,3 +206,16 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
                            str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-2].startswith("error: invalid config")
+
+
+def test_temporary_server_run_ends_with_the_paragraph(tmp_path: Path, tiny_model_dir: Path,
+                                                      synthetic_dir: Path) -> None:
+    """Without PREFECT_API_URL the CLI runs on Prefect's temporary server: the paragraph is still the
+    last thing printed (the server is stopped, its log lines flushed, before it)."""
+    case = next(c for c in CASES if c.name == "bad row")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, env)
+    _check(case, proc, ctx)
+    last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert last[-3].startswith("error: 1 bad row(s)"), "\n".join(last[-6:])
