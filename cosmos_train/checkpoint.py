@@ -57,9 +57,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the checkpoint API in one import)
-    _STEP_DIR,
     COMPLETE,
-    _written_at,
     complete_checkpoints,
     describe_complete,
     find_latest,
@@ -69,7 +67,7 @@ from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the che
     step_of,
 )
 from cosmos_train.config import CheckpointConfig
-from cosmos_train.errors import CheckpointError, from_os_error
+from cosmos_train.errors import CheckpointError, exception_chain, from_os_error
 
 log = logging.getLogger(__name__)
 # DCP warns on every call made without a process group; offline export and single-process tests do that on
@@ -150,21 +148,8 @@ def broadcast_str(value: str, group: Any = None) -> str:
 
 # ------------------------------------------------------------------------------ folder helpers
 def _os_error_in(exc: BaseException) -> OSError | None:
-    """The OSError behind `exc`: itself, its cause/context chain, or a rank's failure inside DCP's
-    CheckpointException (which wraps each rank's exception as (exception, traceback))."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError):
-            return e
-        if isinstance(e, CheckpointException):
-            todo.extend(failure[0] for failure in e.failures.values())
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-    return None
+    """The OSError behind `exc` (its chain, or a rank's failure inside DCP's CheckpointException)."""
+    return next((e for e in exception_chain(exc) if isinstance(e, OSError)), None)
 
 
 def _fsync_dir(path: Path) -> None:

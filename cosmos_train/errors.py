@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,36 +130,50 @@ KINDS: dict[str, type[UserError]] = {
 NO_SPACE = "No space left on device"  # strerror(ENOSPC), also in errors of libraries that wrap it (safetensors)
 
 
-def disk_full_in(exc: BaseException, path: str | os.PathLike | None = None) -> DiskFullError | None:
-    """A DiskFullError when `exc` or an exception it was raised from is a full disk, else None.
-    Libraries wrap ENOSPC in their own types (safetensors' SafetensorError, DCP's CheckpointException),
-    so the chain and the message are both looked at."""
+def disk_full_at(where: str | os.PathLike | None) -> DiskFullError:
+    """The one disk-full paragraph, naming where the write failed."""
+    return DiskFullError(f"no space left on {where or 'the output folder'}: free space there or point "
+                         "train.output_dir at a larger disk")
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and every exception behind it: its cause / context chain, and the per-rank failures that
+    torch.distributed.checkpoint's CheckpointException carries as `failures` {rank: (exception, tb)}."""
     seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, DiskFullError):
-            return cur
-        if isinstance(cur, OSError) and (found := from_os_error(cur, path)) is not None:
-            return found  # type: ignore[return-value]
-        if NO_SPACE in str(cur):
-            return DiskFullError(f"no space left on {path or 'the output folder'}: free space there or point "
-                                 "train.output_dir at a larger disk")
-        cur = cur.__cause__ or cur.__context__
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo.extend(f[0] for f in failures.values() if isinstance(f, tuple) and isinstance(f[0], BaseException))
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+
+
+def disk_full_in(exc: BaseException, path: str | os.PathLike | None = None) -> DiskFullError | None:
+    """A DiskFullError when `exc` or an exception behind it is a full disk, else None. Libraries wrap
+    ENOSPC in their own types (safetensors' SafetensorError, DCP's CheckpointException), so the chain
+    and the message are both looked at."""
+    for e in exception_chain(exc):
+        if isinstance(e, DiskFullError):
+            return e
+        if isinstance(e, OSError) and (found := from_os_error(e, path)) is not None:
+            return found
+        if NO_SPACE in str(e):
+            return disk_full_at(path)
     return None
 
 
-def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> UserError | None:
+def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> DiskFullError | None:
     """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
     import errno
 
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
-    where = path or exc.filename or "the output folder"
-    return DiskFullError(
-        f"no space left on {where}: free space there or point train.output_dir at a larger disk "
-        "(partial files of the interrupted write were removed)"
-    )
+    return disk_full_at(path or exc.filename)
 
 
 # ------------------------------------------------------------------------- across processes

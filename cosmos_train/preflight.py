@@ -14,14 +14,21 @@ of torch/transformers imports so an input error answers at once.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config, unsupported_settings
 from cosmos_train.errors import DataError, ModelError
 
+if TYPE_CHECKING:
+    from cosmos_train.evaluation.config import EvalConfig
+
 
 def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
-              run_dir: str | Path | None = None) -> Config:
-    """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong."""
+              run_dir: str | Path | None = None, read_rows: bool = True) -> Config:
+    """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong.
+
+    read_rows: also read local datasets' rows (`check_rows`). The flows pass False: their next step,
+    data preparation, reads every row anyway and names the bad ones the same way."""
     cfg = load_config(config, overrides or [])
     problems = unsupported_settings(cfg)
     if problems:
@@ -34,8 +41,7 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
         datasets.append(("validation.dataset", cfg.validation.dataset))
     for key, ds in datasets:
         check_dataset_paths(key, ds, has_script=dataset_script is not None)
-    roles = ["train", "val"] if cfg.validation.enable else ["train"]
-    for role in roles:
+    for role in (["train", "val"] if cfg.validation.enable else ["train"]) if read_rows else []:
         check_rows(cfg, role, dataset_script)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
@@ -59,8 +65,10 @@ def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -
     detect_source(ds)
 
 
-def check_eval(config: str | Path, overrides: list[str] | None = None, models: list[str] | None = None) -> None:
-    """An evaluation's config, every benchmark's questions (read, not answered) and local model folders."""
+def check_eval(config: str | Path, overrides: list[str] | None = None,
+               models: list[str] | None = None) -> EvalConfig:
+    """An evaluation's config, every benchmark's questions (read, not answered) and local model folders;
+    returns the validated config."""
     from cosmos_train.evaluation.benchmark import load_benchmark
     from cosmos_train.evaluation.config import load_eval_config
 
@@ -73,6 +81,7 @@ def check_eval(config: str | Path, overrides: list[str] | None = None, models: l
         if looks_local and not path.exists():
             raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
                              "or a hub id org/name)")
+    return cfg
 
 
 def check_rows(cfg: Config, role: str, dataset_script: str | None = None, shown: int = 5) -> None:

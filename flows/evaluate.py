@@ -17,7 +17,6 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field, model_validator
 
-from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.evaluation.report import comparison_rows, unique_labels, wrong_answers_markdown
 from cosmos_train.preflight import check_eval
 from tasks.errors import user_errors_reported
@@ -58,8 +57,7 @@ def evaluate(params: EvaluateParams) -> dict[str, Any]:
 
 def _evaluate(params: EvaluateParams) -> dict[str, Any]:
     logger = get_run_logger()
-    check_eval(params.config, params.overrides, params.models)  # before any model loads
-    cfg = load_eval_config(params.config, params.overrides)  # fail before any model loads
+    cfg = check_eval(params.config, params.overrides, params.models)  # fail before any model loads
     models = params.models or [cfg.model.model_name]
     labels = params.labels or ([cfg.model_basename] if not params.models else unique_labels(models))
     run_one = evaluate_model_task.with_options(retries=params.eval_retries, retry_delay_seconds=2)

@@ -38,7 +38,7 @@ def prepare_data(params: PrepareDataParams) -> str:
 
 def _prepare_data(params: PrepareDataParams) -> str:
     logger = get_run_logger()
-    check_job(params.config, params.overrides, params.dataset_script, params.run_dir)
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
     _, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
     script = str(Path(params.dataset_script).resolve()) if params.dataset_script else None
     result = prepare_data_task(config=str(Path(run_dir) / "config.toml"), run_dir=run_dir, dataset_script=script)

@@ -66,7 +66,7 @@ def sft(params: SFTParams) -> dict:
 def _sft(params: SFTParams) -> dict:
     logger = get_run_logger()
     # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
-    check_job(params.config, params.overrides, params.dataset_script, params.run_dir)
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
     cfg, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
     run = Path(run_dir)
     logger.info("run folder: %s", run)

@@ -37,6 +37,7 @@ from cosmos_train.errors import (
     DiskFullError,
     RepeatedFailure,
     UserError,
+    disk_full_at,
     error_from_record,
     read_error_file,
 )
@@ -103,8 +104,7 @@ def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Excepti
         if returncode == EXIT_USER_ERROR and said:
             return (DiskFullError if "no space left on" in said[-1] else UserError)(said[-1])
         if any(NO_SPACE in line for line in tail):
-            return DiskFullError(f"no space left on {run_dir}: free space there or point train.output_dir at a "
-                                 "larger disk (partial checkpoints are removed at the next start)")
+            return disk_full_at(run_dir)
     # Nonces (temporary folder names, ids) differ between attempts of the same crash: left out.
     message = re.sub(r"[0-9a-f]{8,}", "#", (record or {}).get("message") or "")
     signature = {"type": (record or {}).get("type"), "message": message,

@@ -319,9 +319,9 @@ class SFTTrainer:
             self._log(f"step {self.step}: loss {loss} / grad norm {norm} not finite: update skipped "
                       f"({len(self.skipped_steps)} of train.skip_nonfinite_steps = {allowed})")
             return
-        from cosmos_train.checkpoint import CheckpointManager
+        from cosmos_train.checkpoint_paths import find_latest
 
-        last_good = CheckpointManager.find_latest(self.run_dir)
+        last_good = find_latest(self.run_dir)
         raise TrainingDiverged(
             f"step {self.step}: the loss is {loss} and the gradient norm {norm}, not finite: training diverged "
             f"(steps skipped so far: {self.skipped_steps}). Lower train.optm_lr (now {self.cfg.train.optm_lr:g}), "
