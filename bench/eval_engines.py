@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.evaluation.config import eval_config_from_dict
-from cosmos_train.evaluation.engines import create_engine
 from cosmos_train.evaluation.runner import evaluate_model
+from cosmos_train.generation import create_engine
 
 
 def config(args: argparse.Namespace, engine: str, results: Path) -> Any:
@@ -72,7 +72,7 @@ def main() -> None:
         for name in ("hf", "vllm"):
             cfg = config(args, name, Path(tmp))
             start = time.perf_counter()
-            engine = create_engine(cfg)
+            engine = create_engine(cfg.generation_config())
             started = time.perf_counter() - start
             times, n = [], 0
             try:

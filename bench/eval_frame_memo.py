@@ -13,6 +13,7 @@ runs' answers must be identical.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -24,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from video_pipeline import write_clip  # noqa: E402  (the same synthetic clips)
 
 from cosmos_train.evaluation.config import eval_config_from_dict  # noqa: E402
-from cosmos_train.evaluation.engines.hf import HFEngine  # noqa: E402
 from cosmos_train.evaluation.runner import evaluate_model  # noqa: E402
+from cosmos_train.generation.hf import HFEngine  # noqa: E402
 
 OPTIONS = {"A": "left", "B": "right", "C": "up", "D": "down"}
 
@@ -66,7 +67,8 @@ def main() -> None:
             times = []
             for _ in range(args.repeats):
                 # a fresh engine per run: the memo lives for one evaluation, as in the evaluate flow
-                engine = HFEngine(args.model, dtype="float32", device="cpu", workers=2, frame_memo_bytes=memo_bytes)
+                gen = dataclasses.replace(cfg.generation_config(), decode_workers=2)
+                engine = HFEngine(gen, frame_memo_bytes=memo_bytes)
                 start = time.perf_counter()
                 result = evaluate_model(cfg, engine=engine, log=lambda _: None)
                 times.append(time.perf_counter() - start)

@@ -22,8 +22,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cosmos_train.config import ConfigError, check_name, explain_errors, parse_override, set_path
-from cosmos_train.evaluation.engines import ENGINES
 from cosmos_train.evaluation.parsing import PARSERS
+from cosmos_train.generation import ENGINES, GenerationConfig
 
 
 class EvalConfigError(ConfigError):
@@ -161,6 +161,25 @@ class EvalConfig(_Section):
     def model_basename(self) -> str:
         """The results folder name of the model: model.name, else the basename of model_name (the reference)."""
         return self.model.name or Path(self.model.model_name.rstrip("/")).name
+
+    def generation_config(self) -> GenerationConfig:
+        """The generation engine this evaluation asks (built from [model] and [evaluation], so the
+        generation layer never reads an evaluation config)."""
+        from cosmos_train.generation.hf import resolve_tokenizer_path
+
+        ev = self.evaluation
+        return GenerationConfig(
+            model_path=self.model.model_name,
+            engine=self.engine,
+            tokenizer_path=resolve_tokenizer_path(self.model.model_name, self.model.tokenizer_model_name),
+            dtype=self.model.dtype,
+            device=self.device,
+            max_length=self.model.max_length,
+            tp_size=self.model.tp_size,
+            gpu_memory_utilization=self.model.gpu_memory_utilization,
+            seed=ev.seed,
+            decode_workers=ev.num_processes,
+        )
 
     def run_dir(self) -> Path:
         """<results_dir>/<model basename>/<answer_type>."""

@@ -27,14 +27,6 @@ from cosmos_train.data.video import MediaError
 from cosmos_train.errors import BenchmarkError
 from cosmos_train.evaluation.benchmark import BenchmarkVideo, Question, load_benchmark
 from cosmos_train.evaluation.config import EvalConfig, load_eval_config
-from cosmos_train.evaluation.engines import (
-    Engine,
-    Sampling,
-    base_sampling,
-    create_engine,
-    resolve_engine_name,
-    retry_sampling,
-)
 from cosmos_train.evaluation.parsing import is_correct, parse_response
 from cosmos_train.evaluation.predictions import (
     make_record,
@@ -43,7 +35,9 @@ from cosmos_train.evaluation.predictions import (
     write_video_predictions,
 )
 from cosmos_train.evaluation.prompts import build_messages
+from cosmos_train.evaluation.sampling import base_sampling, retry_sampling
 from cosmos_train.evaluation.scoring import Scores, format_table, score_records, write_results
+from cosmos_train.generation import GenerationEngine, SamplingParams, create_engine, resolve_engine_name
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +107,19 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _generate(
-    engine: Engine, todo: list[_Pending], sampling: Sampling, cfg: EvalConfig, log: Callable[[str], None]
+    engine: GenerationEngine, todo: list[_Pending], sampling: SamplingParams, cfg: EvalConfig,
+    log: Callable[[str], None],
 ) -> tuple[list[_Pending], list[str]]:
-    """engine.generate over `todo`; with on_bad_media = "skip", questions whose clip fails to decode
-    are marked and left out, and the rest asked again. Returns (items answered, their texts)."""
+    """engine.generate over `todo` (one sample each); with on_bad_media = "skip", questions whose clip
+    fails to decode are marked and left out, and the rest asked again. Returns (items answered, their texts)."""
     while todo:
         try:
-            return todo, engine.generate([p.chat for p in todo], sampling)
+            groups = engine.generate([p.chat for p in todo], sampling)
+            if len(groups) != len(todo) or any(len(g) != 1 for g in groups):
+                raise RuntimeError(
+                    f"engine {engine.name} returned {[len(g) for g in groups]} completions for {len(todo)} chats, n=1"
+                )
+            return todo, [g[0].text for g in groups]
         except MediaError as error:
             bad = [p for p in todo if _same_file(p.video.video_path, error.path)]
             if cfg.evaluation.on_bad_media == "fail" or not bad:
@@ -134,7 +134,7 @@ def _generate(
 
 
 def _answer(
-    engine: Engine, batch: list[_Pending], cfg: EvalConfig, log: Callable[[str], None]
+    engine: GenerationEngine, batch: list[_Pending], cfg: EvalConfig, log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """Ask the batch, retry unreadable answers, fill each item's record; returns the unanswered ones."""
     answer_type = cfg.evaluation.answer_type
@@ -205,7 +205,7 @@ def _check_measured(
 def evaluate_model(
     cfg: EvalConfig,
     model_path: str | None = None,
-    engine: Engine | None = None,
+    engine: GenerationEngine | None = None,
     log: Callable[[str], None] | None = None,
 ) -> EvalResult:
     """Evaluate one model on every dataset of `cfg`; write predictions, results.json and results.csv.
@@ -245,7 +245,7 @@ def evaluate_model(
 
     own_engine = engine is None and bool(pending)
     if own_engine:
-        engine = create_engine(cfg)
+        engine = create_engine(cfg.generation_config())
     engine_name = engine.name if engine is not None else resolve_engine_name(cfg.engine)
     unanswered: list[dict[str, Any]] = []
     bad_media: list[dict[str, Any]] = []

@@ -102,8 +102,8 @@ def test_overrides_and_limit(tmp_path: Path) -> None:
 
 
 def test_plugin_names_checked_against_registries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cosmos_train.evaluation.engines import ENGINES
     from cosmos_train.evaluation.parsing import PARSERS
+    from cosmos_train.generation import ENGINES
 
     path = tmp_path / "e.toml"
     path.write_text('datasets = ["a"]\n')
@@ -115,7 +115,7 @@ def test_plugin_names_checked_against_registries(tmp_path: Path, monkeypatch: py
         "(got 'reasonng'); did you mean 'reasoning'?",
     ]
     # A plug-in registered before the config is read is a valid name.
-    monkeypatch.setitem(ENGINES, "mine", lambda cfg, model_path: None)
+    monkeypatch.setitem(ENGINES, "mine", lambda cfg: None)
     monkeypatch.setitem(PARSERS, "json", PARSERS["freeform"])
     cfg = load_eval_config(path, ["engine=mine", "evaluation.answer_type=json"])
     assert (cfg.engine, cfg.evaluation.answer_type) == ("mine", "json")

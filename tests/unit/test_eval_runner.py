@@ -14,10 +14,10 @@ import pytest
 
 from cosmos_train.errors import BenchmarkError, MediaError
 from cosmos_train.evaluation.config import eval_config_from_dict
-from cosmos_train.evaluation.engines import Sampling
 from cosmos_train.evaluation.predictions import read_dataset_predictions
 from cosmos_train.evaluation.runner import evaluate_model
 from cosmos_train.evaluation.scoring import score_run_dir
+from cosmos_train.generation import Completion, SamplingParams
 
 OPTS = {"A": "It moves left", "B": "It moves right", "C": "It stays", "D": "It falls"}
 
@@ -29,12 +29,13 @@ class ScriptedEngine:
 
     def __init__(self, script: dict[str, list[str]]):
         self.script = script
-        self.calls: list[tuple[list[str], Sampling]] = []
+        self.calls: list[tuple[list[str], SamplingParams]] = []
 
-    def generate(self, chats: Sequence[list[dict]], sampling: Sampling) -> list[str]:
+    def generate(self, chats: Sequence[list[dict]], sampling: SamplingParams) -> list[list[Completion]]:
         ids = [Path(c[1]["content"][0]["video"]).stem for c in chats]
         self.calls.append((ids, sampling))
-        return [self.script[i].pop(0) if len(self.script[i]) > 1 else self.script[i][0] for i in ids]
+        texts = [self.script[i].pop(0) if len(self.script[i]) > 1 else self.script[i][0] for i in ids]
+        return [[Completion(text=t, token_ids=[], logprobs=[], finish_reason="stop")] for t in texts]
 
     def close(self) -> None:
         pass
@@ -79,7 +80,7 @@ def test_retries_unanswered_and_files(tmp_path: Path) -> None:
     # calls: batch [v0, v1], retry [v1], retry [v1]; batch [v2, ds2/v0], retry [v2], retry [v2]
     assert [ids for ids, _ in engine.calls] == [["v0", "v1"], ["v1"], ["v1"], ["v2", "v0"], ["v2"], ["v2"]]
     first, retry1, retry2 = (s for _, s in engine.calls[:3])
-    assert (first.max_tokens, retry1.max_tokens, retry2.max_tokens) == (32, 32 + 256, 32 + 512)
+    assert (first.max_new_tokens, retry1.max_new_tokens, retry2.max_new_tokens) == (32, 32 + 256, 32 + 512)
     assert first.temperature == 0.6 and retry1.temperature == pytest.approx(0.65)
     assert res.unanswered == [{"dataset": "ds1", "video_id": "v2", "question_index": 0, "full_response": "I cannot tell."}]
     ds1 = {r["video_id"]: r for r in read_dataset_predictions(res.run_dir / "ds1")}
@@ -141,7 +142,7 @@ class BadClipEngine(ScriptedEngine):
         super().__init__(script)
         self.bad = bad
 
-    def generate(self, chats: Sequence[list[dict]], sampling: Sampling) -> list[str]:
+    def generate(self, chats: Sequence[list[dict]], sampling: SamplingParams) -> list[list[Completion]]:
         for c in chats:
             path = c[1]["content"][0]["video"]
             if path in self.bad:
@@ -184,7 +185,7 @@ class CountingEngine:
 
 
 def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
-    from cosmos_train.evaluation.engines import create_engine
+    from cosmos_train.generation import create_engine
 
     cfg = eval_config_from_dict({
         "datasets": ["synthetic"],
@@ -197,7 +198,7 @@ def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, 
         "evaluation": {"answer_type": "letter", "fps": 1, "skip_saved": True, "max_pixels": 3136, "num_processes": 2},
         "generation": {"max_retries": 0, "letter_max_tokens": 4},
     })
-    engine = CountingEngine(create_engine(cfg))
+    engine = CountingEngine(create_engine(cfg.generation_config()))
     part = evaluate_model(cfg.model_copy(update={"limit": 5}), engine=engine)
     assert len(engine.asked) == 5 and len(set(engine.asked)) == 5 and part.scores.micro.total == 5
     done = set(engine.asked)
@@ -239,7 +240,6 @@ def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: P
     import shutil
 
     from cosmos_train.data.video import MediaError
-    from cosmos_train.evaluation.engines import create_engine
     from cosmos_train.evaluation.report import wrong_answers_markdown
 
     data = tmp_path / "data"
@@ -255,7 +255,9 @@ def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: P
         "generation": {"max_retries": 0, "letter_max_tokens": 2},
     }
     cfg = eval_config_from_dict(raw)
-    engine = create_engine(cfg)
+    from cosmos_train.generation import create_engine
+
+    engine = create_engine(cfg.generation_config())
     with pytest.raises(MediaError, match=rf"{bad.name}: .*cannot decode.*on_bad_media = \"skip\""):
         evaluate_model(cfg, engine=engine)
     assert len(list((cfg.run_dir() / "synthetic").glob("*.json"))) == 4  # the first batch is kept

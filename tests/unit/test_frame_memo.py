@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -82,8 +83,8 @@ def test_threads_asking_for_one_clip_share_one_decode(tmp_path: Path, monkeypatc
 
 
 def test_hf_engine_decodes_a_clip_once_for_several_questions(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from cosmos_train.evaluation.engines import Sampling
-    from cosmos_train.evaluation.engines.hf import HFEngine
+    from cosmos_train.generation import GenerationConfig, SamplingParams
+    from cosmos_train.generation.hf import HFEngine
 
     clips = [moving_square_mp4(tmp_path / f"{i}.mp4", shift=i) for i in range(2)]
     chats = [
@@ -91,9 +92,11 @@ def test_hf_engine_decodes_a_clip_once_for_several_questions(tmp_path: Path, tin
                                        "min_pixels": 3136}, {"type": "text", "text": q}]}]
         for c in clips for q in ("Where does it go?", "What colour is it?", "How fast?")
     ]
-    engine = HFEngine(str(tiny_model_dir), dtype="float32", device="cpu", workers=2)
-    texts = engine.generate(chats, Sampling(max_tokens=2))
+    cfg = GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu", decode_workers=2)
+    greedy = SamplingParams(max_new_tokens=2, temperature=0)
+    engine = HFEngine(cfg)
+    texts = [g[0].text for g in engine.generate(chats, greedy)]
     assert len(texts) == 6 and engine.frames.misses == 2 and engine.frames.hits == 4
     # the same answers as engines without the memo would give: the memo changes no pixel
-    fresh = HFEngine(str(tiny_model_dir), dtype="float32", device="cpu", workers=1, frame_memo_bytes=0)
-    assert fresh.generate(chats, Sampling(max_tokens=2)) == texts and fresh.frames.size_bytes == 0
+    fresh = HFEngine(dataclasses.replace(cfg, decode_workers=1), frame_memo_bytes=0)
+    assert [g[0].text for g in fresh.generate(chats, greedy)] == texts and fresh.frames.size_bytes == 0
