@@ -158,3 +158,19 @@ def test_prefix_sharing_serves_n_samples_from_one_prefill(engine: HFEngine, synt
     assert len(calls) == 2
     for single, group in zip(one, many):
         assert len(group) == 6 and all(c.token_ids == single[0].token_ids for c in group)
+
+
+def test_rollout_engine_comes_from_the_job_config() -> None:
+    from cosmos_train.config import Config
+    from cosmos_train.generation import from_rollout
+
+    cfg = Config.model_validate({
+        "policy": {"model_name_or_path": "/m", "model_max_length": 2048},
+        "rollout": {"backend": "hf", "seed": 5, "gpu_memory_utilization": 0.5, "parallelism": {"tp_size": 2}},
+        "train": {"train_policy": {"dataset": {"vision": {"fps": 1, "max_pixels": 3136}}}},
+    })
+    gen = from_rollout(cfg, processes_per_host=2)
+    assert (gen.model_path, gen.engine, gen.max_length, gen.tp_size, gen.seed) == ("/m", "hf", 2048, 2, 5)
+    assert gen.gpu_memory_utilization == 0.5 and gen.processes_per_host == 2
+    assert gen.vision_defaults == {"fps": 1, "max_pixels": 3136}
+    assert from_rollout(cfg, model_path="/run/safetensors/step_3").model_path == "/run/safetensors/step_3"
