@@ -1,5 +1,6 @@
 """Weights handed to an engine's update_weights: one iterator over (name, tensor), whatever the source.
 
+A DTensor (a trainer's FSDP2 / TP shard) is gathered to the full tensor as it is read.
 A folder is an exported safetensors checkpoint (`cosmos_train.export`: shards + index, or one
 model.safetensors); its tensors are read one at a time, so pushing a 7B model never holds a second
 copy in memory. A mapping is a state dict; any other iterable is taken as (name, tensor) pairs.
@@ -40,6 +41,10 @@ def iter_weights(source: WeightSource) -> Iterator[tuple[str, torch.Tensor]]:
         return
     items: Any = source.items() if isinstance(source, Mapping) else source
     for name, tensor in items:
+        if hasattr(tensor, "full_tensor"):
+            # an FSDP2 / TP shard (DTensor): gathering is a collective, so every rank of its mesh
+            # must walk the same stream, even ranks that hold no engine
+            tensor = tensor.full_tensor()
         yield name, tensor
 
 

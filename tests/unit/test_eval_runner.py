@@ -219,6 +219,38 @@ def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, 
     assert json.loads(full.results_json.read_text())["overall"]["micro"]["total"] == 12
 
 
+
+def test_letter_answers_are_what_transformers_generate_gives(tmp_path: Path, tiny_model_dir: Path,
+                                                             synthetic_dir: Path) -> None:
+    """Evaluation on the generation layer writes, for every question, the response transformers'
+    greedy `generate` gives for the same prompt (what the evaluation engine ran before the move)."""
+    import torch
+
+    from cosmos_train.data.chat import encode_chat
+    from cosmos_train.data.vision_settings import VisionSettings
+    from cosmos_train.models.load import get_tokenizer, load_model, load_processor
+
+    cfg = eval_config_from_dict({
+        "datasets": ["synthetic"], "data_dir": str(synthetic_dir), "results_dir": str(tmp_path / "results"),
+        "engine": "hf", "device": "cpu", "batch_size": 5,
+        "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
+        "evaluation": {"answer_type": "letter", "fps": 1, "min_pixels": 3136, "max_pixels": 3136, "num_processes": 2},
+        "generation": {"max_retries": 0, "letter_max_tokens": 10},
+    })
+    result = evaluate_model(cfg)
+    model = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).eval()
+    processor = load_processor(str(tiny_model_dir))
+    tok = get_tokenizer(processor)
+    eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id]
+    records = read_dataset_predictions(result.run_dir / "synthetic")
+    assert len(records) == 12
+    for r in records:
+        enc = encode_chat(processor, r["prompt"], add_generation_prompt=True, vision_defaults=VisionSettings())
+        with torch.inference_mode():
+            out = model.generate(**enc.model_inputs(), max_new_tokens=10, do_sample=False, eos_token_id=eos,
+                                 pad_token_id=eos[0])
+        assert r["full_response"] == tok.decode(out[0, len(enc):], skip_special_tokens=True), r["video_id"]
+
 def test_freeform_mode(tmp_path: Path) -> None:
     folder = tmp_path / "data" / "benchmark" / "ff"
     (folder / "clips").mkdir(parents=True)
