@@ -174,3 +174,37 @@ def test_rollout_engine_comes_from_the_job_config() -> None:
     assert gen.gpu_memory_utilization == 0.5 and gen.processes_per_host == 2
     assert gen.vision_defaults == {"fps": 1, "max_pixels": 3136}
     assert from_rollout(cfg, model_path="/run/safetensors/step_3").model_path == "/run/safetensors/step_3"
+
+
+def test_weights_stream_from_an_fsdp2_model(engine: HFEngine, tiny_model_dir: Path, synthetic_dir: Path,
+                                            tmp_path: Path) -> None:
+    """A trainer pushes its FSDP2 state dict (DTensor shards) as it is: each tensor is gathered as
+    it streams, and the engine then answers as the trainer's model does."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from cosmos_train.models.load import load_model
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        trained = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).eval()
+        with torch.no_grad():
+            for p in trained.parameters():
+                p.mul_(1.1)
+        fully_shard(trained)
+        state = trained.state_dict()
+        assert any(hasattr(t, "full_tensor") for t in state.values())
+        chats = _chats(synthetic_dir, 2)
+        s = SamplingParams(temperature=0, max_new_tokens=6)
+        before = [g[0].token_ids for g in engine.generate(chats, s)]
+        version = engine.update_weights(state.items())
+        after = engine.generate(chats, s)
+        assert all(g[0].weight_version == version for g in after)
+        plain = {k: t.full_tensor() for k, t in state.items()}
+        reference = HFEngine(engine.cfg)
+        reference.update_weights(plain)
+        assert [g[0].token_ids for g in after] == [g[0].token_ids for g in reference.generate(chats, s)] != before
+    finally:
+        original = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu"))
+        engine.update_weights(original.state_dict())
+        dist.destroy_process_group()
