@@ -227,6 +227,16 @@ class HFEngine:
 
         rows = len(encoded) * n
         samples = [_Sample(request=r // n, tokens=[], logprobs=[]) for r in range(rows)]
+        # prompt + completion stay within max_length (vLLM's max_model_len rule): a long prompt
+        # gets fewer new tokens and ends with "length"
+        budget = [min(sampling.max_new_tokens, self.cfg.max_length - len(encoded[r // n])) for r in range(rows)]
+        if min(budget) < 1:
+            from cosmos_train.errors import DataError
+
+            longest = max(len(e) for e in encoded)
+            raise DataError(f"a prompt is {longest} tokens, which leaves no room for a completion within "
+                            f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
+                            "(fewer frames or pixels)")
         active = torch.arange(rows, device=self.device)  # sample index of each row still generating
         stop_ids = torch.tensor(sorted({*self.eos_ids, *sampling.stop_token_ids}), device=self.device)
         penalties = sampling.repetition_penalty != 1.0 or sampling.presence_penalty or sampling.frequency_penalty
@@ -241,7 +251,7 @@ class HFEngine:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item()))
 
-        for step in range(sampling.max_new_tokens):
+        for _ in range(sampling.max_new_tokens):
             processed = process_logits(logits, sampling, seen_any, generated_counts)
             logprobs_all = torch.log_softmax(processed, dim=-1)
             if sampling.greedy:
@@ -261,10 +271,9 @@ class HFEngine:
                     sample.finish_reason = "stop"
                 elif sampling.stop and self._hit_stop_string(sample, sampling.stop):
                     finished[row] = True
-                elif step == sampling.max_new_tokens - 1:
+                elif len(sample.tokens) >= budget[sample_index]:
                     sample.finish_reason = "length"
-            if step == sampling.max_new_tokens - 1:
-                break
+                    finished[row] = True
             keep = ~finished
             if not keep.any():
                 break

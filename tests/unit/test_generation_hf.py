@@ -208,3 +208,18 @@ def test_weights_stream_from_an_fsdp2_model(engine: HFEngine, tiny_model_dir: Pa
         original = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu"))
         engine.update_weights(original.state_dict())
         dist.destroy_process_group()
+
+
+def test_completions_stay_within_max_length(engine: HFEngine, synthetic_dir: Path) -> None:
+    import dataclasses
+
+    from cosmos_train.errors import DataError
+
+    chats = _chats(synthetic_dir, 2)[:2]
+    prompt = len(engine.encode(chats[0]))
+    short = HFEngine(dataclasses.replace(engine.cfg, max_length=prompt + 3), model=engine.model, processor=engine.processor)
+    (c,) = short.generate(chats[:1], SamplingParams(temperature=0, max_new_tokens=10))[0]
+    assert len(c.token_ids) == 3 and c.finish_reason == "length"
+    with pytest.raises(DataError, match="leaves no room for a completion within max_length"):
+        HFEngine(dataclasses.replace(engine.cfg, max_length=prompt), model=engine.model,
+                 processor=engine.processor).generate(chats[:1], SamplingParams(max_new_tokens=2))
