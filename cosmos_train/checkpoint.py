@@ -67,7 +67,7 @@ from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the che
     step_of,
 )
 from cosmos_train.config import CheckpointConfig
-from cosmos_train.errors import CheckpointError, exception_chain, from_os_error
+from cosmos_train.errors import CheckpointError, exception_chain, from_os_error, out_of_space
 
 log = logging.getLogger(__name__)
 # DCP warns on every call made without a process group; offline export and single-process tests do that on
@@ -401,6 +401,9 @@ class CheckpointManager:
         it is. A failure that is no OSError (a crash mid-write) leaves `tmp` for the next save to sweep.
         """
         os_error = _os_error_in(error) if error is not None else None
+        if error is not None and os_error is None and out_of_space(tmp):
+            # torch's zip writer reports a write cut short by a full disk as "unexpected pos", not ENOSPC
+            os_error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
         if error is None:
             code = _OK
         elif os_error is None:

@@ -167,6 +167,22 @@ def disk_full_in(exc: BaseException, path: str | os.PathLike | None = None) -> D
     return None
 
 
+def out_of_space(path: str | os.PathLike) -> bool:
+    """Whether the filesystem holding `path` (or its nearest existing parent) is full: under 1% of
+    its size or 4 MiB free, whichever is less. For writers that report a short write in their own
+    words (torch's zip writer: "unexpected pos 704 vs 598") instead of passing ENOSPC on."""
+    from pathlib import Path
+
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < min(4 << 20, st.f_blocks * st.f_frsize // 100)
+
+
 def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> DiskFullError | None:
     """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
     import errno

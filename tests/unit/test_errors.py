@@ -160,3 +160,13 @@ def test_a_full_disk_is_found_behind_library_errors(tmp_path: Path) -> None:
     # the disk was too full for error.json: the launch's last lines still tell
     err = failure_from_run(tmp_path, 1, ["[rank0]: OSError: [Errno 28] No space left on device"])
     assert isinstance(err, DiskFullError) and str(tmp_path) in str(err)
+
+
+def test_out_of_space_reads_the_filesystem(small_disk, fill_disk) -> None:
+    """A writer that reports a short write in its own words (torch's zip writer) is still recognised
+    as a full disk by the free space left where it wrote."""
+    from cosmos_train.errors import out_of_space
+
+    assert not out_of_space(small_disk / "ckpt" / "not-yet-created")
+    fill_disk(small_disk, 2048)
+    assert out_of_space(small_disk / "ckpt" / "not-yet-created")
