@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from cosmos_train.data.prompt import QUESTION_SYSTEM_PROMPT, choice_question_text
 from cosmos_train.data.synthetic_families import FAMILIES, Clip
 from cosmos_train.data.synthetic_render import DIFFICULTIES, Canvas
 from cosmos_train.data.synthetic_video import pick_codec, write_mp4
@@ -49,12 +50,6 @@ SPLIT_SEEDS = {"train": 0, "val": 1, "test": 2}  # mixed with the user seed: eac
 GENERATION_ORDER = ("test", "val", "train")  # held-out first, so n_train never changes them
 MAX_DUPLICATE_REDRAWS = 100
 
-SYSTEM_PROMPT = "Answer the questions."
-LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
-REASONING_INSTRUCTION = (
-    "Please answer the question in the following format: "
-    "<think> your reasoning </think> <answer> your answer </answer>."
-)
 
 
 @dataclass
@@ -67,14 +62,6 @@ class Item:
     index2ans: dict[str, str]
     answer: str
     content_sha256: str
-
-
-def format_prompt(question: str, index2ans: dict[str, str], reasoning: bool) -> str:
-    """The user turn: question, one "(A) text" line per option, the answer instruction(s)."""
-    lines = [question, *(f"({k}) {v}" for k, v in index2ans.items()), LETTER_INSTRUCTION]
-    if reasoning:
-        lines.append(REASONING_INSTRUCTION)
-    return "\n".join(lines)
 
 
 def content_hash(frames: np.ndarray) -> str:
@@ -157,8 +144,8 @@ def sft_row(item: Item, video: str, reasoning: bool) -> dict[str, Any]:
         "id": item.id,
         "video": video,
         "conversations": [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": format_prompt(item.clip.question, item.index2ans, reasoning)},
+            {"role": "system", "content": QUESTION_SYSTEM_PROMPT},
+            {"role": "user", "content": choice_question_text(item.clip.question, item.index2ans, reasoning)},
             {"role": "assistant", "content": answer},
         ],
     }

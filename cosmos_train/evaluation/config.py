@@ -85,6 +85,12 @@ class EvaluationSection(_Section):
         "skip_saved) or skip (leave its questions out of the scores and list them in results.json).",
     )
     fps: float = Field(4, gt=0, description="Frames sampled per second of video.")
+    system_prompt: str = Field(
+        "Answer the questions.",
+        description="The system turn of every question (the reference Cosmos-Reason1 tool's by default, so its "
+        "published numbers reproduce). To evaluate a model you post-trained, set the system prompt it was "
+        "trained with (train.train_policy.system_prompt, or the rows' own).",
+    )
     seed: int = Field(1, ge=0, description="Sampling seed (retries add 1, 2, ...).")
     max_pixels: int | None = Field(
         None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset)."

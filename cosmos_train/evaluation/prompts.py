@@ -1,6 +1,6 @@
 """The benchmark prompt, as the Cosmos-Reason1 evaluation tool builds it.
 
-    system: "Answer the questions."
+    system: evaluation.system_prompt ("Answer the questions.", the reference tool's)
     user:   [video part (path, fps)]
             question
             (A) option text
@@ -10,35 +10,40 @@
 
 The reasoning instruction is the one the GRPO prompts use (shared/reference/formats.md), so a model
 post-trained here is evaluated on the wording it was trained with. Free-form questions (no options,
-or answer_type "freeform") get the question text alone.
+or answer_type "freeform") get the question text alone. The chat itself (system turn, media before
+the text) is built by `cosmos_train.data.prompt`, the one prompt builder SFT and rollout use too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cosmos_train.data.prompt import (  # noqa: F401 (LETTER/REASONING_INSTRUCTION: this module's vocabulary)
+    LETTER_INSTRUCTION,
+    QUESTION_SYSTEM_PROMPT,
+    REASONING_INSTRUCTION,
+    choice_question_text,
+    question_messages,
+)
 from cosmos_train.evaluation.benchmark import Question
 
-SYSTEM_PROMPT = "Answer the questions."
-LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
-REASONING_INSTRUCTION = (
-    "Please answer the question in the following format: "
-    "<think> your reasoning </think> <answer> your answer </answer>."
-)
+SYSTEM_PROMPT = QUESTION_SYSTEM_PROMPT  # evaluation.system_prompt's default
 
 
 def question_text(question: str, options: dict[str, str], answer_type: str) -> str:
     """The user turn's text for one question."""
-    if answer_type == "freeform" or not options:
+    if answer_type == "freeform":
         return question
-    lines = [question, *(f"({letter}) {text}" for letter, text in options.items()), LETTER_INSTRUCTION]
-    if answer_type == "reasoning":
-        lines.append(REASONING_INSTRUCTION)
-    return "\n".join(lines)
+    return choice_question_text(question, options, reasoning=answer_type == "reasoning")
 
 
 def build_messages(
-    question: Question, video_path: str, answer_type: str, fps: float, vision: dict[str, Any] | None = None
+    question: Question,
+    video_path: str,
+    answer_type: str,
+    fps: float,
+    vision: dict[str, Any] | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
 ) -> list[dict[str, Any]]:
     """The chat for one question: system prompt, then a user turn with the video part and the text.
 
@@ -46,10 +51,5 @@ def build_messages(
     """
     video_part: dict[str, Any] = {"type": "video", "video": str(video_path), "fps": fps}
     video_part.update({k: v for k, v in (vision or {}).items() if v is not None})
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {
-            "role": "user",
-            "content": [video_part, {"type": "text", "text": question_text(question.question, question.options, answer_type)}],
-        },
-    ]
+    text = question_text(question.question, question.options, answer_type)
+    return question_messages(text, [video_part], system_prompt)

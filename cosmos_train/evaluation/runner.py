@@ -236,7 +236,8 @@ def evaluate_model(
                     skipped += 1
                     continue
             for q in video.questions:
-                chat = build_messages(q, str(video.video_path), answer_type, fps, _vision_extras(cfg))
+                chat = build_messages(q, str(video.video_path), answer_type, fps, _vision_extras(cfg),
+                                      cfg.evaluation.system_prompt)
                 pending.append(_Pending(video, q, chat))
         n_q = sum(len(v.questions) for v in videos)
         log(f"{ds}: {len(videos)} videos, {n_q} questions")

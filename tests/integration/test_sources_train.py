@@ -206,12 +206,12 @@ def test_every_source_trains_through_the_sft_flow(tiny_model_dir: Path, tmp_path
     assert cosmos0[0]["role"] == "system" and cosmos0[1]["content"][0]["fps"] == 1  # the Cosmos default
     video = Path(cosmos0[1]["content"][0]["video"])
     assert video.is_relative_to(tmp_path / "cosmos-cache") and video.is_file()
-    hf0 = kept["hf/r0"]["messages"][0]["content"]
+    hf0 = kept["hf/r0"]["messages"][1]["content"]
     assert hf0[0]["video"] == str(hf_media / "v0.mp4") and hf0[1]["text"] == "Where does the box go? (0)"
-    assert [p["type"] for p in kept["llava/i1"]["messages"][0]["content"]] == ["image", "text", "image", "text"]
-    assert len(kept["llava/v0"]["messages"]) == 4
-    assert kept["video_folder/c0"]["messages"][0]["content"][1]["text"] == "What happens?"
-    assert kept["video_folder/c0"]["messages"][1]["content"] == "A box moves, take 0."
+    assert [p["type"] for p in kept["llava/i1"]["messages"][1]["content"]] == ["image", "text", "image", "text"]
+    assert len(kept["llava/v0"]["messages"]) == 5  # with the system turn written out
+    assert kept["video_folder/c0"]["messages"][1]["content"][1]["text"] == "What happens?"
+    assert kept["video_folder/c0"]["messages"][2]["content"] == "A box moves, take 0."
     assert {kept[r]["reference"] for r in by_source["script"]} <= {"A", "B"}
     # every row went through the trainer once, its media through the clip cache: 13 files, but hf v0,
     # llava v0 and video_folder c0 are the same clip (shift 0) read with the same settings, and the

@@ -56,9 +56,9 @@ def test_local_copy_extracts_once_and_reads_split_files(tmp_path: Path, no_hub: 
     a, b = load_samples(cfg, "train")
     dest = cosmos_src.local_clips_dir(copy.absolute(), "robovqa")
     assert dest.is_relative_to(tmp_path / "cache" / "datasets" / "local") and (dest / ".prepared").is_file()
-    assert a["messages"][0]["content"][0] == {"type": "video", "video": str(dest / "clips" / "aa.mp4"),
+    assert a["messages"][1]["content"][0] == {"type": "video", "video": str(dest / "clips" / "aa.mp4"),
                                               "fps": 1, "max_pixels": 81920}
-    assert b["messages"][0]["content"][0]["video"] == str(dest / "clips" / "bb.mp4")
+    assert b["messages"][1]["content"][0]["video"] == str(dest / "clips" / "bb.mp4")
     assert a["origin"] == f"{copy / 'robovqa' / 'robovqa_understanding.json'}:0"
     assert a["id"] == "robovqa/0" and b["id"] == "robovqa/0"  # "<subset>/<row>", as docs/INTERFACES.md says
     (dest / "clips" / "aa.mp4").unlink()
@@ -72,7 +72,7 @@ def test_local_copy_with_extracted_clips_and_errors(tmp_path: Path, no_hub: None
     (copy / "av" / "clips" / "c1.mp4").write_bytes(b"\x00")
     (copy / "av" / "train.json").write_text(json.dumps([row("clips/c1.mp4", "q")]))
     [s] = load_samples(make_cfg({"name": str(copy), "subset": "av"}), "train")
-    assert s["messages"][0]["content"][0]["video"] == str(copy.absolute() / "av" / "clips" / "c1.mp4")
+    assert s["messages"][1]["content"][0]["video"] == str(copy.absolute() / "av" / "clips" / "c1.mp4")
     with pytest.raises(DatasetError, match=r"no row file for split 'reasoning' under .*copy/av"):
         load_samples(make_cfg({"name": str(copy), "subset": "av", "split": "reasoning"}), "train")
     with pytest.raises(DatasetError, match=r"no bridgev2/clips/ folder"):
@@ -92,8 +92,8 @@ def test_local_copy_uses_its_readme_configs(tmp_path: Path, monkeypatch: pytest.
     )
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     [s] = load_samples(make_cfg({"name": str(copy), "subset": "holoassist", "split": "understanding"}), "train")
-    assert s["messages"][0]["content"][1]["text"] == "hq"
-    assert s["messages"][0]["content"][0]["video"].endswith("clips/h1.mp4")
+    assert s["messages"][1]["content"][1]["text"] == "hq"
+    assert s["messages"][1]["content"][0]["video"].endswith("clips/h1.mp4")
 
 
 def test_hub_id_with_downloaded_local_dir_skips_the_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,5 +109,5 @@ def test_hub_id_with_downloaded_local_dir_skips_the_download(tmp_path: Path, mon
     cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-SFT-Dataset", "subset": "robovqa",
                     "local_dir": str(tmp_path / "dl")})
     [s] = load_samples(cfg, "train")
-    assert s["messages"][0]["content"][0]["video"] == str(
+    assert s["messages"][1]["content"][0]["video"] == str(
         cosmos_src.clips_dir("nvidia/Cosmos-Reason1-SFT-Dataset", "robovqa") / "clips" / "aa.mp4")

@@ -103,8 +103,8 @@ def test_messages_and_training_prompt_agree(tmp_path: Path) -> None:
     # The synthetic training rows are prompted with the same words the benchmark is evaluated with.
     from cosmos_train.data import synthetic
 
-    assert synthetic.format_prompt("Q", OPTS, True) == question_text("Q", OPTS, "reasoning")
-    assert synthetic.SYSTEM_PROMPT == SYSTEM_PROMPT
+    assert synthetic.choice_question_text("Q", OPTS, True) == question_text("Q", OPTS, "reasoning")
+    assert synthetic.QUESTION_SYSTEM_PROMPT == SYSTEM_PROMPT
 
 
 @pytest.mark.parametrize("rows", [[], {}])

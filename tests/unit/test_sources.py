@@ -257,15 +257,15 @@ def test_llava_placeholders_multi_turn_and_video_rows(tmp_path: Path) -> None:
     ann.write_text(json.dumps(rows))
     cfg = make_cfg({"annotation_path": str(ann), "media_path": str(media), "vision": {"max_pixels": 3136, "fps": 2}})
     one, two, vid, bad = load_samples(cfg, "train", keep_errors=True)
-    assert one["messages"][0]["content"] == [
+    assert one["messages"][1]["content"] == [
         {"type": "image", "image": str(media / "a.png"), "max_pixels": 3136},  # fps is not an image setting
         {"type": "text", "text": "What is this?"},
     ]
-    assert [p.get("text", p.get("image")) for p in two["messages"][0]["content"]] == [
+    assert [p.get("text", p.get("image")) for p in two["messages"][1]["content"]] == [
         "First ", str(media / "a.png"), " then ", str(media / "b.png"), " compare."]
-    assert [m["role"] for m in two["messages"]] == ["user", "assistant", "user", "assistant"]
-    assert two["messages"][2]["content"] == "Sure?"
-    assert vid["messages"][0]["content"][0] == {"type": "video", "video": str(media / "v.mp4"), "max_pixels": 3136, "fps": 2}
+    assert [m["role"] for m in two["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert two["messages"][3]["content"] == "Sure?"
+    assert vid["messages"][1]["content"][0] == {"type": "video", "video": str(media / "v.mp4"), "max_pixels": 3136, "fps": 2}
     assert bad["id"] == "bad" and bad["error"]["reason"] == "placeholder_mismatch"
     assert f"{ann}:3" in bad["error"]["message"] and "2 <image> placeholder(s)" in bad["error"]["message"]
     with pytest.raises(RowError, match=r"llava\.json:3: 2 <image> placeholder"):
@@ -284,11 +284,12 @@ def test_video_folder_captions(tmp_path: Path) -> None:
     cfg = make_cfg({"name": str(tmp_path), "video_suffix": suffix, "caption_prompt": "Caption it."})
     a, b, c = load_samples(cfg, "train", keep_errors=True)
     assert a["messages"] == [
+        {"role": "system", "content": "You are a helpful assistant."},  # the default, written out
         {"role": "user", "content": [{"type": "video", "video": str(tmp_path / "videos" / f"a{suffix}.mp4")},
                                      {"type": "text", "text": "Caption it."}]},
         {"role": "assistant", "content": "A car turns left."},
     ]
-    assert b["messages"][1]["content"] == "Rain on the road."
+    assert b["messages"][2]["content"] == "Rain on the road."
     assert c["error"]["reason"] == "missing_caption"
 
 
@@ -307,7 +308,7 @@ def test_synthetic_folder_sft_and_grpo(synthetic_dir: Path) -> None:
     rl = load_samples(grpo, "train")
     text = user_parts(rl[0])[1]["text"]
     assert rl[0]["reference"] in "ABCD" and "\n(A) " in text and "<think> your reasoning </think>" in text
-    assert [m["role"] for m in rl[0]["messages"]] == ["user"]
+    assert [m["role"] for m in rl[0]["messages"]] == ["system", "user"]
     # Without the format reward, the prompt asks for the letter only.
     letter_only = load_samples(make_cfg({"name": str(synthetic_dir)}, type="grpo"), "train")
     assert "<think>" not in user_parts(letter_only[0])[1]["text"]

@@ -60,7 +60,7 @@ def test_image_column_of_a_saved_dataset(tmp_path: Path) -> None:
     datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp_path / "disk"))
 
     got = load_samples(cfg_for(tmp_path / "disk", tmp_path / "cache"), "train")
-    parts = [s["messages"][0]["content"] for s in got]
+    parts = [s["messages"][1]["content"] for s in got]
     paths = [Path(p[0]["image"]) for p in parts]
     assert all(p.parent == tmp_path / "cache" / "embedded_media" for p in paths)
     assert paths[0] == paths[2] != paths[1]
@@ -84,7 +84,7 @@ def test_parquet_image_structs_keep_their_bytes(tmp_path: Path) -> None:
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(tmp_path / "d.parquet"))
 
     got = load_samples(cfg_for(tmp_path / "d.parquet", tmp_path / "cache"), "train")
-    stored = [Path(s["messages"][0]["content"][0]["image"]) for s in got]
+    stored = [Path(s["messages"][1]["content"][0]["image"]) for s in got]
     assert [p.read_bytes() for p in stored[:2]] == raw
     assert stored[2] == tmp_path / "on_disk.png"
 
@@ -107,13 +107,13 @@ def test_trl_messages_with_an_images_column(tmp_path: Path) -> None:
 
     cfg = cfg_for(tmp_path / "disk", tmp_path / "cache")
     ok, bad = load_samples(cfg, "train", keep_errors=True)
-    content = ok["messages"][0]["content"]
+    content = ok["messages"][1]["content"]
     assert [p["type"] for p in content] == ["image", "text", "image", "text"]
     assert content[1] == {"type": "text", "text": "Left"}  # no "image": None left on text parts
     for part, pic in zip([content[0], content[2]], pics):
         assert np.array_equal(np.asarray(Image.open(part["image"])), np.asarray(pic))
         assert part["max_pixels"] == 3136
-    assert ok["messages"][1]["content"] == [{"type": "text", "text": "No."}]
+    assert ok["messages"][2]["content"] == [{"type": "text", "text": "No."}]
     assert bad["error"]["reason"] == "placeholder_mismatch"
     assert ":1" in bad["error"]["message"] and "2 image(s)" in bad["error"]["message"]
     with pytest.raises(RowError, match=r"disk:1: the row has 2 image"):

@@ -46,7 +46,8 @@ Sources (``dataset.source``)
 Rows are mapped by `common.row_to_samples`: Cosmos rows (``conversations`` + ``video``: the video
 goes in front of every user turn), LLaVA rows (``from``/``value`` turns, placeholders), chat
 samples (``messages``), RL rows (``qa_pairs`` -> option-lettered prompt + ``reference``).
-``train_policy.system_prompt`` is prepended to samples that have no system turn.
+Samples without a system turn get ``train_policy.system_prompt``, else the default one, written out
+(`cosmos_train.data.prompt.with_system_prompt`: the one prompt builder).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cosmos_train.config import Config, DatasetConfig, TrainPolicyConfig
+from cosmos_train.data.prompt import with_system_prompt
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
 
 SplitRole = Literal["train", "val"]
@@ -180,9 +182,8 @@ def _describe(ds: DatasetConfig, script: str | Path | None, role: SplitRole) -> 
 
 
 def _with_system_prompt(sample: dict, system_prompt: str | None) -> dict:
-    msgs = sample.get("messages") or []
-    if system_prompt and msgs and msgs[0].get("role") != "system":
-        sample["messages"] = [{"role": "system", "content": system_prompt}, *msgs]
+    if sample.get("messages"):
+        sample["messages"] = with_system_prompt(sample["messages"], system_prompt)
     return sample
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import TrainPolicyConfig
+from cosmos_train.data.prompt import choice_question_text
 from cosmos_train.data.sources.embedded import is_embedded, store_embedded
 from cosmos_train.errors import DataError
 
@@ -32,11 +33,6 @@ VISION_KEYS = (
 IMAGE_KEYS = ("max_pixels", "min_pixels", "resized_height", "resized_width")
 ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 PLACEHOLDER = re.compile(r"<(image|video)>")
-LETTER_INSTRUCTION = "Answer with the option's letter from the given choices directly."
-REASONING_INSTRUCTION = (
-    "Please answer the question in the following format: "
-    "<think> your reasoning </think> <answer> your answer </answer>."
-)
 
 
 class DatasetError(DataError):
@@ -376,14 +372,6 @@ def _chat_messages(value: Any, ctx: RowContext, own: Mapping[str, Any], media: d
 
 
 # ------------------------------------------------------------------------------------ RL rows
-def format_choice_prompt(question: str, index2ans: Mapping[str, str], reasoning: bool) -> str:
-    """The Cosmos-Reason GRPO / benchmark prompt: question, option lines, instruction(s)."""
-    lines = [question, *(f"({k}) {v}" for k, v in index2ans.items()), LETTER_INSTRUCTION]
-    if reasoning:
-        lines.append(REASONING_INSTRUCTION)
-    return "\n".join(lines)
-
-
 def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowContext, own: Mapping[str, Any]) -> list[dict]:
     pairs = row["qa_pairs"]
     if isinstance(pairs, str):
@@ -407,7 +395,7 @@ def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowCon
             if len(letters) != 1:
                 raise RowError("bad_row", f"{where}: answer {answer!r} is neither a key of index2ans nor one of its values")
             answer = letters[0]
-        turns = [{"role": "user", "content": format_choice_prompt(qa["question"], options, ctx.reasoning_prompt)}]
+        turns = [{"role": "user", "content": choice_question_text(qa["question"], options, ctx.reasoning_prompt)}]
         media = _row_media(row, ctx, own)
         sample: dict[str, Any] = {
             "id": f"{sample_id}#{k}" if many else sample_id,
