@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from cosmos_train.data.frame_memo import FrameMemo
+from cosmos_train.errors import DataError, ModelError
 from cosmos_train.generation.base import Chat, Completion, SamplingParams, WeightSource
 from cosmos_train.generation.config import GenerationConfig
 from cosmos_train.generation.weights import iter_weights, unknown_names_error
@@ -210,6 +211,14 @@ class HFEngine:
     def _generate(self, encoded: list[Any], sampling: SamplingParams) -> list[list[Completion]]:
         version = self.weight_version
         n = sampling.n
+        # prompt + completion stay within max_length (vLLM's max_model_len rule): a long prompt
+        # gets fewer new tokens and ends with "length"
+        budget = [min(sampling.max_new_tokens, self.cfg.max_length - len(encoded[r // n])) for r in range(len(encoded) * n)]
+        if min(budget) < 1:
+            longest = max(len(e) for e in encoded)
+            raise DataError(f"a prompt is {longest} tokens, which leaves no room for a completion within "
+                            f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
+                            "(fewer frames or pixels)")
         batch = collate_left(encoded, self.pad_id)
         batch = {k: v.to(self.device, dtype=self.dtype) if k in FLOAT_KEYS else v.to(self.device) for k, v in batch.items()}
         mask = batch["attention_mask"]
@@ -227,16 +236,6 @@ class HFEngine:
 
         rows = len(encoded) * n
         samples = [_Sample(request=r // n, tokens=[], logprobs=[]) for r in range(rows)]
-        # prompt + completion stay within max_length (vLLM's max_model_len rule): a long prompt
-        # gets fewer new tokens and ends with "length"
-        budget = [min(sampling.max_new_tokens, self.cfg.max_length - len(encoded[r // n])) for r in range(rows)]
-        if min(budget) < 1:
-            from cosmos_train.errors import DataError
-
-            longest = max(len(e) for e in encoded)
-            raise DataError(f"a prompt is {longest} tokens, which leaves no room for a completion within "
-                            f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
-                            "(fewer frames or pixels)")
         active = torch.arange(rows, device=self.device)  # sample index of each row still generating
         stop_ids = torch.tensor(sorted({*self.eos_ids, *sampling.stop_token_ids}), device=self.device)
         penalties = sampling.repetition_penalty != 1.0 or sampling.presence_penalty or sampling.frequency_penalty
@@ -349,8 +348,6 @@ class HFEngine:
                     unknown.append(name)
                     continue
                 if tuple(target.shape) != tuple(tensor.shape):
-                    from cosmos_train.errors import ModelError
-
                     raise ModelError(f"update_weights (hf engine): {name} has shape {tuple(tensor.shape)}, the "
                                      f"loaded model's is {tuple(target.shape)}")
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
