@@ -2,7 +2,7 @@
 
     memo = FrameMemo(max_bytes=2 << 30)
     frames, sample_fps = memo.read_video("clip.mp4", settings)   # same result as video.read_video
-    encode_chat(processor, chat, clip_cache=memo)                 # what the evaluation engines do
+    encode_chat(processor, chat, clip_cache=memo)                 # what the generation engines do
 
 Benchmarks ask several questions about one clip (a `qa_pairs` list, or rows repeating a video), and
 the engines build each question's input separately, so without this each question decodes the clip
