@@ -404,6 +404,8 @@ def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowCon
         }
         if answer is not None:
             sample["reference"] = str(answer)
+        if options:
+            sample["options"] = {str(k): str(v) for k, v in options.items()}  # for rewards reading the letter
         samples.append(sample)
     return samples
 

@@ -1,0 +1,136 @@
+"""Reward functions for RL: a registry of plain functions and their weighted combination.
+
+    from cosmos_train.rewards import combine
+    score = combine(["format", "single_choice"])          # or {"format": 0.2, "single_choice": 1.0}
+    total, parts = score(completion_text, sample)        # parts: {"format": 1.0, "single_choice": 0.0}
+
+A reward is `fn(completion: str, sample: dict) -> float`, where the sample is the RL row the
+completion answers (its `reference`, `options` and messages; `cosmos_train.data.prompt.
+reference_answer(sample)` reads the reference). Built-ins (reference semantics in
+shared/reference/formats.md, answers read with the evaluation's parser so a reward and a benchmark
+score the same text alike):
+- format: 1 when the whole completion is <think>...</think> then <answer>...</answer>, else 0;
+- single_choice: 1 when the option letter read from the completion is the reference letter;
+- exact_match: 1 when the <answer> content (else the text after the reasoning) equals the
+  reference, ignoring case, punctuation and spacing.
+`register_reward(name)` adds one; a dataset script's REWARD_FUNCTIONS (`fn(completion, reference,
+sample)`) go in through `register_script_rewards(path)`.
+
+Scoring a batch goes through `RewardSet.score_batch(completions, samples)`: local rewards map over
+it; the remote reward service (next issue) plugs in there as a batch scorer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cosmos_train.data.prompt import reference_answer
+from cosmos_train.errors import ConfigError
+
+RewardFn = Callable[[str, Mapping[str, Any]], float]
+REWARDS: dict[str, RewardFn] = {}
+WHERE = "train.train_policy.reward_function"
+_FORMAT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
+LETTERS = "ABCDEFGHIJ"
+
+
+def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+    def deco(fn: RewardFn) -> RewardFn:
+        REWARDS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_reward("format")
+def format_reward(completion: str, sample: Mapping[str, Any]) -> float:
+    return 1.0 if _FORMAT.fullmatch(completion) else 0.0
+
+
+def _options(sample: Mapping[str, Any], reference: str) -> dict[str, str]:
+    options = sample.get("options")
+    if isinstance(options, Mapping) and options:
+        return {str(k): str(v) for k, v in options.items()}
+    # A row that kept only its letter: the letters up to the reference's, with no option text.
+    last = max(LETTERS.index(reference) if reference in LETTERS else 3, 3)
+    return dict.fromkeys(LETTERS[: last + 1], "")
+
+
+@register_reward("single_choice")
+def single_choice_reward(completion: str, sample: Mapping[str, Any]) -> float:
+    from cosmos_train.evaluation.parsing import parse_letter
+
+    reference = (reference_answer(sample) or "").strip().upper()
+    if not reference:
+        return 0.0
+    answer = parse_letter(completion, _options(sample, reference)).answer
+    return 1.0 if answer is not None and answer.strip().upper() == reference else 0.0
+
+
+@register_reward("exact_match")
+def exact_match_reward(completion: str, sample: Mapping[str, Any]) -> float:
+    from cosmos_train.evaluation.parsing import freeform_equal, parse_freeform
+
+    reference = reference_answer(sample)
+    if reference is None:
+        return 0.0
+    return 1.0 if freeform_equal(parse_freeform(completion, {}).answer, reference) else 0.0
+
+
+def register_script_rewards(path: str | Path) -> list[str]:
+    """Register a dataset script's REWARD_FUNCTIONS (`fn(completion, reference, sample) -> float`);
+    returns their names. A script's name replaces a built-in of the same name, as the script asks."""
+    from cosmos_train.data.sources.script import script_reward_functions
+
+    names = []
+    for name, fn in script_reward_functions(path).items():
+        register_reward(name)(lambda completion, sample, fn=fn: float(fn(completion, reference_answer(sample), sample)))
+        names.append(name)
+    return names
+
+
+def weights_of(spec: str | Sequence[str] | Mapping[str, float]) -> dict[str, float]:
+    """The TOML's reward_function (a name, a list of names, or {name = weight}) as {name: weight}."""
+    if isinstance(spec, str):
+        return {spec: 1.0}
+    if isinstance(spec, Mapping):
+        return {str(k): float(v) for k, v in spec.items()}
+    return dict.fromkeys(spec, 1.0)
+
+
+@dataclass
+class RewardSet:
+    """Weighted rewards: total = sum(weight * reward) per completion, with each part kept for logging."""
+
+    weights: dict[str, float]
+
+    def __call__(self, completion: str, sample: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
+        parts = {name: float(REWARDS[name](completion, sample)) for name in self.weights}
+        return sum(self.weights[n] * v for n, v in parts.items()), parts
+
+    def score_batch(
+        self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[float, dict[str, float]]]:
+        """One (total, parts) per completion; samples[i] is the row completions[i] answers."""
+        if len(completions) != len(samples):
+            raise ValueError(f"{len(completions)} completions for {len(samples)} samples")
+        return [self(c, s) for c, s in zip(completions, samples)]
+
+
+def combine(spec: str | Sequence[str] | Mapping[str, float]) -> RewardSet:
+    """The rewards `spec` names, weighted; ConfigError naming the unknown ones and the known names."""
+    weights = weights_of(spec)
+    if not weights:
+        raise ConfigError([f"{WHERE}: names no reward; known: {', '.join(sorted(REWARDS))}"])
+    unknown = [n for n in weights if n not in REWARDS]
+    if unknown:
+        raise ConfigError([f"{WHERE}: {n!r} is not a registered reward; known: {', '.join(sorted(REWARDS))} "
+                           "(a dataset script adds its own through REWARD_FUNCTIONS)" for n in unknown])
+    return RewardSet(weights)
+
+
+__all__ = ["REWARDS", "RewardFn", "RewardSet", "combine", "register_reward", "register_script_rewards", "weights_of"]

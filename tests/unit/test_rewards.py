@@ -1,0 +1,98 @@
+"""Reward functions: values of each built-in, weighted combinations, unknown names, script rewards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cosmos_train.errors import ConfigError
+from cosmos_train.rewards import REWARDS, combine, register_script_rewards, weights_of
+
+OPTIONS = {"A": "It moves left", "B": "It moves right", "C": "It stays", "D": "It falls"}
+ROW = {"messages": [{"role": "user", "content": "Which way?"}], "reference": "B", "options": OPTIONS}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("<think>It slides to the right.</think>\n\n<answer>B</answer>", 1.0),
+        ("  <think>a</think><answer>B</answer>\n", 1.0),
+        ("<answer>B</answer>", 0.0),  # no reasoning
+        ("<think>a</think> so <answer>B</answer>", 0.0),  # text between the blocks
+        ("<think>a</think>\n<answer>B</answer> trailing words", 0.0),
+        ("<think>a\n\nb</think>\n\n<answer>B</answer>", 1.0),  # reasoning spans lines
+    ],
+)
+def test_format(text: str, value: float) -> None:
+    assert REWARDS["format"](text, ROW) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("B", 1.0),
+        ("<think>it goes right</think><answer>B</answer>", 1.0),
+        ("<think>maybe A</think>\n<answer>(b)</answer>", 1.0),  # case and brackets
+        ("The answer is B.", 1.0),  # not "T" as the reference tool's first-capital rule reads it
+        ("Ｂ", 1.0),  # full width, NFKC
+        ("It moves right", 1.0),  # the option's text
+        ("A", 0.0),
+        ("A or B", 0.0),  # two letters: no answer
+        ("<answer>not A</answer>", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_single_choice(text: str, value: float) -> None:
+    assert REWARDS["single_choice"](text, ROW) == value
+
+
+def test_single_choice_reads_the_reference_from_the_answer_turn_without_options() -> None:
+    sft_like = {"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "C"}]}
+    assert REWARDS["single_choice"]("<answer>C</answer>", sft_like) == 1.0
+    assert REWARDS["single_choice"]("D", sft_like) == 0.0
+    assert REWARDS["single_choice"]("C", {"messages": []}) == 0.0  # nothing to compare with
+
+
+def test_exact_match() -> None:
+    row = {"messages": [], "reference": "A red box."}
+    assert REWARDS["exact_match"]("<think>x</think><answer>a red  box</answer>", row) == 1.0
+    assert REWARDS["exact_match"]("A blue box.", row) == 0.0
+    assert REWARDS["exact_match"]("anything", {"messages": []}) == 0.0
+
+
+def test_weighted_combination_and_parts() -> None:
+    assert weights_of("format") == {"format": 1.0}
+    assert weights_of(["format", "single_choice"]) == {"format": 1.0, "single_choice": 1.0}
+    score = combine({"format": 0.2, "single_choice": 1.0})
+    total, parts = score("<think>r</think>\n\n<answer>B</answer>", ROW)
+    assert parts == {"format": 1.0, "single_choice": 1.0} and total == pytest.approx(1.2)
+    total, parts = score("<think>r</think>\n\n<answer>A</answer>", ROW)
+    assert parts == {"format": 1.0, "single_choice": 0.0} and total == pytest.approx(0.2)
+    batch = score.score_batch(["B", "A"], [ROW, ROW])
+    assert [t for t, _ in batch] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="2 completions for 1 samples"):
+        score.score_batch(["B", "A"], [ROW])
+
+
+def test_unknown_reward_names_the_key_and_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as e:
+        combine(["format", "single_choise"])
+    assert "train.train_policy.reward_function: 'single_choise' is not a registered reward" in str(e.value)
+    assert "exact_match, format, single_choice" in str(e.value)
+    with pytest.raises(ConfigError, match="names no reward"):
+        combine([])
+
+
+def test_dataset_script_rewards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "my_grpo.py"
+    script.write_text(
+        "def get_dataset(config):\n    return []\n\n"
+        "def length_bonus(completion, reference, sample):\n    return 1.0 if reference in completion else -len(completion) / 100\n\n"
+        "REWARD_FUNCTIONS = {'contains_reference': length_bonus}\n"
+    )
+    monkeypatch.setattr("cosmos_train.rewards.REWARDS", dict(REWARDS))
+    assert register_script_rewards(script) == ["contains_reference"]
+    score = combine({"contains_reference": 2.0, "single_choice": 1.0})
+    assert score("B", ROW) == (3.0, {"contains_reference": 1.0, "single_choice": 1.0})
+    assert score("xxxx", ROW)[1]["contains_reference"] == pytest.approx(-0.04)
