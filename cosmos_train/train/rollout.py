@@ -1,0 +1,133 @@
+"""One synchronous GRPO rollout: RL rows in, scored groups of completions with advantages out.
+
+    rollout = collect_rollouts(engine, rows, combine(["single_choice"]), SamplingParams(n=8, temperature=1.0))
+    rollout.groups[0].completions[3].token_ids, rollout.groups[0].advantages[3]
+
+Each row's prompt is `cosmos_train.data.prompt.prompt_messages` (the one prompt builder: the ids
+SFT trains after and evaluation asks); the engine gives `n` completions per row; the reward set
+scores each against the row (its `reference` / `options`); advantages are group-normalised
+(`rl_losses.group_advantages`). A DAPO soft overlong penalty is added to the reward when set.
+
+Dynamic sampling (DAPO): a group whose rewards are all equal carries no signal. With `refill`, such
+groups are dropped and more rows are asked for, up to `max_refill_rounds`, until the batch holds as
+many informative groups as rows were given; what could not be refilled is reported, never hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cosmos_train.data.prompt import prompt_messages
+from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
+from cosmos_train.rewards import RewardSet
+from cosmos_train.train.rl_losses import group_advantages, overlong_penalty
+
+
+@dataclass
+class Overlong:
+    """DAPO's soft overlong penalty: the last `buffer_length` tokens before `max_length` cost up to
+    `penalty_factor` (train_policy.overlong_reward)."""
+
+    max_length: int
+    buffer_length: int
+    penalty_factor: float = 1.0
+
+
+@dataclass
+class Group:
+    """The n completions of one row, their rewards (with parts) and advantages."""
+
+    row: Mapping[str, Any]
+    completions: list[Completion]
+    rewards: list[float]
+    parts: list[dict[str, float]]
+    advantages: list[float]
+
+    @property
+    def zero_std(self) -> bool:
+        return max(self.rewards) == min(self.rewards)
+
+
+@dataclass
+class Rollout:
+    """What one rollout step produced, and what to log about it."""
+
+    groups: list[Group]
+    dropped_zero_std: int = 0  # groups left out by dynamic sampling
+    refill_rounds: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _score(
+    engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, sampling: SamplingParams,
+    system_prompt: str | None, overlong: Overlong | None, scale_by_std: bool,
+) -> list[Group]:
+    if not rows:
+        return []
+    prompts = [prompt_messages(r["messages"], system_prompt, origin=str(r.get("id", ""))) for r in rows]
+    groups = []
+    for row, completions in zip(rows, engine.generate(prompts, sampling)):
+        scored = rewards.score_batch([c.text for c in completions], [row] * len(completions))
+        totals = [t for t, _ in scored]
+        if overlong is not None:
+            lengths = torch.tensor([len(c.token_ids) for c in completions])
+            penalty = overlong_penalty(lengths, overlong.max_length, overlong.buffer_length, overlong.penalty_factor)
+            totals = [t + float(p) for t, p in zip(totals, penalty)]
+        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=scale_by_std).tolist()
+        groups.append(Group(row, completions, totals, [p for _, p in scored], adv))
+    return groups
+
+
+def collect_rollouts(
+    engine: GenerationEngine,
+    rows: Sequence[Mapping[str, Any]],
+    rewards: RewardSet,
+    sampling: SamplingParams,
+    *,
+    system_prompt: str | None = None,
+    scale_by_std: bool = True,
+    overlong: Overlong | None = None,
+    refill: Callable[[int], Sequence[Mapping[str, Any]]] | None = None,
+    max_refill_rounds: int = 0,
+) -> Rollout:
+    """Generate, score and normalise one batch (module docstring). refill(k) returns up to k more rows."""
+    groups = _score(engine, rows, rewards, sampling, system_prompt, overlong, scale_by_std)
+    dropped = rounds = 0
+    if refill is not None:
+        kept = [g for g in groups if not g.zero_std]
+        dropped = len(groups) - len(kept)
+        while len(kept) < len(rows) and rounds < max_refill_rounds:
+            more = list(refill(len(rows) - len(kept)))
+            if not more:
+                break
+            rounds += 1
+            new = _score(engine, more, rewards, sampling, system_prompt, overlong, scale_by_std)
+            dropped += sum(g.zero_std for g in new)
+            kept += [g for g in new if not g.zero_std]
+        groups = kept[: len(rows)]
+    return Rollout(groups, dropped, rounds, _stats(groups, dropped))
+
+
+def _stats(groups: list[Group], dropped: int) -> dict[str, float]:
+    """Reward mean / std (and per part), zero-std fraction, completion lengths, finish reasons."""
+    if not groups:
+        return {"groups": 0.0, "dropped_zero_std": float(dropped)}
+    rewards = torch.tensor([r for g in groups for r in g.rewards])
+    lengths = torch.tensor([len(c.token_ids) for g in groups for c in g.completions], dtype=torch.float32)
+    out = {
+        "groups": float(len(groups)),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "zero_std_fraction": sum(g.zero_std for g in groups) / len(groups),
+        "dropped_zero_std": float(dropped),
+        "response_length_mean": float(lengths.mean()),
+        "response_length_max": float(lengths.max()),
+        "truncated_fraction": sum(c.finish_reason == "length" for g in groups for c in g.completions) / lengths.numel(),
+    }
+    for name in groups[0].parts[0]:
+        out[f"reward/{name}"] = float(torch.tensor([p[name] for g in groups for p in g.parts]).mean())
+    return out

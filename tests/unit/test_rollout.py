@@ -1,0 +1,112 @@
+"""One GRPO rollout: prompts from the one builder, n completions per row, rewards, advantages, DAPO refill."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cosmos_train.generation import Completion, SamplingParams
+from cosmos_train.rewards import combine
+from cosmos_train.train.rollout import Overlong, collect_rollouts
+
+OPTIONS = {"A": "left", "B": "right", "C": "stays", "D": "falls"}
+
+
+def _row(i: int, reference: str) -> dict:
+    return {"id": f"r{i}", "messages": [{"role": "user", "content": f"Q{i}"}], "reference": reference, "options": OPTIONS}
+
+
+class ScriptedEngine:
+    """Answers row Qi with script[i] (n texts); records the chats it was asked."""
+
+    name = "scripted"
+    weight_version = 3
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script = script
+        self.asked: list[list[dict]] = []
+
+    def generate(self, requests: Sequence[list[dict]], sampling: SamplingParams) -> list[list[Completion]]:
+        self.asked += list(requests)
+        out = []
+        for chat in requests:
+            texts = self.script[chat[-1]["content"]]
+            assert len(texts) == sampling.n
+            out.append([Completion(t, list(range(len(t))), [0.0] * len(t), "stop", [], self.weight_version) for t in texts])
+        return out
+
+
+def test_rewards_advantages_and_stats() -> None:
+    engine = ScriptedEngine({"Q0": ["B", "A", "B", "C"], "Q1": ["A", "A", "A", "A"]})
+    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine(["single_choice"]),
+                               SamplingParams(n=4), system_prompt="Be brief.")
+    assert engine.asked[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q0"}]
+    g0, g1 = rollout.groups
+    assert g0.rewards == [1.0, 0.0, 1.0, 0.0] and g1.rewards == [0.0] * 4 and g1.zero_std and not g0.zero_std
+    # mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735
+    assert g0.advantages == pytest.approx([0.866025, -0.866025, 0.866025, -0.866025], abs=1e-5)
+    assert g1.advantages == [0.0] * 4
+    assert rollout.stats["reward_mean"] == pytest.approx(0.25) and rollout.stats["zero_std_fraction"] == 0.5
+    assert rollout.stats["reward/single_choice"] == pytest.approx(0.25)
+    assert all(c.weight_version == 3 for g in rollout.groups for c in g.completions)
+
+
+def test_dynamic_sampling_refills_informative_groups() -> None:
+    engine = ScriptedEngine({"Q0": ["B", "A"], "Q1": ["A", "A"], "Q2": ["B", "B"], "Q3": ["A", "B"], "Q4": ["C", "B"]})
+    pool = [_row(2, "B"), _row(3, "B"), _row(4, "B")]
+    asked_for = []
+
+    def refill(k: int) -> list[dict]:
+        asked_for.append(k)
+        taken, pool[:] = pool[:k], pool[k:]
+        return taken
+
+    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine("single_choice"), SamplingParams(n=2),
+                               refill=refill, max_refill_rounds=3)
+    # Q1 all wrong -> refill 1 -> Q2 all right -> refill 1 -> Q3 informative: the batch is full again
+    assert [g.row["id"] for g in rollout.groups] == ["r0", "r3"]
+    assert asked_for == [1, 1] and rollout.refill_rounds == 2 and rollout.dropped_zero_std == 2
+    # a cap on rounds: what could not be refilled is reported, not hidden
+    engine2 = ScriptedEngine({"Q0": ["A", "A"], "Q1": ["A", "A"]})
+    short = collect_rollouts(engine2, [_row(0, "B")], combine("single_choice"), SamplingParams(n=2),
+                             refill=lambda k: [_row(1, "B")], max_refill_rounds=1)
+    assert short.groups == [] and short.dropped_zero_std == 2 and short.stats["groups"] == 0
+
+
+def test_overlong_penalty_lowers_long_completions() -> None:
+    engine = ScriptedEngine({"Q0": ["B", "BBBBBBBB"]})  # token counts 1 and 8 in the scripted engine
+    rollout = collect_rollouts(engine, [_row(0, "B")], combine("format"), SamplingParams(n=2),
+                               overlong=Overlong(max_length=8, buffer_length=4, penalty_factor=1.0))
+    assert rollout.groups[0].rewards == [0.0, -1.0]
+
+
+def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """The real path: synthetic RL rows through the data layer, the HF engine, the single_choice reward."""
+    from cosmos_train.config import load_config
+    from cosmos_train.data.chat import encode_chat
+    from cosmos_train.data.prompt import prompt_messages
+    from cosmos_train.data.sources import load_samples
+    from cosmos_train.generation import GenerationConfig, create_engine
+    from tests.conftest import write_tiny_sft_config
+
+    path = write_tiny_sft_config(tmp_path / "c.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
+    cfg = load_config(path, ['train.train_policy.type="grpo"', 'train.train_policy.dataset.split="train"',
+                             'train.train_policy.reward_function=["single_choice"]',
+                             "train.train_policy.dataset.vision.fps=1"])
+    rows = load_samples(cfg, "train")[:3]
+    assert all(r["reference"] in "ABCD" and r["options"] for r in rows)
+    engine = create_engine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu",
+                                            vision_defaults={"min_pixels": 3136, "max_pixels": 3136}))
+    try:
+        rollout = collect_rollouts(engine, rows, combine(cfg.train.train_policy.reward_function),
+                                   SamplingParams(n=4, temperature=1.0, max_new_tokens=3, seed=0))
+    finally:
+        engine.close()
+    assert len(rollout.groups) == 3 and all(len(g.completions) == 4 for g in rollout.groups)
+    for g in rollout.groups:
+        assert set(g.rewards) <= {0.0, 1.0} and sum(g.advantages) == pytest.approx(0, abs=1e-5)
+        prompt = encode_chat(engine.processor, prompt_messages(g.row["messages"]), add_generation_prompt=True)
+        assert all(c.prompt_token_ids == prompt.input_ids.tolist() for c in g.completions)
+    assert 0 <= rollout.stats["reward_mean"] <= 1 and rollout.stats["response_length_max"] <= 3
