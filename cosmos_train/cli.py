@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("out", type=Path)
     exp.set_defaults(func=_export)
 
-    demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, SFT score.")
+    demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, GRPO, each scored.")
     demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     demo.set_defaults(func=_demo)
     return ap

@@ -908,6 +908,15 @@ def _grpo_problems(cfg: Config) -> list[str]:
             f"({r.sampling_config.temperature}) differ: the trainer's log-probs must be of the distribution the "
             "engine sampled from; set them equal"
         )
+    stale = t.sync_weight_interval - 1  # versions behind the policy the engine's weights get, at most
+    tp = t.train_policy
+    if tp.on_policy and stale:
+        out.append(f"train.sync_weight_interval ({t.sync_weight_interval}) > 1 with train.train_policy.on_policy = "
+                   "true: on-policy rollouts need the newest weights every step; set sync_weight_interval = 1")
+    elif stale > tp.allowed_outdated_steps:
+        out.append(f"train.sync_weight_interval ({t.sync_weight_interval}) samples rollouts up to {stale} weight "
+                   f"versions old, more than train.train_policy.allowed_outdated_steps ({tp.allowed_outdated_steps}) "
+                   "allows: lower the interval or raise the bound")
     if r.n_generation < 2:
         out.append("rollout.n_generation: GRPO compares completions within a group; set it to 2 or more")
     if r.max_response_length >= cfg.policy.model_max_length:

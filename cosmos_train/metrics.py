@@ -23,6 +23,7 @@ from cosmos_train.errors import from_os_error
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "completions.jsonl"  # GRPO's sampled completions with their rewards
 # (file, line number) of corrupt lines already reported: the progress reader polls every few seconds.
 _REPORTED: set[tuple[str, int]] = set()
 
@@ -64,14 +65,37 @@ class MetricsLogger:
             shown = " ".join(f"{k}={_fmt(v)}" for k, v in values.items())
             print(f"[{kind}] step {step} {shown}", flush=True)
 
+    def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Sampled completions with their rewards (GRPO): appended to SAMPLES_FILE, a wandb table, and the
+        first one on the console."""
+        if not self.enabled or not rows:
+            return
+        path = self.path.parent / SAMPLES_FILE
+        with path.open("a") as f:
+            f.writelines(json.dumps({"step": step, **r}) + "\n" for r in rows)
+        if self._wandb is not None:
+            import wandb
+
+            columns = sorted({k for r in rows for k in r if not isinstance(r[k], dict)})
+            self._wandb.log({"samples": wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])},
+                            step=step)
+        if self.console:
+            first = rows[0]
+            print(f"[sample] step {step} reward={_fmt(first.get('reward'))} {first.get('completion')!r}", flush=True)
+
     def drop_after(self, step: int) -> None:
         """Remove rows past `step` (a resumed run's earlier attempt logged them; they are logged again)."""
-        if not self.enabled or not self.path.exists():
+        if not self.enabled:
             return
-        kept = [r for r in read_metrics(self.path.parent) if int(r.get("step", 0)) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        tmp.replace(self.path)
+        for path in (self.path, self.path.parent / SAMPLES_FILE):
+            if not path.exists():
+                continue
+            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path != self.path \
+                else read_metrics(self.path.parent)
+            kept = [r for r in rows if int(r.get("step", 0)) <= step]
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            tmp.replace(path)
 
     def close(self) -> None:
         if self._wandb is not None:

@@ -31,6 +31,10 @@ class GenerationConfig:
     torch_threads: intra-op threads of the HF engine; None: cores / processes_per_host.
     processes_per_host: processes computing on this host at once (trainer ranks + engines); used to
         pin torch threads, since oversubscribed cores were ~10x slower here.
+    external_launcher: vLLM joins the process group of the torchrun ranks it is colocated with (vLLM's
+        "external_launcher": one engine per rank on the rank's own device, `tp_size` consecutive ranks
+        forming one tensor-parallel engine, the rest data parallel). Every rank then calls `generate`
+        and `update_weights` together (`generation.grouped` keeps a TP group's requests together).
     """
 
     model_path: str
@@ -47,6 +51,7 @@ class GenerationConfig:
     torch_threads: int | None = None
     processes_per_host: int = 1
     enable_sleep_mode: bool = False
+    external_launcher: bool = False
 
     def threads(self) -> int:
         """Intra-op torch threads for a process of this engine."""
@@ -70,4 +75,8 @@ def from_rollout(cfg: Config, model_path: str | None = None, processes_per_host:
         seed=rollout.seed or 0,
         vision_defaults=cfg.train.train_policy.dataset.vision.as_part_defaults(),
         processes_per_host=processes_per_host,
+        # colocated with the policy: the engine gives its memory back while the policy trains (GPU only)
+        enable_sleep_mode=True,
+        # under torchrun (WORLD_SIZE > 1) a vLLM engine must join the ranks' group to find its device
+        external_launcher=int(os.environ.get("WORLD_SIZE", "1")) > 1,
     )

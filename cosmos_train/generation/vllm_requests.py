@@ -23,10 +23,11 @@ requests, vLLM gives greedy rows temperature 1 and no top-k/top-p, which is the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cosmos_train.errors import DataError
+from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams
 from cosmos_train.generation.config import GenerationConfig
 
@@ -172,6 +173,14 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
     if cpu:
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = cfg.max_length  # vLLM requires >= max_model_len without chunking
+    if cfg.external_launcher:
+        # the torchrun ranks are vLLM's world: tp_size consecutive ranks per engine, the rest data parallel
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world % cfg.tp_size:
+            raise ConfigError([f"rollout.parallelism.tp_size ({cfg.tp_size}) must divide the {world} ranks the "
+                               "rollout engine is colocated with"])
+        kwargs["distributed_executor_backend"] = "external_launcher"
+        kwargs["data_parallel_size"] = world // cfg.tp_size
     return kwargs
 
 

@@ -18,8 +18,8 @@ A step, on every rank for its share of `rollout.batch_size` prompts:
 
 Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight version and the best
 score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
-RUN/metrics.jsonl gets a "train" row per step and "val" rows; RUN/completions.jsonl a sample of
-completions with their rewards every `logging.completion_sample_freq` steps.
+RUN/metrics.jsonl gets a "train" row per step and "val" rows; RUN/completions.jsonl (metrics.SAMPLES_FILE)
+a sample of completions with their rewards every `logging.completion_sample_freq` steps.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from cosmos_train.data.prompt import prompt_messages, reference_answer
 from cosmos_train.distributed import DistInfo, all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.generation import Completion, SamplingParams, create_engine, from_rollout
+from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
 from cosmos_train.rewards import combine, register_script_rewards
 from cosmos_train.train.batching import MicroBatch, collate_padded, split_micro_batches
 from cosmos_train.train.data import load_train_samples
@@ -52,7 +53,6 @@ from cosmos_train.train.step import apply_update, backward_micro_batches, clip_g
 from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb, run_main
 from cosmos_train.train.vision_forward import media_in_micro_batches
 
-COMPLETIONS_FILE = "completions.jsonl"
 VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 # policy_loss metrics averaged over the step's completion tokens
 _TOKEN_METRICS = ("kl", "clip_low_fraction", "clip_high_fraction", "dual_clip_fraction", "ratio_mean",
@@ -118,7 +118,13 @@ class GRPOTrainer(Trainer):
         )
         self.temperature = r.sampling_config.temperature
         local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        self.engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
+        engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
+        # vLLM under torchrun (external launcher): the ranks call generate together, and the ranks of one
+        # rollout TP group submit one union of requests (and so sample with one seed)
+        self.lockstep = engine.name == "vllm" and dist.world_size > 1
+        rollout_tp = r.parallelism.tp_size if self.lockstep else 1
+        self.sampler_rank = dist.rank // rollout_tp if self.lockstep else dist.dp_rank
+        self.engine = GroupedEngine(engine, group_of_consecutive_ranks(rollout_tp))
         self.frames = FrameMemo(max_bytes=1 << 30)  # the engine decoded these clips a moment ago
         self.vision_defaults = self._vision_defaults()
         self.weight_version = 0
@@ -146,8 +152,9 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------ rollout
     def _seed(self, purpose: int, extra: int = 0) -> int:
         """Sampling seed of (run seed, step, rank, purpose): a resumed run samples what the
-        uninterrupted one did. Ranks of one TP group share it (they hold the same prompts)."""
-        return (self.cfg.train.seed * 1_000_003 + self.step * 10_007 + self.dist.dp_rank * 101
+        uninterrupted one did. Ranks of one policy TP group (same prompts) or one rollout TP group
+        (one engine) share it."""
+        return (self.cfg.train.seed * 1_000_003 + self.step * 10_007 + self.sampler_rank * 101
                 + purpose * 7 + extra) % (2**31)
 
     def _sampling(self) -> SamplingParams:
@@ -177,7 +184,11 @@ class GRPOTrainer(Trainer):
         dapo = tp.variant == "dapo"
         return collect_rollouts(self.engine, rows, self.rewards, self._sampling(), scale_by_std=tp.scale_rewards,
                                 overlong=overlong, refill=self._refill() if dapo else None,
-                                max_refill_rounds=tp.dynamic_sampling_max_rounds if dapo else 0)
+                                max_refill_rounds=tp.dynamic_sampling_max_rounds if dapo else 0,
+                                any_rank_needs=self._any_rank if self.lockstep else None)
+
+    def _any_rank(self, flag: bool) -> bool:
+        return bool(all_reduce_sum(float(flag), self.dist.device) > 0)
 
     def _encode_prompt(self, row: dict) -> EncodedChat:
         origin = str(row.get("id", ""))
@@ -394,12 +405,10 @@ class GRPOTrainer(Trainer):
         rows = []
         for g in sampled:
             for c, reward, parts, adv in zip(g.completions, g.rewards, g.parts, g.advantages):
-                rows.append({"step": step, "id": g.row.get("id"), "prompt": _question(g.row),
-                             "reference": reference_answer(g.row), "completion": c.text, "reward": reward,
-                             "parts": parts, "advantage": adv, "finish_reason": c.finish_reason})
-        with open(self.run_dir / COMPLETIONS_FILE, "a") as f:
-            for row in rows[:count]:
-                f.write(json.dumps(row) + "\n")
+                rows.append({"id": g.row.get("id"), "prompt": _question(g.row), "reference": reference_answer(g.row),
+                             "completion": c.text, "reward": reward, "parts": parts, "advantage": adv,
+                             "finish_reason": c.finish_reason})
+        self.metrics.log_samples(step, rows[:count])
 
     # ------------------------------------------------------------------ validation and the best weights
     def validate(self) -> dict[str, float]:
@@ -412,10 +421,12 @@ class GRPOTrainer(Trainer):
         share = -(-n_rows // self.dist.dp_size)
         mine = self.val_rows[self.dist.dp_rank * share:(self.dist.dp_rank + 1) * share]
         sums = torch.zeros(3, dtype=torch.float64)
-        if mine:
+        # ranks that must generate together all ask for `share` rows; the padding's answers are not scored
+        asked = mine + [self.val_rows[0]] * (share - len(mine)) if self.lockstep else mine
+        if asked:
             sampling = SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length,
                                       temperature=v.temperature, seed=self._seed(3))
-            prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in mine]
+            prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in asked]
             for row, completions in zip(mine, self.engine.generate(prompts, sampling)):
                 for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
                     sums += torch.tensor([1.0, total, parts.get("single_choice", 0.0)], dtype=torch.float64)

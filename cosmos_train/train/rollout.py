@@ -94,22 +94,31 @@ def collect_rollouts(
     overlong: Overlong | None = None,
     refill: Callable[[int], Sequence[Mapping[str, Any]]] | None = None,
     max_refill_rounds: int = 0,
+    any_rank_needs: Callable[[bool], bool] | None = None,
 ) -> Rollout:
-    """Generate, score and normalise one batch (module docstring). refill(k) returns up to k more rows."""
+    """Generate, score and normalise one batch (module docstring). refill(k) returns up to k more rows.
+
+    any_rank_needs(this rank needs more) -> whether any rank does: for an engine whose ranks must call
+    `generate` together (vLLM under torchrun), every rank runs a refill round while any rank needs one;
+    a rank that needs none then samples one refill row and leaves its groups out."""
     groups = _score(engine, rows, rewards, sampling, system_prompt, overlong, scale_by_std)
     dropped: list[Group] = []
     rounds = 0
     if refill is not None:
         kept = [g for g in groups if not g.zero_std]
         dropped = [g for g in groups if g.zero_std]
-        while len(kept) < len(rows) and rounds < max_refill_rounds:
-            more = list(refill(len(rows) - len(kept)))
-            if not more:
+        while rounds < max_refill_rounds:
+            need = len(rows) - len(kept)
+            if not (any_rank_needs(need > 0) if any_rank_needs is not None else need > 0):
+                break
+            more = list(refill(max(need, 1)))
+            if not more and any_rank_needs is None:
                 break
             rounds += 1
             new = _score(engine, more, rewards, sampling, system_prompt, overlong, scale_by_std)
-            dropped += [g for g in new if g.zero_std]
-            kept += [g for g in new if not g.zero_std]
+            if need > 0:
+                dropped += [g for g in new if g.zero_std]
+                kept += [g for g in new if not g.zero_std]
         groups = kept[: len(rows)]
     return Rollout(groups, len(dropped), rounds, _stats(groups, len(dropped)), dropped)
 

@@ -120,6 +120,11 @@ def test_grpo_batch_checks() -> None:
                           "rollout": {"batch_size": 4, "n_generation": 8}})
     with pytest.raises(ConfigError, match="rollout.n_generation: GRPO compares"):
         config_from_dict({"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}})
+    with pytest.raises(ConfigError, match="more than train.train_policy.allowed_outdated_steps"):
+        config_from_dict({"train": {"sync_weight_interval": 6, "train_batch_per_replica": 16, "train_policy": grpo}})
+    with pytest.raises(ConfigError, match="on-policy rollouts need the newest weights"):
+        config_from_dict({"train": {"sync_weight_interval": 2, "train_batch_per_replica": 16,
+                                    "train_policy": {**grpo, "on_policy": True}}})
     with pytest.raises(ConfigError, match="differ"):
         config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}},
                           "rollout": {"n_generation": 16}})
