@@ -86,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
     from cosmos_train.preflight import check_job
 
     script = args.dataset_script or args.script
-    check_job(args.config, args.overrides, script, args.run_dir)
+    check_job(args.config, args.overrides, script, args.run_dir, policy_type=args.command)
     if args.command == "grpo":
         from flows.grpo import GRPOParams as Params
         from flows.grpo import grpo as run

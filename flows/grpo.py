@@ -38,7 +38,7 @@ def grpo(params: GRPOParams) -> dict:
 
 
 def _grpo(params: GRPOParams) -> dict:
-    run, result = run_training_job(params, "cosmos_train.train.grpo")
+    run, result = run_training_job(params, "grpo")
     report = read_run_report(run)
     create_markdown_artifact(summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
     table = completions_table(report.completions)

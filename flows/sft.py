@@ -52,7 +52,7 @@ def sft(params: SFTParams) -> dict:
 
 
 def _sft(params: SFTParams) -> dict:
-    run, result = run_training_job(params, "cosmos_train.train.sft")
+    run, result = run_training_job(params, "sft")
     create_markdown_artifact(_summary_markdown(run, result, read_metrics(run)), key="sft-summary",
                              description=f"SFT {run.name}")
     if result.get("final"):

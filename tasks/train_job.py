@@ -1,6 +1,6 @@
 """What the training flows (`sft`, `grpo`) share: their parameters and the run of one trainer.
 
-    run, result = run_training_job(params, "cosmos_train.train.grpo")   # inside a flow
+    run, result = run_training_job(params, "grpo")   # inside a flow: trains cosmos_train.train.grpo
 
 validate (check_job) -> run folder (resolve-config, RUN/config.toml) -> prepare-data (manifest.jsonl)
 -> torchrun of the trainer module, relaunched up to `train_retries` times after a crash; each retry
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import get_run_logger
 from pydantic import BaseModel, Field
@@ -34,13 +34,14 @@ class TrainJobParams(BaseModel):
     timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
 
 
-def run_training_job(params: TrainJobParams, module: str) -> tuple[Path, dict[str, Any]]:
-    """Prepare the data and train `module` (e.g. cosmos_train.train.sft) in a run folder.
+def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]) -> tuple[Path, dict[str, Any]]:
+    """Prepare the data and train with cosmos_train.train.<policy_type> in a run folder.
 
     Returns the run folder and its result.json. Call it inside a flow: it uses the run logger and tasks."""
     logger = get_run_logger()
     # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
-    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False,
+              policy_type=policy_type)
     cfg, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
     run = Path(run_dir)
     logger.info("run folder: %s", run)
@@ -50,5 +51,6 @@ def run_training_job(params: TrainJobParams, module: str) -> tuple[Path, dict[st
     if params.dataset_script:
         args += ["--dataset-script", str(Path(params.dataset_script).resolve())]
     train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
-    train(cfg, module, run_dir, args, total_steps=cfg.train.max_num_steps, timeout_s=params.timeout_s)
+    train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
+          timeout_s=params.timeout_s)
     return run, json.loads((run / "result.json").read_text())
