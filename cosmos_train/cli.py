@@ -6,6 +6,7 @@
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
+    cosmos-train grpo --config configs/tiny-grpo.toml [--set k=v ...] [--dataset-script my_dataset.py] [--run-dir RUN]
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train demo
@@ -80,15 +81,23 @@ def _make_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sft(args: argparse.Namespace) -> int:
+def _train(args: argparse.Namespace) -> int:
+    """`sft` and `grpo`: the same inputs and checks, a different flow."""
     from cosmos_train.preflight import check_job
 
-    check_job(args.config, args.overrides, args.script)
-    from flows.sft import SFTParams, sft
+    script = args.dataset_script or args.script
+    check_job(args.config, args.overrides, script, args.run_dir, policy_type=args.command)
+    if args.command == "grpo":
+        from flows.grpo import GRPOParams as Params
+        from flows.grpo import grpo as run
+    else:
+        from flows.sft import SFTParams as Params
+        from flows.sft import sft as run
 
     _quiet_prefect_console()
 
-    result = sft(SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=args.script))
+    result = run(Params(config=str(args.config), overrides=args.overrides, dataset_script=script,
+                        run_dir=args.run_dir))
     print(result["run_dir"])
     return 0
 
@@ -159,10 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
     _synthetic_args(syn)
     syn.set_defaults(func=_make_synthetic)
 
-    sft = sub.add_parser("sft", help="Run SFT through the Prefect flow (local ephemeral API by default).")
-    _add_config_args(sft)
-    sft.add_argument("script", nargs="?", default=None, help="Optional dataset script (see examples/).")
-    sft.set_defaults(func=_sft)
+    for name, what in (("sft", "SFT"), ("grpo", "GRPO")):
+        train = sub.add_parser(name, help=f"Run {what} through the Prefect flow (local ephemeral API by default).")
+        _add_config_args(train)
+        script = train.add_mutually_exclusive_group()
+        script.add_argument("script", nargs="?", default=None, help="Optional dataset script (see examples/).")
+        script.add_argument("--dataset-script", default=None, help="The same, as an option.")
+        train.add_argument("--run-dir", default=None, help="Continue in this run folder (default: a new one).")
+        train.set_defaults(func=_train)
 
     prep = sub.add_parser("prepare-data", help="Validate every row; write RUN/manifest.jsonl and a report.")
     _add_config_args(prep)
@@ -226,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
-    if args.command in ("sft", "prepare-data", "eval", "demo"):
+    if args.command in ("sft", "grpo", "prepare-data", "eval", "demo"):
         from cosmos_train.process_tree import start_reaper
 
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind

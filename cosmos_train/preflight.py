@@ -14,7 +14,7 @@ of torch/transformers imports so an input error answers at once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config, unsupported_settings
 from cosmos_train.errors import DataError, ModelError
@@ -24,12 +24,18 @@ if TYPE_CHECKING:
 
 
 def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
-              run_dir: str | Path | None = None, read_rows: bool = True) -> Config:
+              run_dir: str | Path | None = None, read_rows: bool = True,
+              policy_type: Literal["sft", "grpo"] | None = None) -> Config:
     """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong.
 
     read_rows: also read local datasets' rows (`check_rows`). The flows pass False: their next step,
-    data preparation, reads every row anyway and names the bad ones the same way."""
+    data preparation, reads every row anyway and names the bad ones the same way.
+    policy_type: the trainer that will run it (the `sft` or `grpo` command / flow); a config of the
+    other kind is refused (each trainer would otherwise fail later on the other's rows)."""
     cfg = load_config(config, overrides or [])
+    if policy_type is not None and cfg.policy_type != policy_type:
+        raise ConfigError(f"train.train_policy.type = {cfg.policy_type!r}: this is the {policy_type} command / "
+                          f"flow; run the {cfg.policy_type} one (`cosmos-train {cfg.policy_type}`)", str(config))
     problems = unsupported_settings(cfg)
     if problems:
         raise ConfigError(problems, str(config))

@@ -10,30 +10,18 @@ run folder's newest checkpoint instead of starting over.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
-from pydantic import BaseModel, Field
 
 from cosmos_train.metrics import read_metrics
-from cosmos_train.preflight import check_job
 from tasks.errors import user_errors_reported
-from tasks.prepare_data import prepare_data_task
-from tasks.run_folder import resolve_config
-from tasks.torchrun import run_torchrun
+from tasks.train_job import TrainJobParams, run_training_job
 
 
-class SFTParams(BaseModel):
+class SFTParams(TrainJobParams):
     """What a user passes from the UI, a schedule or `prefect deployment run`."""
-
-    config: str = Field(..., description="Path of the job TOML.")
-    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
-    dataset_script: str | None = Field(None, description="Optional dataset script (see examples/).")
-    run_dir: str | None = Field(None, description="Continue in this existing run folder instead of a new one.")
-    train_retries: int = Field(1, ge=0, description="Relaunches of a failed training job (each resumes).")
-    timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
 
 
 def _summary_markdown(run_dir: Path, result: dict, metrics: list[dict]) -> str:
@@ -64,23 +52,9 @@ def sft(params: SFTParams) -> dict:
 
 
 def _sft(params: SFTParams) -> dict:
-    logger = get_run_logger()
-    # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
-    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
-    cfg, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
-    run = Path(run_dir)
-    logger.info("run folder: %s", run)
-    prep = prepare_data_task(config=str(run / "config.toml"), run_dir=run_dir, dataset_script=params.dataset_script)
-    logger.info("data prepared: %s", prep)
-    args = ["--config", str(run / "config.toml"), "--resume-own-run"]
-    if params.dataset_script:
-        args += ["--dataset-script", str(Path(params.dataset_script).resolve())]
-    train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
-    train(cfg, "cosmos_train.train.sft", run_dir, args, total_steps=cfg.train.max_num_steps,
-          timeout_s=params.timeout_s)
-    result = json.loads((run / "result.json").read_text())
+    run, result = run_training_job(params, "sft")
     create_markdown_artifact(_summary_markdown(run, result, read_metrics(run)), key="sft-summary",
                              description=f"SFT {run.name}")
     if result.get("final"):
         create_link_artifact(f"file://{result['final']}", link_text="exported safetensors", key="sft-export")
-    return {"run_dir": run_dir, **result}
+    return {"run_dir": str(run), **result}

@@ -75,7 +75,10 @@ CASES = [
     Case("upload to s3", [*SFT, "--set", "train.ckpt.upload_s3=true", "--set", 'train.ckpt.s3_bucket="b"'],
          "train.ckpt.upload_s3"),
     Case("lora", setting("policy.lora.r", "8", SFT), "policy.lora"),
-    Case("grpo in the sft command", setting("train.train_policy.type", '"grpo"', SFT), "train.train_policy.type"),
+    # ---- the command and the config's trainer disagree (the other settings valid for it)
+    Case("grpo in the sft command", [*SFT, "--set", 'train.train_policy.type="grpo"', "--set",
+                                     "rollout.max_response_length=4"], "cosmos-train grpo"),
+    Case("sft in the grpo command", ["grpo", "--config", "{job}"], "cosmos-train sft"),
     # ---- paths: model, data, checkpoints (before Prefect starts)
     Case("model folder missing", setting("policy.model_name_or_path", '"{dir}/no-model"', SFT),
          "policy.model_name_or_path"),

@@ -68,7 +68,8 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
         assert got["enforce_parameter_schema"] is True, name
         assert got["pull_steps"] == [
             {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], name
-    assert found["sft"]["global_concurrency_limit"]["limit"] == 1
+    for trainer in ("sft", "grpo"):  # one training job at a time: they share the accelerators
+        assert found[trainer]["global_concurrency_limit"]["limit"] == 1, trainer
     [nightly] = found["sft-nightly"]["schedules"]
     assert nightly["active"] is False and nightly["schedule"]["cron"] == "0 3 * * *"
     assert found["sft-nightly"]["parameters"] == {"params": {"config": "configs/tiny-sft.toml"}}

@@ -1,0 +1,51 @@
+"""The `grpo` flow: validate config and data, run the GRPO trainer under torchrun, report.
+
+    cosmos-train grpo --config configs/tiny-grpo.toml --set train.max_num_steps=3
+    prefect deployment run 'grpo/grpo' --param params='{"config": "configs/tiny-grpo.toml"}'
+
+Steps (tasks/train_job.py, shared with `sft`): resolve-config -> prepare-data (manifest.jsonl) ->
+torchrun of cosmos_train.train.grpo (checkpoints/, metrics.jsonl, completions.jsonl,
+safetensors/final and safetensors/best) -> artifacts: `grpo-summary` (markdown), `grpo-completions`
+(table of the last sampled step's completions and rewards), `grpo-plots` (reward / accuracy / KL
+curves, also in RUN/plots/). A retry of the training task resumes from the run folder's newest
+checkpoint instead of starting over.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.grpo_report import (
+    completions_table,
+    plot_curves,
+    plots_markdown,
+    read_run_report,
+    summary_markdown,
+)
+from tasks.errors import user_errors_reported
+from tasks.train_job import TrainJobParams, run_training_job
+
+
+class GRPOParams(TrainJobParams):
+    """What a user passes from the UI, a schedule or `prefect deployment run`."""
+
+
+@flow(name="grpo", log_prints=True)
+def grpo(params: GRPOParams) -> dict:
+    with user_errors_reported("GRPO"):
+        return _grpo(params)
+
+
+def _grpo(params: GRPOParams) -> dict:
+    run, result = run_training_job(params, "grpo")
+    report = read_run_report(run)
+    create_markdown_artifact(summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
+    table = completions_table(report.completions)
+    if table:
+        create_table_artifact(table, key="grpo-completions",
+                              description=f"GRPO {run.name}: sampled completions of step {table[0]['step']}")
+    plots = plot_curves(report, run / "plots")
+    create_markdown_artifact(plots_markdown(plots), key="grpo-plots", description=f"GRPO {run.name}: curves")
+    get_run_logger().info("GRPO done: %s (plots in %s)", result.get("final"), run / "plots")
+    return {"run_dir": str(run), **result}

@@ -1,0 +1,221 @@
+"""The GRPO run report, from the run folder's files: plain functions, no Prefect (flows/grpo.py publishes).
+
+    python -c "from flows.grpo_report import read_run_report as r, summary_markdown as s; print(s(r('RUN')))"
+
+Reads RUN/result.json, RUN/metrics.jsonl (train rows: reward_mean, reward_std, accuracy, kl,
+rollout_time, train_time, tokens_per_s ...; val rows: reward_mean, accuracy, n) and
+RUN/completions.jsonl (sampled completions with reward, parts, advantage), and builds the summary
+markdown, the completions table and the reward / accuracy / KL plots (RUN/plots/*.png).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cosmos_train.metrics import read_metrics
+
+COMPLETIONS_FILE = "completions.jsonl"
+TABLE_ROWS = 20
+# Table cells: a prompt holds the system prompt and a long question; its tail is the question.
+PROMPT_CHARS = 200
+COMPLETION_CHARS = 400
+
+
+def read_completions(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of RUN/completions.jsonl; lines that do not parse (a write cut by a kill) are skipped,
+    since the file is only displayed."""
+    path = Path(run_dir) / COMPLETIONS_FILE
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").split("\n"):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def per_step(metrics: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """Rows of one kind by step, the last row of a step winning (an attempt before a resume may have
+    logged a step the retry logged again)."""
+    by_step = {int(r["step"]): r for r in metrics if r.get("kind") == kind and "step" in r}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _num(row: dict[str, Any], key: str) -> float | None:
+    v = row.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of `key` over the rows that hold a finite number for it."""
+    pairs = [(int(r["step"]), v) for r in rows if (v := _num(r, key)) is not None]
+    return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+@dataclass
+class RunReport:
+    run_dir: Path
+    result: dict[str, Any]
+    train: list[dict[str, Any]]
+    val: list[dict[str, Any]]
+    completions: list[dict[str, Any]]
+
+
+def read_run_report(run_dir: Path) -> RunReport:
+    """Everything the report shows, read once; missing files read as empty."""
+    run_dir = Path(run_dir)
+    result_path = run_dir / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    metrics = read_metrics(run_dir)
+    return RunReport(run_dir, result, per_step(metrics, "train"), per_step(metrics, "val"),
+                     read_completions(run_dir))
+
+
+def _first_last(rows: list[dict[str, Any]], key: str, fmt: str) -> str | None:
+    steps, values = series(rows, key)
+    if not values:
+        return None
+    return f"{values[0]:{fmt}} (step {steps[0]}) -> {values[-1]:{fmt}} (step {steps[-1]})"
+
+
+def summary_markdown(report: RunReport) -> str:
+    """Steps, reward and accuracy first -> last, best validation accuracy, KL, time split, throughput,
+    exports, resume notes and skipped steps."""
+    r, train, val = report.result, report.train, report.val
+    lines = [f"# GRPO run `{report.run_dir.name}`", "", f"- run folder: `{report.run_dir}`",
+             f"- steps: {r.get('step')}" + (" (stopped early)" if r.get("stopped") else "")]
+    if (reward := _first_last(train, "reward_mean", ".3f")) is not None:
+        lines.append(f"- reward (train mean): {reward}")
+    if (acc := _first_last(train, "accuracy", ".3f")) is not None:
+        lines.append(f"- accuracy (train rollouts): {acc}")
+    val_steps, val_acc = series(val, "accuracy")
+    if val_acc:
+        best = max(range(len(val_acc)), key=lambda i: val_acc[i])  # the first of equal bests
+        lines.append(f"- validation accuracy: best {val_acc[best]:.3f} at step {val_steps[best]}, "
+                     f"last {val_acc[-1]:.3f} (step {val_steps[-1]})")
+    _, kl = series(train, "kl")
+    if kl:
+        lines.append(f"- KL: last {kl[-1]:.4g}, max {max(kl):.4g}")
+    _, rollout = series(train, "rollout_time")
+    _, training = series(train, "train_time")
+    if rollout and training:
+        total = sum(rollout) + sum(training)
+        share = 100.0 * sum(rollout) / total if total > 0 else 0.0
+        lines.append(f"- time: rollout {sum(rollout):.1f} s ({share:.0f}%), training {sum(training):.1f} s "
+                     f"({100.0 - share:.0f}%)")
+    _, tps = series(train, "tokens_per_s")
+    if tps:
+        lines.append(f"- throughput: {tps[-1]:.0f} tokens/s (last step), {sum(tps) / len(tps):.0f} mean")
+    lines.append(f"- final export: `{r['final']}`" if r.get("final") else "- final export: none")
+    if best_export := r.get("best"):
+        value = best_export.get("value")
+        shown = f"{value:.3f}" if isinstance(value, int | float) else value
+        lines.append(f"- best export: `{best_export.get('path')}` ({best_export.get('metric')} {shown} "
+                     f"at step {best_export.get('step')})")
+    if r.get("resumed_from"):
+        lines.append(f"- resumed from `{r['resumed_from']}`")
+    if r.get("resume_note"):
+        lines.append(f"- {r['resume_note']}")
+    if r.get("skipped_steps"):
+        lines.append(f"- steps skipped for a non-finite loss or gradient norm: {r['skipped_steps']}")
+    if not report.completions:
+        lines.append("- no completions sampled (completions.jsonl is empty or missing)")
+    return "\n".join(lines) + "\n"
+
+
+def _clip(text: Any, n: int, tail: bool = False) -> str:
+    s = str(text or "")
+    if len(s) <= n:
+        return s
+    return "..." + s[-n:] if tail else s[:n] + "..."
+
+
+def _round(v: Any, digits: int = 4) -> Any:
+    return round(v, digits) if isinstance(v, float) else v
+
+
+def completions_table(completions: list[dict[str, Any]], limit: int = TABLE_ROWS) -> list[dict[str, Any]]:
+    """The last sampled step's completions, its last `limit` rows, one row each, reward parts as columns.
+
+    The last rows, not the first: a retry that resumed before a step already sampled logs that step
+    again after the crashed attempt's rows, and only the retry's count."""
+    if not completions:
+        return []
+    last = completions[-1].get("step")
+    block: list[dict[str, Any]] = []
+    for row in reversed(completions):
+        if row.get("step") != last or len(block) == limit:
+            break
+        block.append(row)
+    block.reverse()
+    table = []
+    for row in block:
+        out = {"step": row.get("step"), "id": row.get("id"), "prompt": _clip(row.get("prompt"), PROMPT_CHARS, tail=True),
+               "completion": _clip(row.get("completion"), COMPLETION_CHARS), "reward": _round(row.get("reward"))}
+        out.update({f"reward/{k}": _round(v) for k, v in (row.get("parts") or {}).items()})
+        out["advantage"] = _round(row.get("advantage"))
+        table.append(out)
+    return table
+
+
+PLOTS = ("reward", "accuracy", "kl")
+
+
+def plot_curves(report: RunReport, out_dir: Path) -> list[Path]:
+    """RUN/plots/{reward,accuracy,kl}.png (a plot with no data is not written); small PNGs, since the
+    flow embeds them in an artifact."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in PLOTS:
+        key = "reward_mean" if name == "reward" else name
+        train_x, train_y = series(report.train, key)
+        val_x, val_y = series(report.val, key)
+        if not train_y and not val_y:
+            continue
+        fig = Figure(figsize=(4.8, 2.8), dpi=80)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        if train_y:
+            ax.plot(train_x, train_y, color="#4c72b0", label="train")
+        if name == "reward":
+            std_x, std = series([r for r in report.train if _num(r, "reward_mean") is not None], "reward_std")
+            if len(std_x) == len(train_x):
+                ax.fill_between(train_x, [m - s for m, s in zip(train_y, std)],
+                                [m + s for m, s in zip(train_y, std)], color="#4c72b0", alpha=0.2, label="± std")
+        if val_y:
+            ax.plot(val_x, val_y, "o-", color="#dd8452", markersize=4, label="validation")
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel({"reward": "mean reward", "accuracy": "accuracy", "kl": "KL to reference"}[name])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, format="png")
+        written.append(path)
+    return written
+
+
+def plots_markdown(paths: list[Path]) -> str:
+    """The plots embedded as data: URIs (an artifact cannot link to a file on the worker's disk)."""
+    if not paths:
+        return "# GRPO curves\n\nNo train or validation rows in metrics.jsonl yet.\n"
+    lines = ["# GRPO curves", ""]
+    for path in paths:
+        data = base64.b64encode(path.read_bytes()).decode()
+        lines += [f"`{path}`", "", f"![{path.stem}](data:image/png;base64,{data})", ""]
+    return "\n".join(lines)

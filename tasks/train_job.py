@@ -1,0 +1,56 @@
+"""What the training flows (`sft`, `grpo`) share: their parameters and the run of one trainer.
+
+    run, result = run_training_job(params, "grpo")   # inside a flow: trains cosmos_train.train.grpo
+
+validate (check_job) -> run folder (resolve-config, RUN/config.toml) -> prepare-data (manifest.jsonl)
+-> torchrun of the trainer module, relaunched up to `train_retries` times after a crash; each retry
+passes --resume-own-run, so it continues from the run folder's newest checkpoint -> RUN/result.json.
+Each flow then builds its own report from the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import get_run_logger
+from pydantic import BaseModel, Field
+
+from cosmos_train.preflight import check_job
+from tasks.prepare_data import prepare_data_task
+from tasks.run_folder import resolve_config
+from tasks.torchrun import run_torchrun
+
+
+class TrainJobParams(BaseModel):
+    """What a user passes from the UI, a schedule or `prefect deployment run`."""
+
+    config: str = Field(..., description="Path of the job TOML.")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+    dataset_script: str | None = Field(None, description="Optional dataset script (see examples/).")
+    run_dir: str | None = Field(None, description="Continue in this existing run folder instead of a new one.")
+    train_retries: int = Field(1, ge=0, description="Relaunches of a failed training job (each resumes).")
+    timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
+
+
+def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]) -> tuple[Path, dict[str, Any]]:
+    """Prepare the data and train with cosmos_train.train.<policy_type> in a run folder.
+
+    Returns the run folder and its result.json. Call it inside a flow: it uses the run logger and tasks."""
+    logger = get_run_logger()
+    # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
+    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False,
+              policy_type=policy_type)
+    cfg, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
+    run = Path(run_dir)
+    logger.info("run folder: %s", run)
+    prep = prepare_data_task(config=str(run / "config.toml"), run_dir=run_dir, dataset_script=params.dataset_script)
+    logger.info("data prepared: %s", prep)
+    args = ["--config", str(run / "config.toml"), "--resume-own-run"]
+    if params.dataset_script:
+        args += ["--dataset-script", str(Path(params.dataset_script).resolve())]
+    train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
+    train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
+          timeout_s=params.timeout_s)
+    return run, json.loads((run / "result.json").read_text())

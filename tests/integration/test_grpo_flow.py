@@ -1,0 +1,136 @@
+"""The `grpo` Prefect flow on configs/tiny-grpo.toml (tiny model, synthetic RL rows, CPU): prepare ->
+torchrun -> result.json, the summary / completions / plots artifacts, and a crash that a task retry
+resumes from the newest checkpoint.
+
+    pytest -x -q tests/integration/test_grpo_flow.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, processes_with
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+TINY_GRPO = ROOT / "configs" / "tiny-grpo.toml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _overrides(model: Path, data: Path, out: Path, steps: int, *more: str) -> list[str]:
+    """The recipe on the session's tiny model and data, small enough for a few CPU steps."""
+    return [f'policy.model_name_or_path="{model}"', f'train.train_policy.dataset.name="{data}"',
+            f'train.output_dir="{out}"', f"train.max_num_steps={steps}", "rollout.batch_size=2",
+            "rollout.n_generation=4", "rollout.max_response_length=4",
+            # one optimizer update per rollout batch of 2 x 4 completions; completions sampled every step
+            "train.train_batch_per_replica=8", "train.train_policy.micro_batch=8",
+            "logging.completion_sample_freq=1", *more]
+
+
+def _artifacts(flow_run_id: Any) -> dict[str, Any]:
+    """The flow run's artifacts by key (data: markdown text, or a table's rows as JSON)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> dict[str, Any]:
+        async with get_client() as c:
+            arts = await c.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+            return {a.key: a for a in arts if a.key}
+
+    return asyncio.run(read())
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_grpo_flow_trains_and_reports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    from flows.grpo import GRPOParams, grpo
+
+    steps = 3
+    overrides = _overrides(tiny_model_dir, synthetic_dir, tmp_path / "out", steps,
+                           "validation.enable=true", "validation.freq=2",
+                           "train.train_policy.kl_beta=0.01")  # the recipe's 0 logs no KL: the plot needs one
+    state = grpo(GRPOParams(config=str(TINY_GRPO), overrides=overrides), return_state=True)
+    assert state.is_completed(), state
+    result = state.result()
+    run = Path(result["run_dir"])
+    assert run.parent == tmp_path / "out" and (run / "manifest.jsonl").is_file()
+    assert {"run_dir": str(run), **json.loads((run / "result.json").read_text())} == result
+    assert result["step"] == steps and Path(result["final"]).joinpath("config.json").is_file()
+
+    metrics = _jsonl(run / "metrics.jsonl")
+    train = [m for m in metrics if m["kind"] == "train"]
+    val = [m for m in metrics if m["kind"] == "val"]
+    assert [m["step"] for m in train] == list(range(1, steps + 1))
+    assert val and all(0.0 <= v["accuracy"] <= 1.0 for v in val)
+    completions = _jsonl(run / "completions.jsonl")
+    assert completions and all({"prompt", "completion", "reward", "parts", "advantage"} <= set(c) for c in completions)
+
+    arts = _artifacts(state.state_details.flow_run_id)
+    assert {"grpo-summary", "grpo-completions", "grpo-plots"} <= set(arts)
+    summary = arts["grpo-summary"].data
+    first, last = train[0]["reward_mean"], train[-1]["reward_mean"]
+    assert f"- steps: {steps}" in summary and f"{first:.3f} (step 1) -> {last:.3f} (step {steps})" in summary
+    assert "validation accuracy: best" in summary and f"`{result['final']}`" in summary
+    assert f"KL: last {train[-1]['kl']:.4g}" in summary and f"`{result['best']['path']}`" in summary
+    # The table: the last sampled step's completions as the trainer wrote them, rewards included.
+    table = json.loads(arts["grpo-completions"].data)
+    last_step = completions[-1]["step"]
+    written = [c for c in completions if c["step"] == last_step]
+    assert 0 < len(table) <= 20 and {row["step"] for row in table} == {last_step}
+    assert [row["reward"] for row in table] == [round(c["reward"], 4) for c in written[-len(table):]]
+    plots = arts["grpo-plots"].data
+    for name in ("reward", "accuracy", "kl"):
+        png = run / "plots" / f"{name}.png"
+        assert png.read_bytes().startswith(PNG_MAGIC) and f"![{name}](data:image/png;base64," in plots
+
+
+def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """A trainer rank killed with SIGKILL after the step-2 checkpoint: Prefect retries the task, and the
+    retry continues from that checkpoint (--resume-own-run) instead of step 0."""
+    from flows.grpo import GRPOParams, grpo
+
+    steps, out = 6, tmp_path / "out"
+    killed: list[int] = []
+
+    def crash_one_rank() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            for run in out.glob("*"):
+                m = run / "metrics.jsonl"
+                if (run / "checkpoints" / "step_2").exists() and m.exists() and m.read_text().count('"train"') >= 3:
+                    pids = [p for p in processes_with("cosmos_train.train.grpo", str(run / "config.toml"))
+                            if p not in processes_with("cosmos_train.launch")]
+                    if pids:
+                        os.kill(pids[0], signal.SIGKILL)
+                        killed.append(pids[0])
+                        return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=crash_one_rank, daemon=True)
+    watcher.start()
+    state = grpo(GRPOParams(config=str(TINY_GRPO), train_retries=1,
+                            overrides=_overrides(tiny_model_dir, synthetic_dir, out, steps, "train.ckpt.save_freq=2")),
+                 return_state=True)
+    watcher.join(timeout=5)
+    assert killed, "the watcher never found a trainer rank to kill"
+    assert state.is_completed(), state
+    result = state.result()
+    run = Path(result["run_dir"])
+    assert result["step"] == steps and result["resumed_from"], result
+    assert int(Path(result["resumed_from"]).name.removeprefix("step_")) >= 2
+    train_steps = [r["step"] for r in _jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
+    # Not started over (step 1 once), finished, and the crashed attempt's rows past the resume point replaced.
+    assert train_steps == list(range(1, steps + 1)), train_steps
+    assert f"resumed from `{result['resumed_from']}`" in _artifacts(state.state_details.flow_run_id)["grpo-summary"].data
