@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,33 @@ def processes_with(*needles: str) -> list[int]:
             if state != "Z" and all(n.encode() in cmd for n in needles):
                 pids.append(int(d.name))
     return pids
+
+
+def kill_a_rank_after_step_2(out_dir: Path, trainer_module: str, timeout_s: float = 600) -> tuple[Any, list[int]]:
+    """A started thread that SIGKILLs one rank of `trainer_module` (e.g. "cosmos_train.train.sft") running
+    in a run folder under `out_dir` once that run has its step_2 checkpoint and 3 logged train steps, as
+    the OOM killer would; and the list the killed pid goes into."""
+    import os
+    import signal
+    import threading
+    import time
+
+    killed: list[int] = []
+
+    def crash_one_rank() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not killed:
+            for run in out_dir.glob("*"):
+                m = run / "metrics.jsonl"
+                if (run / "checkpoints" / "step_2").exists() and m.exists() and m.read_text().count('"train"') >= 3:
+                    pids = [p for p in processes_with(trainer_module, str(run / "config.toml"))
+                            if p not in processes_with("cosmos_train.launch")]
+                    if pids:
+                        os.kill(pids[0], signal.SIGKILL)
+                        killed.append(pids[0])
+                        return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=crash_one_rank, daemon=True)
+    watcher.start()
+    return watcher, killed

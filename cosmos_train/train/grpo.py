@@ -316,7 +316,11 @@ class GRPOTrainer(Trainer):
         return out
 
     # ------------------------------------------------------------------ one step
-    def grpo_step(self, rows: list[dict]) -> dict[str, Any]:
+    def batches(self, pos: DataPosition):
+        for idx, next_pos in self.sampler.batches(pos):
+            yield [self.rows[i] for i in idx], next_pos
+
+    def train_step(self, rows: list[dict]) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.engine.wake()
         rollout = self.rollout(rows)
@@ -335,9 +339,8 @@ class GRPOTrainer(Trainer):
         else:
             values = self.train_on(samples, filler)
         t_train = time.perf_counter() - t1
-        self.step += 1
-        if self.step % self.cfg.train.sync_weight_interval == 0:
-            self.sync_weights()
+        if (self.step + 1) % self.cfg.train.sync_weight_interval == 0:
+            self.sync_weights(version=self.step + 1)  # the weights after this step
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.sequence.input_ids) for s in samples), self.dist.device)
         stats["vision_token_completions"] = float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
@@ -359,9 +362,11 @@ class GRPOTrainer(Trainer):
         empty = Completion("", [], [], "stop")
         return RLSample(completion_sequence(prompt, empty), 0.0, torch.zeros(0), in_loss=False)
 
-    def sync_weights(self) -> None:
-        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream)."""
-        self.weight_version = self.engine.update_weights(self.model.state_dict(), version=self.step)
+    def sync_weights(self, version: int | None = None) -> None:
+        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream);
+        the version is the number of steps they have had."""
+        self.weight_version = self.engine.update_weights(self.model.state_dict(),
+                                                         version=self.step if version is None else version)
 
     def _rollout_stats(self, rollout: Rollout) -> dict[str, float]:
         """Reward, accuracy, length and group statistics over every rank's rollout: over every group
@@ -449,48 +454,32 @@ class GRPOTrainer(Trainer):
                 (self.run_dir / "best.json").write_text(json.dumps(self.best, indent=2))
                 self.log(f"best validation {metric} {values[metric]:.4f} at step {self.step}")
 
-    # ------------------------------------------------------------------ the loop
-    def fit(self) -> dict[str, Any]:
-        cfg = self.cfg
-        r = cfg.rollout
-        self.log(f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps on "
-                 f"{self.dist.world_size} process(es): {r.batch_size} prompts x {r.n_generation} completions a step, "
-                 f"{self.mini_batches} update(s) x {cfg.train.train_policy.mu_iterations} pass(es), "
-                 f"{len(self.rows)} rows, rollout engine {self.engine.name}")
+    # ------------------------------------------------------------------ around the loop
+    def describe(self) -> str:
+        r = self.cfg.rollout
+        return (f"{super().describe()} on {self.dist.world_size} process(es): {r.batch_size} prompts x "
+                f"{r.n_generation} completions a step, {self.mini_batches} update(s) x "
+                f"{self.cfg.train.train_policy.mu_iterations} pass(es), {len(self.rows)} rows, "
+                f"rollout engine {self.engine.name}")
+
+    @property
+    def validating(self) -> bool:
+        return self.cfg.validation.enable and bool(self.val_rows)
+
+    def validate_and_log(self) -> None:
+        self.validate_and_keep_best()
+
+    def before_loop(self) -> None:
         if self.step:  # resumed: the engine starts from the loaded model, not the checkpoint
             self.sync_weights()
-        validating = cfg.validation.enable and bool(self.val_rows)
-        if validating and self.best is None:
+        if self.validating and self.best is None:
             self.validate_and_keep_best()  # the starting point: GRPO's best must beat it
-        last: dict[str, Any] = {}
-        while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
-            for idx, next_pos in self.sampler.batches(self.pos):
-                values = self.grpo_step([self.rows[i] for i in idx])
-                self.pos = next_pos
-                if values.pop("skipped"):
-                    self.skip_nonfinite(values)
-                else:
-                    last = values
-                    self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
-                    if validating and self.step % cfg.validation.freq == 0:
-                        self.validate_and_keep_best()
-                    self.periodic_save()
-                self.stopped = self.exit_request.agreed()
-                if self.stopped or self.step >= self.total_steps:
-                    break
-            if self.stopped or self.step >= self.total_steps:
-                break
-            self.pos = DataPosition(self.pos.epoch + 1, 0)
-        if not self.stopped and validating and self.step % cfg.validation.freq:
-            self.validate_and_keep_best()  # the final weights, if not just done
-        final = self.finish()
+
+    def after_loop(self) -> None:
         self.engine.close()
-        if self.stopped:
-            return {"step": self.step, "stopped": True}
-        self.metrics.close()
-        return {"step": self.step, "stopped": False, "final": str(final) if final else None, "best": self.best,
-                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
-                "skipped_steps": self.skipped_steps, **last}
+
+    def result_extra(self) -> dict[str, Any]:
+        return {"best": self.best}
 
 
 def _all_reduce_max(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -130,7 +130,7 @@ class SFTTrainer(Trainer):
                 "label_tokens": int(total)}
 
     # ------------------------------------------------------------------ the loop
-    def loader(self, pos: DataPosition):
+    def batches(self, pos: DataPosition):
         from torch.utils.data import DataLoader
 
         steps = list(self.sampler.batches(pos))
@@ -142,39 +142,15 @@ class SFTTrainer(Trainer):
         dl = DataLoader(self.dataset, batch_sampler=[s[0] for s in steps], collate_fn=list, **kwargs)
         return zip(dl, [s[1] for s in steps])
 
-    def fit(self) -> dict[str, Any]:
-        cfg = self.cfg
-        self.log(f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps "
-                 f"on {self.dist.world_size} process(es), {len(self.dataset)} rows")
-        last: dict[str, float] = {}
-        while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
-            for samples, next_pos in self.loader(self.pos):
-                values = self.train_step(samples)
-                self.step += 1
-                self.pos = next_pos
-                if values.get("skipped"):
-                    self.skip_nonfinite(values)  # no update was made: nothing new to log, check or save
-                else:
-                    last = values
-                    self.metrics.log(self.step, {**last, "total_steps": self.total_steps})
-                    if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq == 0:
-                        self.metrics.log(self.step, self.validate(), kind="val")
-                    self.periodic_save()
-                self.stopped = self.exit_request.agreed()
-                if self.stopped or self.step >= self.total_steps:
-                    break
-            if self.stopped or self.step >= self.total_steps:
-                break
-            self.pos = DataPosition(self.pos.epoch + 1, 0)
-        final = self.finish()
-        if self.stopped:
-            return {"step": self.step, "stopped": True}
-        if cfg.validation.enable and len(self.val_dataset) and self.step % cfg.validation.freq:
-            self.metrics.log(self.step, self.validate(), kind="val")  # the final weights, if not just done
-        self.metrics.close()
-        return {"step": self.step, "stopped": False, "final": str(final) if final else None,
-                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
-                "skipped_steps": self.skipped_steps, **last}
+    def describe(self) -> str:
+        return f"{super().describe()} on {self.dist.world_size} process(es), {len(self.dataset)} rows"
+
+    @property
+    def validating(self) -> bool:
+        return self.cfg.validation.enable and len(self.val_dataset) > 0
+
+    def validate_and_log(self) -> None:
+        self.metrics.log(self.step, self.validate(), kind="val")
 
 
 def main(argv: list[str] | None = None) -> int:

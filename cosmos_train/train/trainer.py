@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import resource
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -177,6 +178,73 @@ class Trainer:
         self.ckpt.wait()
         return self.export("final") if ck.export_safetensors else None
 
+    # ------------------------------------------------------------------ what a subclass supplies to the loop
+    def describe(self) -> str:
+        """The line logged before the first step."""
+        return f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps"
+
+    def batches(self, pos: DataPosition) -> Iterator[tuple[Any, DataPosition]]:
+        """(this rank's batch, the data position after it) from `pos` to the epoch's end."""
+        raise NotImplementedError
+
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """One step on `batch` (self.step is the number of steps done before it); "skipped": True when
+        the update was not applied (a non-finite loss or gradient)."""
+        raise NotImplementedError
+
+    @property
+    def validating(self) -> bool:
+        return False
+
+    def validate_and_log(self) -> None:
+        """Validation on its schedule (validation.freq) and after the last step."""
+
+    def before_loop(self) -> None:
+        """After resume, before the first step."""
+
+    def after_loop(self) -> None:
+        """After the last checkpoint and export."""
+
+    def result_extra(self) -> dict[str, Any]:
+        """What RUN/result.json holds beyond the common keys."""
+        return {}
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.log(self.describe())
+        self.before_loop()
+        last: dict[str, Any] = {}
+        while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
+            for batch, next_pos in self.batches(self.pos):
+                values = self.train_step(batch)
+                self.step += 1
+                self.pos = next_pos
+                if values.pop("skipped", False):
+                    self.skip_nonfinite(values)  # no update was made: nothing new to log, check or save
+                else:
+                    last = values
+                    self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
+                    if self.validating and self.step % cfg.validation.freq == 0:
+                        self.validate_and_log()
+                    self.periodic_save()
+                self.stopped = self.exit_request.agreed()
+                if self.stopped or self.step >= self.total_steps:
+                    break
+            if self.stopped or self.step >= self.total_steps:
+                break
+            self.pos = DataPosition(self.pos.epoch + 1, 0)
+        if not self.stopped and self.validating and self.step % cfg.validation.freq:
+            self.validate_and_log()  # the final weights, if not just done
+        final = self.finish()
+        self.after_loop()
+        if self.stopped:
+            return {"step": self.step, "stopped": True}
+        self.metrics.close()
+        return {"step": self.step, "stopped": False, "final": str(final) if final else None, **self.result_extra(),
+                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
+                "skipped_steps": self.skipped_steps, **last}
+
     def skip_nonfinite(self, values: dict[str, Any]) -> None:
         """A step whose loss or gradient norm is not finite made no update; stop the run (naming the step)
         once more of them than train.skip_nonfinite_steps allows. Nothing is saved or exported here, so
@@ -231,7 +299,7 @@ def run_main(trainer_cls: type[Trainer], argv: list[str] | None = None) -> int:
         seed_everything(cfg.train.seed, dist.rank, cfg.train.deterministic)
         trainer = trainer_cls(cfg, run_dir, dist, args.dataset_script)  # type: ignore[call-arg]
         trainer.maybe_resume(args.resume_own_run)
-        result = trainer.fit()  # type: ignore[attr-defined]
+        result = trainer.fit()
         if dist.is_main:
             (run_dir / "result.json").write_text(json.dumps(result, indent=2))
     except Exception as e:

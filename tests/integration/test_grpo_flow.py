@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, processes_with
+from tests.conftest import ROOT, kill_a_rank_after_step_2
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -102,24 +98,7 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     from flows.grpo import GRPOParams, grpo
 
     steps, out = 6, tmp_path / "out"
-    killed: list[int] = []
-
-    def crash_one_rank() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not killed:
-            for run in out.glob("*"):
-                m = run / "metrics.jsonl"
-                if (run / "checkpoints" / "step_2").exists() and m.exists() and m.read_text().count('"train"') >= 3:
-                    pids = [p for p in processes_with("cosmos_train.train.grpo", str(run / "config.toml"))
-                            if p not in processes_with("cosmos_train.launch")]
-                    if pids:
-                        os.kill(pids[0], signal.SIGKILL)
-                        killed.append(pids[0])
-                        return
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=crash_one_rank, daemon=True)
-    watcher.start()
+    watcher, killed = kill_a_rank_after_step_2(out, "cosmos_train.train.grpo")
     state = grpo(GRPOParams(config=str(TINY_GRPO), train_retries=1,
                             overrides=_overrides(tiny_model_dir, synthetic_dir, out, steps, "train.ckpt.save_freq=2")),
                  return_state=True)

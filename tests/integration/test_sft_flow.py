@@ -4,15 +4,11 @@ task retry resumes from the newest checkpoint."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_tiny_sft_config
+from tests.conftest import kill_a_rank_after_step_2, write_tiny_sft_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -48,19 +44,6 @@ def test_sft_flow_trains_exports_and_reports(tiny_model_dir: Path, synthetic_dir
     assert {"sft-summary", "sft-export"} <= keys
 
 
-def _trainer_pids(config: Path) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"cosmos_train.train.sft" in cmd and str(config).encode() in cmd and b"cosmos_train.launch" not in b" ".join(cmd):
-                pids.append(int(d.name))
-    return pids
-
-
 def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     """A rank killed with SIGKILL mid-run (e.g. the OOM killer): the task fails, Prefect retries it,
     and the retry continues from the newest complete checkpoint instead of step 0."""
@@ -69,23 +52,7 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     steps = 8
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
                                 max_num_steps=steps)
-    killed: list[int] = []
-
-    def crash_one_rank() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not killed:
-            for run in (tmp_path / "out").glob("*"):
-                m = run / "metrics.jsonl"
-                if (run / "checkpoints" / "step_2").exists() and m.exists() and m.read_text().count('"train"') >= 3:
-                    pids = _trainer_pids(run / "config.toml")
-                    if pids:
-                        os.kill(pids[0], signal.SIGKILL)
-                        killed.append(pids[0])
-                        return
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=crash_one_rank, daemon=True)
-    watcher.start()
+    watcher, killed = kill_a_rank_after_step_2(tmp_path / "out", "cosmos_train.train.sft", timeout_s=300)
     state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=1),
                 return_state=True)
     watcher.join(timeout=5)
