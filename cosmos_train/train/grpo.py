@@ -272,6 +272,7 @@ class GRPOTrainer(Trainer):
                 self.model.train()
                 norm = self._normaliser(micro)
                 if norm == 0:  # every completion of this update is masked out (all truncated): nothing to learn
+                    self.scheduler.step()  # the schedule stays on update numbers
                     continue
                 loss_sum = [0.0]
 

@@ -96,3 +96,19 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
     assert "kl" in tail[-1] and tail[-1]["updates"] == 4  # 16 completions / 8 per update x 2 passes
     assert [r["completion"] for r in rows(straight, "completions.jsonl") if r["step"] > 2] == \
         [r["completion"] for r in rows(resumed, "completions.jsonl")]
+
+
+def test_masked_truncated_completions_make_no_update(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """mask_truncated_completions: every completion of the toy task hits the 3-token budget, so nothing is
+    left to learn from: no update is made and the exported weights are the initial ones (one process)."""
+    run = tmp_path / "run"
+    grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
+        "train.max_num_steps": 2, "train.train_policy.mask_truncated_completions": True,
+        "rollout.sampling_config.top_k": 4, "policy.parallelism.dp_shard_size": 1}), nproc=1)
+    train = [m for m in rows(run) if m["kind"] == "train"]
+    assert [m["truncated_fraction"] for m in train] == [1.0, 1.0]
+    assert [m["updates"] for m in train] == [0.0, 0.0]
+    final = exported(run / "safetensors" / "final")
+    initial = exported(tiny_model_dir)
+    assert final.keys() == initial.keys()
+    assert all(torch.equal(final[k], initial[k]) for k in final)
