@@ -324,7 +324,7 @@ class GRPOTrainer(Trainer):
     def train_step(self, rows: list[dict]) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.engine.wake()
-        rollout = self.rollout(rows)
+        rollout = self._from_tp_leader(self.rollout(rows))
         self.engine.sleep()
         t_rollout = time.perf_counter() - t0
         self.vision_token_completions = 0
@@ -349,6 +349,19 @@ class GRPOTrainer(Trainer):
                 "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time, "weight_version": self.weight_version,
                 "lr": self.scheduler.get_last_lr()[0], "peak_mem_gb": peak_memory_gb(self.dist.device),
                 "epoch": self.pos.epoch}
+
+    def _from_tp_leader(self, rollout: Rollout) -> Rollout:
+        """The ranks of one policy TP group hold slices of one model and must train on the same batch: they
+        take the rollout of the group's first rank (their engines sampled the same prompts with the same
+        seed, but kernels need not agree to the bit)."""
+        mesh = self.dist.tp_mesh
+        if mesh is None:
+            return rollout
+        import torch.distributed as torch_dist
+
+        box: list[Any] = [rollout]
+        torch_dist.broadcast_object_list(box, group_src=0, group=mesh.get_group())
+        return box[0]
 
     def _filler(self, rollout: Rollout, samples: list[RLSample]) -> RLSample:
         """An input for the weight-0 micro-batches of a rank with fewer samples than the others: one of its

@@ -112,3 +112,16 @@ def test_masked_truncated_completions_make_no_update(tiny_model_dir: Path, synth
     initial = exported(tiny_model_dir)
     assert final.keys() == initial.keys()
     assert all(torch.equal(final[k], initial[k]) for k in final)
+
+
+def test_tensor_parallel_policy(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """The policy on TP 2 (both ranks one replica): the ranks train on the first rank's rollout, so the
+    replica sees one batch, and the run trains, validates and exports."""
+    run = tmp_path / "run"
+    grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
+        "train.max_num_steps": 3, "policy.parallelism.tp_size": 2, "policy.parallelism.dp_shard_size": 1,
+        "rollout.sampling_config.top_k": 4, "validation.enable": True, "validation.freq": 3}))
+    train = [m for m in rows(run) if m["kind"] == "train"]
+    assert [m["step"] for m in train] == [1, 2, 3]
+    assert all(m["completions"] == 16 and m["updates"] == 1 for m in train)  # one replica: 4 prompts x 4, not x 2
+    assert exported(run / "safetensors" / "final").keys() == exported(tiny_model_dir).keys()
