@@ -125,3 +125,19 @@ def test_tensor_parallel_policy(tiny_model_dir: Path, synthetic_dir: Path, tmp_p
     assert [m["step"] for m in train] == [1, 2, 3]
     assert all(m["completions"] == 16 and m["updates"] == 1 for m in train)  # one replica: 4 prompts x 4, not x 2
     assert exported(run / "safetensors" / "final").keys() == exported(tiny_model_dir).keys()
+
+
+def test_micro_batch_split_does_not_change_the_update(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """token-mean over the update's global token count: one update of 16 completions (8 a rank) computed in
+    micro-batches of 8 or of 2 has the same loss and gradient norm (first step: same weights, same rollout)."""
+    first = {}
+    for micro in (8, 2):
+        run = tmp_path / f"mb{micro}"
+        grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{micro}", **{
+            "train.max_num_steps": 1, "train.train_policy.micro_batch": micro, "rollout.sampling_config.top_k": 4,
+            "train.train_policy.kl_beta": 0.1}))
+        first[micro] = next(m for m in rows(run) if m["kind"] == "train")
+    a, b = first[8], first[2]
+    assert a["reward_mean"] == b["reward_mean"] and a["completions"] == b["completions"] == 16
+    assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * max(1.0, a["grad_norm"]) and a["grad_norm"] > 0
+    assert abs(a["loss"] - b["loss"]) <= 1e-6 and abs(a["kl"] - b["kl"]) <= 1e-7
