@@ -236,11 +236,14 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], out: Path, steps: int) 
 
     model = load_model(model_dir, dtype=torch.float32, device="cpu")
     ends: list[float] = []
-    rewards: list[float] = []
+    rollout_times: list[float] = []
+    rollout = [0.0]  # generation + reward + advantages of the current step
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             ends.append(time.perf_counter())
+            rollout_times.append(rollout[0])
+            rollout[0] = 0.0
 
     args = GRPOConfig(
         output_dir=str(out), per_device_train_batch_size=GROUP * PROMPTS, gradient_accumulation_steps=1,
@@ -255,13 +258,23 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], out: Path, steps: int) 
                           processing_class=load_processor(model_dir), callbacks=[StepClock()])
     if trainer.accelerator.distributed_type != DistributedType.NO:
         raise RuntimeError(f"TRL runs as {trainer.accelerator.distributed_type}, not as one plain process")
+    generate = trainer._generate_and_score_completions
+
+    def timed_generate(*a: Any, **kw: Any) -> Any:  # TRL's rollout: generate, score, advantages
+        t = time.perf_counter()
+        try:
+            return generate(*a, **kw)
+        finally:
+            rollout[0] += time.perf_counter() - t
+
+    trainer._generate_and_score_completions = timed_generate
     start = time.perf_counter()
     trainer.train()
-    for entry in trainer.state.log_history:
-        if "reward" in entry:
-            rewards.append(entry["reward"])
     marks = [start, *ends]
-    return {"step_times": [b - a for a, b in zip(marks, marks[1:])], "reward_mean": rewards}
+    steps_s = [b - a for a, b in zip(marks, marks[1:])]
+    return {"step_times": steps_s, "rollout_times": rollout_times,
+            "train_times": [s - r for s, r in zip(steps_s, rollout_times)],  # the rest: forward, backward, AdamW
+            "reward_mean": [e["reward"] for e in trainer.state.log_history if "reward" in e]}
 
 
 # ---------------------------------------------------------------------------------------------- ours
@@ -299,6 +312,11 @@ def median_after(values: list[float], warmup: int) -> float:
     if not kept:
         raise ValueError(f"no steps left after {warmup} warm-up steps (raise --steps)")
     return statistics.median(kept)
+
+
+def _med(values: list[float | None], warmup: int) -> str:
+    kept = [v for v in values[warmup:] if v is not None]
+    return f"{statistics.median(kept):.3f}" if kept else "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         "trl": {**trl, "median_step_s": median_after(trl["step_times"], args.warmup)},
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    lines = ["| side | median step s (steps > warm-up) | step times s | mean reward | vs TRL |",
-             "|---|---:|---|---:|---:|"]
+    lines = ["| side | step s (median) | rollout s (median) | train s (median) | step times s | mean reward "
+             "| TRL / ours |", "|---|---:|---:|---:|---|---:|---:|"]
     trl_median = result["trl"]["median_step_s"]
     if ours is not None:
         ours_median = median_after(ours["step_times"], args.warmup)
@@ -369,11 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         ours_wall = median_after(ours["row_intervals"], max(args.warmup - 1, 0))
         result["ours"] = {**ours, "median_step_s": ours_median, "median_row_interval_s": ours_wall}
         result["ratio"] = trl_median / ours_median
-        lines.append(f"| ours (cosmos_train.train.grpo) | {ours_median:.3f} | "
-                     f"{' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
+        lines.append(f"| ours (cosmos_train.train.grpo) | {ours_median:.3f} | {_med(ours['rollout_times'], args.warmup)} "
+                     f"| {_med(ours['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
                      f"{statistics.mean(r for r in ours['reward_mean'] if r is not None):.3f} | "
                      f"**{result['ratio']:.2f}x** |")
-    lines.append(f"| TRL GRPOTrainer | {trl_median:.3f} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
+    lines.append(f"| TRL GRPOTrainer | {trl_median:.3f} | {_med(trl['rollout_times'], args.warmup)} | "
+                 f"{_med(trl['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
                  f"{statistics.mean(trl['reward_mean']):.3f} | 1.00x |")
     print("\n".join(lines))
     if ours is not None:
