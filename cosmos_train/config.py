@@ -160,8 +160,10 @@ class TrainPolicyConfig(Section):
     )
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="The training dataset.")
     # --- SFT
-    mini_batch: int = Field(
-        2, ge=1, description="Samples per micro-batch (gradient accumulation splits the batch)."
+    micro_batch: int = Field(
+        2, ge=1,
+        description="Samples (GRPO: completions) per micro-batch: gradient accumulation splits each "
+        "optimizer step's batch into these. Alias: mini_batch (cosmos-rl's name).",
     )
     conversation_column_name: str = Field("conversations", description="Column holding the chat.")
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
@@ -215,6 +217,23 @@ class TrainPolicyConfig(Section):
     use_remote_reward: bool = Field(False, description="Score with the [remote_reward] service.")
     remote_reward: RemoteRewardConfig = Field(
         default_factory=RemoteRewardConfig, description="The remote reward service."
+    )
+    old_logprobs: Literal["recompute", "engine"] = Field(
+        "recompute",
+        description="Log-probs the PPO ratio is measured against: recomputed by the trainer before the "
+        "first update (engine log-probs then only feed behav_imp_weight_cap), or the engine's as sampled. "
+        "With mu_iterations = 1 and one mini-batch per rollout the trainer's own forward gives them for free.",
+    )
+    scale_rewards: bool = Field(
+        True, description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO)."
+    )
+    dynamic_sampling_max_rounds: int = Field(
+        2, ge=0,
+        description="variant = 'dapo': groups whose rewards are all equal are dropped and new prompts "
+        "sampled, at most this many extra rounds per step (what stays short is logged).",
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Leave completions cut at rollout.max_response_length out of the loss (DAPO)."
     )
     behav_imp_weight_cap: float | None = Field(
         None, gt=0,
@@ -474,6 +493,12 @@ class LoggingConfig(Section):
     project_name: str = Field("cosmos_train", description="wandb project.")
     experiment_name: str | None = Field(None, description="wandb run name (default: the run folder's name).")
     log_interval: int = Field(1, ge=1, description="Log every this many steps.")
+    completion_sample_freq: int = Field(
+        10, ge=0, description="GRPO: write sampled completions with their rewards every this many steps (0: never)."
+    )
+    completion_sample_count: int = Field(
+        4, ge=1, le=256, description="GRPO: completions written per sample (from the first groups of rank 0)."
+    )
 
 
 class LaunchConfig(Section):
@@ -530,6 +555,8 @@ ALIASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("grpo", "kl_penalty"), ("train", "train_policy", "kl_beta")),
     (("train", "train_policy", "kl_penalty"), ("train", "train_policy", "kl_beta")),
     (("train", "train_policy", "rollout_batch_size"), ("rollout", "batch_size")),
+    # cosmos-rl calls the micro-batch a mini_batch; in GRPO a mini-batch is an optimizer step's share.
+    (("train", "train_policy", "mini_batch"), ("train", "train_policy", "micro_batch")),
     # cosmos-rl's world-model (--wfm-mode) recipes name the policy parallelism this way.
     (("model", "fsdp_shard_size"), ("policy", "parallelism", "dp_shard_size")),
     (("model", "dp_replicate_size"), ("policy", "parallelism", "dp_replicate_size")),
@@ -840,12 +867,14 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
                 f"train.ckpt.{key}: uploads are not implemented in this release; remove the key "
                 f"(exports stay under train.output_dir)"
             )
-    mb = t.train_policy.mini_batch
+    mb = t.train_policy.micro_batch
     if cfg.policy_type == "sft" and t.train_batch_per_replica % mb:
         out.append(
-            f"train.train_policy.mini_batch: {mb} must divide train.train_batch_per_replica "
+            f"train.train_policy.micro_batch: {mb} must divide train.train_batch_per_replica "
             f"({t.train_batch_per_replica}) (micro-batches of equal size)"
         )
+    if cfg.policy_type == "grpo":
+        out += _grpo_problems(cfg)
     if cfg.policy_type == "grpo" and cfg.policy.parallelism.dp_replicate_size != 1:
         out.append("policy.parallelism.dp_replicate_size: GRPO runs one replica; set it to 1")
     if cfg.launch.node_rank >= cfg.launch.nnodes:
@@ -863,12 +892,50 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
     return out
 
 
+def _grpo_problems(cfg: Config) -> list[str]:
+    t, r = cfg.train, cfg.rollout
+    out = []
+    completions = r.batch_size * r.n_generation
+    if completions % t.train_batch_per_replica:
+        out.append(
+            f"train.train_batch_per_replica: {t.train_batch_per_replica} completions per optimizer step must "
+            f"divide a rollout's rollout.batch_size x rollout.n_generation = {r.batch_size} x {r.n_generation} "
+            f"= {completions}"
+        )
+    if t.train_policy.temperature != r.sampling_config.temperature:
+        out.append(
+            f"train.train_policy.temperature ({t.train_policy.temperature}) and rollout.sampling_config.temperature "
+            f"({r.sampling_config.temperature}) differ: the trainer's log-probs must be of the distribution the "
+            "engine sampled from; set them equal"
+        )
+    if r.n_generation < 2:
+        out.append("rollout.n_generation: GRPO compares completions within a group; set it to 2 or more")
+    if r.max_response_length >= cfg.policy.model_max_length:
+        out.append(
+            f"rollout.max_response_length ({r.max_response_length}) must be < policy.model_max_length "
+            f"({cfg.policy.model_max_length}): the prompt needs room too"
+        )
+    ol = t.train_policy.overlong_reward
+    if ol.enable_overlong_penalty and ol.buffer_length > r.max_response_length:
+        out.append(
+            f"train.train_policy.overlong_reward.buffer_length ({ol.buffer_length}) must be <= "
+            f"rollout.max_response_length ({r.max_response_length})"
+        )
+    return out
+
+
 def unsupported_settings(cfg: Config) -> list[str]:
     """Keys the schema accepts (the reference framework's) that the trainers do not implement yet: refused
     up front, before any process starts, never silently ignored."""
     out = []
-    if cfg.policy_type != "sft":
-        out.append(f"train.train_policy.type = {cfg.policy_type!r}: this is the SFT trainer (GRPO is not in this release)")
+    tp = cfg.train.train_policy
+    if cfg.policy_type == "grpo":
+        if tp.use_remote_reward:
+            out.append("train.train_policy.use_remote_reward: the remote reward service is not in this release; "
+                       "score with reward_function (built-ins or a dataset script's REWARD_FUNCTIONS)")
+        if cfg.rollout.backend == "hf" and cfg.rollout.parallelism.tp_size > 1:
+            out.append("rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
+                       "set tp_size = 1 or rollout.backend = \"vllm\"")
     if cfg.policy.lora is not None:
         out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
     if cfg.train.compile:

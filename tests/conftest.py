@@ -40,7 +40,7 @@ def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path,
         'param_dtype = "float32"', "seed = 1",
         *[f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in train.items()],
         "[train.ckpt]", "save_freq = 2", f'save_mode = "{save_mode}"', "max_keep = -1", "export_safetensors = true",
-        "[train.train_policy]", 'type = "sft"', "mini_batch = 2",
+        "[train.train_policy]", 'type = "sft"', "micro_batch = 2",
         "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train_letter"',
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
         "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
@@ -50,6 +50,53 @@ def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path,
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+LEADING_SPACE_SCRIPT = """\
+\"\"\"A toy GRPO task for tests: the synthetic RL rows, rewarded for a completion that starts with a space
+(about half of the random tiny model's first tokens do, so every group has signal from step 1).\"\"\"
+import json
+from pathlib import Path
+
+
+def get_dataset(config):
+    return json.loads((Path(config.custom["data"]) / "rl" / "train.json").read_text())
+
+
+def get_val_dataset(config):
+    return json.loads((Path(config.custom["data"]) / "rl" / "val.json").read_text())
+
+
+REWARD_FUNCTIONS = {"leading_space": lambda completion, reference, sample: float(completion.startswith(" "))}
+"""
+
+
+def write_tiny_grpo_config(path: Path, model: Path, data: Path, output_dir: Path, **keys: object) -> Path:
+    """A small GRPO job for tests: 2 ranks x 2 prompts x 4 completions of <= 3 tokens, the leading-space
+    reward of LEADING_SPACE_SCRIPT (written next to the config as toy_rewards.py), HF rollout engine.
+    keys: dotted overrides, e.g. {"train.max_num_steps": 6}."""
+    from cosmos_train.config import load_config
+
+    base = {
+        "train.output_dir": str(output_dir), "train.max_num_steps": 4, "train.epoch": 10,
+        "train.train_batch_per_replica": 16, "train.optm_lr": 1e-3, "train.optm_warmup_steps": 0,
+        "train.param_dtype": "float32", "train.seed": 1, "train.ckpt.save_freq": 2, "train.ckpt.save_mode": "sync",
+        "train.ckpt.max_keep": -1, "train.train_policy.type": "grpo", "train.train_policy.micro_batch": 4,
+        "train.train_policy.reward_function": ["leading_space"], "train.train_policy.epsilon_high": 0.28,
+        "train.train_policy.dataset.media_path": str(data),
+        "train.train_policy.dataset.vision.min_pixels": 3136, "train.train_policy.dataset.vision.max_pixels": 3136,
+        "rollout.backend": "hf", "rollout.batch_size": 4, "rollout.n_generation": 4, "rollout.max_response_length": 3,
+        "validation.reward_function": ["leading_space"], "validation.max_response_length": 3,
+        "policy.model_name_or_path": str(model), "policy.model_max_length": 512,
+        "policy.model_gradient_checkpointing": False, "logging.completion_sample_freq": 1, "custom.data": str(data),
+    }
+    base.update(keys)
+    import json as _json
+
+    cfg = load_config(None, [f"{k}={_json.dumps(v)}" for k, v in base.items()], env={}, check_paths=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / "toy_rewards.py").write_text(LEADING_SPACE_SCRIPT)
+    return cfg.write(path)
 
 
 def processes_with(*needles: str) -> list[int]:

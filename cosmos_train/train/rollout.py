@@ -60,6 +60,7 @@ class Rollout:
     dropped_zero_std: int = 0  # groups left out by dynamic sampling
     refill_rounds: int = 0
     stats: dict[str, float] = field(default_factory=dict)
+    dropped: list[Group] = field(default_factory=list)  # those groups, for what may still need an input
 
 
 def _score(
@@ -96,20 +97,21 @@ def collect_rollouts(
 ) -> Rollout:
     """Generate, score and normalise one batch (module docstring). refill(k) returns up to k more rows."""
     groups = _score(engine, rows, rewards, sampling, system_prompt, overlong, scale_by_std)
-    dropped = rounds = 0
+    dropped: list[Group] = []
+    rounds = 0
     if refill is not None:
         kept = [g for g in groups if not g.zero_std]
-        dropped = len(groups) - len(kept)
+        dropped = [g for g in groups if g.zero_std]
         while len(kept) < len(rows) and rounds < max_refill_rounds:
             more = list(refill(len(rows) - len(kept)))
             if not more:
                 break
             rounds += 1
             new = _score(engine, more, rewards, sampling, system_prompt, overlong, scale_by_std)
-            dropped += sum(g.zero_std for g in new)
+            dropped += [g for g in new if g.zero_std]
             kept += [g for g in new if not g.zero_std]
         groups = kept[: len(rows)]
-    return Rollout(groups, dropped, rounds, _stats(groups, dropped))
+    return Rollout(groups, len(dropped), rounds, _stats(groups, len(dropped)), dropped)
 
 
 def _stats(groups: list[Group], dropped: int) -> dict[str, float]:

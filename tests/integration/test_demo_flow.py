@@ -17,7 +17,7 @@ def test_demo_writes_summary(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     summary = demo(output_dir=str(out), n_train=32, n_test=8,
                    sft_overrides=["train.max_num_steps=2", "train.train_batch_per_replica=8",
-                                  "train.train_policy.mini_batch=8", "train.ckpt.save_freq=1000"])
+                                  "train.train_policy.micro_batch=8", "train.ckpt.save_freq=1000"])
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == summary
     stages = on_disk["stages"]

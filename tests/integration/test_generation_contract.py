@@ -25,10 +25,10 @@ import torch
 
 from cosmos_train.errors import ModelError
 from cosmos_train.generation import GenerationConfig, SamplingParams, create_engine
+from tests.generation_reference import VISION, encode, eos_ids, greedy_reference, perturbed, teacher_forced
 
 pytestmark = pytest.mark.slow
 
-VISION = {"min_pixels": 3136, "max_pixels": 3136, "fps": 1}
 # Float32 on CPU: the HF engine runs the same kernels as the reference (measured <= 5e-7); vLLM's
 # attention and its batch shapes differ, so it gets float32 rounding over a few layers.
 TOLERANCE = {"hf": 1e-5, "vllm": 1e-4}
@@ -68,58 +68,6 @@ def chats(synthetic_dir: Path) -> list[list[dict[str, Any]]]:
     return [build_messages(v.questions[0], str(v.video_path), "letter", 1) for v in videos]
 
 
-def _encode(processor: Any, chat: list[dict[str, Any]]) -> Any:
-    from cosmos_train.data.chat import encode_chat
-    from cosmos_train.data.vision_settings import VisionSettings
-
-    return encode_chat(processor, chat, add_generation_prompt=True, vision_defaults=VisionSettings(**VISION))
-
-
-def _processed_logprobs(logits: torch.Tensor, s: SamplingParams) -> torch.Tensor:
-    """log-softmax of the distribution a token is drawn from, written out independently of the engines."""
-    logits = logits.float()
-    if s.greedy:
-        return torch.log_softmax(logits, -1)
-    logits = logits / s.temperature
-    if s.top_k:
-        kth = logits.sort(-1, descending=True).values[..., s.top_k - 1 : s.top_k]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if s.top_p < 1:
-        probs, order = logits.softmax(-1).sort(-1, descending=True)
-        mass_before = probs.cumsum(-1) - probs  # of the tokens likelier than each one
-        drop = (mass_before >= s.top_p).scatter(-1, order, mass_before >= s.top_p)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return torch.log_softmax(logits, -1)
-
-
-def _teacher_forced(model: Any, encoded: Any, completion: list[int], s: SamplingParams) -> torch.Tensor:
-    inputs = encoded.model_inputs()
-    ids = torch.tensor([encoded.input_ids.tolist() + completion])
-    inputs["input_ids"] = ids
-    inputs["attention_mask"] = torch.ones_like(ids)
-    pad = torch.zeros(len(completion), dtype=encoded.mm_token_type_ids.dtype)
-    inputs["mm_token_type_ids"] = torch.cat([encoded.mm_token_type_ids, pad]).unsqueeze(0)
-    with torch.inference_mode():
-        logits = model(**inputs).logits[0, len(encoded) - 1 : -1]
-    return _processed_logprobs(logits, s).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
-
-
-def _greedy_reference(model: Any, processor: Any, chat: list[dict[str, Any]], max_new: int, eos: list[int]) -> list[int]:
-    encoded = _encode(processor, chat)
-    with torch.inference_mode():
-        out = model.generate(**encoded.model_inputs(), max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
-                             pad_token_id=eos[0])
-    row = out[0, len(encoded) :].tolist()
-    return row[: next((i + 1 for i, t in enumerate(row) if t in eos), len(row))]
-
-
-def _eos(processor: Any) -> list[int]:
-    from cosmos_train.models.load import get_tokenizer
-
-    tok = get_tokenizer(processor)
-    return sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id} - {None})
-
-
 # ------------------------------------------------------------------------------------- tests
 def test_groups_shapes_and_prompt_ids(engine: Any, reference: Any, chats: list) -> None:
     _, processor = reference
@@ -127,9 +75,9 @@ def test_groups_shapes_and_prompt_ids(engine: Any, reference: Any, chats: list) 
     s = SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=11)
     groups = engine.generate(chats, s)
     assert [len(g) for g in groups] == [3, 3, 3]
-    eos = _eos(processor)
+    eos = eos_ids(processor)
     for chat, group in zip(chats, groups):
-        prompt = _encode(processor, chat).input_ids.tolist()
+        prompt = encode(processor, chat).input_ids.tolist()
         for c in group:
             assert c.prompt_token_ids == prompt  # the one prompt encoder's ids, video pads expanded
             assert len(c.token_ids) == len(c.logprobs) and 1 <= len(c.token_ids) <= 6
@@ -154,9 +102,9 @@ def test_logprobs_equal_a_teacher_forced_forward(engine: Any, reference: Any, ch
     model, processor = reference
     worst = 0.0
     for chat, group in zip(chats, engine.generate(chats, sampling)):
-        encoded = _encode(processor, chat)
+        encoded = encode(processor, chat)
         for c in group:
-            expected = _teacher_forced(model, encoded, c.token_ids, sampling)
+            expected = teacher_forced(model, encoded, c.token_ids, sampling)
             worst = max(worst, (expected - torch.tensor(c.logprobs)).abs().max().item())
     assert worst <= TOLERANCE[engine.name], worst
 
@@ -167,7 +115,7 @@ def test_greedy_equals_transformers_and_is_repeatable(engine: Any, reference: An
     first = engine.generate(chats, s)
     assert [[c.token_ids for c in g] for g in engine.generate(chats, s)] == [[c.token_ids for c in g] for g in first]
     for chat, (c,) in zip(chats, first):
-        assert c.token_ids == _greedy_reference(model, processor, chat, 8, _eos(processor))
+        assert c.token_ids == greedy_reference(model, processor, chat, 8)
 
 
 def test_seed_gives_the_same_samples(engine: Any, chats: list) -> None:
@@ -196,29 +144,17 @@ def test_stop_strings_and_lengths(engine: Any, chats: list) -> None:
     assert by_id.finish_reason == "stop" and by_id.token_ids == full.token_ids[:end]
 
 
-def _perturbed(tiny_model_dir: Path, out: Path) -> Any:
-    from cosmos_train.models.load import load_model
-
-    model = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).eval()
-    gen = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    model.save_pretrained(out)  # hub names, as cosmos_train.export writes them
-    return model
-
-
 def test_weight_push_from_a_folder_then_a_tensor_stream(engine: Any, reference: Any, chats: list, tiny_model_dir: Path,
                                                         tmp_path: Path) -> None:
     original_model, processor = reference
-    eos = _eos(processor)
     s = SamplingParams(temperature=0, max_new_tokens=8)
     before = [g[0].token_ids for g in engine.generate(chats, s)]
-    new_model = _perturbed(tiny_model_dir, tmp_path / "pushed")
+    new_model = perturbed(tiny_model_dir, seed=5)
+    new_model.save_pretrained(tmp_path / "pushed")  # hub names, as cosmos_train.export writes them
     version = engine.weight_version
     assert engine.update_weights(tmp_path / "pushed") == version + 1 == engine.weight_version
     after = engine.generate(chats, s)
-    expected = [_greedy_reference(new_model, processor, chat, 8, eos) for chat in chats]
+    expected = [greedy_reference(new_model, processor, chat, 8) for chat in chats]
     assert [g[0].token_ids for g in after] == expected != before
     assert all(g[0].weight_version == version + 1 for g in after)
     # back to the original weights, streamed as (name, tensor) pairs under the model's own names

@@ -3,7 +3,7 @@
 FSDP2 all-gathers each vision block's parameters when it runs forward and reduce-scatters its gradients
 in backward, so the ranks must run the vision tower the same number of times in every micro-batch
 whatever their rows hold. Rows are not shuffled; with 4 rows per step, 2 per rank and micro-batches of
-`mini_batch` rows, the ranks' micro-batches differ in modality every step:
+`micro_batch` rows, the ranks' micro-batches differ in modality every step:
 
     step 1: rank 0 [image, video]   rank 1 [video, video]
     step 2: rank 0 [image, image]   rank 1 [text, text]
@@ -72,7 +72,7 @@ def _config(tmp: Path, model: Path, *, nproc: int, packing: bool, ckpt: bool) ->
         "train_batch_per_replica = 4", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'param_dtype = "float32"',
         "seed = 1", f"sequence_packing = {str(packing).lower()}",
         "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
-        "[train.train_policy]", 'type = "sft"', "mini_batch = 2", "dataloader_shuffle = false",
+        "[train.train_policy]", 'type = "sft"', "micro_batch = 2", "dataloader_shuffle = false",
         "[train.train_policy.dataset]", f'annotation_path = "{train}"', f'media_path = "{media}"',
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
         "[validation]", "enable = true", "freq = 2", "batch_size = 1",

@@ -51,7 +51,7 @@ def _job(tmp: Path, model: Path, dataset: list[str], steps: int, *, top: tuple[s
         "[train]", f'output_dir = "{tmp / "out"}"', f"max_num_steps = {steps}", "epoch = 4",
         "train_batch_per_replica = 2", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'param_dtype = "float32"',
         "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = true",
-        "[train.train_policy]", 'type = "sft"', "mini_batch = 2", "dataloader_shuffle = false",
+        "[train.train_policy]", 'type = "sft"', "micro_batch = 2", "dataloader_shuffle = false",
         "[train.train_policy.dataset]", *dataset,
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
         "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 1024",

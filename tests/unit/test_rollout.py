@@ -94,7 +94,7 @@ def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic
     path = write_tiny_sft_config(tmp_path / "c.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
     cfg = load_config(path, ['train.train_policy.type="grpo"', 'train.train_policy.dataset.split="train"',
                              'train.train_policy.reward_function=["single_choice"]',
-                             "train.train_policy.dataset.vision.fps=1"])
+                             "train.train_policy.dataset.vision.fps=1", "rollout.max_response_length=3"])
     rows = load_samples(cfg, "train")[:3]
     assert all(r["reference"] in "ABCD" and r["options"] for r in rows)
     engine = create_engine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu",

@@ -120,12 +120,13 @@ def test_loss_on_kept_positions_equals_full_loss() -> None:
     assert kept.item() == pytest.approx(full.item(), rel=1e-6)
 
 
-def test_settings_the_sft_trainer_does_not_implement_are_refused() -> None:
+def test_settings_the_trainers_do_not_implement_are_refused() -> None:
     from cosmos_train.config import unsupported_settings
 
     assert unsupported_settings(config_from_dict({})) == []
-    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1}},
-                            "policy": {"lora": {"r": 4}}})
+    assert unsupported_settings(config_from_dict({"train": {"train_policy": {"kl_beta": 0.1}}})) == []  # GRPO runs
+    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1, "use_remote_reward": True}},
+                            "policy": {"lora": {"r": 4}}, "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
     problems = " ".join(unsupported_settings(cfg))
-    for key in ("train.train_policy.type", "policy.lora", "train.compile"):
+    for key in ("train.train_policy.use_remote_reward", "rollout.parallelism.tp_size", "policy.lora", "train.compile"):
         assert key in problems

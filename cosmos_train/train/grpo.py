@@ -1,0 +1,510 @@
+"""The GRPO trainer: one process per rank, the policy on FSDP2 / TP as in SFT, a rollout engine beside it.
+
+    python -m torch.distributed.run --nproc_per_node=2 -m cosmos_train.train.grpo --config RUN/config.toml
+    cosmos-train grpo --config configs/tiny-grpo.toml          # the same through the Prefect flow
+
+A step, on every rank for its share of `rollout.batch_size` prompts:
+1. rollout: the rank's engine (HF on CPU, vLLM on GPU, colocated) samples `rollout.n_generation`
+   completions per prompt; the reward set scores them; advantages are normalised per group
+   (`train/rollout.py`; variant "dapo" drops all-equal groups and samples more prompts);
+2. the completions become sequences (`train/rl_batch.py`) split into mini-batches, one optimizer update
+   each (`rollout.batch_size * n_generation / train.train_batch_per_replica` of them), `mu_iterations`
+   passes, each mini-batch in micro-batches of `micro_batch` completions (`train/step.py`, shared with SFT);
+   old log-probs are the trainer's own (recomputed when the policy moves within the step) or the
+   engine's; the reference model (kl_beta > 0) is a frozen copy sharded like the policy;
+3. every `train.sync_weight_interval` steps the policy's weights go into the engine (in place, version =
+   step); every `validation.freq` steps the engine answers the validation rows and the best weights by
+   validation accuracy (or reward) are exported to safetensors/best.
+
+Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight version and the best
+score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
+RUN/metrics.jsonl gets a "train" row per step and "val" rows; RUN/completions.jsonl a sample of
+completions with their rewards every `logging.completion_sample_freq` steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cosmos_train.config import Config, ConfigError
+from cosmos_train.data.chat import EncodedChat, encode_chat
+from cosmos_train.data.frame_memo import FrameMemo
+from cosmos_train.data.prompt import prompt_messages, reference_answer
+from cosmos_train.distributed import DistInfo, all_reduce_sum
+from cosmos_train.errors import DataError
+from cosmos_train.generation import Completion, SamplingParams, create_engine, from_rollout
+from cosmos_train.rewards import combine, register_script_rewards
+from cosmos_train.train.batching import MicroBatch, collate_padded, split_micro_batches
+from cosmos_train.train.data import load_train_samples
+from cosmos_train.train.rl_batch import RLSample, behav_tensor, completion_sequence, per_token, token_logprobs
+from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
+from cosmos_train.train.rollout import Group, Overlong, Rollout, collect_rollouts
+from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm, forward_logits
+from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb, run_main
+from cosmos_train.train.vision_forward import media_in_micro_batches
+
+COMPLETIONS_FILE = "completions.jsonl"
+VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+# policy_loss metrics averaged over the step's completion tokens
+_TOKEN_METRICS = ("kl", "clip_low_fraction", "clip_high_fraction", "dual_clip_fraction", "ratio_mean",
+                  "is_weight_mean", "is_capped_fraction", "entropy")
+
+
+class _Micro:
+    """One micro-batch of RL samples, collated, with what the loss needs beside the logits."""
+
+    def __init__(self, samples: list[RLSample], pad_id: int, weight: float = 1.0):
+        self.samples = samples
+        self.batch: MicroBatch = collate_padded([s.sequence for s in samples], pad_id)
+        # weight 0: a copy that only keeps this rank's collectives in step with the others
+        self.in_loss = torch.tensor([float(s.in_loss) * weight for s in samples])
+        self.advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+        self.prompt_lengths = [int((s.sequence.labels == -100).sum()) for s in samples]
+        self.old: torch.Tensor | None = None
+        self.ref: torch.Tensor | None = None
+
+    def behav(self, positions: torch.Tensor) -> torch.Tensor:
+        return per_token([s.behav_logprobs for s in self.samples], self.prompt_lengths, positions)
+
+    def mask(self, label_mask: torch.Tensor) -> torch.Tensor:
+        return label_mask & (self.in_loss.to(label_mask.device) > 0).unsqueeze(1)
+
+
+class GRPOTrainer(Trainer):
+    name = "grpo"
+
+    def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
+        super().__init__(cfg, run_dir, dist)
+        t, tp, r = cfg.train, cfg.train.train_policy, cfg.rollout
+        if dataset_script:
+            register_script_rewards(dataset_script)
+        self.rewards = combine(tp.reward_function)
+        self.val_rewards = combine(cfg.validation.reward_function)
+        self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
+        self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
+        if r.batch_size % dist.dp_size:
+            raise ConfigError([
+                f"rollout.batch_size ({r.batch_size}) must be divisible by the {dist.dp_size} data-parallel "
+                f"rank(s) ({dist.world_size} processes / tp_size {dist.tp}): each rank samples an equal share "
+                "of the prompts"
+            ])
+        self.sampler = GlobalBatchSampler(len(self.rows), r.batch_size, dist.dp_size, dist.dp_rank,
+                                          shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=True)
+        per_epoch = self.sampler.steps_per_epoch()
+        if per_epoch == 0:
+            raise DataError(f"{len(self.rows)} training row(s) make no rollout batch of rollout.batch_size = "
+                            f"{r.batch_size} prompts: add rows or lower rollout.batch_size")
+        total_steps = per_epoch * t.epoch
+        if t.max_num_steps is not None:
+            total_steps = min(total_steps, t.max_num_steps)
+        self.mini_batches = r.batch_size * r.n_generation // t.train_batch_per_replica
+        self.init_schedule(total_steps, total_steps * self.mini_batches * tp.mu_iterations)
+        self.reference = load_policy(cfg, dist, trainable=False)[0] if tp.kl_beta > 0 else None
+        self.loss_cfg = PolicyLossConfig(
+            epsilon_low=tp.epsilon_low, epsilon_high=tp.epsilon_high, dual_clip=tp.lower_bound_ratio,
+            sequence_ratio=tp.variant == "gspo", kl_beta=tp.kl_beta, loss_type=tp.loss_type,
+            # decoupled PPO reweights by the full sampler/trainer ratio; the cap truncates it
+            is_cap=tp.behav_imp_weight_cap if tp.behav_imp_weight_cap is not None
+            else (math.inf if tp.use_decoupled_loss else None),
+        )
+        self.temperature = r.sampling_config.temperature
+        local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
+        self.frames = FrameMemo(max_bytes=1 << 30)  # the engine decoded these clips a moment ago
+        self.vision_defaults = self._vision_defaults()
+        self.weight_version = 0
+        self.best: dict[str, Any] | None = None
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.vision_ids = {i for i in tokenizer.convert_tokens_to_ids(list(VISION_TOKENS)) if isinstance(i, int) and i >= 0}
+        self.vision_token_completions = 0
+
+    def _vision_defaults(self) -> Any:
+        from cosmos_train.data.vision_settings import VisionSettings
+
+        defaults = self.cfg.train.train_policy.dataset.vision.as_part_defaults()
+        return VisionSettings(**defaults) if defaults else None
+
+    # ------------------------------------------------------------------ checkpoint contents
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {**super().checkpoint_extra(), "weight_version": self.weight_version, "best": self.best,
+                "reference": "initial policy" if self.reference is not None else None}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        super().restore_extra(extra)
+        self.weight_version = int(extra.get("weight_version", self.step))
+        self.best = extra.get("best")
+
+    # ------------------------------------------------------------------ rollout
+    def _seed(self, purpose: int, extra: int = 0) -> int:
+        """Sampling seed of (run seed, step, rank, purpose): a resumed run samples what the
+        uninterrupted one did. Ranks of one TP group share it (they hold the same prompts)."""
+        return (self.cfg.train.seed * 1_000_003 + self.step * 10_007 + self.dist.dp_rank * 101
+                + purpose * 7 + extra) % (2**31)
+
+    def _sampling(self) -> SamplingParams:
+        r = self.cfg.rollout
+        sc = r.sampling_config
+        return SamplingParams(n=r.n_generation, max_new_tokens=r.max_response_length, temperature=sc.temperature,
+                              top_p=sc.top_p, top_k=sc.top_k, repetition_penalty=sc.repetition_penalty,
+                              seed=self._seed(1))
+
+    def _refill(self) -> Any:
+        """DAPO dynamic sampling: more prompts drawn at random (seeded by step and round), outside the
+        epoch order, so ranks need not agree on how many they drew."""
+        rounds = [0]
+
+        def more(k: int) -> list[dict]:
+            rounds[0] += 1
+            g = torch.Generator().manual_seed(self._seed(2, rounds[0]))
+            return [self.rows[i] for i in torch.randint(len(self.rows), (k,), generator=g).tolist()]
+
+        return more
+
+    def rollout(self, rows: list[dict]) -> Rollout:
+        tp, r = self.cfg.train.train_policy, self.cfg.rollout
+        ol = tp.overlong_reward
+        overlong = (Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor)
+                    if ol.enable_overlong_penalty else None)
+        dapo = tp.variant == "dapo"
+        return collect_rollouts(self.engine, rows, self.rewards, self._sampling(), scale_by_std=tp.scale_rewards,
+                                overlong=overlong, refill=self._refill() if dapo else None,
+                                max_refill_rounds=tp.dynamic_sampling_max_rounds if dapo else 0)
+
+    def _encode_prompt(self, row: dict) -> EncodedChat:
+        origin = str(row.get("id", ""))
+        return encode_chat(self.processor, prompt_messages(row["messages"], origin=origin), add_generation_prompt=True,
+                           max_length=self.cfg.policy.model_max_length, clip_cache=self.frames,
+                           vision_defaults=self.vision_defaults)
+
+    def samples_of(self, groups: list[Group]) -> list[RLSample]:
+        """The training sequences of `groups`. A completion holding a vision placeholder token (an untrained
+        model samples <|video_pad|> now and then) cannot be scored again: the model would look for pixels
+        that are not there. It keeps its place in its group's advantages and is left out of the loss
+        (counted in `vision_token_completions`)."""
+        mask_truncated = self.cfg.train.train_policy.mask_truncated_completions
+        out = []
+        for g in groups:
+            prompt = self._encode_prompt(dict(g.row))
+            origin = f"row {g.row.get('id', '?')} ({g.row.get('origin', '?')})"
+            for c, adv in zip(g.completions, g.advantages):
+                if self.vision_ids.intersection(c.token_ids):
+                    self.vision_token_completions += 1
+                    continue
+                out.append(RLSample(completion_sequence(prompt, c, origin), float(adv), behav_tensor(c),
+                                    in_loss=not (mask_truncated and c.finish_reason == "length")))
+        return out
+
+    # ------------------------------------------------------------------ training on one rollout
+    def _mini_batches(self, samples: list[RLSample], filler: RLSample) -> list[list[_Micro]]:
+        """This rank's samples in `self.mini_batches` contiguous parts, each in micro-batches; every rank
+        ends with the same number of micro-batches per part (FSDP collectives pair up), a rank short of
+        samples (dynamic sampling keeps unequal counts) adding weight-0 copies."""
+        tp = self.cfg.train.train_policy
+        k = self.mini_batches
+        bounds = [round(i * len(samples) / k) for i in range(k + 1)]
+        parts = [samples[bounds[i]:bounds[i + 1]] for i in range(k)]
+        counts = [len(split_micro_batches(p, tp.micro_batch)) if p else 0 for p in parts]
+        most = [int(c) for c in _all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
+        out = []
+        for part, n in zip(parts, most):
+            micro = [_Micro(m, self.pad_id) for m in split_micro_batches(part, tp.micro_batch)]
+            while len(micro) < n:
+                micro.append(_Micro([filler], self.pad_id, weight=0.0))
+            out.append(micro)
+        return out
+
+    @torch.no_grad()
+    def _score_tokens(self, model: torch.nn.Module, micro: list[_Micro], attr: str) -> None:
+        """Log-probs of every micro-batch under `model` (no gradient) into micro[i].<attr>."""
+        model.eval()
+        flags = media_in_micro_batches([m.batch for m in micro], self.dist.device)
+        for m, run_vision in zip(micro, flags):
+            mb = m.batch.to(self.dist.device)
+            logits, keep, _ = forward_logits(model, mb, run_vision)
+            setattr(m, attr, token_logprobs(logits, mb.labels, keep, self.temperature)[0])
+
+    def _normaliser(self, micro: list[_Micro]) -> float:
+        """The global denominator of one optimizer update's loss (module docstring of rl_losses)."""
+        tp = self.cfg.train.train_policy
+        if tp.loss_type == "token-mean":
+            local = sum(float((m.batch.labels[:, 1:] != -100).sum(dim=1).mul(m.in_loss > 0).sum()) for m in micro)
+        else:
+            local = sum(float((m.in_loss > 0).sum()) for m in micro)
+            if tp.loss_type == "seq-mean-token-sum":  # Dr.GRPO: a constant per completion, the length budget
+                local *= self.cfg.rollout.max_response_length
+        return float(all_reduce_sum(local, self.dist.device)) / self.dist.tp
+
+    def train_on(self, samples: list[RLSample], filler: RLSample) -> dict[str, float]:
+        tp = self.cfg.train.train_policy
+        parts = self._mini_batches(samples, filler)
+        every = [m for part in parts for m in part]
+        if self.reference is not None:
+            self._score_tokens(self.reference, every, "ref")
+        engine_old = tp.old_logprobs == "engine"
+        # The policy moves within this step only with several updates; otherwise the trainer's own forward
+        # gives the old log-probs (ratio 1, as TRL does for one iteration).
+        if not engine_old and (tp.mu_iterations > 1 or self.mini_batches > 1):
+            self._score_tokens(self.model, every, "old")
+        sums: dict[str, float] = {}
+        losses, norms, applied = [], [], True
+        for _ in range(tp.mu_iterations):
+            for micro in parts:
+                self.model.train()
+                norm = self._normaliser(micro)
+                if norm == 0:  # every completion of this update is masked out (all truncated): nothing to learn
+                    continue
+                loss_sum = [0.0]
+
+                def loss_fn(i: int, mb: MicroBatch, logits: torch.Tensor, keep: torch.Tensor,
+                            micro: list[_Micro] = micro, norm: float = norm, loss_sum: list[float] = loss_sum) -> torch.Tensor:
+                    m = micro[i]
+                    logp, label_mask = token_logprobs(logits, mb.labels, keep, self.temperature)
+                    mask = m.mask(label_mask)
+                    behav = m.behav(keep)
+                    old = behav if engine_old else (m.old if m.old is not None else logp.detach())
+                    loss, values = policy_loss(
+                        logp, old, m.advantages.to(logp.device), mask, self.loss_cfg, ref_logprobs=m.ref,
+                        behav_logprobs=None if engine_old else behav, normaliser=norm)
+                    with torch.set_grad_enabled(bool(tp.entropy_coeff)):  # logged always, trained on when asked
+                        entropy = token_entropy(logits.float() / (self.temperature or 1.0))
+                    if tp.entropy_coeff:
+                        loss = loss - tp.entropy_coeff * aggregate(entropy, mask, tp.loss_type, norm)
+                    n = float(mask.sum())
+                    values["entropy"] = float((entropy.detach() * mask).sum() / max(n, 1.0))
+                    for key in _TOKEN_METRICS:
+                        if key in values:
+                            sums[key] = sums.get(key, 0.0) + values[key] * n
+                    sums["tokens"] = sums.get("tokens", 0.0) + n
+                    loss_sum[0] += float(loss.detach())
+                    # FSDP averages gradients over dp ranks; x dp_size makes it the sum the normaliser divides
+                    return loss * self.dist.dp_size
+
+                backward_micro_batches(self.model, [m.batch for m in micro], self.dist, loss_fn)
+                grad_norm = clip_grad_norm(self.model, self.cfg.train.optm_grad_norm_clip)
+                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.dist.tp
+                applied &= apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm))
+                losses.append(loss)
+                norms.append(grad_norm)
+        keys = sorted(sums)
+        total = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64), self.dist.device)
+        glob = dict(zip(keys, (total / self.dist.tp).tolist()))
+        tokens = max(glob.pop("tokens", 0.0), 1.0)
+        out = {k: v / tokens for k, v in glob.items()}
+        out["clip_fraction"] = out.get("clip_low_fraction", 0.0) + out.get("clip_high_fraction", 0.0)
+        out.update(loss=sum(losses) / max(len(losses), 1), grad_norm=max(norms) if norms else 0.0,
+                   updates=float(len(losses)), skipped=not applied)
+        return out
+
+    # ------------------------------------------------------------------ one step
+    def grpo_step(self, rows: list[dict]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.engine.wake()
+        rollout = self.rollout(rows)
+        self.engine.sleep()
+        t_rollout = time.perf_counter() - t0
+        self.vision_token_completions = 0
+        samples = self.samples_of(rollout.groups)
+        filler = self._filler(rollout, samples)
+        stats = self._rollout_stats(rollout)
+        self._sample_completions(rollout)
+        t1 = time.perf_counter()
+        if stats["groups"] == 0:  # no rank has a group with signal (all rewards equal everywhere): no update
+            values: dict[str, Any] = {"loss": 0.0, "grad_norm": 0.0, "updates": 0.0, "skipped": False}
+            for _ in range(self.mini_batches * self.cfg.train.train_policy.mu_iterations):
+                self.scheduler.step()  # the schedule stays on step numbers
+        else:
+            values = self.train_on(samples, filler)
+        t_train = time.perf_counter() - t1
+        self.step += 1
+        if self.step % self.cfg.train.sync_weight_interval == 0:
+            self.sync_weights()
+        step_time = time.perf_counter() - t0
+        seq_tokens = all_reduce_sum(sum(len(s.sequence.input_ids) for s in samples), self.dist.device)
+        stats["vision_token_completions"] = float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
+        return {**stats, **values, "rollout_time": t_rollout, "train_time": t_train, "step_time": step_time,
+                "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time, "weight_version": self.weight_version,
+                "lr": self.scheduler.get_last_lr()[0], "peak_mem_gb": peak_memory_gb(self.dist.device),
+                "epoch": self.pos.epoch}
+
+    def _filler(self, rollout: Rollout, samples: list[RLSample]) -> RLSample:
+        """An input for the weight-0 micro-batches of a rank with fewer samples than the others: one of its
+        own, else one from a dropped group, else the first prompt with an empty completion."""
+        if samples:
+            return samples[0]
+        for g in rollout.dropped:
+            kept = self.samples_of([g])
+            if kept:
+                return kept[0]
+        prompt = self._encode_prompt(dict((rollout.groups or rollout.dropped)[0].row))
+        empty = Completion("", [], [], "stop")
+        return RLSample(completion_sequence(prompt, empty), 0.0, torch.zeros(0), in_loss=False)
+
+    def sync_weights(self) -> None:
+        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream)."""
+        self.weight_version = self.engine.update_weights(self.model.state_dict(), version=self.step)
+
+    def _rollout_stats(self, rollout: Rollout) -> dict[str, float]:
+        """Reward, accuracy, length and group statistics over every rank's rollout: over every group
+        sampled, those dynamic sampling dropped included (else the reward of a run that solved its
+        prompts would read as the ~0.5 of the mixed groups kept); `groups` counts those trained on."""
+        parts = list(self.rewards.weights)
+        sums = torch.zeros(9 + len(parts), dtype=torch.float64)
+        sampled = rollout.groups + rollout.dropped
+        for g in sampled:
+            for c, reward, p in zip(g.completions, g.rewards, g.parts):
+                sums[:5] += torch.tensor([1, reward, reward * reward, len(c.token_ids), c.finish_reason == "length"],
+                                         dtype=torch.float64)
+                for j, name in enumerate(parts):
+                    sums[9 + j] += p[name]
+            sums[6] += g.zero_std
+        sums[5] += len(rollout.groups)
+        sums[7] += len(sampled)
+        sums[8] += rollout.refill_rounds
+        total = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
+        longest = _all_reduce_max(torch.tensor([max((len(c.token_ids) for g in sampled for c in g.completions),
+                                                    default=0)], dtype=torch.float64), self.dist.device)
+        n = max(total[0], 1.0)
+        mean = total[1] / n
+        out = {"reward_mean": mean, "reward_std": math.sqrt(max(total[2] / n - mean * mean, 0.0)),
+               "response_length_mean": total[3] / n, "response_length_max": float(longest[0]),
+               "truncated_fraction": total[4] / n, "groups": total[5], "completions": total[0],
+               "zero_std_fraction": total[6] / max(total[7], 1.0), "dropped_zero_std": total[7] - total[5],
+               "refill_rounds": total[8] / self.dist.dp_size}
+        for j, name in enumerate(parts):
+            out[f"reward/{name}"] = total[9 + j] / n
+        if "single_choice" in parts:
+            out["accuracy"] = out["reward/single_choice"]
+        return out
+
+    def _sample_completions(self, rollout: Rollout) -> None:
+        every, count = self.cfg.logging.completion_sample_freq, self.cfg.logging.completion_sample_count
+        step = self.step + 1  # the step this rollout belongs to
+        sampled = rollout.groups + rollout.dropped
+        if not self.dist.is_main or not every or step % every or not sampled:
+            return
+        rows = []
+        for g in sampled:
+            for c, reward, parts, adv in zip(g.completions, g.rewards, g.parts, g.advantages):
+                rows.append({"step": step, "id": g.row.get("id"), "prompt": _question(g.row),
+                             "reference": reference_answer(g.row), "completion": c.text, "reward": reward,
+                             "parts": parts, "advantage": adv, "finish_reason": c.finish_reason})
+        with open(self.run_dir / COMPLETIONS_FILE, "a") as f:
+            for row in rows[:count]:
+                f.write(json.dumps(row) + "\n")
+
+    # ------------------------------------------------------------------ validation and the best weights
+    def validate(self) -> dict[str, float]:
+        """The engine (holding the current weights) answers every validation row under
+        validation.temperature; reward and accuracy over all ranks."""
+        v = self.cfg.validation
+        if self.engine.weight_version != self.step:
+            self.sync_weights()
+        n_rows = len(self.val_rows)
+        share = -(-n_rows // self.dist.dp_size)
+        mine = self.val_rows[self.dist.dp_rank * share:(self.dist.dp_rank + 1) * share]
+        sums = torch.zeros(3, dtype=torch.float64)
+        if mine:
+            sampling = SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length,
+                                      temperature=v.temperature, seed=self._seed(3))
+            prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in mine]
+            for row, completions in zip(mine, self.engine.generate(prompts, sampling)):
+                for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
+                    sums += torch.tensor([1.0, total, parts.get("single_choice", 0.0)], dtype=torch.float64)
+        n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
+        out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
+        if "single_choice" in self.val_rewards.weights:
+            out["accuracy"] = right / max(n, 1.0)
+        return out
+
+    def validate_and_keep_best(self) -> None:
+        values = self.validate()
+        self.metrics.log(self.step, values, kind="val")
+        metric = "accuracy" if "accuracy" in values else "reward_mean"
+        # every rank holds the same all-reduced value, so all take this branch together (export is collective)
+        if self.best is None or values[metric] > self.best["value"]:
+            path = self.export("best") if self.cfg.train.ckpt.export_safetensors else None
+            self.best = {"step": self.step, "metric": metric, "value": values[metric],
+                         "path": str(path) if path else None}
+            if self.dist.is_main:
+                (self.run_dir / "best.json").write_text(json.dumps(self.best, indent=2))
+                self.log(f"best validation {metric} {values[metric]:.4f} at step {self.step}")
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        r = cfg.rollout
+        self.log(f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps on "
+                 f"{self.dist.world_size} process(es): {r.batch_size} prompts x {r.n_generation} completions a step, "
+                 f"{self.mini_batches} update(s) x {cfg.train.train_policy.mu_iterations} pass(es), "
+                 f"{len(self.rows)} rows, rollout engine {self.engine.name}")
+        if self.step:  # resumed: the engine starts from the loaded model, not the checkpoint
+            self.sync_weights()
+        validating = cfg.validation.enable and bool(self.val_rows)
+        if validating and self.best is None:
+            self.validate_and_keep_best()  # the starting point: GRPO's best must beat it
+        last: dict[str, Any] = {}
+        while self.step < self.total_steps and self.pos.epoch < cfg.train.epoch:
+            for idx, next_pos in self.sampler.batches(self.pos):
+                values = self.grpo_step([self.rows[i] for i in idx])
+                self.pos = next_pos
+                if values.pop("skipped"):
+                    self.skip_nonfinite(values)
+                else:
+                    last = values
+                    self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
+                    if validating and self.step % cfg.validation.freq == 0:
+                        self.validate_and_keep_best()
+                    self.periodic_save()
+                self.stopped = self.exit_request.agreed()
+                if self.stopped or self.step >= self.total_steps:
+                    break
+            if self.stopped or self.step >= self.total_steps:
+                break
+            self.pos = DataPosition(self.pos.epoch + 1, 0)
+        if not self.stopped and validating and self.step % cfg.validation.freq:
+            self.validate_and_keep_best()  # the final weights, if not just done
+        final = self.finish()
+        self.engine.close()
+        if self.stopped:
+            return {"step": self.step, "stopped": True}
+        self.metrics.close()
+        return {"step": self.step, "stopped": False, "final": str(final) if final else None, "best": self.best,
+                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
+                "skipped_steps": self.skipped_steps, **last}
+
+
+def _all_reduce_max(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    import torch.distributed as dist
+
+    t = t.to(device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu()
+
+
+def _question(row: dict) -> str:
+    """The text of the row's last user turn (what the completion answers), for the completion log."""
+    for message in reversed(row.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and "text" in p)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(GRPOTrainer, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""One optimizer step's mechanics, shared by the SFT and GRPO trainers.
+
+    backward_micro_batches(model, micro, dist, loss_fn)   # forward + backward each micro-batch
+    grad_norm = clip_grad_norm(model, cfg.train.optm_grad_norm_clip)
+    applied = apply_update(optimizer, scheduler, finite=math.isfinite(loss) and math.isfinite(grad_norm))
+
+What a trainer computes from a micro-batch's logits (SFT's cross entropy, GRPO's policy loss) is its
+own `loss_fn`; everything around it is here: gradient sync on the last micro-batch only, the vision
+tower run the same way on every rank, the global grad norm over mixed meshes, and the rule for a step
+whose loss or gradient is not finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from cosmos_train.distributed import DistInfo
+from cosmos_train.train.batching import MicroBatch
+from cosmos_train.train.losses import label_positions
+from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micro_batches
+
+# (index of the micro-batch, the micro-batch on the device, logits at `positions`, positions) -> loss
+LossFn = Callable[[int, MicroBatch, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(logits at the label positions [B, K, V], those positions [K], the blank-vision loss term or None).
+    Only positions some row needs are sent through the LM head (`label_positions`)."""
+    keep = label_positions(mb.labels)
+    out, blank = forward_micro_batch(model, mb, run_vision, use_cache=False, logits_to_keep=keep)
+    return out.logits, keep, blank
+
+
+def backward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: DistInfo, loss_fn: LossFn) -> None:
+    """Forward and backward every micro-batch; gradients accumulate in the parameters.
+
+    Every rank must pass the same number of micro-batches (FSDP's collectives pair up across ranks).
+    `loss_fn` returns the micro-batch's share of the step's loss, already divided by the step's global
+    normaliser, so the accumulated gradient is the full batch's whatever the split."""
+    run_vision = media_in_micro_batches(micro, dist.device)
+    for i, mb in enumerate(micro):
+        # reduce-scatter gradients once per step, not once per micro-batch
+        if hasattr(model, "set_requires_gradient_sync"):
+            model.set_requires_gradient_sync(i == len(micro) - 1)
+        mb = mb.to(dist.device)
+        logits, keep, blank = forward_logits(model, mb, run_vision[i])
+        loss = loss_fn(i, mb, logits, keep)
+        (loss if blank is None else loss + blank).backward()
+
+
+def clip_grad_norm(model: nn.Module, clip: float) -> float:
+    """Global grad norm, then clip (clip <= 0: measure only). With TP + FSDP, parameters live on
+    different meshes (2D for the language model, 1D for the vision tower), which one foreach norm
+    cannot mix: norm each group of gradients sharing a mesh and placement, gather those to plain
+    tensors, combine."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for p in model.parameters():
+        if p.grad is not None:
+            g = p.grad
+            key = (g.device_mesh, tuple(g.placements)) if isinstance(g, DTensor) else None
+            groups.setdefault(key, []).append(p)
+    if not groups:
+        return 0.0
+    norms = []
+    for params in groups.values():
+        n = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0, foreach=True)
+        norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    if clip > 0:
+        for params in groups.values():
+            torch.nn.utils.clip_grads_with_norm_(params, clip, total, foreach=True)
+    return float(total)
+
+
+def apply_update(optimizer: torch.optim.Optimizer, scheduler: Any, finite: bool) -> bool:
+    """Step the optimizer when the step's loss and grad norm are finite (both global values, so every
+    rank agrees), always the scheduler (a skipped update keeps the schedule on step numbers, as AMP's
+    scaler does), then clear the gradients. Returns whether the update was applied."""
+    if finite:
+        optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return finite
