@@ -126,7 +126,7 @@ def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, threads: in
                 "type": "grpo", "reward_function": ["single_choice"], "temperature": 1.0,
                 "system_prompt": QUESTION_SYSTEM_PROMPT,  # the SFT rows' system turn
                 "epsilon_low": CLIP_LOW, "epsilon_high": CLIP_HIGH, "kl_beta": 0.0, "mu_iterations": 1,
-                "loss_type": "token-mean", "mini_batch": GROUP * PROMPTS, "dataloader_num_workers": 0,
+                "loss_type": "token-mean", "micro_batch": GROUP * PROMPTS, "dataloader_num_workers": 0,
                 "dataset": {"name": str(data), "split": "train",
                             "vision": {"min_pixels": PIXELS, "max_pixels": PIXELS}},
             },
@@ -136,7 +136,7 @@ def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, threads: in
         "rollout": {"backend": "hf", "n_generation": GROUP, "batch_size": PROMPTS,
                     "max_response_length": NEW_TOKENS, "sampling_config": {"temperature": 1.0}, "seed": 0},
         "launch": {"nproc_per_node": 1},
-        "logging": {"logger": []},
+        "logging": {"logger": [], "completion_sample_freq": 0},  # TRL: log_completions=False
     }
 
 
@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12, help="Optimizer steps per side.")
     ap.add_argument("--warmup", type=int, default=2,
                     help="Steps left out of the median at the start of each run (default 2: steps 3..N count).")
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads, both sides.")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="torch intra-op threads, both sides (default and only choice with ours: the cores).")
     ap.add_argument("--rows", type=int, default=64, help="Synthetic clips -> image rows.")
     ap.add_argument("--sft-steps", type=int, default=100,
                     help="SFT steps on letter answers before GRPO (0: the random model, whose rewards are all 0).")
@@ -332,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="Keep model, data and runs here (default: temp).")
     ap.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
     args = ap.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    if args.threads != cores and not args.skip_ours:
+        # our HF rollout engine sets torch threads to cores / processes on the host (generation/config.py),
+        # so ours would not run with --threads: refuse rather than compare unlike thread counts
+        ap.error(f"--threads {args.threads}: our trainer's engine uses all {cores} cores of one process; "
+                 f"pass --threads {cores} (or --skip-ours)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # else accelerate may reset torch's thread count
     torch.set_num_threads(args.threads)
