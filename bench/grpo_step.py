@@ -9,8 +9,8 @@ no KL (beta 0, so no reference model), token-mean loss (TRL's default "dapo"), f
 --threads torch threads on both sides.
 - Model: the offline tiny Qwen2.5-VL (`cosmos_train.models.tiny`), randomly initialised, then (unless
   --sft-steps 0) a short SFT on letter answers with our SFT trainer, so that it answers with a letter and a
-  group's rewards differ: from the random model every reward is 0, every advantage 0, and a trainer
-  that skips such groups would be timed on no work.
+  group's rewards differ, as in real GRPO: the random model samples 4 tokens of noise, every reward is 0
+  and every advantage 0 (a step with nothing to learn).
 - Data: TRL 1.16's GRPOTrainer cannot take video on this CPU torch (no torchvision), so both sides get
   images: the middle frame of each synthetic clip (`cosmos_train.data.synthetic`, the moving-dot
   direction family, 56x56) saved as PNG, with the clip's question, options and answer letter, as RL rows
