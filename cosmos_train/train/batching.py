@@ -8,7 +8,7 @@ loss equals the unpacked loss (tests/unit/test_batching.py shows it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -30,6 +30,10 @@ class MicroBatch:
     # per packed sample: how many images / videos it holds, to hand each its own grids
     packed_media: list[tuple[int, int]] | None = None
     n_samples: int = 0
+    # Explicit layouts (GRPO's shared prompt): position ids [4, B, L] (text row, then 3D RoPE) with a 4D
+    # additive attention mask [B, 1, L, L], and the positions whose logits the loss reads.
+    position_ids: torch.Tensor | None = None
+    logit_positions: torch.Tensor | None = None
 
     @property
     def n_label_tokens(self) -> int:
@@ -42,16 +46,21 @@ class MicroBatch:
 
     @property
     def n_tokens(self) -> int:
-        return int(self.attention_mask.sum()) if self.attention_mask is not None else self.input_ids.numel()
+        if self.attention_mask is None or self.attention_mask.dim() == 4:
+            return self.input_ids.numel()
+        return int(self.attention_mask.sum())
 
     def to(self, device: torch.device) -> MicroBatch:
-        mv = {k: v.to(device, non_blocking=True) for k, v in self.vision.items()}
-        am = self.attention_mask.to(device) if self.attention_mask is not None else None
-        return MicroBatch(self.input_ids.to(device), self.labels.to(device), am, self.mm_token_type_ids.to(device),
-                          mv, self.packed_lengths, self.packed_media, self.n_samples)
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return replace(self, input_ids=self.input_ids.to(device), labels=self.labels.to(device),
+                       attention_mask=move(self.attention_mask), mm_token_type_ids=self.mm_token_type_ids.to(device),
+                       vision={k: v.to(device, non_blocking=True) for k, v in self.vision.items()},
+                       position_ids=move(self.position_ids), logit_positions=move(self.logit_positions))
 
 
-def _cat_vision(samples: list[EncodedChat]) -> dict[str, torch.Tensor]:
+def cat_vision(samples: list[EncodedChat]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for key in _VISION_KEYS:
         parts = [getattr(s, key) for s in samples if getattr(s, key) is not None]
@@ -79,7 +88,7 @@ def collate_padded(samples: list[EncodedChat], pad_id: int) -> MicroBatch:
         labels[i, :n] = s.labels
         types[i, :n] = s.mm_token_type_ids
         mask[i, :n] = 1
-    return MicroBatch(ids, labels, mask, types, _cat_vision(samples), n_samples=len(samples))
+    return MicroBatch(ids, labels, mask, types, cat_vision(samples), n_samples=len(samples))
 
 
 def collate_packed(samples: list[EncodedChat]) -> MicroBatch:
@@ -87,7 +96,7 @@ def collate_packed(samples: list[EncodedChat]) -> MicroBatch:
     ids = torch.cat([s.input_ids for s in samples])[None].long()
     labels = torch.cat([s.labels for s in samples])[None].long()
     types = torch.cat([s.mm_token_type_ids for s in samples])[None].long()
-    return MicroBatch(ids, labels, None, types, _cat_vision(samples),
+    return MicroBatch(ids, labels, None, types, cat_vision(samples),
                       packed_lengths=[len(s.input_ids) for s in samples],
                       packed_media=[_media_counts(s) for s in samples], n_samples=len(samples))
 
@@ -124,7 +133,15 @@ def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:
 def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
     """Keyword arguments for the model's forward."""
     kw: dict[str, Any] = {"input_ids": mb.input_ids, **mb.vision}
-    if mb.packed_lengths is not None:
+    if mb.position_ids is not None:
+        kw["position_ids"] = mb.position_ids
+        mask = mb.attention_mask
+        if mask is not None and mask.dtype == torch.bool and _attention(model) == "eager":
+            # eager attention adds the mask to the scores; sdpa takes the boolean one as it is
+            mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(
+                ~mask, torch.finfo(torch.float32).min)
+        kw["attention_mask"] = mask
+    elif mb.packed_lengths is not None:
         core = model.model if hasattr(model, "model") else model
         kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
     else:
@@ -135,3 +152,8 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
 
 def split_micro_batches(samples: list[Any], mini_batch: int) -> list[list[Any]]:
     return [samples[i:i + mini_batch] for i in range(0, len(samples), mini_batch)]
+
+
+def _attention(model: Any) -> str:
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", None) or "sdpa")

@@ -40,12 +40,12 @@ from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.data.prompt import prompt_messages, reference_answer
 from cosmos_train.distributed import DistInfo, all_reduce_sum
 from cosmos_train.errors import DataError
-from cosmos_train.generation import Completion, SamplingParams, create_engine, from_rollout
+from cosmos_train.generation import SamplingParams, create_engine, from_rollout
 from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
 from cosmos_train.rewards import combine, register_script_rewards
-from cosmos_train.train.batching import MicroBatch, collate_padded, split_micro_batches
+from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
-from cosmos_train.train.rl_batch import RLSample, behav_tensor, completion_sequence, per_token, token_logprobs
+from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
 from cosmos_train.train.rollout import Group, Overlong, Rollout, collect_rollouts
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
@@ -60,23 +60,19 @@ _TOKEN_METRICS = ("kl", "clip_low_fraction", "clip_high_fraction", "dual_clip_fr
 
 
 class _Micro:
-    """One micro-batch of RL samples, collated, with what the loss needs beside the logits."""
+    """One micro-batch of RL samples in the shared-prompt layout (`rl_batch.shared_prefix_batch`), with
+    what the loss needs beside the logits, as [samples, longest completion] grids."""
 
-    def __init__(self, samples: list[RLSample], pad_id: int, weight: float = 1.0):
-        self.samples = samples
-        self.batch: MicroBatch = collate_padded([s.sequence for s in samples], pad_id)
+    def __init__(self, samples: list[RLSample], rope_index: Any, weight: float = 1.0):
+        self.batch, self.layout = shared_prefix_batch(samples, rope_index)
         # weight 0: a copy that only keeps this rank's collectives in step with the others
-        self.in_loss = torch.tensor([float(s.in_loss) * weight for s in samples])
+        in_loss = torch.tensor([float(s.in_loss) * weight > 0 for s in samples])
+        self.mask = self.layout.token_mask() & in_loss.unsqueeze(1)
         self.advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-        self.prompt_lengths = [int((s.sequence.labels == -100).sum()) for s in samples]
+        self.behav = self.layout.grid(torch.cat([s.behav_logprobs.float() for s in samples]))
+        self.completions_in_loss = int(in_loss.sum())
         self.old: torch.Tensor | None = None
         self.ref: torch.Tensor | None = None
-
-    def behav(self, positions: torch.Tensor) -> torch.Tensor:
-        return per_token([s.behav_logprobs for s in self.samples], self.prompt_lengths, positions)
-
-    def mask(self, label_mask: torch.Tensor) -> torch.Tensor:
-        return label_mask & (self.in_loss.to(label_mask.device) > 0).unsqueeze(1)
 
 
 class GRPOTrainer(Trainer):
@@ -210,7 +206,8 @@ class GRPOTrainer(Trainer):
                 if self.vision_ids.intersection(c.token_ids):
                     self.vision_token_completions += 1
                     continue
-                out.append(RLSample(completion_sequence(prompt, c, origin), float(adv), behav_tensor(c),
+                check_prompt_ids(prompt, c, origin)
+                out.append(RLSample(prompt, list(c.token_ids), float(adv), behav_tensor(c),
                                     in_loss=not (mask_truncated and c.finish_reason == "length")))
         return out
 
@@ -227,9 +224,10 @@ class GRPOTrainer(Trainer):
         most = [int(c) for c in _all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
         out = []
         for part, n in zip(parts, most):
-            micro = [_Micro(m, self.pad_id) for m in split_micro_batches(part, tp.micro_batch)]
+            rope_index = self.model.model.get_rope_index
+            micro = [_Micro(m, rope_index) for m in split_micro_batches(part, tp.micro_batch)]
             while len(micro) < n:
-                micro.append(_Micro([filler], self.pad_id, weight=0.0))
+                micro.append(_Micro([filler], rope_index, weight=0.0))
             out.append(micro)
         return out
 
@@ -239,17 +237,16 @@ class GRPOTrainer(Trainer):
         model.eval()
         flags = media_in_micro_batches([m.batch for m in micro], self.dist.device)
         for m, run_vision in zip(micro, flags):
-            mb = m.batch.to(self.dist.device)
-            logits, keep, _ = forward_logits(model, mb, run_vision)
-            setattr(m, attr, token_logprobs(logits, mb.labels, keep, self.temperature)[0])
+            logits, _, _ = forward_logits(model, m.batch.to(self.dist.device), run_vision)
+            setattr(m, attr, m.layout.to(logits.device).logprobs(logits, self.temperature))
 
     def _normaliser(self, micro: list[_Micro]) -> float:
         """The global denominator of one optimizer update's loss (module docstring of rl_losses)."""
         tp = self.cfg.train.train_policy
         if tp.loss_type == "token-mean":
-            local = sum(float((m.batch.labels[:, 1:] != -100).sum(dim=1).mul(m.in_loss > 0).sum()) for m in micro)
+            local = sum(float(m.mask.sum()) for m in micro)
         else:
-            local = sum(float((m.in_loss > 0).sum()) for m in micro)
+            local = sum(float(m.completions_in_loss) for m in micro)
             if tp.loss_type == "seq-mean-token-sum":  # Dr.GRPO: a constant per completion, the length budget
                 local *= self.cfg.rollout.max_response_length
         return float(all_reduce_sum(local, self.dist.device)) / self.dist.tp
@@ -279,15 +276,15 @@ class GRPOTrainer(Trainer):
                 def loss_fn(i: int, mb: MicroBatch, logits: torch.Tensor, keep: torch.Tensor,
                             micro: list[_Micro] = micro, norm: float = norm, loss_sum: list[float] = loss_sum) -> torch.Tensor:
                     m = micro[i]
-                    logp, label_mask = token_logprobs(logits, mb.labels, keep, self.temperature)
-                    mask = m.mask(label_mask)
-                    behav = m.behav(keep)
+                    layout = m.layout.to(logits.device)
+                    logp = layout.logprobs(logits, self.temperature)
+                    mask, behav = m.mask.to(logp.device), m.behav.to(logp.device)
                     old = behav if engine_old else (m.old if m.old is not None else logp.detach())
                     loss, values = policy_loss(
                         logp, old, m.advantages.to(logp.device), mask, self.loss_cfg, ref_logprobs=m.ref,
                         behav_logprobs=None if engine_old else behav, normaliser=norm)
                     with torch.set_grad_enabled(bool(tp.entropy_coeff)):  # logged always, trained on when asked
-                        entropy = token_entropy(logits.float() / (self.temperature or 1.0))
+                        entropy = layout.per_position(token_entropy(logits[0].float() / (self.temperature or 1.0)))
                     if tp.entropy_coeff:
                         loss = loss - tp.entropy_coeff * aggregate(entropy, mask, tp.loss_type, norm)
                     n = float(mask.sum())
@@ -343,7 +340,7 @@ class GRPOTrainer(Trainer):
         if (self.step + 1) % self.cfg.train.sync_weight_interval == 0:
             self.sync_weights(version=self.step + 1)  # the weights after this step
         step_time = time.perf_counter() - t0
-        seq_tokens = all_reduce_sum(sum(len(s.sequence.input_ids) for s in samples), self.dist.device)
+        seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
         stats["vision_token_completions"] = float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
         return {**stats, **values, "rollout_time": t_rollout, "train_time": t_train, "step_time": step_time,
                 "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time, "weight_version": self.weight_version,
@@ -372,9 +369,9 @@ class GRPOTrainer(Trainer):
             kept = self.samples_of([g])
             if kept:
                 return kept[0]
+        # every completion held a vision placeholder: a one-token stand-in (end of turn) that no loss reads
         prompt = self._encode_prompt(dict((rollout.groups or rollout.dropped)[0].row))
-        empty = Completion("", [], [], "stop")
-        return RLSample(completion_sequence(prompt, empty), 0.0, torch.zeros(0), in_loss=False)
+        return RLSample(prompt, [self.pad_id], 0.0, torch.zeros(1), in_loss=False)
 
     def sync_weights(self, version: int | None = None) -> None:
         """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream);

@@ -29,8 +29,9 @@ LossFn = Callable[[int, MicroBatch, torch.Tensor, torch.Tensor], torch.Tensor]
 
 def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logits at the label positions [B, K, V], those positions [K], the blank-vision loss term or None).
-    Only positions some row needs are sent through the LM head (`label_positions`)."""
-    keep = label_positions(mb.labels)
+    Only positions some row needs are sent through the LM head (`label_positions`, or the micro-batch's
+    own `logit_positions`)."""
+    keep = mb.logit_positions if mb.logit_positions is not None else label_positions(mb.labels)
     out, blank = forward_micro_batch(model, mb, run_vision, use_cache=False, logits_to_keep=keep)
     return out.logits, keep, blank
 

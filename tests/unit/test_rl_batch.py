@@ -90,3 +90,62 @@ def test_trainer_logprobs_equal_the_engines(tiny_model_dir: Path, synthetic_dir:
     expected = per_token(behav, plens, keep)
     assert int(mask.sum()) == sum(len(b) for b in behav)
     assert torch.allclose(logp[mask], expected[mask], atol=1e-4), (logp[mask] - expected[mask]).abs().max()
+
+
+def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    """The shared-prompt micro-batch (each group's prompt and video once, its completions after it) gives
+    every completion token the log-prob the separate prompt + completion sequence gives, and the same
+    gradient of a loss on them: groups of 3 with video, a text-only group, completions of unequal length."""
+    from cosmos_train.config import config_from_dict
+    from cosmos_train.data.chat import encode_chat
+    from cosmos_train.data.prompt import prompt_messages
+    from cosmos_train.data.sources import load_samples
+    from cosmos_train.models.load import load_model, load_processor
+    from cosmos_train.train.rl_batch import RLSample, shared_prefix_batch
+    from cosmos_train.train.vision_forward import forward_micro_batch
+
+    cfg = config_from_dict({"train": {"train_batch_per_replica": 4, "train_policy": {
+        "type": "grpo", "dataset": {"name": str(synthetic_dir), "vision": {"min_pixels": 3136, "max_pixels": 3136}}}},
+        "rollout": {"n_generation": 4}})
+    rows = load_samples(cfg, "train")[:2]
+    chats = [prompt_messages(r["messages"]) for r in rows]
+    chats.append([{"role": "user", "content": "Name a colour."}])
+    processor = load_processor(str(tiny_model_dir))
+    model = load_model(str(tiny_model_dir), dtype=torch.float32, device="cpu")
+    vision = cfg.train.train_policy.dataset.vision.as_part_defaults()
+    from cosmos_train.data.vision_settings import VisionSettings
+
+    prompts = [encode_chat(processor, c, add_generation_prompt=True, vision_defaults=VisionSettings(**vision))
+               for c in chats]
+    g = torch.Generator().manual_seed(0)
+    samples = [RLSample(p, torch.randint(100, 1000, (n,), generator=g).tolist(), 0.0, torch.zeros(n))
+               for p in prompts for n in (3, 1, 4)]
+    weights = torch.randn(len(samples), 4, generator=g)
+
+    shared, layout = shared_prefix_batch(samples, model.model.get_rope_index)
+    out, _ = forward_micro_batch(model, shared, True, use_cache=False, logits_to_keep=shared.logit_positions)
+    lp_shared = layout.logprobs(out.logits, temperature=0.8)
+    mask = layout.token_mask()
+    (lp_shared * weights * mask).sum().backward()
+    grads_shared = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+
+    seqs = [completion_sequence(s.prompt, Completion("", s.token_ids, [], "stop")) for s in samples]
+    mb = collate_padded(seqs, pad_id=0)
+    keep = label_positions(mb.labels)
+    out, _ = forward_micro_batch(model, mb, True, use_cache=False, logits_to_keep=keep)
+    lp, lp_mask = token_logprobs(out.logits, mb.labels, keep, temperature=0.8)
+    # the separate layout, column j of each sample's completion
+    plens = [len(s.prompt.input_ids) for s in samples]
+    separate = torch.zeros_like(lp_shared)
+    for b, (s, plen) in enumerate(zip(samples, plens)):
+        at = torch.searchsorted(keep, torch.arange(len(s.token_ids)) + plen - 1)
+        separate[b, : len(s.token_ids)] = lp[b, at]
+    assert int(mask.sum()) == int(lp_mask.sum()) == sum(len(s.token_ids) for s in samples)
+    assert torch.allclose(lp_shared[mask], separate[mask].detach(), atol=1e-5), (lp_shared[mask] - separate[mask]).abs().max()
+    (separate * weights * mask).sum().backward()
+    for name, p in model.named_parameters():
+        if p.grad is not None or name in grads_shared:
+            assert torch.allclose(grads_shared[name], p.grad, atol=1e-5, rtol=1e-4), name
+    # the point of it: far fewer tokens through the model
+    assert shared.input_ids.numel() < mb.input_ids.numel() / 2
