@@ -50,7 +50,7 @@ def _stage(name: str, result: dict) -> dict:
 
 @flow(name="demo", log_prints=True)
 def demo(output_dir: str = "outputs/demo", n_train: int = 768, n_test: int = 200, seed: int = 0,
-         families: list[str] | None = None, sft_steps: int = 300, grpo_steps: int = 200,
+         families: list[str] | None = None, sft_steps: int = 300, grpo_steps: int = 300,
          sft_overrides: list[str] | None = None, grpo_overrides: list[str] | None = None) -> dict:
     """families: default ["direction"], which the ~1M-parameter model learns within the demo's few
     minutes on a CPU. Measured (shared/reference/grpo.md): SFT sits at chance for ~250 steps, then reads
