@@ -96,6 +96,7 @@ class RewardService:
                 continue
             job = Job(rec["uuid"], rec.get("request_id"), rec["created"], parsed)
             self._accept(job)
+            self.metrics_.count("restored")
 
     def _accept(self, job: Job) -> None:
         assert self._queue is not None
