@@ -10,6 +10,7 @@
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train demo
+    REWARD_SERVICE_TOKEN=... cosmos-train reward-service [--config rewards.toml] [--host 127.0.0.1] [--port 8080]
 
 Heavy imports (torch, transformers, prefect) happen inside each command so `--help` and
 `config check` answer at once, and a command's inputs are checked (`cosmos_train.preflight`) before
@@ -145,6 +146,16 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reward_service(args: argparse.Namespace) -> int:
+    from cosmos_train.reward_service.config import load_service_config
+    from cosmos_train.reward_service.server import resolve_token, serve
+
+    resolve_token(args.host, args.insecure_no_token)  # refuse before loading anything
+    serve(load_service_config(args.config), host=args.host, port=args.port,
+          insecure_no_token=args.insecure_no_token)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cosmos-train", description=__doc__.split("\n")[0])
     ap.add_argument("--debug", action="store_true", help="Show the traceback of an input error too.")
@@ -197,6 +208,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, GRPO, each scored.")
     demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     demo.set_defaults(func=_demo)
+
+    rs = sub.add_parser("reward-service", help="Serve rewards over HTTP (the reference service's protocol, "
+                                               "token from REWARD_SERVICE_TOKEN).")
+    rs.add_argument("--config", type=Path, default=None, help="rewards.toml (queue, limits, TTL, handlers).")
+    rs.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: loopback only).")
+    rs.add_argument("--port", type=int, default=8080)
+    rs.add_argument("--insecure-no-token", action="store_true",
+                    help="Run without a token (allowed on a loopback host only, for local testing).")
+    rs.set_defaults(func=_reward_service)
     return ap
 
 

@@ -149,7 +149,27 @@ class RemoteRewardConfig(Section):
 
     scale: float = Field(1.0, gt=0, description="Multiplier on the service's scores.")
     reward_fns: list[RemoteRewardFn] = Field(default_factory=list, description="The rewards to ask for.")
-    batch_size: int = Field(8, ge=1, description="Items per request to the reward service.")
+    batch_size: int = Field(8, ge=1, le=65536, description="Items per request to the reward service.")
+    enqueue_url: str | None = Field(
+        None, description="The service's enqueue URL, e.g. http://127.0.0.1:8080/api/reward/enqueue "
+        "(unset: env REMOTE_REWARD_ENQUEUE_URL).")
+    fetch_url: str | None = Field(
+        None, description="The service's pull URL, e.g. http://127.0.0.1:8080/api/reward/pull "
+        "(unset: env REMOTE_REWARD_FETCH_URL).")
+    token_env: str = Field(
+        "REMOTE_REWARD_TOKEN", min_length=1,
+        description="Name of the environment variable holding the service's token (the token itself never "
+        "goes in the TOML; unset variable: no Authorization header).")
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="Seconds one HTTP call may take.")
+    max_retries: int = Field(
+        8, ge=0, le=100,
+        description="Retries of a call that failed to connect, timed out, or got 429 / 502 / 503 / 504 "
+        "(exponential backoff with jitter, Retry-After honoured).")
+    backoff_s: float = Field(0.5, gt=0, le=600, description="First retry delay; doubles each retry.")
+    backoff_max_s: float = Field(30.0, gt=0, le=3600, description="Longest delay between two retries.")
+    poll_interval_s: float = Field(0.2, gt=0, le=600, description="Seconds between pulls of a result not ready.")
+    result_timeout_s: float = Field(
+        600.0, gt=0, le=86400, description="Seconds to wait for one request's scores before failing the step.")
 
 
 class TrainPolicyConfig(Section):
@@ -919,6 +939,13 @@ def _grpo_problems(cfg: Config) -> list[str]:
                    "allows: lower the interval or raise the bound")
     if r.n_generation < 2:
         out.append("rollout.n_generation: GRPO compares completions within a group; set it to 2 or more")
+    rr = tp.remote_reward
+    if tp.use_remote_reward and not rr.reward_fns:
+        out.append("train.train_policy.remote_reward.reward_fns: use_remote_reward = true asks the service for "
+                   "nothing; list the rewards ([[train.train_policy.remote_reward.reward_fns]] name = ...)")
+    remote_names = [f.name for f in rr.reward_fns] if tp.use_remote_reward else []
+    if len(set(remote_names)) != len(remote_names):
+        out.append("train.train_policy.remote_reward.reward_fns: a name is listed twice")
     if r.max_response_length >= cfg.policy.model_max_length:
         out.append(
             f"rollout.max_response_length ({r.max_response_length}) must be < policy.model_max_length "
@@ -937,11 +964,7 @@ def unsupported_settings(cfg: Config) -> list[str]:
     """Keys the schema accepts (the reference framework's) that the trainers do not implement yet: refused
     up front, before any process starts, never silently ignored."""
     out = []
-    tp = cfg.train.train_policy
     if cfg.policy_type == "grpo":
-        if tp.use_remote_reward:
-            out.append("train.train_policy.use_remote_reward: the remote reward service is not in this release; "
-                       "score with reward_function (built-ins or a dataset script's REWARD_FUNCTIONS)")
         if cfg.rollout.backend == "hf" and cfg.rollout.parallelism.tp_size > 1:
             out.append("rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
                        "set tp_size = 1 or rollout.backend = \"vllm\"")

@@ -17,7 +17,9 @@ score the same text alike):
 sample)`) go in through `register_script_rewards(path)`.
 
 Scoring a batch goes through `RewardSet.score_batch(completions, samples)`: local rewards map over
-it; the remote reward service (next issue) plugs in there as a batch scorer.
+it; the remote reward service plugs in there as a batch scorer (`remote.RemoteScorer`, built by
+`combine(spec, remote=cfg.train.train_policy.remote_reward)` when use_remote_reward is set): its parts
+count scale x weight each, added to the local ones' weights.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cosmos_train.data.prompt import reference_answer
 from cosmos_train.errors import ConfigError
@@ -102,13 +104,30 @@ def weights_of(spec: str | Sequence[str] | Mapping[str, float]) -> dict[str, flo
     return dict.fromkeys(spec, 1.0)
 
 
-@dataclass
-class RewardSet:
-    """Weighted rewards: total = sum(weight * reward) per completion, with each part kept for logging."""
+class BatchScorer(Protocol):
+    """Rewards scored a batch at a time (the remote reward service): parts per completion, and the
+    weight each part counts for in the total."""
 
     weights: dict[str, float]
 
+    def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+                    ) -> list[dict[str, float]]: ...
+
+
+@dataclass
+class RewardSet:
+    """Weighted rewards: total = sum(weight * reward) per completion, with each part kept for logging.
+    `remote` adds a batch scorer's parts with its own weights."""
+
+    weights: dict[str, float]
+    remote: BatchScorer | None = None
+
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
+        if self.remote is not None:
+            return self.score_batch([completion], [sample])[0]
+        return self._local(completion, sample)
+
+    def _local(self, completion: str, sample: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
         parts = {name: float(REWARDS[name](completion, sample)) for name in self.weights}
         return sum(self.weights[n] * v for n, v in parts.items()), parts
 
@@ -118,19 +137,44 @@ class RewardSet:
         """One (total, parts) per completion; samples[i] is the row completions[i] answers."""
         if len(completions) != len(samples):
             raise ValueError(f"{len(completions)} completions for {len(samples)} samples")
-        return [self(c, s) for c, s in zip(completions, samples)]
+        local = [self._local(c, s) for c, s in zip(completions, samples)]
+        if self.remote is None:
+            return local
+        remote_weights = self.remote.weights
+        out = []
+        for (total, parts), remote_parts in zip(local, self.remote.score_batch(completions, samples)):
+            total += sum(remote_weights[n] * v for n, v in remote_parts.items())
+            out.append((total, {**parts, **remote_parts}))
+        return out
 
 
-def combine(spec: str | Sequence[str] | Mapping[str, float]) -> RewardSet:
-    """The rewards `spec` names, weighted; ConfigError naming the unknown ones and the known names."""
+def combine(spec: str | Sequence[str] | Mapping[str, float], remote: Any = None,
+            env: Mapping[str, str] | None = None) -> RewardSet:
+    """The rewards `spec` names, weighted; ConfigError naming the unknown ones and the known names.
+    `remote`: a `config.RemoteRewardConfig` whose rewards the service scores alongside (URLs and token
+    from it or the environment `env`)."""
     weights = weights_of(spec)
+    if remote is not None:
+        import os
+
+        from cosmos_train.rewards.remote import RemoteScorer
+
+        clash = sorted(set(weights) & {f.name for f in remote.reward_fns})
+        if clash:
+            raise ConfigError([f"{WHERE}: {', '.join(clash)} is both a local reward and a remote_reward.reward_fns "
+                               "name; score it in one place"])
+        return RewardSet(_known(weights), RemoteScorer.from_config(remote, os.environ if env is None else env))
     if not weights:
         raise ConfigError([f"{WHERE}: names no reward; known: {', '.join(sorted(REWARDS))}"])
+    return RewardSet(_known(weights))
+
+
+def _known(weights: dict[str, float]) -> dict[str, float]:
     unknown = [n for n in weights if n not in REWARDS]
     if unknown:
         raise ConfigError([f"{WHERE}: {n!r} is not a registered reward; known: {', '.join(sorted(REWARDS))} "
                            "(a dataset script adds its own through REWARD_FUNCTIONS)" for n in unknown])
-    return RewardSet(weights)
+    return weights
 
 
 __all__ = ["REWARDS", "RewardFn", "RewardSet", "combine", "register_reward", "register_script_rewards", "weights_of"]

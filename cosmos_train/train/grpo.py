@@ -83,7 +83,7 @@ class GRPOTrainer(Trainer):
         t, tp, r = cfg.train, cfg.train.train_policy, cfg.rollout
         if dataset_script:
             register_script_rewards(dataset_script)
-        self.rewards = combine(tp.reward_function)
+        self.rewards = combine(tp.reward_function, remote=tp.remote_reward if tp.use_remote_reward else None)
         self.val_rewards = combine(cfg.validation.reward_function)
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []

@@ -125,8 +125,10 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
 
     assert unsupported_settings(config_from_dict({})) == []
     assert unsupported_settings(config_from_dict({"train": {"train_policy": {"kl_beta": 0.1}}})) == []  # GRPO runs
-    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1, "use_remote_reward": True}},
+    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1, "use_remote_reward": True,
+                                                                      "remote_reward": {"reward_fns": [{"name": "a"}]}}},
                             "policy": {"lora": {"r": 4}}, "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
     problems = " ".join(unsupported_settings(cfg))
-    for key in ("train.train_policy.use_remote_reward", "rollout.parallelism.tp_size", "policy.lora", "train.compile"):
+    for key in ("rollout.parallelism.tp_size", "policy.lora", "train.compile"):
         assert key in problems
+    assert "use_remote_reward" not in problems  # the reward service client implements it

@@ -1,0 +1,56 @@
+"""Start the reward service: `cosmos-train reward-service [--config rewards.toml] [--host H] [--port P]
+[--insecure-no-token]`.
+
+The token comes from REWARD_SERVICE_TOKEN. Without one the service refuses to start, unless
+--insecure-no-token is given and the host is a loopback address (nothing off this machine can reach it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+
+from cosmos_train.errors import AuthError
+from cosmos_train.reward_service.auth import TOKEN_ENV
+from cosmos_train.reward_service.config import ServiceConfig
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = os.environ) -> str | None:
+    """The token the service checks, or None when it may run without one; AuthError otherwise."""
+    token = env.get(TOKEN_ENV, "").strip()
+    if token:
+        return token
+    if insecure_no_token and is_loopback(host):
+        return None
+    if insecure_no_token:
+        raise AuthError(f"reward service: --insecure-no-token is only allowed on a loopback host, not {host!r} "
+                        f"(anyone who can reach it could queue work); set {TOKEN_ENV} to a secret token, or "
+                        "serve on --host 127.0.0.1")
+    raise AuthError(f"reward service: no token; set {TOKEN_ENV} to a secret token (clients send it as "
+                    "'Authorization: Bearer <token>'), or pass --insecure-no-token to run without one on "
+                    "a loopback host for local testing")
+
+
+def serve(config: ServiceConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          insecure_no_token: bool = False) -> None:
+    """Run until interrupted (SIGINT / SIGTERM stop it gracefully: batches being scored finish)."""
+    import uvicorn
+
+    from cosmos_train.reward_service.app import create_app
+
+    token = resolve_token(host, insecure_no_token)
+    app = create_app(config, token)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)

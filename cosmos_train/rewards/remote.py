@@ -1,0 +1,254 @@
+"""The reward service's client, and the batch scorer GRPO plugs into its RewardSet.
+
+    from cosmos_train.rewards.remote import RemoteRewardClient
+    client = RemoteRewardClient.for_world_model()            # WFM_REWARD_TOKEN / _ENQUEUE_URL / _FETCH_URL
+    docs = client.score({"reward_fn": {"brightness": 1.0}, "media_type": "video", "prompts": [...]}, npy_bytes)
+    docs["brightness"]["scores"]["brightness"]                # one score per video
+
+A VLM run names the service in [train.train_policy.remote_reward] (enqueue_url / fetch_url, else env
+REMOTE_REWARD_ENQUEUE_URL / REMOTE_REWARD_FETCH_URL; the token from the variable `token_env` names,
+REMOTE_REWARD_TOKEN by default).
+
+Every call has a timeout; a call that cannot connect, times out, or gets 429 / 502 / 503 / 504 is retried
+with exponential backoff and jitter (a 429's Retry-After honoured). Each request carries a client request
+id (X-Request-Id) that stays the same across its retries, so the service scores it once: a retry after a
+lost answer or a service restart gets the first uuid back. A uuid the service no longer knows (a restart
+without its state_dir) is enqueued again under the same request id, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from cosmos_train.errors import AuthError, ConfigError
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RESUBMITS = 3  # times a request is enqueued again after the service forgot its uuid
+WFM_ENV = ("WFM_REWARD_TOKEN", "WFM_REWARD_ENQUEUE_URL", "WFM_REWARD_FETCH_URL")
+VLM_ENV = ("REMOTE_REWARD_ENQUEUE_URL", "REMOTE_REWARD_FETCH_URL")
+
+
+class RemoteRewardError(RuntimeError):
+    """The service failed a request (a handler error, a refusal) or stayed unreachable through every retry."""
+
+
+class _Forgotten(Exception):
+    """The service answered 404 for a uuid it accepted (restarted without its state)."""
+
+
+@dataclass
+class ClientSettings:
+    enqueue_url: str
+    fetch_url: str
+    token: str | None = None
+    timeout_s: float = 30.0
+    max_retries: int = 8
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+    poll_interval_s: float = 0.2
+    result_timeout_s: float = 600.0
+
+
+class RemoteRewardClient:
+    def __init__(self, settings: ClientSettings):
+        self.settings = settings
+        self._http = httpx.Client(timeout=settings.timeout_s)
+
+    @classmethod
+    def from_config(cls, rc: Any, env: Mapping[str, str] = os.environ) -> RemoteRewardClient:
+        """From a `config.RemoteRewardConfig`; URLs missing from it come from REMOTE_REWARD_*."""
+        enqueue = rc.enqueue_url or env.get("REMOTE_REWARD_ENQUEUE_URL", "")
+        fetch = rc.fetch_url or env.get("REMOTE_REWARD_FETCH_URL", "")
+        where = "train.train_policy.remote_reward"
+        missing = [f"{where}.{key}: unset, and so is env {var}; give the reward service's URL"
+                   for key, var, value in (("enqueue_url", VLM_ENV[0], enqueue), ("fetch_url", VLM_ENV[1], fetch))
+                   if not value]
+        if missing:
+            raise ConfigError(missing)
+        return cls(ClientSettings(
+            enqueue_url=enqueue, fetch_url=fetch, token=env.get(rc.token_env) or None, timeout_s=rc.timeout_s,
+            max_retries=rc.max_retries, backoff_s=rc.backoff_s, backoff_max_s=rc.backoff_max_s,
+            poll_interval_s=rc.poll_interval_s, result_timeout_s=rc.result_timeout_s))
+
+    @classmethod
+    def for_world_model(cls, env: Mapping[str, str] = os.environ, **overrides: Any) -> RemoteRewardClient:
+        """From WFM_REWARD_TOKEN, WFM_REWARD_ENQUEUE_URL, WFM_REWARD_FETCH_URL (the reference trainer's names)."""
+        token_var, enqueue_var, fetch_var = WFM_ENV
+        missing = [f"env {v}: unset; give the reward service's URL" for v in (enqueue_var, fetch_var) if not env.get(v)]
+        if missing:
+            raise ConfigError(missing, what="world-model reward service settings")
+        return cls(ClientSettings(enqueue_url=env[enqueue_var], fetch_url=env[fetch_var],
+                                  token=env.get(token_var) or None, **overrides))
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------ one call, retried
+    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        h = dict(extra or {})
+        if self.settings.token:
+            h["Authorization"] = f"Bearer {self.settings.token}"
+        return h
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        s = self.settings
+        delay = min(s.backoff_max_s, s.backoff_s * 2**attempt) * random.uniform(0.5, 1.0)  # jitter: no herd
+        retry_after = response.headers.get("retry-after", "") if response is not None else ""
+        if retry_after.isdigit():
+            delay = max(delay, min(float(retry_after), s.backoff_max_s))
+        return delay
+
+    def _post(self, url: str, **kw: Any) -> httpx.Response:
+        """POST with retries; returns the first answer that is not retryable (any other status)."""
+        last: str = ""
+        for attempt in range(self.settings.max_retries + 1):
+            response = None
+            try:
+                response = self._http.post(url, **kw)
+                if response.status_code not in RETRY_STATUSES:
+                    if response.status_code == 401:
+                        raise AuthError(f"reward service {url}: {_detail(response)}; set the token variable "
+                                        "(REMOTE_REWARD_TOKEN, remote_reward.token_env, or WFM_REWARD_TOKEN)")
+                    return response
+                last = f"HTTP {response.status_code}: {_detail(response)}"
+            except httpx.TransportError as e:  # refused, reset, timed out: the service may be restarting
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.settings.max_retries:
+                time.sleep(self._delay(attempt, response))
+        raise RemoteRewardError(f"reward service {url}: no answer after {self.settings.max_retries + 1} tries "
+                                f"(last: {last})")
+
+    # ------------------------------------------------------------------ protocol
+    def enqueue(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> str:
+        import json
+
+        payload = json.dumps(meta).encode("utf-8") + b"\n" + tensor
+        headers = self._headers({"Content-Type": "application/octet-stream",
+                                 "X-Request-Id": request_id or str(uuidlib.uuid4())})
+        r = self._post(self.settings.enqueue_url, content=payload, headers=headers)
+        if r.status_code != 200:
+            raise RemoteRewardError(f"reward service refused the request (HTTP {r.status_code}): {_detail(r)}")
+        return r.json()["uuid"]
+
+    def pull(self, uuid: str, kind: str, deadline: float | None = None) -> dict[str, Any]:
+        """The scores document of `kind` for `uuid`, polling while it is not ready (bounded)."""
+        deadline = deadline or time.monotonic() + self.settings.result_timeout_s
+        while True:
+            r = self._post(self.settings.fetch_url, data={"uuid": uuid, "type": kind}, headers=self._headers())
+            if r.status_code == 200:
+                return r.json()
+            if r.status_code == 404:
+                raise _Forgotten(uuid)
+            if r.status_code != 400 or not _detail(r).startswith("not ready"):
+                raise RemoteRewardError(f"reward service: {kind} for {uuid} failed (HTTP {r.status_code}): "
+                                        f"{_detail(r)}")
+            if time.monotonic() > deadline:
+                raise RemoteRewardError(f"reward service: {kind} for {uuid} not ready after "
+                                        f"{self.settings.result_timeout_s:g} s (remote_reward.result_timeout_s)")
+            time.sleep(self.settings.poll_interval_s)
+
+    def submit(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> PendingScores:
+        rid = request_id or str(uuidlib.uuid4())
+        return PendingScores(self, dict(meta), tensor, rid, self.enqueue(meta, tensor, rid))
+
+    def score(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> dict[str, Any]:
+        """{reward name: scores document} for every reward in meta["reward_fn"]."""
+        return self.submit(meta, tensor, request_id).result()
+
+
+@dataclass
+class PendingScores:
+    """An enqueued request; `result()` pulls its documents (enqueued again, same request id, if forgotten)."""
+
+    client: RemoteRewardClient
+    meta: dict[str, Any]
+    tensor: bytes
+    request_id: str
+    uuid: str
+
+    def result(self) -> dict[str, Any]:
+        deadline = time.monotonic() + self.client.settings.result_timeout_s
+        for _ in range(RESUBMITS + 1):
+            try:
+                return {name: self.client.pull(self.uuid, name, deadline) for name in self.meta["reward_fn"]}
+            except _Forgotten:
+                self.uuid = self.client.enqueue(self.meta, self.tensor, self.request_id)
+        raise RemoteRewardError(f"reward service forgot request {self.request_id} {RESUBMITS + 1} times "
+                                "(restarting without a state_dir, or result_ttl_s too short)")
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("detail", r.text))
+    except ValueError:
+        return r.text[:300]
+
+
+# ---------------------------------------------------------------------------------- GRPO's batch scorer
+def _prompt_text(sample: Mapping[str, Any]) -> str:
+    """The text of the row's last user turn (what the judge is shown as the question)."""
+    for msg in reversed(sample.get("messages", [])):
+        if msg.get("role") == "user":
+            content = msg.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+@dataclass
+class RemoteScorer:
+    """The rewards of [train.train_policy.remote_reward], scored by the service in requests of batch_size
+    completions (all enqueued before the first pull, so the service works on them together).
+
+    `weights` are what each part counts for in the total: scale x weight; parts are the service's scores
+    clipped to [clip_min, clip_max]."""
+
+    client: RemoteRewardClient
+    fns: Sequence[Any]  # config.RemoteRewardFn
+    scale: float = 1.0
+    batch_size: int = 8
+
+    @classmethod
+    def from_config(cls, rc: Any, env: Mapping[str, str] = os.environ) -> RemoteScorer:
+        return cls(RemoteRewardClient.from_config(rc, env), list(rc.reward_fns), rc.scale, rc.batch_size)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {f.name: self.scale * f.weight for f in self.fns}
+
+    def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+        from cosmos_train.data.prompt import reference_answer
+
+        reward_fn = {f.name: 1.0 for f in self.fns}  # the service scores; weights apply here (they may be < 0)
+        pending = []
+        for start in range(0, len(completions), self.batch_size):
+            rows = samples[start:start + self.batch_size]
+            meta = {"media_type": "text", "reward_fn": reward_fn,
+                    "completions": list(completions[start:start + self.batch_size]),
+                    "prompts": [_prompt_text(s) for s in rows],
+                    "samples": [{"reference": reference_answer(s), "options": s.get("options")} for s in rows]}
+            pending.append((len(rows), self.client.submit(meta)))
+        parts: list[dict[str, float]] = []
+        for n, job in pending:
+            docs = job.result()
+            for i in range(n):
+                parts.append({f.name: _clip(float(docs[f.name]["scores"][f.score_key or f.name][i]), f)
+                              for f in self.fns})
+        return parts
+
+
+def _clip(v: float, f: Any) -> float:
+    if f.clip_min is not None:
+        v = max(v, f.clip_min)
+    if f.clip_max is not None:
+        v = min(v, f.clip_max)
+    return v

@@ -1,0 +1,70 @@
+"""`cosmos-train reward-service`: refuses to start without a token (one paragraph, exit 2), starts with
+one (or --insecure-no-token on loopback) and stops on SIGTERM leaving no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.reward_server import free_port
+
+CLI = [sys.executable, "-m", "cosmos_train.cli", "reward-service"]
+
+
+def _env(token: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "REWARD_SERVICE_TOKEN"}
+    if token:
+        env["REWARD_SERVICE_TOKEN"] = token
+    return env
+
+
+@pytest.mark.parametrize("extra, words", [([], "set REWARD_SERVICE_TOKEN"),
+                                          (["--host", "0.0.0.0", "--insecure-no-token"], "loopback")])
+def test_refuses_to_start_without_a_token(extra: list[str], words: str) -> None:
+    done = subprocess.run(CLI + extra, env=_env(None), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert words in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: reward service:")
+
+
+@pytest.mark.parametrize("token, extra", [("cli-secret", []), (None, ["--insecure-no-token"])])
+def test_serves_then_stops_on_sigterm(token: str | None, extra: list[str], tmp_path) -> None:
+    port = free_port()
+    cfg = tmp_path / "rewards.toml"
+    cfg.write_text("queue_size = 4\nworkers = 1\n")
+    proc = subprocess.Popen(CLI + ["--port", str(port), "--config", str(cfg)] + extra, env=_env(token),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = requests.post(f"http://127.0.0.1:{port}/api/reward/ping", headers=headers, timeout=5)
+                break
+            except requests.ConnectionError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "service did not come up"
+                time.sleep(0.2)
+        assert r.status_code == 200
+        m = requests.get(f"http://127.0.0.1:{port}/metrics", headers=headers, timeout=5).json()
+        assert m["queue_size"] == 4
+        if token:
+            assert requests.post(f"http://127.0.0.1:{port}/api/reward/ping", timeout=5).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught: dying of SIGTERM is the clean end
+    err = proc.stderr.read()
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err
