@@ -151,6 +151,10 @@ def _reward_service(args: argparse.Namespace) -> int:
     from cosmos_train.reward_service.server import resolve_token, serve
 
     resolve_token(args.host, args.insecure_no_token)  # refuse before loading anything
+    if args.exit_with_parent:
+        from cosmos_train.process_tree import watch_parent
+
+        watch_parent(grace_s=10)
     serve(load_service_config(args.config), host=args.host, port=args.port,
           insecure_no_token=args.insecure_no_token)
     return 0
@@ -216,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--port", type=int, default=8080)
     rs.add_argument("--insecure-no-token", action="store_true",
                     help="Run without a token (allowed on a loopback host only, for local testing).")
+    rs.add_argument("--exit-with-parent", action="store_true",
+                    help="Stop when the process that started this one dies (a service a flow manages).")
     rs.set_defaults(func=_reward_service)
     return ap
 

@@ -150,6 +150,11 @@ class RemoteRewardConfig(Section):
     scale: float = Field(1.0, gt=0, description="Multiplier on the service's scores.")
     reward_fns: list[RemoteRewardFn] = Field(default_factory=list, description="The rewards to ask for.")
     batch_size: int = Field(8, ge=1, le=65536, description="Items per request to the reward service.")
+    local_service: bool = Field(
+        False,
+        description="The grpo flow starts `cosmos-train reward-service` on loopback for this run (a fresh token, "
+        "a free port, RUN/logs/reward_service.log), points the trainer at it and stops it at the end; "
+        "leave enqueue_url / fetch_url unset.")
     enqueue_url: str | None = Field(
         None, description="The service's enqueue URL, e.g. http://127.0.0.1:8080/api/reward/enqueue "
         "(unset: env REMOTE_REWARD_ENQUEUE_URL).")
@@ -915,6 +920,11 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
 def _grpo_problems(cfg: Config) -> list[str]:
     t, r = cfg.train, cfg.rollout
     out = []
+    rr = t.train_policy.remote_reward
+    if rr.local_service and (rr.enqueue_url or rr.fetch_url):
+        out.append("train.train_policy.remote_reward: local_service = true starts a service for the run and "
+                   "points the trainer at it; remove enqueue_url / fetch_url, or set local_service = false "
+                   "to use the service they name")
     completions = r.batch_size * r.n_generation
     if completions % t.train_batch_per_replica:
         out.append(

@@ -173,8 +173,9 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
 
 @task(name="torchrun", cache_policy=NO_CACHE, retry_condition_fn=retry_only_crashes)
 def run_torchrun(cfg: Config, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
-                 timeout_s: float | None = None) -> str:
-    """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint."""
+                 timeout_s: float | None = None, env: dict[str, str] | None = None) -> str:
+    """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint.
+    env: added to the ranks' environment (e.g. where the run's reward service listens)."""
     rd = Path(run_dir)
-    stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s)
+    stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s, env=env)
     return run_dir

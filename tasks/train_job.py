@@ -5,11 +5,14 @@
 validate (check_job) -> run folder (resolve-config, RUN/config.toml) -> prepare-data (manifest.jsonl)
 -> torchrun of the trainer module, relaunched up to `train_retries` times after a crash; each retry
 passes --resume-own-run, so it continues from the run folder's newest checkpoint -> RUN/result.json.
+A GRPO run with `remote_reward.local_service` gets its own reward service around the training
+(tasks/reward_service.py).
 Each flow then builds its own report from the run folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from cosmos_train.preflight import check_job
 from tasks.prepare_data import prepare_data_task
+from tasks.reward_service import local_reward_service, wants_local_service
 from tasks.run_folder import resolve_config
 from tasks.torchrun import run_torchrun
 
@@ -51,6 +55,11 @@ def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]
     if params.dataset_script:
         args += ["--dataset-script", str(Path(params.dataset_script).resolve())]
     train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
-    train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
-          timeout_s=params.timeout_s)
+    with contextlib.ExitStack() as services:
+        env: dict[str, str] = {}
+        if wants_local_service(cfg):  # up for every attempt, stopped after the last
+            env = services.enter_context(local_reward_service(run, cfg.train.train_policy.remote_reward.token_env))
+            logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
+        train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
+              timeout_s=params.timeout_s, env=env)
     return run, json.loads((run / "result.json").read_text())

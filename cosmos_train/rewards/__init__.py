@@ -122,6 +122,11 @@ class RewardSet:
     weights: dict[str, float]
     remote: BatchScorer | None = None
 
+    @property
+    def names(self) -> list[str]:
+        """Every part a completion's score has: the local rewards', then the remote ones'."""
+        return list(self.weights) + (list(self.remote.weights) if self.remote is not None else [])
+
     def __call__(self, completion: str, sample: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
         if self.remote is not None:
             return self.score_batch([completion], [sample])[0]

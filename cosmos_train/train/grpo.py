@@ -383,7 +383,7 @@ class GRPOTrainer(Trainer):
         """Reward, accuracy, length and group statistics over every rank's rollout: over every group
         sampled, those dynamic sampling dropped included (else the reward of a run that solved its
         prompts would read as the ~0.5 of the mixed groups kept); `groups` counts those trained on."""
-        parts = list(self.rewards.weights)
+        parts = self.rewards.names
         sums = torch.zeros(9 + len(parts), dtype=torch.float64)
         sampled = rollout.groups + rollout.dropped
         for g in sampled:
@@ -391,7 +391,7 @@ class GRPOTrainer(Trainer):
                 sums[:5] += torch.tensor([1, reward, reward * reward, len(c.token_ids), c.finish_reason == "length"],
                                          dtype=torch.float64)
                 for j, name in enumerate(parts):
-                    sums[9 + j] += p[name]
+                    sums[9 + j] += p.get(name, 0.0)
             sums[6] += g.zero_std
         sums[5] += len(rollout.groups)
         sums[7] += len(sampled)
@@ -448,7 +448,7 @@ class GRPOTrainer(Trainer):
                     sums += torch.tensor([1.0, total, parts.get("single_choice", 0.0)], dtype=torch.float64)
         n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
-        if "single_choice" in self.val_rewards.weights:
+        if "single_choice" in self.val_rewards.names:
             out["accuracy"] = right / max(n, 1.0)
         return out
 

@@ -70,9 +70,15 @@ def _score(
     if not rows:
         return []
     prompts = [prompt_messages(r["messages"], system_prompt, origin=str(r.get("id", ""))) for r in rows]
+    answers = engine.generate(prompts, sampling)
+    # one scoring call for the whole batch: a remote scorer sends it in few requests, not one per group
+    flat = rewards.score_batch([c.text for group in answers for c in group],
+                               [row for row, group in zip(rows, answers) for _ in group])
     groups = []
-    for row, completions in zip(rows, engine.generate(prompts, sampling)):
-        scored = rewards.score_batch([c.text for c in completions], [row] * len(completions))
+    start = 0
+    for row, completions in zip(rows, answers):
+        scored = flat[start:start + len(completions)]
+        start += len(completions)
         totals = [t for t, _ in scored]
         if overlong is not None:
             lengths = torch.tensor([len(c.token_ids) for c in completions])

@@ -113,3 +113,31 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     # Not started over (step 1 once), finished, and the crashed attempt's rows past the resume point replaced.
     assert train_steps == list(range(1, steps + 1)), train_steps
     assert f"resumed from `{result['resumed_from']}`" in _artifacts(state.state_details.flow_run_id)["grpo-summary"].data
+
+
+def test_rewards_from_the_runs_own_reward_service(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """configs/tiny-grpo-remote.toml: the flow starts a reward service for the run, the trainer's only reward
+    is scored there over HTTP (each completion scored as the local reward would), and the service is gone
+    after the flow (no process left)."""
+    from flows.grpo import GRPOParams, grpo
+    from tests.conftest import processes_with
+
+    steps = 2
+    overrides = _overrides(tiny_model_dir, synthetic_dir, tmp_path / "out", steps)
+    state = grpo(GRPOParams(config=str(ROOT / "configs" / "tiny-grpo-remote.toml"), overrides=overrides),
+                 return_state=True)
+    assert state.is_completed(), state
+    run = Path(state.result()["run_dir"])
+    train = [m for m in _jsonl(run / "metrics.jsonl") if m["kind"] == "train"]
+    assert [m["step"] for m in train] == [1, 2] and all("reward/single_choice" in m for m in train)
+    from cosmos_train.rewards import combine
+
+    local = combine(["single_choice"])
+    rows = _jsonl(run / "completions.jsonl")
+    assert rows
+    for r in rows:  # the service's score is the one the local reward gives the same completion
+        sample = {"reference": r["reference"], "messages": []}
+        assert r["parts"]["single_choice"] == local(r["completion"], sample)[1]["single_choice"]
+    log = (run / "logs" / "reward_service.log")
+    assert log.exists()
+    assert not processes_with("reward-service", "--exit-with-parent")
