@@ -231,10 +231,16 @@ class TrainPolicyConfig(Section):
         4, ge=0,
         description="Drop rollouts older than this many weight versions (0: only the current weights)."
     )
-    on_policy: bool = Field(False, description="Fully synchronous rollout/training.")
+    on_policy: bool = Field(
+        False,
+        description="true: fully synchronous, each step sampled in the trainer's process with the newest "
+        "weights (colocated engine). false: a rollout worker process per rank samples ahead of training "
+        "(max_inflight_steps), its batches at most allowed_outdated_steps weight versions old; with "
+        "rollout.parallelism.tp_size > 1 the colocated tensor-parallel engine is used, synchronously.")
     max_inflight_steps: int | None = Field(
-        None, ge=1,
-        description="Rollout batches generated ahead of training (unset: the framework's default)."
+        None, ge=0,
+        description="Asynchronous rollout: batches sampled ahead of the one being trained (unset: 1; "
+        "0: none ahead, each batch sampled after the previous step's weights arrive)."
     )
     overlong_reward: OverlongPenaltyConfig = Field(
         default_factory=OverlongPenaltyConfig, description="Soft penalty on overlong responses."

@@ -83,6 +83,7 @@ def write_tiny_grpo_config(path: Path, model: Path, data: Path, output_dir: Path
         "train.train_batch_per_replica": 16, "train.optm_lr": 1e-3, "train.optm_warmup_steps": 0,
         "train.param_dtype": "float32", "train.seed": 1, "train.ckpt.save_freq": 2, "train.ckpt.save_mode": "sync",
         "train.ckpt.max_keep": -1, "train.train_policy.type": "grpo", "train.train_policy.micro_batch": 4,
+        "train.train_policy.on_policy": True,
         "train.train_policy.reward_function": ["leading_space"], "train.train_policy.epsilon_high": 0.28,
         "train.train_policy.dataset.media_path": str(data),
         "train.train_policy.dataset.vision.min_pixels": 3136, "train.train_policy.dataset.vision.max_pixels": 3136,

@@ -43,11 +43,12 @@ from cosmos_train.errors import DataError
 from cosmos_train.generation import SamplingParams, create_engine, from_rollout
 from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
 from cosmos_train.rewards import combine, register_script_rewards
+from cosmos_train.train.async_rollout import SEED_MOD, RolloutWorker, run_rollout
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
-from cosmos_train.train.rollout import Group, Overlong, Rollout, collect_rollouts
+from cosmos_train.train.rollout import Group, Rollout
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm, forward_logits
 from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb, run_main
@@ -114,13 +115,29 @@ class GRPOTrainer(Trainer):
         )
         self.temperature = r.sampling_config.temperature
         local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
-        # vLLM under torchrun (external launcher): the ranks call generate together, and the ranks of one
-        # rollout TP group submit one union of requests (and so sample with one seed)
-        self.lockstep = engine.name == "vllm" and dist.world_size > 1
-        rollout_tp = r.parallelism.tp_size if self.lockstep else 1
-        self.sampler_rank = dist.rank // rollout_tp if self.lockstep else dist.dp_rank
-        self.engine = GroupedEngine(engine, group_of_consecutive_ranks(rollout_tp))
+        self.worker: RolloutWorker | None = None
+        self.engine: GroupedEngine | None = None
+        self.lockstep = False
+        self.sampler_rank = dist.dp_rank
+        # asynchronous rollout runs one engine per rank; a tensor-parallel rollout engine spans ranks and is
+        # the colocated one, sampling in step with training
+        self.asynchronous = not tp.on_policy and r.parallelism.tp_size == 1
+        if not self.asynchronous:
+            if not tp.on_policy:
+                self.log(f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
+                         "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)")
+            engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
+            # vLLM under torchrun (external launcher): the ranks call generate together, and the ranks of one
+            # rollout TP group submit one union of requests (and so sample with one seed)
+            self.lockstep = engine.name == "vllm" and dist.world_size > 1
+            rollout_tp = r.parallelism.tp_size if self.lockstep else 1
+            self.sampler_rank = dist.rank // rollout_tp if self.lockstep else dist.dp_rank
+            self.engine = GroupedEngine(engine, group_of_consecutive_ranks(rollout_tp))
+        else:  # asynchronous: a worker process per rank samples ahead (train/async_rollout.py)
+            self.worker = RolloutWorker(run_dir, dataset_script, dist.device, 2 * local_procs)
+            self.inflight = 1 if tp.max_inflight_steps is None else tp.max_inflight_steps
+            self.staleness: list[int] = []
+            self.stale_dropped = 0
         self.frames = FrameMemo(max_bytes=1 << 30)  # the engine decoded these clips a moment ago
         self.vision_defaults = self._vision_defaults()
         self.weight_version = 0
@@ -146,42 +163,40 @@ class GRPOTrainer(Trainer):
         self.best = extra.get("best")
 
     # ------------------------------------------------------------------ rollout
-    def _seed(self, purpose: int, extra: int = 0) -> int:
+    def _seed(self, purpose: int = 0, extra: int = 0, step: int | None = None) -> int:
         """Sampling seed of (run seed, step, rank, purpose): a resumed run samples what the
         uninterrupted one did. Ranks of one policy TP group (same prompts) or one rollout TP group
-        (one engine) share it."""
-        return (self.cfg.train.seed * 1_000_003 + self.step * 10_007 + self.sampler_rank * 101
-                + purpose * 7 + extra) % (2**31)
+        (one engine) share it. `run_rollout` derives its sampling and refill seeds from purpose 0."""
+        step = self.step if step is None else step
+        return (self.cfg.train.seed * 1_000_003 + step * 10_007 + self.sampler_rank * 101
+                + purpose * 7 + extra) % SEED_MOD
 
-    def _sampling(self) -> SamplingParams:
-        r = self.cfg.rollout
-        sc = r.sampling_config
-        return SamplingParams(n=r.n_generation, max_new_tokens=r.max_response_length, temperature=sc.temperature,
-                              top_p=sc.top_p, top_k=sc.top_k, repetition_penalty=sc.repetition_penalty,
-                              seed=self._seed(1))
-
-    def _refill(self) -> Any:
-        """DAPO dynamic sampling: more prompts drawn at random (seeded by step and round), outside the
-        epoch order, so ranks need not agree on how many they drew."""
-        rounds = [0]
-
-        def more(k: int) -> list[dict]:
-            rounds[0] += 1
-            g = torch.Generator().manual_seed(self._seed(2, rounds[0]))
-            return [self.rows[i] for i in torch.randint(len(self.rows), (k,), generator=g).tolist()]
-
-        return more
-
-    def rollout(self, rows: list[dict]) -> Rollout:
-        tp, r = self.cfg.train.train_policy, self.cfg.rollout
-        ol = tp.overlong_reward
-        overlong = (Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor)
-                    if ol.enable_overlong_penalty else None)
-        dapo = tp.variant == "dapo"
-        return collect_rollouts(self.engine, rows, self.rewards, self._sampling(), scale_by_std=tp.scale_rewards,
-                                overlong=overlong, refill=self._refill() if dapo else None,
-                                max_refill_rounds=tp.dynamic_sampling_max_rounds if dapo else 0,
-                                any_rank_needs=self._any_rank if self.lockstep else None)
+    def rollout(self, rows: list[dict]) -> tuple[Rollout, dict[str, float]]:
+        """This step's rollout: sampled here (on_policy), or the worker's, sampled ahead (async)."""
+        if self.worker is None:
+            assert self.engine is not None
+            self.engine.wake()
+            rollout = run_rollout(self.engine, rows, self.rewards, self.cfg, self._seed(), self.rows,
+                                  any_rank_needs=self._any_rank if self.lockstep else None)
+            self.engine.sleep()
+            return rollout, {}
+        waited = 0.0
+        while True:
+            got, wait_s = self.worker.result(self.step)
+            waited += wait_s
+            stale = self.step - got.weight_version
+            # every rank drops together (their collectives must pair): when any rank's batch is too old
+            if not self._any_rank(stale > self.cfg.train.train_policy.allowed_outdated_steps):
+                break
+            self.stale_dropped += 1
+            self.worker.submit(self.step, rows, self._seed())  # sampled again with the newest weights
+        self.staleness.append(stale)
+        ranked = sorted(self.staleness)
+        return got.rollout, {
+            "staleness": float(stale), "staleness_p50": float(ranked[len(ranked) // 2]),
+            "staleness_p99": float(ranked[min(len(ranked) - 1, int(0.99 * len(ranked)))]),
+            "stale_dropped": float(self.stale_dropped), "trainer_idle_time": waited,
+            "rollout_idle_time": got.worker_idle_s, "rollout_generate_time": got.generate_s}
 
     def _any_rank(self, flag: bool) -> bool:
         return bool(all_reduce_sum(float(flag), self.dist.device) > 0)
@@ -315,14 +330,31 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ one step
     def batches(self, pos: DataPosition):
-        for idx, next_pos in self.sampler.batches(pos):
-            yield [self.rows[i] for i in idx], next_pos
+        if self.worker is None:
+            for idx, next_pos in self.sampler.batches(pos):
+                yield [self.rows[i] for i in idx], next_pos
+            return
+        # asynchronous: the worker holds the prompts of the step being trained and of `inflight` more
+        ahead = iter(self.sampler.batches(pos))
+        queued: list[tuple[list[dict], DataPosition]] = []
+        step = self.step
+        while True:
+            while len(queued) <= self.inflight:
+                nxt = next(ahead, None)
+                if nxt is None:
+                    break
+                rows = [self.rows[i] for i in nxt[0]]
+                self.worker.submit(step + len(queued), rows, self._seed(step=step + len(queued)))
+                queued.append((rows, nxt[1]))
+            if not queued:
+                return
+            yield queued.pop(0)
+            step += 1
 
     def train_step(self, rows: list[dict]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        self.engine.wake()
-        rollout = self._from_tp_leader(self.rollout(rows))
-        self.engine.sleep()
+        rollout, async_stats = self.rollout(rows)
+        rollout = self._from_tp_leader(rollout)
         t_rollout = time.perf_counter() - t0
         self.vision_token_completions = 0
         samples = self.samples_of(rollout.groups)
@@ -342,7 +374,7 @@ class GRPOTrainer(Trainer):
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
         stats["vision_token_completions"] = float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
-        return {**stats, **values, "rollout_time": t_rollout, "train_time": t_train, "step_time": step_time,
+        return {**stats, **async_stats, **values, "rollout_time": t_rollout, "train_time": t_train, "step_time": step_time,
                 "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time, "weight_version": self.weight_version,
                 "lr": self.scheduler.get_last_lr()[0], "peak_mem_gb": peak_memory_gb(self.dist.device),
                 "epoch": self.pos.epoch}
@@ -374,10 +406,25 @@ class GRPOTrainer(Trainer):
         return RLSample(prompt, [self.pad_id], 0.0, torch.zeros(1), in_loss=False)
 
     def sync_weights(self, version: int | None = None) -> None:
-        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream);
-        the version is the number of steps they have had."""
-        self.weight_version = self.engine.update_weights(self.model.state_dict(),
-                                                         version=self.step if version is None else version)
+        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream), or
+        to the worker as a safetensors folder (RUN/rollout_weights/v<version>, the 3 newest kept); the
+        version is the number of steps they have had."""
+        version = self.step if version is None else version
+        if self.worker is None:
+            assert self.engine is not None
+            self.weight_version = self.engine.update_weights(self.model.state_dict(), version=version)
+            return
+        from cosmos_train.export import export_safetensors
+
+        root = self.run_dir / "rollout_weights"
+        folder = export_safetensors(self.model, root / f"v{version}", self.model_dir)  # collective
+        self.worker.push_weights(version, str(folder or root / f"v{version}"))
+        self.weight_version = version
+        if self.dist.is_main:
+            import shutil
+
+            for old in sorted(root.glob("v*"), key=lambda p: int(p.name[1:]))[:-3]:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _rollout_stats(self, rollout: Rollout) -> dict[str, float]:
         """Reward, accuracy, length and group statistics over every rank's rollout: over every group
@@ -431,7 +478,7 @@ class GRPOTrainer(Trainer):
         """The engine (holding the current weights) answers every validation row under
         validation.temperature; reward and accuracy over all ranks."""
         v = self.cfg.validation
-        if self.engine.weight_version != self.step:
+        if self.weight_version != self.step:
             self.sync_weights()
         n_rows = len(self.val_rows)
         share = -(-n_rows // self.dist.dp_size)
@@ -443,7 +490,9 @@ class GRPOTrainer(Trainer):
             sampling = SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length,
                                       temperature=v.temperature, seed=self._seed(3))
             prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in asked]
-            for row, completions in zip(mine, self.engine.generate(prompts, sampling)):
+            answers = (self.worker.generate(prompts, sampling) if self.worker is not None
+                       else self.engine.generate(prompts, sampling))  # type: ignore[union-attr]
+            for row, completions in zip(mine, answers):
                 for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
                     sums += torch.tensor([1.0, total, parts.get("single_choice", 0.0)], dtype=torch.float64)
         n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
@@ -471,7 +520,7 @@ class GRPOTrainer(Trainer):
         return (f"{super().describe()} on {self.dist.world_size} process(es): {r.batch_size} prompts x "
                 f"{r.n_generation} completions a step, {self.mini_batches} update(s) x "
                 f"{self.cfg.train.train_policy.mu_iterations} pass(es), {len(self.rows)} rows, "
-                f"rollout engine {self.engine.name}")
+                f"rollout {'engine ' + self.engine.name if self.engine else 'worker (asynchronous)'}")
 
     @property
     def validating(self) -> bool:
@@ -487,7 +536,10 @@ class GRPOTrainer(Trainer):
             self.validate_and_keep_best()  # the starting point: GRPO's best must beat it
 
     def after_loop(self) -> None:
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()
+        if self.worker is not None:
+            self.worker.close()
 
     def result_extra(self) -> dict[str, Any]:
         return {"best": self.best}
