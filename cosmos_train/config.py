@@ -161,6 +161,10 @@ class RemoteRewardConfig(Section):
     fetch_url: str | None = Field(
         None, description="The service's pull URL, e.g. http://127.0.0.1:8080/api/reward/pull "
         "(unset: env REMOTE_REWARD_FETCH_URL).")
+    token_secret: str | None = Field(
+        None, min_length=1,
+        description="Name of a Prefect Secret block holding the service's token: the flow reads it and hands "
+        "it to the ranks as token_env (unset: token_env comes from the environment as it is).")
     token_env: str = Field(
         "REMOTE_REWARD_TOKEN", min_length=1,
         description="Name of the environment variable holding the service's token (the token itself never "

@@ -47,25 +47,53 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def secret_value(block_name: str) -> str:
+    """The value of the Prefect Secret block `block_name` (ValueError naming it when there is none)."""
+    from prefect.blocks.system import Secret
+
+    try:
+        return str(Secret.load(block_name).get())
+    except ValueError as e:
+        raise ValueError(f"no Prefect Secret block named {block_name!r}: create it in the UI (Blocks -> Secret) "
+                         f"or with `Secret(value=...).save({block_name!r})`") from e
+
+
+def remote_reward_env(cfg: Config) -> dict[str, str]:
+    """What the ranks need from Prefect for a remote reward service: the token of `remote_reward.token_secret`
+    (a Secret block) under `token_env`; empty when the config names no secret."""
+    rr = cfg.train.train_policy.remote_reward
+    if not (cfg.policy_type == "grpo" and cfg.train.train_policy.use_remote_reward and rr.token_secret):
+        return {}
+    return {rr.token_env: secret_value(rr.token_secret)}
+
+
 @contextlib.contextmanager
-def local_reward_service(run_dir: Path, token_env: str = "REMOTE_REWARD_TOKEN") -> Iterator[dict[str, str]]:
-    """Start the service, wait until it answers ping, yield the trainer's environment, stop it."""
-    port, token = _free_port(), secrets.token_urlsafe(32)
-    base = f"http://127.0.0.1:{port}/api/reward"
-    log_path = run_dir / "logs" / "reward_service.log"
+def reward_service(log_path: Path, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
+                   config: str | None = None) -> Iterator[tuple[subprocess.Popen, str, str]]:
+    """`cosmos-train reward-service` as a child that dies with this process: yields (process, base URL
+    of its API, token) once it answers ping, and stops it on the way out."""
+    port = port or _free_port()
+    token = token or secrets.token_urlsafe(32)
+    base = f"http://{host}:{port}/api/reward"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "cosmos_train.cli", "reward-service", "--host", host, "--port", str(port),
+           "--exit-with-parent", *(["--config", config] if config else [])]
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cosmos_train.cli", "reward-service", "--host", "127.0.0.1", "--port", str(port),
-             "--exit-with-parent"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "REWARD_SERVICE_TOKEN": token})
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "REWARD_SERVICE_TOKEN": token})
     try:
         _wait_until_up(proc, f"{base}/ping", token, log_path)
-        yield {"REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue", "REMOTE_REWARD_FETCH_URL": f"{base}/pull",
-               token_env: token}
+        yield proc, base, token
     finally:
         _stop(proc)
+
+
+@contextlib.contextmanager
+def local_reward_service(run_dir: Path, token_env: str = "REMOTE_REWARD_TOKEN") -> Iterator[dict[str, str]]:
+    """A service for one run on loopback with a fresh token: yields the ranks' environment."""
+    with reward_service(run_dir / "logs" / "reward_service.log") as (_, base, token):
+        yield {"REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue", "REMOTE_REWARD_FETCH_URL": f"{base}/pull",
+               token_env: token}
 
 
 def _wait_until_up(proc: subprocess.Popen, ping: str, token: str, log_path: Path) -> None:

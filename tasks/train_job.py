@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from cosmos_train.preflight import check_job
 from tasks.prepare_data import prepare_data_task
-from tasks.reward_service import local_reward_service, wants_local_service
+from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
 from tasks.run_folder import resolve_config
 from tasks.torchrun import run_torchrun
 
@@ -56,7 +56,7 @@ def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]
         args += ["--dataset-script", str(Path(params.dataset_script).resolve())]
     train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
     with contextlib.ExitStack() as services:
-        env: dict[str, str] = {}
+        env = remote_reward_env(cfg)  # a token kept in a Prefect Secret block
         if wants_local_service(cfg):  # up for every attempt, stopped after the last
             env = services.enter_context(local_reward_service(run, cfg.train.train_policy.remote_reward.token_env))
             logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
