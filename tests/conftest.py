@@ -93,12 +93,22 @@ def write_tiny_grpo_config(path: Path, model: Path, data: Path, output_dir: Path
         "policy.model_gradient_checkpointing": False, "logging.completion_sample_freq": 1, "custom.data": str(data),
     }
     base.update(keys)
-    import json as _json
 
-    cfg = load_config(None, [f"{k}={_json.dumps(v)}" for k, v in base.items()], env={}, check_paths=False)
+    cfg = load_config(None, [f"{k}={_toml_value(v)}" for k, v in base.items()], env={}, check_paths=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     (path.parent / "toy_rewards.py").write_text(LEADING_SPACE_SCRIPT)
     return cfg.write(path)
+
+
+def _toml_value(v: object) -> str:
+    """A value as an inline TOML literal (a --set override): tables inline, strings JSON-quoted."""
+    import json
+
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(v)
 
 
 def processes_with(*needles: str) -> list[int]:
