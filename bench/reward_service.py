@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,15 +27,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from cosmos_train.net import free_port
 from cosmos_train.rewards.remote import ClientSettings, RemoteRewardClient
 
 TOKEN = "bench-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -64,7 +58,7 @@ def _start(port: int, workers: int, queue_size: int) -> subprocess.Popen:
 
 
 def run(clients: int, requests: int, workers: int) -> dict:
-    port = _free_port()
+    port = free_port()
     proc = _start(port, workers, queue_size=clients * 4)
     url = f"http://127.0.0.1:{port}"
     latencies: list[float] = []

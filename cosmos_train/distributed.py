@@ -7,7 +7,6 @@ is still created so torch.distributed.checkpoint and FSDP2 code paths are identi
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +14,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from cosmos_train.config import ConfigError, ParallelismConfig
+from cosmos_train.net import free_port
 from cosmos_train.process_tree import watch_parent
 
 
@@ -53,12 +53,6 @@ class DistInfo:
         return self.mesh["tp"] if self.tp > 1 else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_distributed(par: ParallelismConfig) -> DistInfo:
     """Join (or create) the process group and build the (dp_replicate, dp_shard, tp) mesh."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
@@ -67,7 +61,7 @@ def init_distributed(par: ParallelismConfig) -> DistInfo:
         watch_parent(grace_s=10.0)
     if "RANK" not in os.environ:  # plain `python -m ...`: a one-process group
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     use_cuda = torch.cuda.is_available()
@@ -94,6 +88,14 @@ def all_reduce_sum(value: float | int | torch.Tensor, device: torch.device) -> t
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t)
     return t
+
+
+def all_reduce_max(value: float | int | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The element-wise largest `value` over all ranks (float64, on the CPU)."""
+    t = torch.as_tensor(value, dtype=torch.float64, device=device).clone()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu()
 
 
 def teardown(barrier: bool = True) -> None:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from cosmos_train.config import Config
+from cosmos_train.net import free_port
 
 START_TIMEOUT_S = 120.0  # the service imports torch and the handlers before it listens
 STOP_GRACE_S = 15.0
@@ -39,12 +39,6 @@ class RewardServiceFailed(RuntimeError):
 def wants_local_service(cfg: Config) -> bool:
     tp = cfg.train.train_policy
     return cfg.policy_type == "grpo" and tp.use_remote_reward and tp.remote_reward.local_service
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def secret_value(block_name: str) -> str:
@@ -72,7 +66,7 @@ def reward_service(log_path: Path, host: str = "127.0.0.1", port: int | None = N
                    config: str | None = None) -> Iterator[tuple[subprocess.Popen, str, str]]:
     """`cosmos-train reward-service` as a child that dies with this process: yields (process, base URL
     of its API, token) once it answers ping, and stops it on the way out."""
-    port = port or _free_port()
+    port = port or free_port()
     token = token or secrets.token_urlsafe(32)
     base = f"http://{host}:{port}/api/reward"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,16 +14,11 @@ from typing import Any
 import numpy as np
 import uvicorn
 
+from cosmos_train.net import free_port
 from cosmos_train.reward_service.app import create_app
 from cosmos_train.reward_service.config import ServiceConfig
 
 TOKEN = "test-token-3f9a"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServiceThread:

@@ -87,6 +87,18 @@ def prompt_messages(messages: Sequence[Message], system_prompt: str | None = Non
     return with_system_prompt(prompt, system_prompt)
 
 
+def user_text(messages: Sequence[Message]) -> str:
+    """The text of the last user turn (what a completion answers; media parts left out), for logs and
+    for a judge's question."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
 def reference_answer(sample: Mapping[str, Any]) -> str | None:
     """What rewards compare a completion to: an RL row's `reference` (the answer of its qa_pairs), else
     the text of the sample's last assistant turn, which in RL is the reference, not a training target.

@@ -193,17 +193,6 @@ def _detail(r: httpx.Response) -> str:
 
 
 # ---------------------------------------------------------------------------------- GRPO's batch scorer
-def _prompt_text(sample: Mapping[str, Any]) -> str:
-    """The text of the row's last user turn (what the judge is shown as the question)."""
-    for msg in reversed(sample.get("messages", [])):
-        if msg.get("role") == "user":
-            content = msg.get("content")
-            if isinstance(content, str):
-                return content
-            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 @dataclass
 class RemoteScorer:
     """The rewards of [train.train_policy.remote_reward], scored by the service in requests of batch_size
@@ -226,7 +215,7 @@ class RemoteScorer:
         return {f.name: self.scale * f.weight for f in self.fns}
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
-        from cosmos_train.data.prompt import reference_answer
+        from cosmos_train.data.prompt import reference_answer, user_text
 
         reward_fn = {f.name: 1.0 for f in self.fns}  # the service scores; weights apply here (they may be < 0)
         pending = []
@@ -234,7 +223,7 @@ class RemoteScorer:
             rows = samples[start:start + self.batch_size]
             meta = {"media_type": "text", "reward_fn": reward_fn,
                     "completions": list(completions[start:start + self.batch_size]),
-                    "prompts": [_prompt_text(s) for s in rows],
+                    "prompts": [user_text(s.get("messages", [])) for s in rows],
                     "samples": [{"reference": reference_answer(s), "options": s.get("options")} for s in rows]}
             pending.append((len(rows), self.client.submit(meta)))
         parts: list[dict[str, float]] = []

@@ -37,8 +37,8 @@ import torch
 from cosmos_train.config import Config, ConfigError
 from cosmos_train.data.chat import EncodedChat, encode_chat
 from cosmos_train.data.frame_memo import FrameMemo
-from cosmos_train.data.prompt import prompt_messages, reference_answer
-from cosmos_train.distributed import DistInfo, all_reduce_sum
+from cosmos_train.data.prompt import prompt_messages, reference_answer, user_text
+from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.generation import SamplingParams, create_engine, from_rollout
 from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
@@ -48,7 +48,7 @@ from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
-from cosmos_train.train.rollout import Group, Rollout
+from cosmos_train.train.rollout import Group, Rollout, rollout_stats, rollout_sums
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm, forward_logits
 from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb, run_main
@@ -121,8 +121,8 @@ class GRPOTrainer(Trainer):
         self.sampler_rank = dist.dp_rank
         # asynchronous rollout runs one engine per rank; a tensor-parallel rollout engine spans ranks and is
         # the colocated one, sampling in step with training
-        self.asynchronous = not tp.on_policy and r.parallelism.tp_size == 1
-        if not self.asynchronous:
+        asynchronous = not tp.on_policy and r.parallelism.tp_size == 1
+        if not asynchronous:
             if not tp.on_policy:
                 self.log(f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
                          "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)")
@@ -236,7 +236,7 @@ class GRPOTrainer(Trainer):
         bounds = [round(i * len(samples) / k) for i in range(k + 1)]
         parts = [samples[bounds[i]:bounds[i + 1]] for i in range(k)]
         counts = [len(split_micro_batches(p, tp.micro_batch)) if p else 0 for p in parts]
-        most = [int(c) for c in _all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
+        most = [int(c) for c in all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
         out = []
         for part, n in zip(parts, most):
             rope_index = self.model.model.get_rope_index
@@ -427,37 +427,11 @@ class GRPOTrainer(Trainer):
                 shutil.rmtree(old, ignore_errors=True)
 
     def _rollout_stats(self, rollout: Rollout) -> dict[str, float]:
-        """Reward, accuracy, length and group statistics over every rank's rollout: over every group
-        sampled, those dynamic sampling dropped included (else the reward of a run that solved its
-        prompts would read as the ~0.5 of the mixed groups kept); `groups` counts those trained on."""
+        """`rollout_stats` over every rank's rollout."""
         parts = self.rewards.names
-        sums = torch.zeros(9 + len(parts), dtype=torch.float64)
-        sampled = rollout.groups + rollout.dropped
-        for g in sampled:
-            for c, reward, p in zip(g.completions, g.rewards, g.parts):
-                sums[:5] += torch.tensor([1, reward, reward * reward, len(c.token_ids), c.finish_reason == "length"],
-                                         dtype=torch.float64)
-                for j, name in enumerate(parts):
-                    sums[9 + j] += p.get(name, 0.0)
-            sums[6] += g.zero_std
-        sums[5] += len(rollout.groups)
-        sums[7] += len(sampled)
-        sums[8] += rollout.refill_rounds
+        sums, longest = rollout_sums(rollout, parts)
         total = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
-        longest = _all_reduce_max(torch.tensor([max((len(c.token_ids) for g in sampled for c in g.completions),
-                                                    default=0)], dtype=torch.float64), self.dist.device)
-        n = max(total[0], 1.0)
-        mean = total[1] / n
-        out = {"reward_mean": mean, "reward_std": math.sqrt(max(total[2] / n - mean * mean, 0.0)),
-               "response_length_mean": total[3] / n, "response_length_max": float(longest[0]),
-               "truncated_fraction": total[4] / n, "groups": total[5], "completions": total[0],
-               "zero_std_fraction": total[6] / max(total[7], 1.0), "dropped_zero_std": total[7] - total[5],
-               "refill_rounds": total[8] / self.dist.dp_size}
-        for j, name in enumerate(parts):
-            out[f"reward/{name}"] = total[9 + j] / n
-        if "single_choice" in parts:
-            out["accuracy"] = out["reward/single_choice"]
-        return out
+        return rollout_stats(total, float(all_reduce_max(longest, self.dist.device)), parts, ranks=self.dist.dp_size)
 
     def _sample_completions(self, rollout: Rollout) -> None:
         every, count = self.cfg.logging.completion_sample_freq, self.cfg.logging.completion_sample_count
@@ -468,7 +442,7 @@ class GRPOTrainer(Trainer):
         rows = []
         for g in sampled:
             for c, reward, parts, adv in zip(g.completions, g.rewards, g.parts, g.advantages):
-                rows.append({"id": g.row.get("id"), "prompt": _question(g.row), "reference": reference_answer(g.row),
+                rows.append({"id": g.row.get("id"), "prompt": user_text(g.row.get("messages") or []), "reference": reference_answer(g.row),
                              "completion": c.text, "reward": reward, "parts": parts, "advantage": adv,
                              "finish_reason": c.finish_reason})
         self.metrics.log_samples(step, rows[:count])
@@ -543,26 +517,6 @@ class GRPOTrainer(Trainer):
 
     def result_extra(self) -> dict[str, Any]:
         return {"best": self.best}
-
-
-def _all_reduce_max(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    import torch.distributed as dist
-
-    t = t.to(device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.cpu()
-
-
-def _question(row: dict) -> str:
-    """The text of the row's last user turn (what the completion answers), for the completion log."""
-    for message in reversed(row.get("messages") or []):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and "text" in p)
-    return ""
 
 
 def main(argv: list[str] | None = None) -> int:

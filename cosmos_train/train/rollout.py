@@ -15,6 +15,7 @@ many informative groups as rows were given; what could not be refilled is report
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,25 +127,44 @@ def collect_rollouts(
                 dropped += [g for g in new if g.zero_std]
                 kept += [g for g in new if not g.zero_std]
         groups = kept[: len(rows)]
-    return Rollout(groups, len(dropped), rounds, _stats(groups, len(dropped)), dropped)
+    rollout = Rollout(groups, len(dropped), rounds, {}, dropped)
+    sums, longest = rollout_sums(rollout, rewards.names)
+    rollout.stats = rollout_stats(sums.tolist(), longest, rewards.names)
+    return rollout
 
 
-def _stats(groups: list[Group], dropped: int) -> dict[str, float]:
-    """Reward mean / std (and per part), zero-std fraction, completion lengths, finish reasons."""
-    if not groups:
-        return {"groups": 0.0, "dropped_zero_std": float(dropped)}
-    rewards = torch.tensor([r for g in groups for r in g.rewards])
-    lengths = torch.tensor([len(c.token_ids) for g in groups for c in g.completions], dtype=torch.float32)
-    out = {
-        "groups": float(len(groups)),
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-        "zero_std_fraction": sum(g.zero_std for g in groups) / len(groups),
-        "dropped_zero_std": float(dropped),
-        "response_length_mean": float(lengths.mean()),
-        "response_length_max": float(lengths.max()),
-        "truncated_fraction": sum(c.finish_reason == "length" for g in groups for c in g.completions) / lengths.numel(),
-    }
-    for name in groups[0].parts[0]:
-        out[f"reward/{name}"] = float(torch.tensor([p[name] for g in groups for p in g.parts]).mean())
+def rollout_sums(rollout: Rollout, parts: Sequence[str]) -> tuple[torch.Tensor, float]:
+    """Additive statistics of a rollout, which ranks can all-reduce, over every group sampled, those
+    dynamic sampling dropped included (else the reward of a run that solved its prompts would read as
+    the ~0.5 of the mixed groups kept); and its longest completion."""
+    sums = torch.zeros(9 + len(parts), dtype=torch.float64)
+    sampled = rollout.groups + rollout.dropped
+    for g in sampled:
+        for c, reward, p in zip(g.completions, g.rewards, g.parts):
+            sums[:5] += torch.tensor([1, reward, reward * reward, len(c.token_ids), c.finish_reason == "length"],
+                                     dtype=torch.float64)
+            for j, name in enumerate(parts):
+                sums[9 + j] += p.get(name, 0.0)
+        sums[6] += g.zero_std
+    sums[5] += len(rollout.groups)
+    sums[7] += len(sampled)
+    sums[8] += rollout.refill_rounds
+    return sums, float(max((len(c.token_ids) for g in sampled for c in g.completions), default=0))
+
+
+def rollout_stats(total: Sequence[float], longest: float, parts: Sequence[str], ranks: int = 1) -> dict[str, float]:
+    """What to log from `rollout_sums` (summed over `ranks` ranks): reward mean / std and per part,
+    accuracy (with single_choice), lengths, truncation, groups trained on, zero-std fraction, dropped
+    groups, refill rounds."""
+    n = max(total[0], 1.0)
+    mean = total[1] / n
+    out = {"reward_mean": mean, "reward_std": math.sqrt(max(total[2] / n - mean * mean, 0.0)),
+           "response_length_mean": total[3] / n, "response_length_max": longest,
+           "truncated_fraction": total[4] / n, "groups": total[5], "completions": total[0],
+           "zero_std_fraction": total[6] / max(total[7], 1.0), "dropped_zero_std": total[7] - total[5],
+           "refill_rounds": total[8] / ranks}
+    for j, name in enumerate(parts):
+        out[f"reward/{name}"] = total[9 + j] / n
+    if "single_choice" in parts:
+        out["accuracy"] = out["reward/single_choice"]
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import resource
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -67,8 +68,9 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
     return model, n_trainable, total
 
 
-class Trainer:
-    """Subclasses set `name`, build their data, then call `init_schedule(total_steps)`."""
+class Trainer(ABC):
+    """Subclasses set `name`, build their data, call `init_schedule(total_steps)`, and give the loop its
+    `batches` and `train_step`."""
 
     name: ClassVar[str] = "train"
 
@@ -183,14 +185,14 @@ class Trainer:
         """The line logged before the first step."""
         return f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps"
 
+    @abstractmethod
     def batches(self, pos: DataPosition) -> Iterator[tuple[Any, DataPosition]]:
         """(this rank's batch, the data position after it) from `pos` to the epoch's end."""
-        raise NotImplementedError
 
+    @abstractmethod
     def train_step(self, batch: Any) -> dict[str, Any]:
         """One step on `batch` (self.step is the number of steps done before it); "skipped": True when
         the update was not applied (a non-finite loss or gradient)."""
-        raise NotImplementedError
 
     @property
     def validating(self) -> bool:
@@ -198,12 +200,15 @@ class Trainer:
 
     def validate_and_log(self) -> None:
         """Validation on its schedule (validation.freq) and after the last step."""
+        return None  # an optional hook
 
     def before_loop(self) -> None:
         """After resume, before the first step."""
+        return None  # an optional hook
 
     def after_loop(self) -> None:
         """After the last checkpoint and export."""
+        return None  # an optional hook
 
     def result_extra(self) -> dict[str, Any]:
         """What RUN/result.json holds beyond the common keys."""

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import ROOT, processes_with, write_tiny_grpo_config
-from tests.integration.test_grpo_dist import exported, grpo, rows
+from tests.integration.test_grpo_dist import assert_same_weights, grpo, rows
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +42,7 @@ def test_nothing_ahead_equals_the_synchronous_trainer(tiny_model_dir: Path, synt
     out = grpo(write_tiny_grpo_config(asynchronous / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2", **{
         **keys, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 0}))
     assert "worker (asynchronous)" in out
-    a, b = exported(sync / "safetensors" / "final"), exported(asynchronous / "safetensors" / "final")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_weights(sync / "safetensors" / "final", asynchronous / "safetensors" / "final")
     runs = [[m for m in rows(r) if m["kind"] == "train"] for r in (sync, asynchronous)]
     assert [m["reward_mean"] for m in runs[0]] == [m["reward_mean"] for m in runs[1]]
     assert [m["staleness"] for m in runs[1]] == [0.0, 0.0, 0.0]

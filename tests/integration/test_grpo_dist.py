@@ -32,6 +32,14 @@ def rows(run: Path, name: str = "metrics.jsonl") -> list[dict]:
     return [json.loads(x) for x in (run / name).read_text().splitlines() if x.strip()]
 
 
+def assert_same_weights(a_folder: Path, b_folder: Path) -> None:
+    """The two safetensors folders hold the same tensors, bit for bit."""
+    a, b = exported(a_folder), exported(b_folder)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 def exported(folder: Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in sorted(folder.glob("*.safetensors")):
@@ -84,10 +92,7 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
     out = grpo(write_tiny_grpo_config(resumed / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2", **{
         **keys, "train.resume": str(straight / "checkpoints" / "step_2")}))
     assert "at step 2" in out
-    a, b = exported(straight / "safetensors" / "final"), exported(resumed / "safetensors" / "final")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    assert_same_weights(straight / "safetensors" / "final", resumed / "safetensors" / "final")
     tail = [{k: v for k, v in m.items() if not k.endswith("time") and k not in ("tokens_per_s", "peak_mem_gb")}
             for m in rows(straight) if m["kind"] == "train" and m["step"] > 2]
     again = [{k: v for k, v in m.items() if not k.endswith("time") and k not in ("tokens_per_s", "peak_mem_gb")}
@@ -108,10 +113,7 @@ def test_masked_truncated_completions_make_no_update(tiny_model_dir: Path, synth
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["truncated_fraction"] for m in train] == [1.0, 1.0]
     assert [m["updates"] for m in train] == [0.0, 0.0]
-    final = exported(run / "safetensors" / "final")
-    initial = exported(tiny_model_dir)
-    assert final.keys() == initial.keys()
-    assert all(torch.equal(final[k], initial[k]) for k in final)
+    assert_same_weights(run / "safetensors" / "final", tiny_model_dir)
 
 
 def test_tensor_parallel_policy(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:

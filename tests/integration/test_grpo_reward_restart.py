@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tasks.reward_service import _free_port, _stop, reward_service
+from cosmos_train.net import free_port
+from tasks.reward_service import _stop, reward_service
 from tests.conftest import ROOT, write_tiny_grpo_config
 from tests.integration.test_grpo_dist import rows
 
@@ -37,7 +38,7 @@ def test_service_restart_mid_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_
         "train.train_policy.remote_reward.reward_fns": [{"name": "format"}],
         "train.train_policy.remote_reward.backoff_s": 0.2, "train.train_policy.remote_reward.max_retries": 30})
     (tmp_path / "rewards.toml").write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    port = _free_port()
+    port = free_port()
     service = reward_service(tmp_path / "s1.log", port=port, token=TOKEN, config=str(tmp_path / "rewards.toml"))
     proc, base, _ = service.__enter__()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue",

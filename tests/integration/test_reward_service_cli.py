@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from tests.reward_server import free_port
+from cosmos_train.net import free_port
 
 CLI = [sys.executable, "-m", "cosmos_train.cli", "reward-service"]
 

@@ -3,7 +3,6 @@ GRPO run's token taken from a Secret block (remote_reward.token_secret), never f
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
@@ -11,13 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cosmos_train.net import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_reward_service_flow_serves_with_the_secret_token(tmp_path: Path) -> None:
@@ -27,7 +22,7 @@ def test_reward_service_flow_serves_with_the_secret_token(tmp_path: Path) -> Non
     from tests.conftest import processes_with
 
     Secret(value="s3cret-token").save("test-reward-token", overwrite=True)
-    port = _free_port()
+    port = free_port()
     result: dict = {}
     runner = threading.Thread(target=lambda: result.update(reward_service_flow(RewardServiceParams(
         token_secret="test-reward-token", port=port, log_dir=str(tmp_path), run_for_s=25))))

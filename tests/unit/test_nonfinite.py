@@ -37,9 +37,9 @@ def poisoned_trainer(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sft, "kept_ce_sum", ce)
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
-    from cosmos_train.distributed import _free_port
+    from cosmos_train.net import free_port
 
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     return sft
 
 

@@ -15,6 +15,7 @@ service config it is given (`self.config`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -43,7 +44,7 @@ class Batch:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
-class Handler:
+class Handler(ABC):
     """Base of every reward handler: say which media it reads, set up once, score batches."""
 
     media_types: ClassVar[tuple[str, ...]] = MEDIA_TYPES
@@ -55,9 +56,11 @@ class Handler:
 
     def set_up(self) -> None:
         """Load what scoring needs (models, tables). Called once, before the first batch."""
+        return None  # most handlers need nothing
 
+    @abstractmethod
     def score(self, batch: Batch) -> list[float]:
-        raise NotImplementedError
+        """One score per item of `batch`, in order."""
 
     def refuse(self, batch_media_type: str, has_completions: bool) -> str | None:
         """Why this handler cannot score such a request (None: it can); checked at enqueue, so the
