@@ -122,12 +122,7 @@ def summary_markdown(report: RunReport) -> str:
         shown = f"{value:.3f}" if isinstance(value, int | float) else value
         lines.append(f"- best export: `{best_export.get('path')}` ({best_export.get('metric')} {shown} "
                      f"at step {best_export.get('step')})")
-    if r.get("resumed_from"):
-        lines.append(f"- resumed from `{r['resumed_from']}`")
-    if r.get("resume_note"):
-        lines.append(f"- {r['resume_note']}")
-    if r.get("skipped_steps"):
-        lines.append(f"- steps skipped for a non-finite loss or gradient norm: {r['skipped_steps']}")
+    lines += result_notes(r)
     if not report.completions:
         lines.append("- no completions sampled (completions.jsonl is empty or missing)")
     return "\n".join(lines) + "\n"
@@ -219,3 +214,16 @@ def plots_markdown(paths: list[Path]) -> str:
         data = base64.b64encode(path.read_bytes()).decode()
         lines += [f"`{path}`", "", f"![{path.stem}](data:image/png;base64,{data})", ""]
     return "\n".join(lines)
+
+
+def result_notes(result: dict[str, Any]) -> list[str]:
+    """The lines every training flow's summary ends with (the sft flow's too): where the run resumed
+    from, what a resume said, the steps skipped for a non-finite loss or gradient."""
+    lines = []
+    if result.get("resumed_from"):
+        lines.append(f"- resumed from `{result['resumed_from']}`")
+    if result.get("resume_note"):
+        lines.append(f"- {result['resume_note']}")
+    if result.get("skipped_steps"):
+        lines.append(f"- steps skipped for a non-finite loss or gradient norm: {result['skipped_steps']}")
+    return lines

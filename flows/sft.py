@@ -16,6 +16,7 @@ from prefect import flow
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from cosmos_train.metrics import read_metrics
+from flows.grpo_report import result_notes
 from tasks.errors import user_errors_reported
 from tasks.train_job import TrainJobParams, run_training_job
 
@@ -36,12 +37,7 @@ def _summary_markdown(run_dir: Path, result: dict, metrics: list[dict]) -> str:
                   f"- peak memory: {max(m['peak_mem_gb'] for m in train):.2f} GB"]
     if val:
         lines.append(f"- validation loss (step {val[-1]['step']}): {val[-1]['loss']:.4f}")
-    if result.get("resumed_from"):
-        lines.append(f"- resumed from `{result['resumed_from']}`")
-    if result.get("resume_note"):
-        lines.append(f"- {result['resume_note']}")
-    if result.get("skipped_steps"):
-        lines.append(f"- steps skipped for a non-finite loss or gradient norm: {result['skipped_steps']}")
+    lines += result_notes(result)
     return "\n".join(lines)
 
 

@@ -10,8 +10,8 @@ them). The prompt and the vision tower then run once per group instead of n time
 token's log-prob equals the one a separate prompt + completion sequence gives (tests/unit/test_rl_batch.py).
 The logits at the prompt's last position predict every completion's first token.
 
-`completion_sequence` (prompt + one completion, labelled on the completion) is that separate layout: the
-reference the shared one is tested against, and the check that the engine's prompt ids are the trainer's.
+The separate layout (prompt + one completion per sequence) is the reference the shared one is tested
+against: tests/rl_reference.py.
 """
 
 from __future__ import annotations
@@ -162,21 +162,6 @@ def shared_prefix_batch(samples: list[RLSample], rope_index: Callable[..., Any])
     return batch, layout
 
 
-def completion_sequence(prompt: EncodedChat, completion: Completion, origin: str = "") -> EncodedChat:
-    """The prompt's encoding + the completion's ids, labelled on the completion (checked as in
-    `check_prompt_ids`)."""
-    check_prompt_ids(prompt, completion, origin)
-    ids = torch.tensor(completion.token_ids, dtype=torch.long)
-    prompt_labels = torch.full_like(prompt.input_ids, IGNORE_INDEX)
-    return replace(
-        prompt,
-        input_ids=torch.cat([prompt.input_ids, ids]),
-        labels=torch.cat([prompt_labels, ids]),
-        attention_mask=torch.ones(len(prompt.input_ids) + len(ids), dtype=prompt.attention_mask.dtype),
-        mm_token_type_ids=torch.cat([prompt.mm_token_type_ids, torch.zeros(len(ids), dtype=prompt.mm_token_type_ids.dtype)]),
-    )
-
-
 def check_prompt_ids(prompt: EncodedChat, completion: Completion, origin: str = "") -> None:
     """The engine's prompt ids, when it reports them, must be the trainer's: else the log-probs would
     score another sequence than the one sampled."""
@@ -186,31 +171,6 @@ def check_prompt_ids(prompt: EncodedChat, completion: Completion, origin: str = 
             f"differ from the trainer's {len(prompt.input_ids)}: the engine and the trainer must use the same "
             "tokenizer, chat template and vision settings (rollout and policy model paths)"
         )
-
-
-def token_logprobs(logits: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor,
-                   temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-prob of each label under softmax(logits / temperature) [B, K], mask of label positions [B, K]).
-    logits [B, K, V] are those at `positions` (predicting labels at positions + 1). Temperature 0 (greedy
-    sampling) scores under temperature 1, as the engines report greedy log-probs."""
-    targets = labels[:, positions + 1].to(logits.device)
-    mask = targets != IGNORE_INDEX
-    scaled = logits.float()
-    if temperature > 0 and temperature != 1:
-        scaled = scaled / temperature
-    picked = scaled.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(scaled, dim=-1), mask
-
-
-def per_token(values: list[torch.Tensor], prompt_lengths: list[int], positions: torch.Tensor) -> torch.Tensor:
-    """Per-completion token values (row b: its completion's tokens in order) laid out like
-    `token_logprobs`' output [B, K]; zeros where a row has no token."""
-    out = torch.zeros(len(values), positions.numel(), dtype=torch.float32, device=positions.device)
-    for b, (v, plen) in enumerate(zip(values, prompt_lengths)):
-        if v.numel():
-            at = torch.arange(v.numel(), device=positions.device) + (plen - 1)
-            out[b, torch.searchsorted(positions, at)] = v.to(out.device, out.dtype)
-    return out
 
 
 def behav_tensor(completion: Completion) -> torch.Tensor:

@@ -13,7 +13,7 @@ from cosmos_train.errors import ModelError
 from cosmos_train.generation import Completion, GenerationConfig, SamplingParams
 from cosmos_train.train.batching import collate_padded
 from cosmos_train.train.losses import label_positions
-from cosmos_train.train.rl_batch import completion_sequence, per_token, token_logprobs
+from tests.rl_reference import completion_sequence, per_token, token_logprobs
 
 
 def _prompt(ids: list[int]) -> EncodedChat:
