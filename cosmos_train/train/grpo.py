@@ -138,7 +138,9 @@ class GRPOTrainer(Trainer):
             self.inflight = 1 if tp.max_inflight_steps is None else tp.max_inflight_steps
             self.staleness: list[int] = []
             self.stale_dropped = 0
-        self.frames = FrameMemo(max_bytes=1 << 30)  # the engine decoded these clips a moment ago
+        # the prompts' clips, decoded once: an in-process engine has just decoded them into its own memo
+        engine_frames = getattr(self.engine.inner, "frames", None) if self.engine is not None else None
+        self.frames = engine_frames if isinstance(engine_frames, FrameMemo) else FrameMemo(max_bytes=1 << 30)
         self.vision_defaults = self._vision_defaults()
         self.weight_version = 0
         self.best: dict[str, Any] | None = None
