@@ -90,8 +90,14 @@ def load_service_config(path: str | Path | None, overrides: dict[str, Any] | Non
         except tomllib.TOMLDecodeError as e:
             raise ConfigError([f"{path}: not TOML ({e})"], str(path), what="reward service config") from None
     raw.update(overrides or {})
+    # the job config's error wording: the key path, its bounds in words, the closest valid key for a typo
+    from cosmos_train.config import explain_errors, unknown_keys
+
+    source = str(path) if path else None
+    problems = unknown_keys(raw, ServiceConfig)
+    if problems:
+        raise ConfigError(problems, source, what="reward service config")
     try:
         return ServiceConfig.model_validate(raw)
     except ValidationError as e:
-        problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(problems, str(path) if path else None, what="reward service config") from None
+        raise ConfigError(explain_errors(e, ServiceConfig), source, what="reward service config") from None
