@@ -128,3 +128,13 @@ def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
         "no complete checkpoint was found there or under train.output_dir")
     raise CheckpointError(f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
                           f"or to true for the newest one. {listing}")
+
+
+def newest_export(root: Path, name: str = "final") -> Path | None:
+    """The most recently written `<run>/safetensors/<name>` export at any depth under `root` (an export
+    is complete once its folder exists: export.py renames it into place whole), or None."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        return None
+    found = [p for p in root.glob(f"**/safetensors/{name}") if (p / "config.json").is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime_ns, default=None)

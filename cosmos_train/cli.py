@@ -9,6 +9,7 @@
     cosmos-train grpo --config configs/tiny-grpo.toml [--set k=v ...] [--dataset-script my_dataset.py] [--run-dir RUN]
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
+    cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
     cosmos-train demo
     REWARD_SERVICE_TOKEN=... cosmos-train reward-service [--config rewards.toml] [--host 127.0.0.1] [--port 8080]
 
@@ -47,7 +48,13 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
 
 def _config_check(args: argparse.Namespace) -> int:
     from cosmos_train.config import load_config
+    from cosmos_train.pipeline import is_pipeline_file, load_pipeline_config
 
+    if is_pipeline_file(args.config):  # a post-train pipeline: its own schema and each stage's config
+        pipeline = load_pipeline_config(args.config, args.overrides)
+        print(pipeline.model_dump_json(indent=2, exclude_none=True))
+        print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
+        return 0
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
     print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
@@ -137,6 +144,19 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _post_train(args: argparse.Namespace) -> int:
+    from cosmos_train.pipeline import load_pipeline_config
+
+    load_pipeline_config(args.config, args.overrides)  # every input error before Prefect starts
+    from flows.post_train import PostTrainParams, post_train
+
+    _quiet_prefect_console()
+
+    summary = post_train(PostTrainParams(config=str(args.config), overrides=args.overrides))
+    print(summary["folder"])
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
@@ -209,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("out", type=Path)
     exp.set_defaults(func=_export)
 
+    pt = sub.add_parser("post-train", help="The pipeline: prepare-data, SFT, evaluate, GRPO, evaluate, upload "
+                                           "(a rerun skips the stages that finished).")
+    _add_config_args(pt)
+    pt.set_defaults(func=_post_train)
+
     demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, GRPO, each scored.")
     demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     demo.set_defaults(func=_demo)
@@ -265,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
-    if args.command in ("sft", "grpo", "prepare-data", "eval", "demo"):
+    if args.command in ("sft", "grpo", "prepare-data", "eval", "post-train", "demo"):
         from cosmos_train.process_tree import start_reaper
 
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind

@@ -11,12 +11,15 @@ and a markdown artifact listing wrong answers (`eval-wrong-answers`). Returns
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field, model_validator
 
+from cosmos_train.checkpoint_paths import newest_export
+from cosmos_train.errors import ModelError
 from cosmos_train.evaluation.report import comparison_rows, unique_labels, wrong_answers_markdown
 from cosmos_train.preflight import check_eval
 from tasks.errors import user_errors_reported
@@ -32,6 +35,9 @@ class EvaluateParams(BaseModel):
         description="Checkpoint folders or hub ids to compare, e.g. base, SFT and RL; default: the config's model.",
     )
     labels: list[str] | None = Field(None, description="Results-folder name per model (default: from the paths).")
+    newest_export_in: str | None = Field(
+        None, description="Also evaluate the newest <run>/safetensors/final found under this folder (e.g. the "
+        "training output_dir; a nightly schedule scores the latest model this way).")
     overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
     eval_retries: int = Field(
         1, ge=0,
@@ -41,8 +47,9 @@ class EvaluateParams(BaseModel):
 
     @model_validator(mode="after")
     def _labels_match(self) -> EvaluateParams:
-        if self.labels is not None and len(self.labels) != len(self.models or [None]):
-            raise ValueError(f"labels: {len(self.labels)} given for {len(self.models or [None])} model(s)")
+        n_models = len(self.models) + (self.newest_export_in is not None) or 1
+        if self.labels is not None and len(self.labels) != n_models:
+            raise ValueError(f"labels: {len(self.labels)} given for {n_models} model(s)")
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise ValueError(f"labels must be distinct, got {self.labels}")
         return self
@@ -57,9 +64,17 @@ def evaluate(params: EvaluateParams) -> dict[str, Any]:
 
 def _evaluate(params: EvaluateParams) -> dict[str, Any]:
     logger = get_run_logger()
-    cfg = check_eval(params.config, params.overrides, params.models)  # fail before any model loads
-    models = params.models or [cfg.model.model_name]
-    labels = params.labels or ([cfg.model_basename] if not params.models else unique_labels(models))
+    models = list(params.models)
+    if params.newest_export_in:
+        newest = newest_export(Path(params.newest_export_in))
+        if newest is None:
+            raise ModelError(f"newest_export_in: no <run>/safetensors/final export under {params.newest_export_in} "
+                             "(train a model there first, or point at the training output_dir)")
+        logger.info("newest export under %s: %s", params.newest_export_in, newest)
+        models.append(str(newest))
+    cfg = check_eval(params.config, params.overrides, models)  # fail before any model loads
+    labels = params.labels or ([cfg.model_basename] if not models else unique_labels(models))
+    models = models or [cfg.model.model_name]
     run_one = evaluate_model_task.with_options(retries=params.eval_retries, retry_delay_seconds=2)
     results = [run_one(params.config, model, label, params.overrides) for model, label in zip(models, labels)]
     rows = comparison_rows(results)

@@ -68,11 +68,14 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
         assert got["enforce_parameter_schema"] is True, name
         assert got["pull_steps"] == [
             {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], name
-    for trainer in ("sft", "grpo"):  # one training job at a time: they share the accelerators
+    for trainer in ("sft", "grpo", "post-train"):  # one training job at a time: they share the accelerators
         assert found[trainer]["global_concurrency_limit"]["limit"] == 1, trainer
     [nightly] = found["sft-nightly"]["schedules"]
     assert nightly["active"] is False and nightly["schedule"]["cron"] == "0 3 * * *"
     assert found["sft-nightly"]["parameters"] == {"params": {"config": "configs/tiny-sft.toml"}}
+    [nightly_eval] = found["evaluate-nightly"]["schedules"]
+    assert nightly_eval["active"] is False
+    assert found["evaluate-nightly"]["parameters"]["params"]["newest_export_in"] == "outputs"
 
 
 def test_bad_parameters_are_refused_before_a_run_exists(deployed: PrefectServer) -> None:

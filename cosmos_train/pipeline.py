@@ -1,0 +1,305 @@
+"""The post-train pipeline's config and its record of finished stages (no Prefect: flows/post_train.py runs it).
+
+    cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
+
+A pipeline file names one job config per stage, relative to itself:
+
+    name = "tiny"                       # the pipeline folder: <output_dir>/<name>/
+    output_dir = "./outputs/post-train"
+    model = "outputs/tiny-model"        # the base model the first training stage starts from
+
+    [sft]
+    config = "tiny-sft.toml"
+    overrides = ["train.max_num_steps=300"]
+
+    [grpo]                              # starts from the SFT stage's export
+    config = "tiny-grpo.toml"
+
+    [evaluate]                          # scores the base model and each training stage's export
+    config = "eval-tiny.toml"
+
+    [upload]
+    to = ["s3://my-bucket/cosmos/tiny"]
+
+Stages run in the order prepare-data -> sft -> evaluate -> grpo -> evaluate -> upload, each one only
+when its section is present. `<output_dir>/<name>/pipeline.json` records each stage's key (a hash of
+its resolved config and inputs), state, run folder and result: a rerun skips every stage whose key
+matches a finished record and whose outputs still exist, and continues a stage that failed in its
+own run folder (training resumes from the newest checkpoint there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cosmos_train.errors import ConfigError
+
+STATE_FILE = "pipeline.json"
+WHAT = "pipeline config"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TrainStage(_Section):
+    """[sft] / [grpo]: one training stage."""
+
+    config: str = Field(..., description="The stage's job TOML (relative paths: from the pipeline file's folder).")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides of that job config.")
+    dataset_script: str | None = Field(None, description="Optional dataset script for this stage (see examples/).")
+    train_retries: int = Field(1, ge=0, le=100, description="Relaunches of a crashed training job (each resumes).")
+    timeout_s: float | None = Field(None, gt=0, description="Stop this stage's training after this many seconds.")
+
+
+class GRPOStage(TrainStage):
+    """[grpo]: the RL stage, started from the SFT stage's export when there is one."""
+
+    export: Literal["best", "final"] = Field(
+        "best", description="The export that goes on to evaluation and upload: best (by validation reward, "
+        "when the run kept one) or final.")
+
+
+class EvaluateStage(_Section):
+    """[evaluate]: score the base model and each training stage's export on the config's benchmarks."""
+
+    config: str = Field(..., description="Evaluation config (relative paths: from the pipeline file's folder).")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides of that config.")
+    base: bool = Field(True, description="Also score the base model, so the table shows what training added.")
+    eval_retries: int = Field(1, ge=0, le=100, description="Reruns of a model's evaluation after a crash.")
+
+
+class UploadStage(_Section):
+    """[upload]: where the pipeline's models go once every other stage finished."""
+
+    to: list[str] = Field(..., min_length=1, description="Targets: s3://bucket/prefix or hf://org/repo URLs.")
+    models: Literal["final", "all"] = Field(
+        "final", description="final: the last training stage's export; all: every training stage's export "
+        "(each under <target>/<stage>).")
+
+
+class PipelineConfig(_Section):
+    """The whole pipeline file."""
+
+    name: str = Field(
+        ..., min_length=1, max_length=120, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The pipeline folder's name under output_dir; a rerun with the same name continues it.")
+    output_dir: str = Field("./outputs/post-train", description="Where pipeline folders are made.")
+    model: str | None = Field(
+        None, description="Base model of the first training stage (unset: that stage's policy.model_name_or_path).")
+    sft: TrainStage | None = Field(None, description="The SFT stage (absent: no SFT).")
+    grpo: GRPOStage | None = Field(None, description="The GRPO stage (absent: no GRPO).")
+    evaluate: EvaluateStage | None = Field(None, description="Evaluation after each training stage (absent: none).")
+    upload: UploadStage | None = Field(None, description="Upload of the resulting model(s) (absent: none).")
+
+    @model_validator(mode="after")
+    def _trains_something(self) -> PipelineConfig:
+        if self.sft is None and self.grpo is None:
+            raise ValueError("a pipeline needs an [sft] or a [grpo] section (or both)")
+        return self
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.output_dir).expanduser().resolve() / self.name
+
+    def training_stages(self) -> list[tuple[str, TrainStage]]:
+        return [(n, s) for n, s in (("sft", self.sft), ("grpo", self.grpo)) if s is not None]
+
+
+def is_pipeline_file(path: str | Path) -> bool:
+    """A pipeline file rather than a job config: an [sft] or [grpo] table naming a `config` (a job config's
+    sections are train, policy, rollout, ...)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False  # the job config loader names the problem
+    return any(isinstance(raw.get(s), dict) and "config" in raw[s] for s in ("sft", "grpo"))
+
+
+def _stage_override(raw: dict[str, Any], text: str) -> bool:
+    """`sft.train.max_num_steps=4` -> appended to [sft].overrides (a key of the stage's job config, not
+    of the pipeline's stage section)."""
+    head, _, rest = text.partition("=")
+    parts = head.strip().split(".")
+    models = {"sft": TrainStage, "grpo": GRPOStage, "evaluate": EvaluateStage}
+    if len(parts) < 2 or parts[0] not in models or parts[1] in models[parts[0]].model_fields:
+        return False
+    section = raw.setdefault(parts[0], {})
+    if not isinstance(section, dict):
+        return False
+    section.setdefault("overrides", []).append(f"{'.'.join(parts[1:])}={rest}")
+    return True
+
+
+def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> PipelineConfig:
+    """Parse and validate a pipeline file; stage config paths come back absolute. Raises ConfigError
+    naming every problem (unknown keys with the closest valid one, bounds in words, missing stage configs)."""
+    from cosmos_train.config import explain_errors, parse_override, set_path, unknown_keys
+
+    p = Path(path)
+    source = str(path)
+    if not p.is_file():
+        raise ConfigError([f"pipeline file {p} does not exist"], source, what=WHAT)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"TOML syntax: {e}"], source, what=WHAT) from None
+    raw.setdefault("name", p.stem)
+    for text in overrides:
+        if not _stage_override(raw, text):
+            key_path, value = parse_override(text)
+            set_path(raw, key_path, value)
+    problems = unknown_keys(raw, PipelineConfig)
+    if problems:
+        raise ConfigError(problems, source, what=WHAT)
+    try:
+        cfg = PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(explain_errors(e, PipelineConfig), source, what=WHAT) from None
+    here = p.resolve().parent
+    for name in ("sft", "grpo", "evaluate"):
+        stage = getattr(cfg, name)
+        if stage is None:
+            continue
+        resolved = (here / stage.config).resolve() if not Path(stage.config).is_absolute() else Path(stage.config)
+        if not resolved.is_file():
+            problems.append(f"{name}.config: {stage.config} does not exist (looked for {resolved})")
+        stage.config = str(resolved)
+        script = getattr(stage, "dataset_script", None)
+        if script:
+            stage.dataset_script = str((here / script).resolve())
+    if not problems:
+        problems += _stage_config_problems(cfg)
+    for url in cfg.upload.to if cfg.upload else []:
+        if not url.startswith(("s3://", "hf://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+            problems.append(f"upload.to: {url!r} is not an s3://bucket/prefix or hf://org/repo URL")
+    if problems:
+        raise ConfigError(problems, source, what=WHAT)
+    return cfg
+
+
+def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
+    """Each stage's own config with its overrides, checked now: a typo in the GRPO stage's overrides must
+    not wait for hours of SFT to surface. Model paths are not checked (earlier stages make them)."""
+    from cosmos_train.config import load_config
+    from cosmos_train.evaluation.config import load_eval_config
+
+    out = []
+    for name, stage in cfg.training_stages():
+        try:
+            job = load_config(stage.config, stage.overrides, check_paths=False)
+        except ConfigError as e:
+            out += [f"{name} (config {stage.config}): {p}" for p in e.problems]
+            continue
+        if job.policy_type != name:
+            out.append(f"{name}.config: {stage.config} is a {job.policy_type} job config; the [{name}] stage "
+                       f"needs train.train_policy.type = \"{name}\"")
+        elif not job.train.ckpt.export_safetensors:
+            out.append(f"{name}: train.ckpt.export_safetensors = false in {stage.config}; a pipeline stage must "
+                       "export (the next stage starts from the export)")
+    if cfg.evaluate is not None:
+        try:
+            load_eval_config(cfg.evaluate.config, cfg.evaluate.overrides)
+        except ConfigError as e:
+            out += [f"evaluate (config {cfg.evaluate.config}): {p}" for p in e.problems]
+    return out
+
+
+# ----------------------------------------------------------------------------- stage keys
+def folder_fingerprint(path: str | Path, max_files: int = 100_000) -> list[Any]:
+    """What a stage's input folder (a model, a dataset) looks like without reading it: each file's
+    relative path, size and mtime. A hub id or a missing path is its name alone."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        st = p.stat()
+        return [[p.name, st.st_size, st.st_mtime_ns]]
+    if not p.is_dir():
+        return [str(path)]
+    out: list[Any] = []
+    for root, dirs, files in os.walk(p):
+        dirs.sort()
+        for f in sorted(files):
+            fp = Path(root) / f
+            try:
+                st = fp.stat()
+            except OSError:
+                continue
+            out.append([str(fp.relative_to(p)), st.st_size, st.st_mtime_ns])
+            if len(out) >= max_files:
+                return out
+    return out
+
+
+def stage_key(stage: str, resolved: dict[str, Any], inputs: Iterable[str | Path]) -> str:
+    """sha256 of the stage's name, its resolved config (as JSON) and the fingerprints of its inputs."""
+    what = {"stage": stage, "config": resolved, "inputs": {str(i): folder_fingerprint(i) for i in inputs}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- the record
+StageStatus = Literal["running", "failed", "done"]
+
+
+class PipelineState:
+    """`<pipeline folder>/pipeline.json`: {"stages": {name: {key, status, run_dir, result, started, finished}}}.
+    Written whole and atomically after every change, so a killed pipeline leaves the last good record."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / STATE_FILE
+        self.stages: dict[str, dict[str, Any]] = {}
+        if self.path.is_file():
+            try:
+                self.stages = json.loads(self.path.read_text()).get("stages", {})
+            except (json.JSONDecodeError, AttributeError):
+                self.stages = {}  # an unreadable record only costs a rerun of every stage
+
+    def finished(self, name: str, key: str) -> dict[str, Any] | None:
+        """The result of a finished stage with this key whose recorded paths still exist, else None."""
+        rec = self.stages.get(name)
+        if not rec or rec.get("status") != "done" or rec.get("key") != key:
+            return None
+        if not all(Path(p).exists() for p in rec.get("outputs", [])):
+            return None
+        return rec.get("result")
+
+    def unfinished_run_dir(self, name: str, key: str) -> str | None:
+        """The run folder of this stage's earlier attempt with the same key, to continue in."""
+        rec = self.stages.get(name)
+        if rec and rec.get("status") != "done" and rec.get("key") == key and rec.get("run_dir") \
+                and Path(rec["run_dir"]).is_dir():
+            return rec["run_dir"]
+        return None
+
+    def start(self, name: str, key: str, run_dir: str | None = None) -> None:
+        self.stages[name] = {"key": key, "status": "running", "run_dir": run_dir, "started": time.time()}
+        self.save()
+
+    def set_run_dir(self, name: str, run_dir: str) -> None:
+        self.stages[name]["run_dir"] = run_dir
+        self.save()
+
+    def finish(self, name: str, result: dict[str, Any], outputs: Iterable[str] = ()) -> None:
+        rec = self.stages[name]
+        rec.update(status="done", result=result, outputs=[str(o) for o in outputs], finished=time.time())
+        rec["seconds"] = rec["finished"] - rec["started"]
+        self.save()
+
+    def fail(self, name: str, error: str) -> None:
+        rec = self.stages[name]
+        rec.update(status="failed", error=error[-2000:], finished=time.time())
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"stages": self.stages}, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.replace(self.path)
