@@ -56,6 +56,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from cosmos_train.atomic import write_json_atomic
 from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the checkpoint API in one import)
     COMPLETE,
     complete_checkpoints,
@@ -164,16 +165,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------------ RNG state
@@ -370,14 +361,15 @@ class CheckpointManager:
             # A scheduler whose state holds callables/tensors: keep it exact in a torch file instead.
             torch.save(state_json["scheduler"], tmp / SCHEDULER_FALLBACK)
             state_json = {**state_json, "scheduler": {"file": SCHEDULER_FALLBACK}}
-        _write_json_atomic(tmp / TRAINER_STATE, state_json)
+        write_json_atomic(tmp / TRAINER_STATE, state_json, fsync=True, sort_keys=True)
 
     def _finalize(self, step: int, tmp: Path, final: Path) -> None:
         barrier(self._group)  # every rank's shard and RNG file are on disk
         error: Exception | None = None
         if rank() == 0:
             try:
-                _write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()})
+                write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()},
+                                  fsync=True, sort_keys=True)
                 if final.exists():
                     # A step_N without COMPLETE (never loadable): replace it.
                     shutil.rmtree(final)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.data.vision_settings import VisionSettings
 from cosmos_train.errors import ConfigError
 
@@ -575,12 +576,7 @@ class Config(Section):
         return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
 
     def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_toml())
-        tmp.replace(path)
-        return path
+        return write_atomic(path, self.to_toml())
 
 
 # ------------------------------------------------------------------------------------- aliases

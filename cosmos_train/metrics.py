@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config
 from cosmos_train.errors import from_os_error
 
@@ -93,9 +94,7 @@ class MetricsLogger:
             rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path != self.path \
                 else read_metrics(self.path.parent)
             kept = [r for r in rows if int(r.get("step", 0)) <= step]
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            tmp.replace(path)
+            write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def close(self) -> None:
         if self._wandb is not None:

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cosmos_train.atomic import write_json_atomic
 from cosmos_train.errors import ConfigError
 
 STATE_FILE = "pipeline.json"
@@ -299,7 +300,4 @@ class PipelineState:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"stages": self.stages}, indent=2, sort_keys=True, default=str) + "\n")
-        tmp.replace(self.path)
+        write_json_atomic(self.path, {"stages": self.stages}, sort_keys=True)

@@ -36,13 +36,13 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.data import video
 from cosmos_train.data.vision_settings import VisionSettings
 
@@ -182,20 +182,10 @@ class ClipCache:
             "key": key, "shape": list(tensor.shape), "sample_fps": sample_fps,
             "checksum": hashlib.blake2b(payload, digest_size=16).hexdigest(),
         }).encode()
-        path = self.entry_path(key)
-        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + _HEADER_LEN.pack(len(header)) + header + payload)
-            os.replace(tmp, path)
-            tmp = None
+            write_atomic(self.entry_path(key), MAGIC + _HEADER_LEN.pack(len(header)) + header + payload)
         except OSError:
-            pass
-        finally:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
+            pass  # a cache that cannot be written (full disk, read-only folder) only costs a decode next time
 
 
 def open_clip_cache(cache_dir: str | os.PathLike | None) -> ClipCache | None:

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config
 from cosmos_train.data.sources.common import reward_names
 from cosmos_train.errors import DataError, from_os_error
@@ -364,12 +365,9 @@ def output_names(split_role: str) -> dict[str, str]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         disk_full = from_os_error(e, path)
         if disk_full is None:
             raise

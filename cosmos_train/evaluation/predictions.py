@@ -13,11 +13,11 @@ that a resumed run (skip_saved) would take for a finished video.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.atomic import write_json_atomic
 from cosmos_train.errors import BenchmarkError
 
 RECORD_KEYS = (
@@ -64,12 +64,7 @@ def make_record(
 
 def write_video_predictions(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
     """Write one video's records atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(list(records), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_json_atomic(path, list(records))
 
 
 def read_video_predictions(path: str | Path) -> list[dict[str, Any]]:

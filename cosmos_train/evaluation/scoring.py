@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.atomic import write_atomic, write_json_atomic
 from cosmos_train.evaluation.predictions import PredictionFileError, read_dataset_predictions
 
 Z95 = 1.959963984540054
@@ -140,17 +141,14 @@ def write_results(run_dir: str | Path, scores: Scores, meta: Mapping[str, Any] |
     run_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = run_dir / "results.json", run_dir / "results.csv"
     payload = {**(dict(meta) if meta else {}), **scores.as_dict()}
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(json_path)
+    write_json_atomic(json_path, payload)
     fields = ["name", "correct", "total", "unanswered", "accuracy", "ci95_low", "ci95_high"]
-    tmp = csv_path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for s in [*scores.datasets.values(), scores.micro, scores.macro]:
-            w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.as_dict().items()})
-    tmp.replace(csv_path)
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=fields)
+    w.writeheader()
+    for s in [*scores.datasets.values(), scores.micro, scores.macro]:
+        w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in s.as_dict().items()})
+    write_atomic(csv_path, table.getvalue())
     return json_path, csv_path
 
 

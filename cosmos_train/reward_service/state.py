@@ -10,15 +10,10 @@ Every file is written to a temporary name and renamed, so a crash leaves whole f
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+from cosmos_train.atomic import write_atomic
 
 
 class DiskState:
@@ -29,11 +24,11 @@ class DiskState:
         self.done.mkdir(parents=True, exist_ok=True)
 
     def write_pending(self, uuid: str, record: dict[str, Any], body: bytes) -> None:
-        _atomic_write(self.pending / f"{uuid}.body", body)
-        _atomic_write(self.pending / f"{uuid}.json", json.dumps(record).encode())  # last: marks it complete
+        write_atomic(self.pending / f"{uuid}.body", body)
+        write_atomic(self.pending / f"{uuid}.json", json.dumps(record).encode())  # last: marks it complete
 
     def write_done(self, uuid: str, record: dict[str, Any]) -> None:
-        _atomic_write(self.done / f"{uuid}.json", json.dumps(record).encode())
+        write_atomic(self.done / f"{uuid}.json", json.dumps(record).encode())
         self.remove_pending(uuid)
 
     def remove_pending(self, uuid: str) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
 from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import (
@@ -89,9 +90,7 @@ def extract_archives(archives: list[Path], dest: Path) -> bool:
                 _safe_extract(archive, dest)
             except (tarfile.TarError, OSError) as e:
                 raise DatasetError(f"{archive}: cannot extract clips: {e}") from e
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text("\n".join(str(a.name) for a in sorted(archives)) + "\n")
-        tmp.replace(marker)
+        write_atomic(marker, "\n".join(str(a.name) for a in sorted(archives)) + "\n")
         return True
 
 

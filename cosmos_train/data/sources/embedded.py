@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
+
+from cosmos_train.atomic import write_atomic
 
 # Leading bytes -> file suffix, so the stored file says what it holds (the decoders sniff anyway).
 SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
@@ -72,13 +72,4 @@ def store_embedded(value: Any, store: Path) -> Path:
     path = store / f"{hashlib.sha256(data).hexdigest()[:32]}{_suffix(data, name)}"
     if path.is_file() and path.stat().st_size == len(data):
         return path
-    store.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=store, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, data)
