@@ -121,3 +121,39 @@ def test_prepare_data_deployment_runs_on_a_process_worker(deployed: PrefectServe
     assert any(f"manifest: {manifest}" in log["message"] for log in logs), [log["message"] for log in logs]
     arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
     assert "prepare-data-report" in {a["key"] for a in arts}
+
+
+def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: PrefectServer, tmp_path: Path) -> None:
+    """`prefect deployment run 'post-train/post-train'` of the tiny pipeline (SFT 2 steps, GRPO 2 steps, 4
+    benchmark questions per model), picked up by a worker: Completed, its summary artifact, the exports."""
+    from cosmos_train.data.synthetic import make_synthetic_dataset
+    from cosmos_train.models.tiny import make_tiny_model
+    from tests.integration.test_post_train_flow import write_pipeline
+
+    model = make_tiny_model(tmp_path / "model")
+    data = make_synthetic_dataset(tmp_path / "data", n_train=16, n_val=4, n_test=4)
+    config = write_pipeline(tmp_path / "pipeline.toml", model, data, tmp_path / "out", grpo_steps=2)
+    params = {"config": str(config), "overrides": ["evaluate.base=false", "evaluate.limit=4"]}
+    created = deployed.cli(["deployment", "run", "post-train/post-train", "--param", f"params={json.dumps(params)}"],
+                           cwd=ROOT, timeout_s=120).check()
+    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
+    assert match, created.output
+    run_id = match.group(1)
+
+    worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=900)
+    run = deployed.get(f"/flow_runs/{run_id}").json()
+    assert worker.returncode == 0 and run["state_type"] == "COMPLETED", f"{run['state']}\n{worker.output[-6000:]}"
+
+    record = json.loads((tmp_path / "out" / "tiny" / "pipeline.json").read_text())["stages"]
+    assert {n: r["status"] for n, r in record.items()} == {
+        "prepare-sft": "done", "prepare-grpo": "done", "sft": "done", "evaluate-sft": "done", "grpo": "done",
+        "evaluate-grpo": "done"}
+    assert Path(record["grpo"]["result"]["export"], "config.json").is_file()
+    arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
+    summary = next(a for a in arts if a["key"] == "post-train-summary")
+    rows = json.loads(summary["data"])
+    assert [r["model"] for r in rows] == ["sft", "grpo"] and all("(n=4)" in r["accuracy"] for r in rows)
+    # The stages ran as subflows of the pipeline's run: their own runs, each with the pipeline as parent.
+    children = deployed.post("/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}).json()
+    flows = {deployed.get(f"/flows/{c['flow_id']}").json()["name"] for c in children}
+    assert {"prepare-data", "sft", "grpo", "evaluate"} <= flows, flows
