@@ -2,12 +2,14 @@
 
     make demo        # or: cosmos-train demo [--output-dir outputs/demo]
 
-Makes the offline tiny model and the synthetic physics videos, scores the base model on the
-held-out benchmark, runs a short SFT through the `sft` flow (2 processes, FSDP2), scores its
-`safetensors/final`, runs GRPO from that export through the `grpo` flow (2 processes, an HF rollout
-engine per rank, reward = the right letter), scores GRPO's best export (by validation accuracy on
-the val split, never the benchmark's clips), prints a table and writes `<output_dir>/summary.json`:
-{"stages": [{"name", "accuracy", "n", "checkpoint"}, ...]} with stages base, sft, grpo.
+Makes the offline tiny model and the synthetic physics videos, then runs the post-train pipeline
+(flows/post_train.py, configs/tiny-post-train.toml) on them in `<output_dir>/pipeline/`: scores the
+base model on the held-out benchmark, runs a short SFT through the `sft` flow (2 processes, FSDP2),
+scores its `safetensors/final`, runs GRPO from that export through the `grpo` flow (2 processes, an
+HF rollout engine per rank, reward = the right letter), scores GRPO's best export (by validation
+accuracy on the val split, never the benchmark's clips), prints a table and writes
+`<output_dir>/summary.json`: {"stages": [{"name", "accuracy", "n", "checkpoint"}, ...]} with stages
+base, sft, grpo.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.evaluate import EvaluateParams, evaluate
-from flows.grpo import GRPOParams, grpo
-from flows.sft import SFTParams, sft
+from flows.post_train import PostTrainParams, post_train
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -61,31 +61,23 @@ def demo(output_dir: str = "outputs/demo", n_train: int = 768, n_test: int = 200
     out = Path(output_dir).resolve()
     model = make_model(str(out / "tiny-model"))
     data = make_data(str(out / "data"), n_train, 64, n_test, seed, families or ["direction"])
-    # No retries: the untrained model answers random bytes, and each letter-mode retry asks for 266
-    # tokens, minutes on a CPU; an unreadable answer simply counts as wrong.
-    eval_overrides = [f'data_dir="{data}"', f'results_dir="{out / "eval"}"', "evaluation.skip_saved=false",
-                      "generation.max_retries=0"]
-
-    def score(checkpoint: str, label: str) -> dict:
-        result = evaluate(EvaluateParams(config=str(CONFIGS / "eval-tiny.toml"), models=[checkpoint], labels=[label],
-                                         overrides=eval_overrides))
-        return _stage(label, result["results"][0])
-
-    stages = [score(model, "base")]
-    run = sft(SFTParams(config=str(CONFIGS / "tiny-sft.toml"), overrides=[
-        f'policy.model_name_or_path="{model}"', f'train.train_policy.dataset.name="{data}"',
-        f'train.output_dir="{out / "runs"}"', f"train.max_num_steps={sft_steps}", *(sft_overrides or []),
+    # The post-train pipeline of configs/tiny-post-train.toml on these assets. No evaluation retries: the
+    # untrained model answers random bytes, and each letter-mode retry asks for 266 tokens, minutes on a
+    # CPU; an unreadable answer simply counts as wrong.
+    result = post_train(PostTrainParams(config=str(CONFIGS / "tiny-post-train.toml"), overrides=[
+        f'output_dir="{out}"', 'name="pipeline"', f'model="{model}"',
+        f'sft.train.train_policy.dataset.name="{data}"', f"sft.train.max_num_steps={sft_steps}",
+        *[f"sft.{o}" for o in sft_overrides or []],
+        f'grpo.train.train_policy.dataset.name="{data}"', f"grpo.train.max_num_steps={grpo_steps}",
+        *[f"grpo.{o}" for o in grpo_overrides or []],
+        f'evaluate.data_dir="{data}"', "evaluate.evaluation.skip_saved=false",
     ]))
-    stages.append(score(run["final"], "sft"))
-    rl = grpo(GRPOParams(config=str(CONFIGS / "tiny-grpo.toml"), overrides=[
-        f'policy.model_name_or_path="{run["final"]}"', f'train.train_policy.dataset.name="{data}"',
-        f'train.output_dir="{out / "runs"}"', f"train.max_num_steps={grpo_steps}", *(grpo_overrides or []),
-    ]))
-    best = rl.get("best") or {}
-    # the weights validation chose (a run can peak and then drop: shared/reference/grpo.md), else the last
-    stages.append(score(best.get("path") or rl["final"], "grpo"))
-    summary = {"stages": stages, "sft_run_dir": run["run_dir"], "grpo_run_dir": rl["run_dir"],
-               "grpo_best": best or None, "data": data, "model": model}
+    evaluations = result["evaluations"]
+    stages = [_stage(name, evaluations[name]) for name in ("base", "sft", "grpo")]
+    grpo_run = result["runs"]["grpo"]
+    summary = {"stages": stages, "sft_run_dir": result["runs"]["sft"]["run_dir"], "grpo_run_dir": grpo_run["run_dir"],
+               "grpo_best": grpo_run["result"].get("best"), "data": data, "model": model,
+               "pipeline": result["folder"]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     create_table_artifact(key="demo-summary", table=stages,
                           description="held-out accuracy of the base model, after SFT and after GRPO")

@@ -217,7 +217,8 @@ class Pipeline:
         create_table_artifact(self.rows, key="post-train-stages",
                               description=f"post-train {self.cfg.name}: which stages ran and which were skipped")
         summary = {"folder": str(self.folder), "exports": exports, "models": table, "stages": self.rows,
-                   "evaluations": {e["label"]: e["accuracy"] for e in evaluations}, "uploads": uploads}
+                   "evaluations": by_label, "uploads": uploads,
+                   "runs": {name: self.state.stages[name] for name in exports}}
         for row in table:
             self.logger.info("%s", "  ".join(f"{k}: {v}" for k, v in row.items()))
         return summary

@@ -30,7 +30,7 @@ def test_demo_writes_summary(tmp_path: Path) -> None:
         assert s["ci95"][0] <= s["accuracy"] <= s["ci95"][1]
     assert stages[1]["checkpoint"].endswith("safetensors/final")
     assert Path(stages[1]["checkpoint"], "config.json").exists()
-    assert (out / "eval" / "base" / "letter" / "results.json").exists()
+    assert (Path(on_disk["pipeline"]) / "eval" / "base" / "letter" / "results.json").exists()
     # GRPO started from the SFT export and the demo scored the export validation chose
     best = on_disk["grpo_best"]
     assert best["metric"] == "accuracy" and best["step"] in (0, 1, 2)

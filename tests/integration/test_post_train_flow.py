@@ -78,6 +78,7 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert train_steps == [1, 2, 3, 4], train_steps  # continued, not started over
     assert summary["exports"] == {"sft": sft_export, "grpo": result["final"]}
     assert set(summary["evaluations"]) == {"base", "sft", "grpo"}
+    assert summary["runs"]["grpo"]["run_dir"] == str(grpo_run) and summary["runs"]["sft"]["status"] == "done"
     models = {row["model"]: row for row in summary["models"]}
     assert set(models) == {"base", "sft", "grpo"} and all("accuracy" in m and "(n=6)" in m["accuracy"]
                                                           for m in models.values())
