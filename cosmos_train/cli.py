@@ -9,6 +9,7 @@
     cosmos-train grpo --config configs/tiny-grpo.toml [--set k=v ...] [--dataset-script my_dataset.py] [--run-dir RUN]
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
+    cosmos-train upload RUN_OR_FOLDER --to s3://bucket/prefix | hf://org/repo
     cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
     cosmos-train demo
     REWARD_SERVICE_TOKEN=... cosmos-train reward-service [--config rewards.toml] [--host 127.0.0.1] [--port 8080]
@@ -144,6 +145,19 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _upload(args: argparse.Namespace) -> int:
+    from cosmos_train.storage import parse_target
+    from flows.upload import UploadParams, upload, upload_source
+
+    folder, what = upload_source(args.source)  # input errors before Prefect starts
+    target = parse_target(args.to)
+    _quiet_prefect_console()
+
+    report = upload(UploadParams(source=str(args.source), to=args.to, s3_endpoint_url=args.s3_endpoint_url))
+    print(f"{folder} -> {target.url}: {report['files_sent']} files sent, {report['files_unchanged']} unchanged")
+    return 0
+
+
 def _post_train(args: argparse.Namespace) -> int:
     from cosmos_train.pipeline import load_pipeline_config
 
@@ -229,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("out", type=Path)
     exp.set_defaults(func=_export)
 
+    up = sub.add_parser("upload", help="Upload a run's final export (or any folder) to S3 or the Hugging Face Hub.")
+    up.add_argument("source", help="A run folder (its safetensors/final) or a folder.")
+    up.add_argument("--to", required=True, help="s3://bucket/prefix or hf://org/repo")
+    up.add_argument("--s3-endpoint-url", default=None, help="An S3-compatible store's endpoint (default: AWS_* env).")
+    up.set_defaults(func=_upload)
+
     pt = sub.add_parser("post-train", help="The pipeline: prepare-data, SFT, evaluate, GRPO, evaluate, upload "
                                            "(a rerun skips the stages that finished).")
     _add_config_args(pt)
@@ -290,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
-    if args.command in ("sft", "grpo", "prepare-data", "eval", "post-train", "demo"):
+    if args.command in ("sft", "grpo", "prepare-data", "eval", "post-train", "upload", "demo"):
         from cosmos_train.process_tree import start_reaper
 
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind

@@ -295,15 +295,36 @@ class CheckpointConfig(Section):
     )
     export_safetensors: bool = Field(True, description="Export HF safetensors at each save and at the end.")
     upload_hf: bool = Field(
-        False, description="Upload the final safetensors to the Hub (not in this release)."
+        False, description="Upload the final safetensors export to the Hub (repo hf_repo_name, token HF_TOKEN)."
     )
-    hf_repo_name: str | None = Field(None, description="Hub repo the upload goes to.")
-    # `true` in the seed guides means the final one; "all" uploads every export.
+    hf_repo_name: str | None = Field(
+        None, description="Hub repo the upload goes to, org/name (a bare name goes under the token's user)."
+    )
+    hf_private: bool = Field(True, description="Create the Hub repo private when it does not exist yet.")
+    hf_token_secret: str | None = Field(
+        None, description="Name of a Prefect Secret block holding the Hub token (unset: HF_TOKEN)."
+    )
+    # `true` in the seed guides means the final one; "all" uploads every export and checkpoint.
     upload_s3: Literal[False, "final", "all"] | bool = Field(
-        False, description="Upload to S3: the final export, or all of them (not in this release)."
+        False, description="Upload to S3: final = the final export after training; all = every export and "
+        "checkpoint as it is written (in the background), then the final one."
     )
     s3_bucket: str | None = Field(None, description="S3 bucket the upload goes to.")
-    s3_prefix: str = Field("outputs", description="Key prefix inside s3_bucket.")
+    s3_prefix: str = Field(
+        "outputs", description="Key prefix inside s3_bucket; a run's files go under <s3_prefix>/<run folder name>/."
+    )
+    s3_endpoint_url: str | None = Field(
+        None, description="Endpoint of an S3-compatible store (unset: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
+        "PROD_S3_CHECKPOINT_ENDPOINT_URL or AWS)."
+    )
+    s3_credentials_secret: str | None = Field(
+        None, description="Name of a Prefect Secret block holding JSON {access_key_id, secret_access_key, "
+        "[session_token, endpoint_url, region]} (unset: PROD_S3_CHECKPOINT_* or the AWS_* environment)."
+    )
+    upload_part_size_mb: int = Field(
+        64, ge=5, le=5120, description="S3 multipart part size in MiB (S3's own bounds: 5 MiB to 5 GiB)."
+    )
+    upload_concurrency: int = Field(4, ge=1, le=64, description="S3 parts sent at once per file.")
 
     @field_validator("upload_s3", mode="after")
     @classmethod
@@ -891,13 +912,12 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
     the schema's (`Field(ge=...)`)."""
     out = []
     t, ck = cfg.train, cfg.train.ckpt
-    # Refused rather than ignored: a user who asks for an upload must not find the weights only on disk.
-    for key, value in (("upload_hf", ck.upload_hf), ("upload_s3", ck.upload_s3)):
-        if value:
-            out.append(
-                f"train.ckpt.{key}: uploads are not implemented in this release; remove the key "
-                f"(exports stay under train.output_dir)"
-            )
+    if ck.upload_hf and not ck.hf_repo_name:
+        out.append("train.ckpt.hf_repo_name: required with upload_hf = true (the Hub repo, org/name)")
+    if ck.upload_s3 and not ck.s3_bucket:
+        out.append(f"train.ckpt.s3_bucket: required with upload_s3 = {ck.upload_s3!r} (the bucket to upload to)")
+    if (ck.upload_hf or ck.upload_s3) and not ck.export_safetensors:
+        out.append("train.ckpt.export_safetensors: must stay true when uploading (the upload sends the export)")
     mb = t.train_policy.micro_batch
     if cfg.policy_type == "sft" and t.train_batch_per_replica % mb:
         out.append(

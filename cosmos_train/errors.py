@@ -104,6 +104,18 @@ class AuthError(UserError):
     kind = "auth"
 
 
+class UploadError(UserError):
+    """An upload the target refused for a reason a retry cannot change (no such bucket or repo, no
+    permission, a bad URL); names the target. Credentials themselves are an AuthError."""
+
+    kind = "upload"
+
+
+class UploadUnavailable(RuntimeError):
+    """An upload that could not reach its target (lost connection, timeout, a 5xx answer): a retry may
+    help, and resumes where this attempt stopped."""
+
+
 class DiskFullError(UserError):
     """No space left where the run writes; names the path."""
 
@@ -123,7 +135,7 @@ class RepeatedFailure(RuntimeError):
 KINDS: dict[str, type[UserError]] = {
     cls.kind: cls
     for cls in (UserError, ConfigError, DataError, MediaError, BenchmarkError, ModelError, CheckpointError,
-                AuthError, DiskFullError, TrainingDiverged)
+                AuthError, UploadError, DiskFullError, TrainingDiverged)
 }
 
 

@@ -218,7 +218,7 @@ def plots_markdown(paths: list[Path]) -> str:
 
 def result_notes(result: dict[str, Any]) -> list[str]:
     """The lines every training flow's summary ends with (the sft flow's too): where the run resumed
-    from, what a resume said, the steps skipped for a non-finite loss or gradient."""
+    from, what a resume said, the steps skipped for a non-finite loss or gradient, what was uploaded where."""
     lines = []
     if result.get("resumed_from"):
         lines.append(f"- resumed from `{result['resumed_from']}`")
@@ -226,4 +226,17 @@ def result_notes(result: dict[str, Any]) -> list[str]:
         lines.append(f"- {result['resume_note']}")
     if result.get("skipped_steps"):
         lines.append(f"- steps skipped for a non-finite loss or gradient norm: {result['skipped_steps']}")
+    return lines + upload_notes(result.get("uploads") or [])
+
+
+def upload_notes(records: list[dict[str, Any]]) -> list[str]:
+    """Summary lines: what went where, and what did not (with the reason and the command to retry)."""
+    lines = []
+    for r in records:
+        if r.get("ok"):
+            lines.append(f"- uploaded `{r['what']}` -> {r['url']} ({r['files_sent']} files sent, "
+                         f"{r['files_unchanged']} unchanged)")
+        else:
+            lines.append(f"- NOT uploaded `{r['what']}` -> {r['url']}: {r.get('error')} (the files are in the "
+                         f"run folder; `cosmos-train upload RUN/{r['what']} --to {r['url']}` retries)")
     return lines

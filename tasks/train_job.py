@@ -6,7 +6,8 @@ validate (check_job) -> run folder (resolve-config, RUN/config.toml) -> prepare-
 -> torchrun of the trainer module, relaunched up to `train_retries` times after a crash; each retry
 passes --resume-own-run, so it continues from the run folder's newest checkpoint -> RUN/result.json.
 A GRPO run with `remote_reward.local_service` gets its own reward service around the training
-(tasks/reward_service.py).
+(tasks/reward_service.py); `train.ckpt.upload_s3` / `upload_hf` send checkpoints and exports during and
+after it (tasks/upload.py), recorded in the result's "uploads" (a failed upload never fails the run).
 Each flow then builds its own report from the run folder.
 """
 
@@ -25,6 +26,7 @@ from tasks.prepare_data import prepare_data_task
 from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
 from tasks.run_folder import resolve_config
 from tasks.torchrun import run_torchrun
+from tasks.upload import run_uploads
 
 
 class TrainJobParams(BaseModel):
@@ -60,6 +62,15 @@ def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]
         if wants_local_service(cfg):  # up for every attempt, stopped after the last
             env = services.enter_context(local_reward_service(run, cfg.train.train_policy.remote_reward.token_env))
             logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
-        train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
-              timeout_s=params.timeout_s, env=env)
-    return run, json.loads((run / "result.json").read_text())
+        uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread
+        try:
+            train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
+                  timeout_s=params.timeout_s, env=env)
+        except BaseException:
+            uploads.finish(trained=False)  # what went up stays; the training error is what the run reports
+            raise
+        records = uploads.finish(trained=True)
+    result = json.loads((run / "result.json").read_text())
+    if records:
+        result["uploads"] = records
+    return run, result

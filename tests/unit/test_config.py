@@ -36,11 +36,10 @@ def test_every_seed_snippet_passes(snippet: Path, tmp_path: Path) -> None:
     assert isinstance(cfg, Config)
 
 
-def test_seed_upload_keys_are_refused() -> None:
-    with pytest.raises(ConfigError) as e:
-        load_config(SNIPPETS[0].parent / "000_01.toml")
-    assert [p.split(":")[0] for p in e.value.problems] == ["train.ckpt.upload_hf", "train.ckpt.upload_s3"]
-    assert all("not implemented in this release; remove the key" in p for p in e.value.problems)
+def test_seed_upload_keys_load_as_written() -> None:
+    ck = load_config(SNIPPETS[0].parent / "000_01.toml").train.ckpt
+    assert ck.upload_hf is True and ck.hf_repo_name == "Cosmos-Reason1" and ck.hf_private is True
+    assert ck.upload_s3 == "final" and ck.s3_bucket == "your-s3-bucket" and ck.s3_prefix == "outputs"
 
 
 def test_seed_rl_snippet_maps_aliases(tmp_path: Path) -> None:
@@ -130,11 +129,19 @@ def test_grpo_batch_checks() -> None:
                           "rollout": {"n_generation": 16}})
 
 
-def test_uploads_are_refused() -> None:
+def test_uploads_need_their_target() -> None:
+    cfg = config_from_dict({"train": {"ckpt": {"upload_hf": True, "hf_repo_name": "me/x", "upload_s3": "all",
+                                               "s3_bucket": "bucket-one"}}})
+    assert cfg.train.ckpt.upload_s3 == "all"
     with pytest.raises(ConfigError) as e:
-        config_from_dict({"train": {"ckpt": {"upload_hf": True, "hf_repo_name": "me/x", "upload_s3": "all"}}})
-    assert len(e.value.problems) == 2
-    assert all("uploads are not implemented in this release" in p for p in e.value.problems)
+        config_from_dict({"train": {"ckpt": {"upload_hf": True, "upload_s3": True, "export_safetensors": False,
+                                             "upload_part_size_mb": 4}}})
+    text = "\n".join(e.value.problems)
+    assert "train.ckpt.upload_part_size_mb" in text  # below S3's 5 MiB part minimum
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"train": {"ckpt": {"upload_hf": True, "upload_s3": True, "export_safetensors": False}}})
+    assert [p.split(":")[0] for p in e.value.problems] == [
+        "train.ckpt.hf_repo_name", "train.ckpt.s3_bucket", "train.ckpt.export_safetensors"]
 
 
 def test_overrides_layer_file_env_cli(tmp_path: Path) -> None:
@@ -273,8 +280,9 @@ BAD_VALUES = [
     ("launch.nnodes=0", "launch.nnodes"),
     ("launch.nproc_per_node=0", "launch.nproc_per_node"),
     ("launch.node_rank=1", "launch.node_rank"),
-    ("train.ckpt.upload_hf=true", "train.ckpt.upload_hf"),
-    ("train.ckpt.upload_s3='final'", "train.ckpt.upload_s3"),
+    ("train.ckpt.upload_hf=true", "train.ckpt.hf_repo_name"),
+    ("train.ckpt.upload_s3='final'", "train.ckpt.s3_bucket"),
+    ("train.ckpt.upload_part_size_mb=4", "train.ckpt.upload_part_size_mb"),
 ]
 
 

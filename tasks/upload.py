@@ -1,0 +1,221 @@
+"""Uploads from flows: credentials from Prefect Secret blocks, a retried task, and a run's uploads.
+
+    with run_uploads(cfg, run) as uploads:      # tasks/train_job.py, around the training attempts
+        train(...)                               # upload_s3 = "all": checkpoints and exports go up meanwhile
+    result["uploads"] = uploads.finish(trained=True)   # the final export to every target
+
+- `upload_task(local, url, meta, ckpt)`: one folder to one target (cosmos_train/storage.py), retried
+  after an UploadUnavailable (lost connection, 5xx; each retry resumes), never after an AuthError or
+  UploadError (refused: the same every time).
+- `RunUploads`: with upload_s3 = "all", a thread in the flow process sends each complete checkpoint
+  (step_N with COMPLETE) and each export as it appears; the trainer never waits for it. A checkpoint
+  that max_keep rotation deletes before its upload finished is noted and skipped. `finish` sends the
+  final export (upload_s3 = "final" / "all", upload_hf) through `upload_task` and returns one record
+  per upload: {"what", "url", "ok", "error" | files_sent, files_unchanged, bytes_sent, ...}. A failed
+  upload never fails the training run: the files stay in the run folder, the record says why, and the
+  summary shows what was and was not uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from cosmos_train.checkpoint_paths import complete_checkpoints
+from cosmos_train.config import CheckpointConfig, Config
+from cosmos_train.errors import AuthError, UploadError, UploadUnavailable, UserError
+from cosmos_train.storage import (
+    Target,
+    hf_token,
+    parse_target,
+    s3_settings,
+    upload_folder_hf,
+    upload_folder_s3,
+)
+from tasks.errors import retry_only_crashes
+
+SCAN_INTERVAL_S = 5.0
+BACKGROUND_ATTEMPTS = 3
+
+
+def _secret(name: str | None) -> str | None:
+    if not name:
+        return None
+    from prefect.blocks.system import Secret
+
+    try:
+        value = Secret.load(name).get()
+    except ValueError as e:
+        raise AuthError(f"Prefect Secret block {name!r} not found ({e}); create it in the UI (Blocks) or with "
+                        f"`Secret(value=...).save({name!r})`") from None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _s3_credentials(name: str | None) -> dict[str, str] | None:
+    text = _secret(name)
+    if text is None:
+        return None
+    try:
+        creds = json.loads(text)
+    except json.JSONDecodeError:
+        creds = None
+    if not isinstance(creds, dict) or not creds.get("access_key_id") or not creds.get("secret_access_key"):
+        raise AuthError(f"Prefect Secret block {name!r}: expected JSON {{\"access_key_id\": ..., "
+                        "\"secret_access_key\": ..., optional \"session_token\", \"endpoint_url\", \"region\"}")
+    return creds
+
+
+def upload_folder(local: str | Path, url: str, meta: dict[str, Any], ckpt: CheckpointConfig | None = None) -> dict:
+    """One folder to one target with the run's settings (no Prefect task: the background thread's path)."""
+    ckpt = ckpt or CheckpointConfig()
+    target = parse_target(url)
+    if target.scheme == "s3":
+        settings = s3_settings(os.environ, endpoint_url=ckpt.s3_endpoint_url, part_size_mb=ckpt.upload_part_size_mb,
+                               concurrency=ckpt.upload_concurrency,
+                               credentials=_s3_credentials(ckpt.s3_credentials_secret))
+        report = upload_folder_s3(Path(local), target, settings, meta=meta)
+    else:
+        token = hf_token(os.environ, _secret(ckpt.hf_token_secret))
+        message = f"cosmos-train {meta.get('run', '')}: {meta.get('what', Path(local).name)} at step {meta.get('step')}"
+        report = upload_folder_hf(Path(local), target, token=token, commit_message=message.strip(),
+                                  private=ckpt.hf_private)
+    return report.as_dict()
+
+
+@task(name="upload", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=[2, 10, 30],
+      retry_condition_fn=retry_only_crashes)
+def upload_task(local: str, url: str, meta: dict[str, Any], ckpt: CheckpointConfig | None = None) -> dict:
+    """Upload `local` to `url` (s3://bucket/prefix or hf://org/repo); retried only when a retry can help."""
+    report = upload_folder(local, url, meta, ckpt)
+    get_run_logger().info("uploaded %s -> %s (%d files sent, %d unchanged, %.1f MB)", local, url,
+                          report["files_sent"], report["files_unchanged"], report["bytes_sent"] / 1e6)
+    return report
+
+
+def run_targets(cfg: Config, run: Path) -> list[Target]:
+    """The targets a run's config asks for: S3 under <s3_prefix>/<run folder name>, the Hub repo."""
+    ck = cfg.train.ckpt
+    out = []
+    if ck.upload_s3:
+        out.append(Target("s3", str(ck.s3_bucket), "/".join(p for p in (ck.s3_prefix.strip("/"), run.name) if p)))
+    if ck.upload_hf:
+        out.append(Target("hf", str(ck.hf_repo_name)))
+    return out
+
+
+def _step(run: Path) -> int | None:
+    try:
+        return int(json.loads((run / "result.json").read_text()).get("step"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+class RunUploads:
+    """The uploads of one training run (see the module docstring)."""
+
+    def __init__(self, cfg: Config, run: Path):
+        self.cfg, self.run = cfg, run
+        self.ckpt = cfg.train.ckpt
+        self.targets = run_targets(cfg, run)
+        self.records: list[dict[str, Any]] = []
+        self.sent: set[str] = set()  # "what" already uploaded (or given up) by the background thread
+        self.attempts: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ upload_s3 = "all"
+    def start(self) -> None:
+        if self.ckpt.upload_s3 == "all":
+            self._thread = threading.Thread(target=self._watch, name="run-uploads", daemon=True)
+            self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(SCAN_INTERVAL_S):
+            self.scan()
+
+    def _written(self) -> list[tuple[str, Path]]:
+        """(what, folder) of every complete checkpoint and export in the run folder now."""
+        found = [(f"checkpoints/{p.name}", p) for p in complete_checkpoints(self.run / "checkpoints")]
+        exports = self.run / "safetensors"
+        if exports.is_dir():
+            # an export folder appears whole (export.py renames it into place); `final` waits for finish()
+            found += [(f"safetensors/{p.name}", p) for p in sorted(exports.iterdir())
+                      if p.is_dir() and not p.name.startswith(".") and ".tmp" not in p.name
+                      and p.name != "final" and (p / "config.json").is_file()]
+        return found
+
+    def scan(self) -> None:
+        """Send what appeared since the last scan to the S3 target (the Hub only gets the final export)."""
+        s3 = [t for t in self.targets if t.scheme == "s3"]
+        for what, path in self._written():
+            for target in s3:
+                key = f"{what} -> {target.url}"
+                if key in self.sent:
+                    continue
+                self._send(what, path, target, key)
+
+    def _send(self, what: str, path: Path, target: Target, key: str) -> None:
+        url = target.child(what).url
+        meta = {"run": self.run.name, "what": what, "step": _step(self.run)}
+        try:
+            report = upload_folder(path, url, meta, self.ckpt)
+        except FileNotFoundError:
+            self._record({"what": what, "url": url, "ok": False, "error": "removed from the run folder (max_keep "
+                          "rotation) before its upload finished"}, key)
+            return
+        except UploadUnavailable as e:
+            self.attempts[key] = self.attempts.get(key, 0) + 1
+            if self.attempts[key] >= BACKGROUND_ATTEMPTS:
+                self._record({"what": what, "url": url, "ok": False, "error": str(e)}, key)
+            return  # else the next scan tries again, resuming
+        except (UserError, OSError) as e:
+            self._record({"what": what, "url": url, "ok": False, "error": str(e)}, key)
+            return
+        self._record({"what": what, "url": url, "ok": True, **report}, key)
+
+    def _record(self, record: dict[str, Any], key: str) -> None:
+        with self._lock:
+            self.sent.add(key)
+            self.records.append(record)
+
+    # ------------------------------------------------------------ the end
+    def finish(self, trained: bool) -> list[dict[str, Any]]:
+        """Stop the background thread (after its last scan) and, when training finished, send the final
+        export to every target. Returns every upload's record."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self.scan()  # the checkpoints written since the last scan, the final one included
+        final = self.run / "safetensors" / "final"
+        if trained and final.is_dir():
+            meta = {"run": self.run.name, "what": "safetensors/final", "step": _step(self.run)}
+            for target in self.targets:
+                url = target.child("safetensors/final").url if target.scheme == "s3" else target.url
+                try:
+                    report = upload_task(str(final), url, meta, self.ckpt)
+                    self.records.append({"what": "safetensors/final", "url": url, "ok": True, **report})
+                except (UserError, UploadUnavailable, UploadError) as e:
+                    get_run_logger().error("upload of %s to %s failed: %s", final, url, e)
+                    self.records.append({"what": "safetensors/final", "url": url, "ok": False, "error": str(e)})
+        return self.records
+
+
+@contextmanager
+def run_uploads(cfg: Config, run: Path) -> Iterator[RunUploads]:
+    """The run's uploads around its training; the background thread is stopped however training ends."""
+    uploads = RunUploads(cfg, run)
+    uploads.start()
+    try:
+        yield uploads
+    finally:
+        uploads._stop.set()
+
