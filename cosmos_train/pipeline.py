@@ -86,6 +86,11 @@ class UploadStage(_Section):
     models: Literal["final", "all"] = Field(
         "final", description="final: the last training stage's export; all: every training stage's export "
         "(each under <target>/<stage>).")
+    s3_endpoint_url: str | None = Field(None, description="Endpoint of an S3-compatible store (unset: AWS_* env).")
+    s3_credentials_secret: str | None = Field(
+        None, description="Prefect Secret block with the S3 credentials as JSON (unset: PROD_S3_CHECKPOINT_* / AWS_*).")
+    hf_token_secret: str | None = Field(None, description="Prefect Secret block with the Hub token (unset: HF_TOKEN).")
+    hf_private: bool = Field(True, description="Create a Hub repo private when it does not exist.")
 
 
 class PipelineConfig(_Section):

@@ -26,10 +26,12 @@ from pydantic import BaseModel, Field
 from cosmos_train.config import load_config
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
+from cosmos_train.storage import parse_target
 from flows.evaluate import EvaluateParams, evaluate
 from flows.grpo import GRPOParams, grpo
 from flows.prepare_data import PrepareDataParams, prepare_data
 from flows.sft import SFTParams, sft
+from flows.upload import UploadParams, upload
 from tasks.errors import user_errors_reported
 from tasks.run_folder import new_run_dir
 
@@ -184,7 +186,29 @@ class Pipeline:
         return self.stage(f"evaluate-{label}", key, body)
 
     def upload(self, exports: dict[str, str]) -> list[dict[str, Any]]:
-        raise NotImplementedError  # filled in with the storage module
+        """Each chosen export to each target (`<target>/<stage>` when several stages go up). A failed upload
+        fails the stage (and the pipeline): the rerun retries it alone, the trained stages being done."""
+        up = self.cfg.upload
+        assert up is not None
+        stages = list(exports) if up.models == "all" else [list(exports)[-1]]
+        records: list[dict[str, Any]] = []
+        for url in up.to:
+            for name in stages:
+                target = parse_target(url)
+                if up.models == "all":
+                    target = target.child(name)
+                export = exports[name]
+                key = stage_key(f"upload-{name}", {"url": target.url}, [export])
+
+                def body(_: str | None, export: str = export, target: Any = target, name: str = name
+                         ) -> tuple[dict, list]:
+                    report = upload(UploadParams(source=export, to=target.url, s3_endpoint_url=up.s3_endpoint_url,
+                                                 s3_credentials_secret=up.s3_credentials_secret,
+                                                 hf_token_secret=up.hf_token_secret, hf_private=up.hf_private))
+                    return {**report, "stage": name, "url": target.url, "ok": True}, []
+
+                records.append(self.stage(f"upload {name} -> {target.url}", key, body))
+        return records
 
     # ---------------------------------------------------------------- the report
     def summary(self, exports: dict[str, str], evaluations: list[dict[str, Any]],

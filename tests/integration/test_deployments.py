@@ -125,35 +125,50 @@ def test_prepare_data_deployment_runs_on_a_process_worker(deployed: PrefectServe
 
 def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: PrefectServer, tmp_path: Path) -> None:
     """`prefect deployment run 'post-train/post-train'` of the tiny pipeline (SFT 2 steps, GRPO 2 steps, 4
-    benchmark questions per model), picked up by a worker: Completed, its summary artifact, the exports."""
+    benchmark questions per model, upload to a loopback S3), picked up by a worker: Completed, the stages as
+    subflow runs, the summary artifact, the GRPO export's files and manifest in the bucket."""
     from cosmos_train.data.synthetic import make_synthetic_dataset
     from cosmos_train.models.tiny import make_tiny_model
+    from cosmos_train.storage import MANIFEST
     from tests.integration.test_post_train_flow import write_pipeline
+    from tests.s3_server import s3_server
 
     model = make_tiny_model(tmp_path / "model")
     data = make_synthetic_dataset(tmp_path / "data", n_train=16, n_val=4, n_test=4)
     config = write_pipeline(tmp_path / "pipeline.toml", model, data, tmp_path / "out", grpo_steps=2)
-    params = {"config": str(config), "overrides": ["evaluate.base=false", "evaluate.limit=4"]}
-    created = deployed.cli(["deployment", "run", "post-train/post-train", "--param", f"params={json.dumps(params)}"],
-                           cwd=ROOT, timeout_s=120).check()
-    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
-    assert match, created.output
-    run_id = match.group(1)
+    with s3_server(tmp_path / "s3") as s3:
+        params = {"config": str(config), "overrides": [
+            "evaluate.base=false", "evaluate.limit=4", f'upload.to=["s3://{s3.bucket}/tiny"]',
+            f'upload.s3_endpoint_url="{s3.url}"']}
+        created = deployed.cli(["deployment", "run", "post-train/post-train", "--param",
+                                f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120).check()
+        match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
+        assert match, created.output
+        run_id = match.group(1)
 
-    worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=900)
-    run = deployed.get(f"/flow_runs/{run_id}").json()
-    assert worker.returncode == 0 and run["state_type"] == "COMPLETED", f"{run['state']}\n{worker.output[-6000:]}"
+        # The worker's environment carries the store's credentials, as a real worker's would.
+        keys = {k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL"}
+        worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=900,
+                              **keys)
+        run = deployed.get(f"/flow_runs/{run_id}").json()
+        assert worker.returncode == 0 and run["state_type"] == "COMPLETED", f"{run['state']}\n{worker.output[-6000:]}"
+        stored = s3.objects("tiny/")
 
     record = json.loads((tmp_path / "out" / "tiny" / "pipeline.json").read_text())["stages"]
+    upload_stage = f"upload grpo -> s3://{s3.bucket}/tiny"
     assert {n: r["status"] for n, r in record.items()} == {
         "prepare-sft": "done", "prepare-grpo": "done", "sft": "done", "evaluate-sft": "done", "grpo": "done",
-        "evaluate-grpo": "done"}
-    assert Path(record["grpo"]["result"]["export"], "config.json").is_file()
+        "evaluate-grpo": "done", upload_stage: "done"}
+    export = Path(record["grpo"]["result"]["export"])
+    local = {p.relative_to(export).as_posix(): p.read_bytes() for p in export.rglob("*") if p.is_file()}
+    manifest = json.loads(stored.pop(f"tiny/{MANIFEST}"))
+    assert {k.removeprefix("tiny/"): v for k, v in stored.items()} == local and len(manifest["files"]) == len(local)
     arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
     summary = next(a for a in arts if a["key"] == "post-train-summary")
     rows = json.loads(summary["data"])
     assert [r["model"] for r in rows] == ["sft", "grpo"] and all("(n=4)" in r["accuracy"] for r in rows)
+    assert rows[1]["uploaded to"] == f"s3://{s3.bucket}/tiny"
     # The stages ran as subflows of the pipeline's run: their own runs, each with the pipeline as parent.
     children = deployed.post("/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}).json()
     flows = {deployed.get(f"/flows/{c['flow_id']}").json()["name"] for c in children}
-    assert {"prepare-data", "sft", "grpo", "evaluate"} <= flows, flows
+    assert {"prepare-data", "sft", "grpo", "evaluate", "upload"} <= flows, flows
