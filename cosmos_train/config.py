@@ -565,8 +565,23 @@ class LaunchConfig(Section):
     nproc_per_node: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         "auto", description="'auto': every GPU, or the parallelism product on CPU (2 when dp_shard_size=-1)."
     )
-    node_rank: int = Field(0, ge=0, description="This machine's index, 0 to nnodes - 1.")
-    rdzv_endpoint: str | None = Field(None, description="host:port of node 0 for multi-node runs.")
+    node_rank: int = Field(
+        0, ge=0, description="This machine's index, 0 to nnodes - 1 (e.g. COSMOS_TRAIN__LAUNCH__NODE_RANK="
+        "$SLURM_NODEID, or a Kubernetes indexed Job's $JOB_COMPLETION_INDEX)."
+    )
+    rdzv_endpoint: str | None = Field(
+        None, description="host:port where the nodes meet (torchrun's c10d rendezvous; node 0's address).")
+    rdzv_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        description="Name of one multi-node job, the same on every node: the run folder is "
+        "<output_dir>/<rdzv_id> on storage all nodes share (required when nnodes > 1).")
+    socket_ifname: str | None = Field(
+        None, description="Network interface the ranks' gloo / NCCL sockets use (sets GLOO_SOCKET_IFNAME and "
+        "NCCL_SOCKET_IFNAME unless already set; e.g. eth0, ib0; unset: their own choice).")
+    gpu_concurrency_limit: str | None = Field(
+        "gpu", description="Prefect global concurrency limit a training run on GPUs takes one slot of per GPU "
+        "it uses (`prefect gcl create gpu --limit 8`); unset or no GPU: no limit taken."
+    )
     max_restarts: int = Field(
         0, ge=0, description="torchrun restarts of failed workers before the run fails."
     )
@@ -930,6 +945,13 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
         out.append("policy.parallelism.dp_replicate_size: GRPO runs one replica; set it to 1")
     if cfg.launch.node_rank >= cfg.launch.nnodes:
         out.append(f"launch.node_rank: {cfg.launch.node_rank} must be < launch.nnodes ({cfg.launch.nnodes})")
+    if cfg.launch.nnodes > 1:
+        if not cfg.launch.rdzv_endpoint:
+            out.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0, the same on "
+                       "every node)")
+        if not cfg.launch.rdzv_id:
+            out.append("launch.rdzv_id: required when launch.nnodes > 1 (a name for this job, the same on every "
+                       "node; the run folder is <output_dir>/<rdzv_id> on shared storage)")
     if check_paths:
         model = cfg.policy.model_name_or_path
         if _looks_local(model) and not Path(model).expanduser().exists():

@@ -1,4 +1,5 @@
-"""Create the run folder `<output_dir>/<timestamp>/` and write the resolved config into it."""
+"""Create the run folder `<output_dir>/<timestamp>/` (a multi-node job: `<output_dir>/<rdzv_id>/`) and write
+the resolved config into it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from cosmos_train.config import Config, load_config
 
 
 def new_run_dir(cfg: Config) -> Path:
+    """A new timestamped folder under output_dir; for a multi-node job, <output_dir>/<rdzv_id>, the one folder
+    every node's flow run agrees on without talking to the others (on storage they share)."""
     root = Path(cfg.train.output_dir).expanduser().resolve()
+    if cfg.launch.nnodes > 1 and cfg.launch.rdzv_id:
+        run = root / cfg.launch.rdzv_id
+        run.mkdir(parents=True, exist_ok=True)
+        return run
     stamp = datetime.now().strftime("%Y%m%d%H%M%S")
     run = root / stamp
     n = 1

@@ -14,6 +14,7 @@ happened at the same step (RepeatedFailure).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,10 +24,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config, ConfigError
@@ -45,6 +47,7 @@ from cosmos_train.metrics import read_metrics
 from tasks.errors import retry_only_crashes
 
 FAILURES_FILE = "failures.jsonl"
+FAILURE_LOG_LINES = 40
 
 
 def resolve_nproc(cfg: Config) -> int:
@@ -64,12 +67,23 @@ def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "cosmos_train.launch", f"--nproc_per_node={resolve_nproc(cfg)}",
            f"--nnodes={launch.nnodes}", f"--max_restarts={launch.max_restarts}"]
     if launch.nnodes > 1:
-        if not launch.rdzv_endpoint:
-            raise ConfigError("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0)")
-        cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--node_rank={launch.node_rank}"]
+        if not launch.rdzv_endpoint or not launch.rdzv_id:  # the config check says so first; a hand-built Config
+            raise ConfigError("launch.rdzv_endpoint / launch.rdzv_id: required when launch.nnodes > 1")
+        # c10d: the agents meet at the endpoint (the one on that host serves the store) and agree on ranks
+        # among themselves (torchrun ignores --node_rank there); launch.node_rank only says which node's
+        # flow run uploads the shared run folder
+        cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={launch.rdzv_id}"]
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", module, *args]
+
+
+def launch_env(cfg: Config) -> dict[str, str]:
+    """The ranks' socket interface from `launch.socket_ifname`, unless the environment already names one."""
+    name = cfg.launch.socket_ifname
+    if not name:
+        return {}
+    return {k: os.environ.get(k, name) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
@@ -171,11 +185,64 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     return proc.returncode
 
 
+def gpus_used(cfg: Config) -> int:
+    """GPUs this node's run occupies: its processes when CUDA is present, else none."""
+    import torch
+
+    return resolve_nproc(cfg) if torch.cuda.is_available() else 0
+
+
+@contextlib.contextmanager
+def gpu_slots(cfg: Config) -> Iterator[int]:
+    """Hold one slot per GPU of the global concurrency limit `launch.gpu_concurrency_limit` while training, so
+    two runs on one pool never share GPUs. Off on a CPU-only machine and when the key is unset; a limit
+    that does not exist is said in the log (Prefect would skip it silently) and not waited for."""
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectNotFound
+
+    name, n = cfg.launch.gpu_concurrency_limit, gpus_used(cfg)
+    if not name or n == 0:
+        yield 0
+        return
+    logger = get_run_logger()
+    with get_client(sync_client=True) as client:
+        try:
+            limit = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            logger.warning("no global concurrency limit %r: this run does not wait for GPUs other runs hold "
+                           "(create it once per pool: prefect gcl create %s --limit <GPUs>)", name, name)
+            yield 0
+            return
+    if n > limit.limit:
+        raise ConfigError(f"launch.gpu_concurrency_limit: this run needs {n} GPU slots but the limit {name!r} has "
+                          f"{limit.limit}; raise it (prefect gcl update {name} --limit {n}) or use fewer GPUs")
+    logger.info("waiting for %d of the %d slots of the global concurrency limit %r", n, limit.limit, name)
+    with concurrency(name, occupy=n, strict=True):
+        yield n
+
+
+def _failure_markdown(run_dir: Path, error: BaseException) -> str:
+    log = run_dir / "logs" / "train.log"
+    lines = log.read_text(errors="replace").splitlines()[-FAILURE_LOG_LINES:] if log.is_file() else []
+    return (f"# Training failed\n\n- run folder: `{run_dir}`\n- error: {type(error).__name__}: "
+            f"{str(error).splitlines()[0][:1000] if str(error) else ''}\n- full log: `{log}`\n\n"
+            f"Last {len(lines)} log lines:\n\n```\n" + "\n".join(lines) + "\n```\n")
+
+
 @task(name="torchrun", cache_policy=NO_CACHE, retry_condition_fn=retry_only_crashes)
 def run_torchrun(cfg: Config, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
                  timeout_s: float | None = None, env: dict[str, str] | None = None) -> str:
     """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint.
-    env: added to the ranks' environment (e.g. where the run's reward service listens)."""
+    env: added to the ranks' environment (e.g. where the run's reward service listens). A failed attempt
+    leaves the `training-failure` artifact: the run folder, the error and the log's last lines."""
     rd = Path(run_dir)
-    stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s, env=env)
+    with gpu_slots(cfg):
+        try:
+            stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s,
+                           env={**launch_env(cfg), **(env or {})})
+        except BaseException as e:
+            create_markdown_artifact(_failure_markdown(rd, e), key="training-failure",
+                                     description=f"training failed in {rd.name}")
+            raise
     return run_dir

@@ -103,7 +103,9 @@ def upload_task(local: str, url: str, meta: dict[str, Any], ckpt: CheckpointConf
 def run_targets(cfg: Config, run: Path) -> list[Target]:
     """The targets a run's config asks for: S3 under <s3_prefix>/<run folder name>, the Hub repo."""
     ck = cfg.train.ckpt
-    out = []
+    out: list[Target] = []
+    if cfg.launch.node_rank != 0:
+        return out  # a multi-node job's files are on shared storage: node 0's flow run uploads them
     if ck.upload_s3:
         out.append(Target("s3", str(ck.s3_bucket), "/".join(p for p in (ck.s3_prefix.strip("/"), run.name) if p)))
     if ck.upload_hf:

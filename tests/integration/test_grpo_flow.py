@@ -112,7 +112,11 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     train_steps = [r["step"] for r in _jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
     # Not started over (step 1 once), finished, and the crashed attempt's rows past the resume point replaced.
     assert train_steps == list(range(1, steps + 1)), train_steps
-    assert f"resumed from `{result['resumed_from']}`" in _artifacts(state.state_details.flow_run_id)["grpo-summary"].data
+    arts = _artifacts(state.state_details.flow_run_id)
+    assert f"resumed from `{result['resumed_from']}`" in arts["grpo-summary"].data
+    # The crashed attempt left what a user needs to look at: the run folder and the log's last lines.
+    failure = arts["training-failure"].data
+    assert f"- run folder: `{run}`" in failure and "TorchrunFailed" in failure and "exited with code -9" in failure
 
 
 def test_rewards_from_the_runs_own_reward_service(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
