@@ -124,3 +124,28 @@ def test_upload_command(s3: S3Server, tiny_model_dir: Path, tmp_path: Path) -> N
         bad = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "upload", source, *args], cwd=ROOT,
                              env=env, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_credentials_from_a_prefect_secret_block(s3: S3Server, tmp_path: Path) -> None:
+    """train.ckpt.s3_credentials_secret names a Secret block holding the keys (nothing in the environment)."""
+    from prefect.blocks.system import Secret
+
+    from cosmos_train.config import CheckpointConfig
+    from cosmos_train.errors import AuthError
+    from tasks.upload import upload_folder
+
+    Secret(value=json.dumps({"access_key_id": s3.access_key_id, "secret_access_key": s3.secret_access_key,
+                             "endpoint_url": s3.url})).save("s3-creds-test", overwrite=True)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    env_keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
+    assert not any(k in os.environ for k in env_keys)
+    report = upload_folder(folder, f"s3://{s3.bucket}/secret", {"run": "r"},
+                           CheckpointConfig(s3_credentials_secret="s3-creds-test"))
+    assert report["files_sent"] == 1 and "secret/config.json" in s3.objects("secret/")
+    with pytest.raises(AuthError, match="Prefect Secret block 'no-such-block' not found"):
+        upload_folder(folder, f"s3://{s3.bucket}/secret", {}, CheckpointConfig(s3_credentials_secret="no-such-block"))
+    Secret(value="not json").save("s3-creds-bad", overwrite=True)
+    with pytest.raises(AuthError, match="expected JSON"):
+        upload_folder(folder, f"s3://{s3.bucket}/secret", {}, CheckpointConfig(s3_credentials_secret="s3-creds-bad"))
