@@ -6,8 +6,9 @@
 Steps (tasks/train_job.py, shared with `sft`): resolve-config -> prepare-data (manifest.jsonl) ->
 torchrun of cosmos_train.train.grpo (checkpoints/, metrics.jsonl, completions.jsonl,
 safetensors/final and safetensors/best) -> artifacts: `grpo-summary` (markdown), `grpo-completions`
-(table of the last sampled step's completions and rewards), `grpo-plots` (reward / accuracy / KL
-curves, also in RUN/plots/). A retry of the training task resumes from the run folder's newest
+(table of the last sampled step's completions and rewards), `training-curves` (reward, accuracy, KL,
+length, grad norm, lr, throughput; refreshed during training, also RUN/plots/curves.png),
+`training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads). A retry of the training task resumes from the run folder's newest
 checkpoint instead of starting over.
 """
 
@@ -16,13 +17,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.grpo_report import (
-    completions_table,
-    plot_curves,
-    plots_markdown,
-    read_run_report,
-    summary_markdown,
-)
+from flows.train_report import completions_table, export_markdown, read_run_report, summary_markdown
+from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
 from tasks.train_job import TrainJobParams, run_training_job
 
@@ -45,7 +41,7 @@ def _grpo(params: GRPOParams) -> dict:
     if table:
         create_table_artifact(table, key="grpo-completions",
                               description=f"GRPO {run.name}: sampled completions of step {table[0]['step']}")
-    plots = plot_curves(report, run / "plots")
-    create_markdown_artifact(plots_markdown(plots), key="grpo-plots", description=f"GRPO {run.name}: curves")
-    get_run_logger().info("GRPO done: %s (plots in %s)", result.get("final"), run / "plots")
+    publish_curves(run, "grpo")  # the final version of the curves refreshed during training
+    create_markdown_artifact(export_markdown(result), key="grpo-export", description=f"GRPO {run.name}: exports")
+    get_run_logger().info("GRPO done: %s (curves in %s)", result.get("final"), run / "plots")
     return {"run_dir": str(run), **result}

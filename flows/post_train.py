@@ -9,8 +9,9 @@ stage's export, evaluation scores each export (and the base model), the upload s
 `pipeline.json` there records every stage (cosmos_train/pipeline.py): a rerun of a failed pipeline
 skips the stages that finished with the same resolved config and inputs, and continues the stage
 that failed in its own run folder, from its newest checkpoint. One `post-train-summary` table
-compares the stages (accuracy with its interval, reward, time, where each export went); a failed
-stage leaves `post-train-failure` with its run folder and last log lines.
+compares the stages (accuracy with its interval against chance, flags for degenerate answers, reward,
+time, where each export went); each trained stage's evaluation is also a `verdict-<stage>` artifact; a
+failed stage leaves `post-train-failure` with its run folder and last log lines.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
 from cosmos_train.config import load_config
+from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
 from cosmos_train.storage import parse_target
@@ -183,7 +185,12 @@ class Pipeline:
             result = out["results"][0]
             return result, [result["results_json"]]
 
-        return self.stage(f"evaluate-{label}", key, body)
+        result = self.stage(f"evaluate-{label}", key, body)
+        if label in self.state.stages:  # a trained stage: its verdict beside it (accuracy vs chance, flags)
+            run = self.state.stages[label].get("run_dir")
+            create_markdown_artifact(verdict_markdown(run_label(model) or label, result, run),
+                                     key=f"verdict-{label}", description=f"post-train {self.cfg.name}: {label} evaluated")
+        return result
 
     def upload(self, exports: dict[str, str]) -> list[dict[str, Any]]:
         """Each chosen export to each target (`<target>/<stage>` when several stages go up). A failed upload
@@ -218,10 +225,16 @@ class Pipeline:
         for name in ["base", *exports]:
             ev = by_label.get(name)
             row: dict[str, Any] = {"model": name, "export": exports.get(name, "(base model)")}
+            if name in exports:
+                row["run / step"] = run_label(exports[name]) or exports[name]
             if ev:
                 micro = ev["scores"]["overall"]["micro"]
                 row["accuracy"] = (f"{100 * micro['accuracy']:.1f} % [{100 * micro['ci95_low']:.1f}, "
                                    f"{100 * micro['ci95_high']:.1f}] (n={micro['total']})")
+                profile = answer_profile(ev)
+                if profile:
+                    row["chance"] = f"{100 * profile['chance']:.1f} %"
+                    row["flags"] = "; ".join(profile["flags"]) or "ok"
             rec = self.state.stages.get(name, {})
             result = rec.get("result") or {}
             if name == "grpo" and result.get("best"):

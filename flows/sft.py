@@ -4,8 +4,10 @@
     prefect deployment run 'sft/sft' --param params='{"config": "configs/tiny-sft.toml"}'
 
 Steps (each hands the next a path): resolve-config -> prepare-data (manifest.jsonl) -> torchrun
-(checkpoints/, safetensors/final) -> report artifacts. A retry of the training task resumes from the
-run folder's newest checkpoint instead of starting over.
+(checkpoints/, safetensors/final) -> artifacts: `sft-summary`, `training-curves` (loss, lr, grad norm,
+tokens/s; refreshed during training), `training-metrics` (per-step table), `sft-export` (paths as
+text). A retry of the training task resumes from the run folder's newest checkpoint instead of
+starting over.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
-from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact
 
 from cosmos_train.metrics import read_metrics
-from flows.grpo_report import result_notes
+from flows.train_report import export_markdown, result_notes
+from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
 from tasks.train_job import TrainJobParams, run_training_job
 
@@ -51,6 +54,6 @@ def _sft(params: SFTParams) -> dict:
     run, result = run_training_job(params, "sft")
     create_markdown_artifact(_summary_markdown(run, result, read_metrics(run)), key="sft-summary",
                              description=f"SFT {run.name}")
-    if result.get("final"):
-        create_link_artifact(f"file://{result['final']}", link_text="exported safetensors", key="sft-export")
+    publish_curves(run, "sft")  # the final version of the curves refreshed during training
+    create_markdown_artifact(export_markdown(result), key="sft-export", description=f"SFT {run.name}: exports")
     return {"run_dir": str(run), **result}

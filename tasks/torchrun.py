@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -44,6 +44,7 @@ from cosmos_train.errors import (
     read_error_file,
 )
 from cosmos_train.metrics import read_metrics
+from tasks.curves import REFRESH_S, publish_curves
 from tasks.errors import retry_only_crashes
 
 FAILURES_FILE = "failures.jsonl"
@@ -140,7 +141,11 @@ def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Excepti
 
 
 def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeout_s: float | None,
-                   env: dict[str, str] | None = None) -> int:
+                   env: dict[str, str] | None = None, on_new_steps: Callable[[], None] | None = None,
+                   refresh_s: float = 30.0) -> int:
+    """Run `cmd`, its output into the run's log and RUN/logs/train.log, the progress artifact following
+    RUN/metrics.jsonl; `on_new_steps()` (the live curves) at most every `refresh_s` seconds when steps were
+    logged since its last call."""
     logger = get_run_logger()
     logger.info("launch: %s", " ".join(cmd))
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -154,8 +159,9 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
         assert proc.stdout is not None
         with log_file.open("a") as f:
             for line in proc.stdout:
-                tail.append(line.rstrip())
-                logger.info(line.rstrip())
+                if line.strip():  # the log file keeps blank lines; the UI's log view would show empty rows
+                    tail.append(line.rstrip())
+                    logger.info(line.rstrip())
                 try:
                     f.write(line)
                 except OSError:
@@ -166,6 +172,7 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     progress_id = create_progress_artifact(progress=0.0, key="training-progress",
                                            description=f"steps done in {run_dir}")
     deadline = time.monotonic() + timeout_s if timeout_s else None
+    refreshed_at, next_refresh = None, 0.0
     try:
         while proc.poll() is None:
             time.sleep(2.0)
@@ -173,6 +180,12 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
             total = total_steps or (rows[-1].get("total_steps") if rows else None)
             if progress_id and rows and total:
                 update_progress_artifact(progress_id, progress=min(100.0, 100.0 * rows[-1]["step"] / total))
+            if on_new_steps and rows and rows[-1]["step"] != refreshed_at and time.monotonic() >= next_refresh:
+                refreshed_at, next_refresh = rows[-1]["step"], time.monotonic() + refresh_s
+                try:
+                    on_new_steps()
+                except Exception as e:  # noqa: BLE001 (a plot that fails must not stop training)
+                    logger.warning("live curves not refreshed: %s", e)
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"torchrun exceeded {timeout_s:.0f} s; stopped (checkpoint on SIGTERM)")
         reader.join(timeout=10)
@@ -240,7 +253,8 @@ def run_torchrun(cfg: Config, module: str, run_dir: str, args: list[str], total_
     with gpu_slots(cfg):
         try:
             stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s,
-                           env={**launch_env(cfg), **(env or {})})
+                           env={**launch_env(cfg), **(env or {})},
+                           on_new_steps=lambda: publish_curves(rd, cfg.policy_type), refresh_s=REFRESH_S)
         except BaseException as e:
             create_markdown_artifact(_failure_markdown(rd, e), key="training-failure",
                                      description=f"training failed in {rd.name}")

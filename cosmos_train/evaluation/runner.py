@@ -60,6 +60,8 @@ class EvalResult:
     bad_media: list[dict[str, Any]] = field(default_factory=list)  # left out: clip not decodable ("skip")
     wrong: list[dict[str, Any]] = field(default_factory=list)  # every wrong answer, for a quick look
     seconds: float = 0.0
+    answers: dict[str, int] = field(default_factory=dict)  # letter read -> questions ("" = unreadable)
+    chance: float | None = None  # expected accuracy of a uniform guess: mean of 1 / options per question
 
     @property
     def accuracy(self) -> dict[str, float]:
@@ -83,6 +85,8 @@ class EvalResult:
             "bad_media": self.bad_media,
             "wrong": self.wrong,
             "seconds": round(self.seconds, 3),
+            "answers": dict(self.answers),
+            "chance": self.chance,
         }
 
 
@@ -223,12 +227,14 @@ def evaluate_model(
     fps = cfg.evaluation.fps
 
     records: dict[str, dict[str, list[dict[str, Any]]]] = {}  # dataset -> video_id -> records
+    option_counts: list[int] = []  # per question, for the chance level
     pending: list[_Pending] = []
     skipped = 0
     for ds in cfg.datasets:
         videos = load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=answer_type != "freeform")
         records[ds] = {}
         for video in videos:
+            option_counts += [len(q.options) for q in video.questions if q.options]
             if cfg.evaluation.skip_saved:
                 saved = saved_records(prediction_path(run_dir, ds, video.video_id), len(video.questions))
                 if saved is not None:
@@ -305,12 +311,18 @@ def evaluate_model(
          "correct_answer": r["correct_answer"], "answer": r["answer"], "full_response": r["full_response"]}
         for by_video in records.values() for recs in by_video.values() for r in recs if not r["is_correct"]
     ]
+    answers: dict[str, int] = {}
+    for by_video in records.values():
+        for recs in by_video.values():
+            for r in recs:
+                answers[r["answer"]] = answers.get(r["answer"], 0) + 1
     log("\n" + format_table(scores))
     return EvalResult(
         model=cfg.model.model_name, label=cfg.model_basename, answer_type=answer_type, engine=engine_name,
         run_dir=run_dir, results_json=json_path, results_csv=csv_path, scores=scores, asked=len(pending),
         skipped_videos=skipped, unanswered=unanswered, bad_media=bad_media, wrong=wrong,
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started, answers=dict(sorted(answers.items())),
+        chance=sum(1 / n for n in option_counts) / len(option_counts) if option_counts else None,
     )
 
 

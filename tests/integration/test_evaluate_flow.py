@@ -66,16 +66,24 @@ def test_evaluate_flow_compares_models(
     # the same weights, greedy-free sampling with one seed: the two columns agree
     assert out["results"][0]["accuracy"] == out["results"][1]["accuracy"]
     rows = out["table"]
-    assert [row["dataset"] for row in rows] == ["synthetic", "overall (micro)", "overall (macro)"]
+    assert [row["dataset"] for row in rows] == ["synthetic", "overall (micro)", "overall (macro)", "chance level",
+                                                "answers given", "flags", "checkpoint"]
     assert set(rows[0]) == {"dataset", "sft-final", "grpo-final", "n"} and rows[0]["n"] == 6
+    by_name = {row["dataset"]: row for row in rows}
+    assert by_name["checkpoint"]["sft-final"] == str(base)
+    assert by_name["chance level"]["sft-final"] == f"{100 * out['results'][0]['chance']:.1f}"
+    # the untrained tiny model: its answers are unreadable or at chance, and the table says so
+    assert by_name["flags"]["sft-final"].startswith("⚠ ") and "unreadable" in by_name["answers given"]["sft-final"]
 
-    async def artifact_keys() -> set[str]:
+    async def artifacts() -> dict[str, str]:
         async with get_client() as client:
-            return {a.key for a in await client.read_artifacts()}
+            return {a.key: a.data for a in await client.read_artifacts()}
 
     import asyncio
 
-    assert {"eval-comparison", "eval-wrong-answers"} <= asyncio.run(artifact_keys())
+    found = asyncio.run(artifacts())
+    assert {"eval-comparison", "eval-wrong-answers"} <= set(found)
+    assert any(row["dataset"] == "flags" for row in json.loads(found["eval-comparison"]))
 
 
 def test_params_validation() -> None:

@@ -8,6 +8,7 @@ resumes from the newest checkpoint.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def test_grpo_flow_trains_and_reports(tiny_model_dir: Path, synthetic_dir: Path,
     assert completions and all({"prompt", "completion", "reward", "parts", "advantage"} <= set(c) for c in completions)
 
     arts = _artifacts(state.state_details.flow_run_id)
-    assert {"grpo-summary", "grpo-completions", "grpo-plots"} <= set(arts)
+    assert {"grpo-summary", "grpo-completions", "training-curves", "training-metrics", "grpo-export"} <= set(arts)
     summary = arts["grpo-summary"].data
     first, last = train[0]["reward_mean"], train[-1]["reward_mean"]
     assert f"- steps: {steps}" in summary and f"{first:.3f} (step 1) -> {last:.3f} (step {steps})" in summary
@@ -86,10 +87,14 @@ def test_grpo_flow_trains_and_reports(tiny_model_dir: Path, synthetic_dir: Path,
     written = [c for c in completions if c["step"] == last_step]
     assert 0 < len(table) <= 20 and {row["step"] for row in table} == {last_step}
     assert [row["reward"] for row in table] == [round(c["reward"], 4) for c in written[-len(table):]]
-    plots = arts["grpo-plots"].data
-    for name in ("reward", "accuracy", "kl"):
-        png = run / "plots" / f"{name}.png"
-        assert png.read_bytes().startswith(PNG_MAGIC) and f"![{name}](data:image/png;base64," in plots
+    curves = arts["training-curves"].data
+    png = run / "plots" / "curves.png"
+    encoded = curves.split("data:image/png;base64,")[1].split(")")[0]
+    assert png.read_bytes().startswith(PNG_MAGIC) and base64.b64decode(encoded) == png.read_bytes()
+    table = json.loads(arts["training-metrics"].data)
+    assert [r["step"] for r in table] == list(range(1, steps + 1))
+    assert all({"reward_mean", "accuracy", "kl", "lr", "grad_norm"} <= set(r) for r in table)
+    assert f"- final: `{result['final']}`" in arts["grpo-export"].data
 
 
 def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:

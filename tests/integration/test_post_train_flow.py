@@ -82,9 +82,15 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     models = {row["model"]: row for row in summary["models"]}
     assert set(models) == {"base", "sft", "grpo"} and all("accuracy" in m and "(n=6)" in m["accuracy"]
                                                           for m in models.values())
-    table = json.loads(_artifacts(state.state_details.flow_run_id)["post-train-summary"].data)
+    arts = _artifacts(state.state_details.flow_run_id)
+    table = json.loads(arts["post-train-summary"].data)
     assert [row["model"] for row in table] == ["base", "sft", "grpo"]
     assert table[2]["export"] == result["final"] and table[2]["run folder"] == str(grpo_run)
+    assert table[2]["run / step"] == f"grpo@{grpo_run.name}-step4" and table[0]["chance"] == "25.0 %"
+    assert all(row["flags"] for row in table)  # "ok" or what is wrong, never missing
+    verdict = arts["verdict-grpo"].data  # the GRPO stage's own verdict (sft's was in the first run)
+    assert f"# Evaluation of grpo@{grpo_run.name}-step4" in verdict and "chance level: 25.0%" in verdict
+    assert "- verdict: " in verdict and "verdict-sft" in arts  # a skipped evaluation still reports
 
     # 3. A third run with a changed GRPO setting: only GRPO and its evaluation run again, in a new folder.
     state = post_train(PostTrainParams(config=str(config), overrides=["grpo.train.max_num_steps=2"]),

@@ -41,7 +41,7 @@ def test_sft_flow_trains_exports_and_reports(tiny_model_dir: Path, synthetic_dir
     assert Path(result["final"]).joinpath("config.json").exists()
     assert "Exported safetensors to" in (run / "logs" / "train.log").read_text()
     keys = _artifact_keys(state.state_details.flow_run_id)
-    assert {"sft-summary", "sft-export"} <= keys
+    assert {"sft-summary", "sft-export", "training-curves", "training-metrics"} <= keys
 
 
 def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:

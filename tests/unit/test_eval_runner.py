@@ -97,6 +97,9 @@ def test_retries_unanswered_and_files(tmp_path: Path) -> None:
     assert saved["overall"]["micro"]["correct"] == 2 and saved["engine"] == "scripted"
     assert {(w["dataset"], w["video_id"]) for w in res.wrong} == {("ds1", "v2"), ("ds2", "v0")}
     assert res.to_dict()["results_csv"].endswith("results.csv")
+    # what the score hides: the options given (v0 A, v1 B, v2 unreadable, ds2/v0 A) and the chance level
+    assert res.answers == {"": 1, "A": 2, "B": 1} and res.to_dict()["answers"] == res.answers
+    assert res.chance == pytest.approx(1 / len(OPTS))
 
 
 def test_skip_saved_resumes_without_asking_again(tmp_path: Path) -> None:
@@ -266,6 +269,7 @@ def test_freeform_mode(tmp_path: Path) -> None:
     (rec,) = json.loads((res.run_dir / "ff" / "v0.json").read_text())
     assert rec["prompt"][1]["content"][1]["text"] == "What next?"  # no letter instruction
     assert rec["answer"] == "Pick up the cup." and rec["is_correct"] and rec["reasoning"] == "cup"
+    assert res.chance is None  # no options: no chance level, no answer profile
 
 
 def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:

@@ -1,22 +1,23 @@
-"""The GRPO run report, from the run folder's files: plain functions, no Prefect (flows/grpo.py publishes).
+"""Training run reports, from the run folder's files: plain functions, no Prefect (the flows publish).
 
-    python -c "from flows.grpo_report import read_run_report as r, summary_markdown as s; print(s(r('RUN')))"
+    python -c "from flows.train_report import read_run_report as r, summary_markdown as s; print(s(r('RUN')))"
 
-Reads RUN/result.json, RUN/metrics.jsonl (train rows: reward_mean, reward_std, accuracy, kl,
+GRPO: reads RUN/result.json, RUN/metrics.jsonl (train rows: reward_mean, reward_std, accuracy, kl,
 rollout_time, train_time, tokens_per_s ...; val rows: reward_mean, accuracy, n) and
 RUN/completions.jsonl (sampled completions with reward, parts, advantage), and builds the summary
-markdown, the completions table and the reward / accuracy / KL plots (RUN/plots/*.png).
+markdown and the completions table. Both trainers: `result_notes` (resume, skipped steps, uploads) and
+`export_markdown` (where the exports are, as text, and where they were uploaded). The curves are
+cosmos_train/curves.py's (tasks/curves.py publishes them).
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.curves import per_step, series
 from cosmos_train.metrics import read_metrics
 
 COMPLETIONS_FILE = "completions.jsonl"
@@ -40,26 +41,6 @@ def read_completions(run_dir: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return rows
-
-
-def per_step(metrics: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    """Rows of one kind by step, the last row of a step winning (an attempt before a resume may have
-    logged a step the retry logged again)."""
-    by_step = {int(r["step"]): r for r in metrics if r.get("kind") == kind and "step" in r}
-    return [by_step[s] for s in sorted(by_step)]
-
-
-def _num(row: dict[str, Any], key: str) -> float | None:
-    v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return float(v)
-
-
-def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of `key` over the rows that hold a finite number for it."""
-    pairs = [(int(r["step"]), v) for r in rows if (v := _num(r, key)) is not None]
-    return [s for s, _ in pairs], [v for _, v in pairs]
 
 
 @dataclass
@@ -163,59 +144,6 @@ def completions_table(completions: list[dict[str, Any]], limit: int = TABLE_ROWS
     return table
 
 
-PLOTS = ("reward", "accuracy", "kl")
-
-
-def plot_curves(report: RunReport, out_dir: Path) -> list[Path]:
-    """RUN/plots/{reward,accuracy,kl}.png (a plot with no data is not written); small PNGs, since the
-    flow embeds them in an artifact."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in PLOTS:
-        key = "reward_mean" if name == "reward" else name
-        train_x, train_y = series(report.train, key)
-        val_x, val_y = series(report.val, key)
-        if not train_y and not val_y:
-            continue
-        fig = Figure(figsize=(4.8, 2.8), dpi=80)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot(1, 1, 1)
-        if train_y:
-            ax.plot(train_x, train_y, color="#4c72b0", label="train")
-        if name == "reward":
-            std_x, std = series([r for r in report.train if _num(r, "reward_mean") is not None], "reward_std")
-            if len(std_x) == len(train_x):
-                ax.fill_between(train_x, [m - s for m, s in zip(train_y, std)],
-                                [m + s for m, s in zip(train_y, std)], color="#4c72b0", alpha=0.2, label="± std")
-        if val_y:
-            ax.plot(val_x, val_y, "o-", color="#dd8452", markersize=4, label="validation")
-        ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel({"reward": "mean reward", "accuracy": "accuracy", "kl": "KL to reference"}[name])
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, format="png")
-        written.append(path)
-    return written
-
-
-def plots_markdown(paths: list[Path]) -> str:
-    """The plots embedded as data: URIs (an artifact cannot link to a file on the worker's disk)."""
-    if not paths:
-        return "# GRPO curves\n\nNo train or validation rows in metrics.jsonl yet.\n"
-    lines = ["# GRPO curves", ""]
-    for path in paths:
-        data = base64.b64encode(path.read_bytes()).decode()
-        lines += [f"`{path}`", "", f"![{path.stem}](data:image/png;base64,{data})", ""]
-    return "\n".join(lines)
-
-
 def result_notes(result: dict[str, Any]) -> list[str]:
     """The lines every training flow's summary ends with (the sft flow's too): where the run resumed
     from, what a resume said, the steps skipped for a non-finite loss or gradient, what was uploaded where."""
@@ -240,3 +168,17 @@ def upload_notes(records: list[dict[str, Any]]) -> list[str]:
             lines.append(f"- NOT uploaded `{r['what']}` -> {r['url']}: {r.get('error')} (the files are in the "
                          f"run folder; `cosmos-train upload RUN/{r['what']} --to {r['url']}` retries)")
     return lines
+
+
+def export_markdown(result: dict[str, Any]) -> str:
+    """The exports as paths a reader can copy (a web page will not open file:// links), and their uploads."""
+    lines = ["# Exports", ""]
+    for name, path in (("final", result.get("final")), ("best", (result.get("best") or {}).get("path"))):
+        if path:
+            lines.append(f"- {name}: `{path}`")
+    for r in result.get("uploads") or []:
+        if r.get("ok"):
+            lines.append(f"- `{r['what']}` uploaded to {r['url']}")
+    if len(lines) == 2:
+        lines.append("- none (train.ckpt.export_safetensors = false, or the run stopped early)")
+    return "\n".join(lines) + "\n"

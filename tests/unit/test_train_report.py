@@ -1,5 +1,5 @@
-"""The GRPO report (flows/grpo_report.py) on a hand-written run folder: summary numbers, the completions
-table, the plots."""
+"""The training reports (flows/train_report.py) and curves (cosmos_train/curves.py) on hand-written run
+folders: summary numbers, the completions table, the curves PNG, the per-step table, the export paths."""
 
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.grpo_report import (
-    completions_table,
-    plot_curves,
-    plots_markdown,
-    read_run_report,
-    summary_markdown,
-)
+from cosmos_train.curves import curves_markdown, metrics_table, plot_curves, sample_rows
+from flows.train_report import completions_table, export_markdown, read_run_report, summary_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -100,21 +95,48 @@ def test_table_holds_the_last_sampled_steps_rows(run_dir: Path) -> None:
     assert completions_table([]) == []
 
 
-def test_plots_are_small_pngs_and_embedded(run_dir: Path) -> None:
-    report = read_run_report(run_dir)
-    paths = plot_curves(report, run_dir / "plots")
-    assert [p.name for p in paths] == ["reward.png", "accuracy.png", "kl.png"]
-    for p in paths:
-        data = p.read_bytes()
-        assert data.startswith(PNG_MAGIC) and 1000 < len(data) < 60_000, (p, len(data))
-    md = plots_markdown(paths)
-    embedded = [part.split(")")[0] for part in md.split("data:image/png;base64,")[1:]]
-    assert len(embedded) == 3 and base64.b64decode(embedded[0]) == paths[0].read_bytes()
+def _panel_rows(png: Path) -> int:
+    """Rows of panels in a curves PNG: the figure is 2.4 inches per row at 72 dpi."""
+    from PIL import Image
+
+    width, height = Image.open(png).size
+    assert abs(width - 8.4 * 72) <= 1
+    return round(height / (2.4 * 72))
 
 
-def test_a_plot_without_data_is_not_written(tmp_path: Path) -> None:
-    rows = [{"step": 1, "kind": "train", "reward_mean": 0.5, "kl": float("nan")}]
+def test_grpo_curves_one_small_png_embedded(run_dir: Path) -> None:
+    png = plot_curves(run_dir, "grpo")
+    data = png.read_bytes()
+    assert png == run_dir / "plots" / "curves.png" and data.startswith(PNG_MAGIC) and 5000 < len(data) < 150_000
+    # 7 GRPO panels with data (reward, accuracy, KL, length, grad norm, lr, tokens/s): 4 rows of 2
+    assert _panel_rows(png) == 4
+    md = curves_markdown(png, "GRPO curves")
+    assert base64.b64decode(md.split("data:image/png;base64,")[1].split(")")[0]) == data
+
+
+def test_a_panel_without_data_is_left_out(tmp_path: Path) -> None:
+    rows = [{"step": 1, "kind": "train", "loss": 2.0, "lr": float("nan")},
+            {"step": 2, "kind": "train", "loss": 1.5}, {"step": 2, "kind": "val", "loss": 1.7}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    paths = plot_curves(read_run_report(tmp_path), tmp_path / "plots")
-    assert [p.name for p in paths] == ["reward.png"]
-    assert "No train or validation rows" in plots_markdown([])
+    png = plot_curves(tmp_path, "sft")
+    assert _panel_rows(png) == 1  # the loss panel alone
+    assert plot_curves(tmp_path / "empty", "sft") is None
+    assert "No train or validation rows" in curves_markdown(None, "SFT curves")
+
+
+def test_metrics_table_every_step_or_sampled(tmp_path: Path) -> None:
+    rows = [{"step": s, "kind": "train", "loss": 1.0 / s, "lr": 1e-3, "grad_norm": 0.123456789} for s in range(1, 251)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = metrics_table(tmp_path, "sft", limit=100)
+    assert len(table) == 100 and table[0]["step"] == 1 and table[-1]["step"] == 250
+    assert table[0] == {"step": 1, "loss": 1.0, "lr": 0.001, "grad_norm": 0.1235}
+    assert [r["step"] for r in metrics_table(tmp_path, "sft", limit=1000)] == list(range(1, 251))
+    assert sample_rows(list(range(5)), 10) == [0, 1, 2, 3, 4] and sample_rows(list(range(10)), 3) == [0, 4, 9]
+
+
+def test_export_paths_are_text_with_their_uploads() -> None:
+    md = export_markdown({"final": "/runs/a/safetensors/final", "best": {"path": "/runs/a/safetensors/best"},
+                          "uploads": [{"what": "safetensors/final", "url": "s3://b/a/safetensors/final", "ok": True},
+                                      {"what": "checkpoints/step_2", "url": "s3://b/x", "ok": False}]})
+    assert "- final: `/runs/a/safetensors/final`" in md and "- best: `/runs/a/safetensors/best`" in md
+    assert "uploaded to s3://b/a/safetensors/final" in md and "s3://b/x" not in md and "file://" not in md
