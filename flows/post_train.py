@@ -38,6 +38,8 @@ from tasks.errors import user_errors_reported
 from tasks.run_folder import new_run_dir
 
 LOG_TAIL_LINES = 40
+SUMMARY_COLUMNS = ("model", "run / step", "accuracy", "chance", "flags", "reward", "train seconds", "uploaded to",
+                   "export", "run folder")
 
 
 class PostTrainParams(BaseModel):
@@ -248,7 +250,7 @@ class Pipeline:
             if sent or failed:
                 row["uploaded to"] = ", ".join(sent) + (f" (NOT uploaded: {', '.join(failed)})" if failed else "")
             if name in by_label or name in exports:
-                table.append(row)
+                table.append({c: row.get(c, "") for c in SUMMARY_COLUMNS})  # every row every column, paths last
         create_table_artifact(table, key="post-train-summary",
                               description=f"post-train {self.cfg.name}: the stages compared ({self.folder})")
         create_table_artifact(self.rows, key="post-train-stages",

@@ -1,0 +1,118 @@
+"""Retake README's screenshots of the Prefect UI: a real server, the tiny post-train pipeline, headless Chromium.
+
+    apt-get install -y chromium          # Debian's Chromium (once)
+    .venv/bin/python scripts/screenshots.py [--out docs/img] [--sft-steps 40]
+
+Starts `prefect server start` on a free loopback port (with PREFECT_UI_API_URL pointing at that port:
+without it the UI's page calls port 4200), makes the tiny model and synthetic videos, runs
+`cosmos-train post-train` on configs/tiny-post-train.toml against that server (a short SFT and GRPO,
+evaluation of each), then opens the artifacts in Chromium and saves PNGs: the SFT run's curves, the
+SFT evaluation's comparison table (answers, flags, chance level) and the pipeline's summary. Every
+process it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cosmos_train.net import free_port  # noqa: E402
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+SHOTS = {  # file -> (flow name, artifact key)
+    "ui-training-curves.png": ("sft", "training-curves"),
+    "ui-evaluation-flags.png": ("evaluate", "eval-comparison"),
+    "ui-pipeline-summary.png": ("post-train", "post-train-summary"),
+}
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    sys.exit("no Chromium found: apt-get install -y chromium")
+
+
+def _wait(url: str, proc: subprocess.Popen, deadline_s: float = 120) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            sys.exit(f"prefect server exited {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    sys.exit("prefect server did not answer /api/health")
+
+
+def _artifact_id(api: str, flow_name: str, key: str) -> str:
+    """The newest artifact `key` created by a run of the flow `flow_name`."""
+    arts = httpx.post(f"{api}/artifacts/filter", json={"artifacts": {"key": {"any_": [key]}}}, timeout=30).json()
+    for art in sorted(arts, key=lambda a: a["created"], reverse=True):
+        run = httpx.get(f"{api}/flow_runs/{art['flow_run_id']}", timeout=30).json()
+        if httpx.get(f"{api}/flows/{run['flow_id']}", timeout=30).json()["name"] == flow_name:
+            return art["id"]
+    sys.exit(f"no artifact {key!r} on a {flow_name!r} run")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    ap.add_argument("--sft-steps", type=int, default=40)
+    ap.add_argument("--grpo-steps", type=int, default=20)
+    args = ap.parse_args()
+    chromium = _chromium()
+    work = Path(tempfile.mkdtemp(prefix="cosmos-screenshots-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(work / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_API_URL=f"{url}/api", PREFECT_UI_API_URL=f"{url}/api")
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        _wait(url, server)
+        cli = [sys.executable, "-m", "cosmos_train.cli"]
+        subprocess.run([*cli, "make-tiny-model", str(work / "model")], env=env, cwd=ROOT, check=True)
+        subprocess.run([*cli, "make-synthetic-data", str(work / "data"), "--n-train", "256", "--n-test", "40"],
+                       env=env, cwd=ROOT, check=True)
+        data = work / "data"
+        subprocess.run([*cli, "post-train", "--config", str(ROOT / "configs" / "tiny-post-train.toml"),
+                        "--set", f'output_dir="{work / "runs"}"', "--set", f'model="{work / "model"}"',
+                        "--set", f'sft.train.train_policy.dataset.name="{data}"',
+                        "--set", f"sft.train.max_num_steps={args.sft_steps}",
+                        "--set", f'grpo.train.train_policy.dataset.name="{data}"',
+                        "--set", f"grpo.train.max_num_steps={args.grpo_steps}",
+                        "--set", f'evaluate.data_dir="{data}"'], env=env, cwd=ROOT, check=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, (flow_name, key) in SHOTS.items():
+            page = f"{url}/artifacts/artifact/{_artifact_id(f'{url}/api', flow_name, key)}"
+            subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}",
+                            f"--screenshot={args.out / name}", "--window-size=1600,900",
+                            "--virtual-time-budget=20000", page], check=True, capture_output=True, timeout=180)
+            print(args.out / name)
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
