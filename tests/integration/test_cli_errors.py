@@ -70,10 +70,9 @@ CASES = [
     Case("empty output_dir", setting("train.output_dir", '""'), "train.output_dir"),
     Case("save_freq zero", setting("train.ckpt.save_freq", "0"), "train.ckpt.save_freq"),
     Case("tp_size zero", setting("policy.parallelism.tp_size", "0"), "policy.parallelism.tp_size"),
-    # ---- config: accepted by the schema, not implemented: refused, never ignored
-    Case("upload to the hub", setting("train.ckpt.upload_hf", "true", SFT), "train.ckpt.upload_hf"),
-    Case("upload to s3", [*SFT, "--set", "train.ckpt.upload_s3=true", "--set", 'train.ckpt.s3_bucket="b"'],
-         "train.ckpt.upload_s3"),
+    # ---- config: a setting missing what it needs, or not implemented (lora): refused, never ignored
+    Case("upload to the hub without a repo", setting("train.ckpt.upload_hf", "true", SFT), "train.ckpt.hf_repo_name"),
+    Case("upload to s3 without a bucket", setting("train.ckpt.upload_s3", "true", SFT), "train.ckpt.s3_bucket"),
     Case("lora", setting("policy.lora.r", "8", SFT), "policy.lora"),
     # ---- the command and the config's trainer disagree (the other settings valid for it)
     Case("grpo in the sft command", [*SFT, "--set", 'train.train_policy.type="grpo"', "--set",
