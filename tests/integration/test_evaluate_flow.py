@@ -134,3 +134,41 @@ def test_crash_is_retried_and_resumes_bad_input_is_not(
     with pytest.raises(MediaError, match="v7.mp4: cannot decode"):
         evaluate(EvaluateParams(config=str(config), models=[str(tiny_model_dir)], eval_retries=3))
     assert len(calls) == 1  # bad input fails at once, naming the file
+
+
+def test_a_constant_answer_model_is_flagged(prefect_harness: None, tmp_path: Path, tiny_model_dir: Path,
+                                            synthetic_dir: Path) -> None:
+    """The issue's case, for real: the tiny model after 30 SFT steps (configs/tiny-sft.toml) has learnt one
+    letter, not the videos. Its evaluation table, read back from the artifact, names it: the option it
+    gives, the share, not above chance; and the model is labelled by stage, run and step."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.evaluate import EvaluateParams, evaluate
+    from flows.sft import SFTParams, sft
+
+    run = sft(SFTParams(config=str(Path(__file__).parents[2] / "configs" / "tiny-sft.toml"), overrides=[
+        f'policy.model_name_or_path="{tiny_model_dir}"', f'train.train_policy.dataset.name="{synthetic_dir}"',
+        f'train.output_dir="{tmp_path / "runs"}"', "train.max_num_steps=30", "train.ckpt.save_freq=1000"]))
+    config = _write_config(tmp_path, synthetic_dir)
+    state = evaluate(EvaluateParams(config=str(config), models=[run["final"]], overrides=["limit=12",
+                                                                                           "evaluation.answer_type=\"letter\""]),
+                     return_state=True)
+    out = state.result()
+    [result] = out["results"]
+    label = f"sft@{Path(run['run_dir']).name}-step30"
+    assert result["label"] == label
+    top, count = max(result["answers"].items(), key=lambda kv: kv[1])
+    assert top and count / sum(result["answers"].values()) >= 0.8, result["answers"]  # the degenerate model
+
+    async def comparison() -> list[dict]:
+        async with get_client() as client:
+            arts = await client.read_artifacts()
+            [art] = [a for a in arts if a.key == "eval-comparison" and a.flow_run_id == state.state_details.flow_run_id]
+            assert art.type == "table"
+            return json.loads(art.data)
+
+    rows = {row["dataset"]: row for row in asyncio.run(comparison())}
+    assert rows["flags"][label].startswith(f"⚠ answers {top} to ") and "not above chance" in rows["flags"][label]
+    assert rows["checkpoint"][label] == run["final"] and rows["chance level"][label] == "25.0"
