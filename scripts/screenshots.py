@@ -3,8 +3,9 @@
     apt-get install -y chromium          # Debian's Chromium (once)
     .venv/bin/python scripts/screenshots.py [--out docs/img] [--sft-steps 40]
 
-Starts `prefect server start` on a free loopback port (with PREFECT_UI_API_URL pointing at that port:
-without it the UI's page calls port 4200), makes the tiny model and synthetic videos, runs
+Starts `prefect server start` on a free loopback port through the tests' helper
+(tests/integration/prefect_server.py, which sets PREFECT_UI_API_URL to that port: without it the UI's
+page calls port 4200), makes the tiny model and synthetic videos, runs
 `cosmos-train post-train` on configs/tiny-post-train.toml against that server (a short SFT and GRPO,
 evaluation of each), then opens the artifacts in Chromium and saves PNGs: the SFT run's curves, the
 SFT evaluation's comparison table (answers, flags, chance level) and the pipeline's summary. Every
@@ -14,12 +15,10 @@ process it starts is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -27,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cosmos_train.net import free_port  # noqa: E402
+from tests.integration.prefect_server import start_server  # noqa: E402
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -44,20 +43,6 @@ def _chromium() -> str:
         if path := shutil.which(name):
             return path
     sys.exit("no Chromium found: apt-get install -y chromium")
-
-
-def _wait(url: str, proc: subprocess.Popen, deadline_s: float = 120) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            sys.exit(f"prefect server exited {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    sys.exit("prefect server did not answer /api/health")
 
 
 def _artifact_id(api: str, flow_name: str, key: str) -> str:
@@ -78,16 +63,10 @@ def main() -> int:
     args = ap.parse_args()
     chromium = _chromium()
     work = Path(tempfile.mkdtemp(prefix="cosmos-screenshots-"))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(work / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_API_URL=f"{url}/api", PREFECT_UI_API_URL=f"{url}/api")
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                               str(port)], env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    try:
-        _wait(url, server)
+    with start_server(work / "prefect") as server:  # the tests' real server: loopback, free port, own home
+        server.wait_healthy(deadline_s=120)
+        url = server.url.removesuffix("/api")
+        env = server.env()
         cli = [sys.executable, "-m", "cosmos_train.cli"]
         subprocess.run([*cli, "make-tiny-model", str(work / "model")], env=env, cwd=ROOT, check=True)
         subprocess.run([*cli, "make-synthetic-data", str(work / "data"), "--n-train", "256", "--n-test", "40"],
@@ -107,10 +86,7 @@ def main() -> int:
                             f"--screenshot={args.out / name}", "--window-size=1600,900",
                             "--virtual-time-budget=20000", page], check=True, capture_output=True, timeout=180)
             print(args.out / name)
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait()
-        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # the server (and every run it started) was stopped above
     return 0
 
 

@@ -141,9 +141,10 @@ def start_server(home: Path) -> Iterator[PrefectServer]:
     port = free_port()
     log = home / "server.log"
     with log.open("w") as out:
+        # PREFECT_UI_API_URL: without it the UI's page calls the API on port 4200, not this server's port
         proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=home, env=isolated_env(home), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                cwd=home, env=isolated_env(home, PREFECT_UI_API_URL=f"http://127.0.0.1:{port}/api"),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = PrefectServer(home=home, url=f"http://127.0.0.1:{port}/api", proc=proc, log=log)
     try:
         yield server
