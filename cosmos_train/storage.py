@@ -75,9 +75,11 @@ def parse_target(url: str) -> Target:
     if sep and scheme == "s3" and rest:
         bucket, _, prefix = rest.partition("/")
         return Target("s3", bucket, prefix)
-    if sep and scheme == "hf" and rest.count("/") >= 1 and all(rest.split("/")[:2]):
-        org, repo, *path = rest.split("/")
-        return Target("hf", f"{org}/{repo}", "/".join(path))
+    if sep and scheme == "hf" and rest and all(rest.split("/")[:2]):
+        parts = rest.split("/")
+        if len(parts) == 1:  # a bare name: the repo goes under the token's own user (the seed guides' form)
+            return Target("hf", parts[0])
+        return Target("hf", f"{parts[0]}/{parts[1]}", "/".join(parts[2:]))
     raise UploadError(f"{url!r}: not an upload target; use s3://bucket/prefix or hf://org/repo")
 
 

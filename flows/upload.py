@@ -42,7 +42,8 @@ def upload_source(source: str | Path) -> tuple[Path, str]:
     if (src / "safetensors" / "final").is_dir():
         return src / "safetensors" / "final", f"{src.name}/safetensors/final"
     if src.is_dir() and any(src.iterdir()):
-        return src, src.name
+        inside_run = src.parent.name == "safetensors" and (src.parent.parent / "config.toml").is_file()
+        return src, f"{src.parent.parent.name}/safetensors/{src.name}" if inside_run else src.name
     if (src / "config.toml").is_file():
         raise UploadError(f"{source}: this run folder has no safetensors/final export (the run did not finish, or "
                           "export_safetensors was off); upload a checkpoint's export folder instead")
@@ -58,7 +59,7 @@ def upload(params: UploadParams) -> dict[str, Any]:
         ckpt = CheckpointConfig(s3_endpoint_url=params.s3_endpoint_url,
                                 s3_credentials_secret=params.s3_credentials_secret,
                                 hf_token_secret=params.hf_token_secret, hf_private=params.hf_private)
-        report = upload_task(str(folder), target.url, {"what": what, "run": folder.parent.parent.name}, ckpt)
+        report = upload_task(str(folder), target.url, {"what": what}, ckpt)
         create_markdown_artifact(
             f"# Uploaded `{folder}`\n\n- to: {target.url}\n- files sent: {report['files_sent']}, unchanged: "
             f"{report['files_unchanged']}, {report['bytes_sent'] / 1e6:.1f} MB in {report['seconds']:.1f} s\n",

@@ -3,8 +3,8 @@
     publish_curves(run_dir, "sft")   # `training-curves` (markdown, the PNG embedded), `training-metrics` (table)
 
 The same keys each time, so the UI keeps every version and shows the newest; tasks/torchrun.py calls it
-while the trainer runs (at most every REFRESH_S seconds, when new steps were logged), the flows once
-more at the end.
+while the trainer runs (when new steps were logged: after REFRESH_S seconds, then at doubling intervals
+up to 10 minutes), the flows once more at the end.
 """
 
 from __future__ import annotations

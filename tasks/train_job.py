@@ -63,13 +63,11 @@ def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]
             env = services.enter_context(local_reward_service(run, cfg.train.train_policy.remote_reward.token_env))
             logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
         uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread
-        try:
-            train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
-                  timeout_s=params.timeout_s, env=env)
-        except BaseException:
-            uploads.finish(trained=False)  # what went up stays; the training error is what the run reports
-            raise
-        records = uploads.finish(trained=True)
+        # a failed or cancelled run stops the background uploads (run_uploads' exit) and reports its error;
+        # what went up stays
+        train(cfg, f"cosmos_train.train.{policy_type}", run_dir, args, total_steps=cfg.train.max_num_steps,
+              timeout_s=params.timeout_s, env=env)
+        records = uploads.finish()
     result = json.loads((run / "result.json").read_text())
     if records:
         result["uploads"] = records

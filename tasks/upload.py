@@ -2,7 +2,7 @@
 
     with run_uploads(cfg, run) as uploads:      # tasks/train_job.py, around the training attempts
         train(...)                               # upload_s3 = "all": checkpoints and exports go up meanwhile
-    result["uploads"] = uploads.finish(trained=True)   # the final export to every target
+    result["uploads"] = uploads.finish()      # the final export to every target
 
 - `upload_task(local, url, meta, ckpt)`: one folder to one target (cosmos_train/storage.py), retried
   after an UploadUnavailable (lost connection, 5xx; each retry resumes), never after an AuthError or
@@ -159,8 +159,12 @@ class RunUploads:
         """Send what appeared since the last scan to the S3 target (the Hub only gets the final export)."""
         s3 = [t for t in self.targets if t.scheme == "s3"]
         for what, path in self._written():
+            try:  # an export folder (safetensors/best) is replaced whole when re-exported: a new version
+                version = path.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue  # rotated away since the listing
             for target in s3:
-                key = f"{what} -> {target.url}"
+                key = f"{what}@{version} -> {target.url}"
                 if key in self.sent:
                     continue
                 self._send(what, path, target, key)
@@ -190,15 +194,15 @@ class RunUploads:
             self.records.append(record)
 
     # ------------------------------------------------------------ the end
-    def finish(self, trained: bool) -> list[dict[str, Any]]:
-        """Stop the background thread (after its last scan) and, when training finished, send the final
+    def finish(self) -> list[dict[str, Any]]:
+        """After training finished: stop the background thread (after its last scan) and send the final
         export to every target. Returns every upload's record."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self.scan()  # the checkpoints written since the last scan, the final one included
         final = self.run / "safetensors" / "final"
-        if trained and final.is_dir():
+        if final.is_dir():
             meta = {"run": self.run.name, "what": "safetensors/final", "step": _step(self.run)}
             for target in self.targets:
                 url = target.child("safetensors/final").url if target.scheme == "s3" else target.url

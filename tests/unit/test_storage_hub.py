@@ -95,6 +95,7 @@ def test_targets() -> None:
     assert parse_target("s3://bucket").url == "s3://bucket"
     assert parse_target("hf://org/repo") == Target("hf", "org/repo", "")
     assert parse_target("s3://bucket/p").child("safetensors/final").url == "s3://bucket/p/safetensors/final"
-    for bad in ("bucket/x", "s3://", "hf://onlyorg", "ftp://x/y", "hf:///repo"):
+    assert parse_target("hf://Cosmos-Reason1") == Target("hf", "Cosmos-Reason1", "")  # the seed's bare repo name
+    for bad in ("bucket/x", "s3://", "hf://", "ftp://x/y", "hf://org//x", "s3:///"):
         with pytest.raises(UploadError, match="s3://bucket/prefix or hf://org/repo"):
             parse_target(bad)
