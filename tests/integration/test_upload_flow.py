@@ -149,3 +149,38 @@ def test_credentials_from_a_prefect_secret_block(s3: S3Server, tmp_path: Path) -
     Secret(value="not json").save("s3-creds-bad", overwrite=True)
     with pytest.raises(AuthError, match="expected JSON"):
         upload_folder(folder, f"s3://{s3.bucket}/secret", {}, CheckpointConfig(s3_credentials_secret="s3-creds-bad"))
+
+
+def test_upload_task_retries_only_what_a_retry_can_help(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A lost connection (UploadUnavailable) is retried, and the retry resumes; refused credentials
+    (AuthError) and a missing bucket (UploadError) fail at once."""
+    from prefect import flow
+
+    import tasks.upload as upload_mod
+    from cosmos_train.errors import AuthError, UploadError, UploadUnavailable
+
+    calls: list[str] = []
+
+    def flaky(local, url, meta, ckpt=None):  # noqa: ANN001, ANN202
+        calls.append(url)
+        if url.endswith("/auth"):
+            raise AuthError(f"{url}: refused")
+        if url.endswith("/bucket"):
+            raise UploadError(f"{url}: no such bucket")
+        if len(calls) < 3:
+            raise UploadUnavailable(f"{url}: connection reset")
+        return {"files_sent": 1, "files_unchanged": 0, "bytes_sent": 1}
+
+    monkeypatch.setattr(upload_mod, "upload_folder", flaky)
+    task = upload_mod.upload_task.with_options(retry_delay_seconds=0)
+
+    @flow(name="upload-retries")
+    def run(url: str) -> dict:
+        return task(str(tmp_path), url, {})
+
+    assert run("s3://b/flaky")["files_sent"] == 1 and calls == ["s3://b/flaky"] * 3
+    for url, error in (("s3://b/auth", AuthError), ("s3://b/bucket", UploadError)):
+        calls.clear()
+        with pytest.raises(error):
+            run(url)
+        assert calls == [url]  # not retried
