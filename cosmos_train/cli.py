@@ -6,6 +6,7 @@
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
+    cosmos-train --config configs/tiny-grpo.toml [my_rewards.py]    # cosmos-rl's form: sft or grpo by the config
     cosmos-train grpo --config configs/tiny-grpo.toml [--set k=v ...] [--dataset-script my_dataset.py] [--run-dir RUN]
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
@@ -195,7 +196,10 @@ def _reward_service(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="cosmos-train", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="cosmos-train", description=__doc__.split("\n")[0],
+        epilog="cosmos-rl's form also works: cosmos-train --config FILE [SCRIPT.py] runs `sft` or `grpo` as the "
+               "config's trainer type says.")
     ap.add_argument("--debug", action="store_true", help="Show the traceback of an input error too.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -303,10 +307,28 @@ def _quiet_prefect_console() -> None:
                 handler.addFilter(_HideUserErrorTracebacks(handler))
 
 
+def cosmos_rl_form(argv: list[str]) -> list[str]:
+    """cosmos-rl's command form, `cosmos-train --config FILE [SCRIPT.py] [--set k=v]`, as the subcommand the
+    config's trainer type names (`sft` / `grpo`); any other argv unchanged. A file that does not load goes
+    to `sft`, whose checks print its problems (exit 2) as they would have."""
+    i = next((k for k, a in enumerate(argv) if a != "--debug"), len(argv))
+    if i == len(argv) or not (argv[i] == "--config" or argv[i].startswith("--config=")):
+        return argv
+    path = argv[i].partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+    command = "sft"
+    try:
+        from cosmos_train.config import load_config
+
+        command = load_config(path, check_paths=False).policy_type
+    except Exception:  # noqa: BLE001 (the subcommand reports it)
+        pass
+    return [*argv[:i], command, *argv[i:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     from cosmos_train.errors import EXIT_USER_ERROR, UserError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(cosmos_rl_form(list(sys.argv[1:] if argv is None else argv)))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"

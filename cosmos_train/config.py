@@ -725,6 +725,8 @@ def config_from_dict(
     check_paths: bool = False,
 ) -> Config:
     problems: list[str] = []
+    if world_model := world_model_sections(raw):
+        raise ConfigError([world_model_refusal(world_model)], source)
     raw = copy.deepcopy(raw)
     # The seed guides' RL recipe says GRPO only through these aliases (no `type`).
     tp_raw = raw.get("train", {}).get("train_policy", {})
@@ -751,6 +753,28 @@ def config_from_dict(
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+# The top-level sections of cosmos-rl's world-model (Cosmos-Predict) recipes, none of which is ours.
+WORLD_MODEL_SECTIONS = ("model", "model_parallel", "trainer", "dataloader_train", "dataloader_val", "optimizer",
+                        "scheduler", "checkpoint", "job")
+
+
+def world_model_sections(raw: dict[str, Any]) -> list[str]:
+    """The world-model sections of a config that has at least two of them (one could be a typo of ours), one
+    beyond [model] / [model_parallel]: those two alone carry the seed guide's parallelism keys, which load
+    as aliases of [policy.parallelism] (ALIASES)."""
+    found = [k for k in WORLD_MODEL_SECTIONS if isinstance(raw.get(k), dict | list)]
+    beyond = [k for k in found if k not in ("model", "model_parallel")]
+    return found if len(found) >= 2 and beyond else []
+
+
+def world_model_refusal(sections: list[str]) -> str:
+    listed = ", ".join(f"[{k}]" for k in sections)
+    return (f"this is a cosmos-rl world-model (Cosmos-Predict) recipe ({listed}), run there with --wfm-mode; "
+            "world-model RL (Flow-GRPO / DDRL on a video diffusion model) is not available in this release, and "
+            "this file's sections are not a vision-language job's ([train], [policy], [rollout], [validation]). "
+            "See docs/MIGRATING_FROM_COSMOS_RL.md")
 
 
 def unknown_keys(raw: Any, model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -1028,6 +1052,10 @@ def unsupported_settings(cfg: Config) -> list[str]:
                        "set tp_size = 1 or rollout.backend = \"vllm\"")
     if cfg.policy.lora is not None:
         out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
+    for key, what in (("cp_size", "context"), ("pp_size", "pipeline")):
+        if getattr(cfg.policy.parallelism, key) != 1:
+            out.append(f"policy.parallelism.{key}: {what} parallelism is not implemented yet; set it to 1 and use "
+                       "dp_shard_size (FSDP2), dp_replicate_size (HSDP) or tp_size for the GPUs")
     if cfg.train.compile:
         out.append("train.compile: torch.compile is not wired into the trainer yet; set it to false")
     if cfg.train.async_tp_enabled:

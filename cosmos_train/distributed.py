@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from cosmos_train.config import ConfigError, ParallelismConfig
+from cosmos_train.config import ParallelismConfig
 from cosmos_train.net import free_port
 from cosmos_train.process_tree import watch_parent
 
@@ -72,9 +72,6 @@ def init_distributed(par: ParallelismConfig) -> DistInfo:
         device = torch.device("cpu")
     if not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
-    for key in ("cp_size", "pp_size"):
-        if getattr(par, key) != 1:
-            raise ConfigError([f"policy.parallelism.{key}: only 1 is supported by the SFT trainer so far"])
     par.check_world_size(world)
     shard = par.resolved_shard(world)
     mesh = init_device_mesh(

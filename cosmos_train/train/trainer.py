@@ -78,9 +78,6 @@ class Trainer(ABC):
         from cosmos_train.checkpoint import CheckpointManager
         from cosmos_train.models.load import load_processor
 
-        problems = unsupported_settings(cfg)
-        if problems:
-            raise ConfigError(problems, str(run_dir / "config.toml"))
         self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
         self.model_dir = Path(cfg.policy.model_name_or_path)
         self.processor = load_processor(cfg.policy.model_name_or_path)
@@ -300,6 +297,8 @@ def run_main(trainer_cls: type[Trainer], argv: list[str] | None = None) -> int:
     dist: DistInfo | None = None
     try:
         cfg = load_config(args.config, env={})  # the resolved file is the whole truth: no env overrides
+        if problems := unsupported_settings(cfg):  # before the process group: its mesh has no cp / pp axis
+            raise ConfigError(problems, str(args.config))
         dist = init_distributed(cfg.policy.parallelism)
         seed_everything(cfg.train.seed, dist.rank, cfg.train.deterministic)
         trainer = trainer_cls(cfg, run_dir, dist, args.dataset_script)  # type: ignore[call-arg]

@@ -127,8 +127,10 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
     assert unsupported_settings(config_from_dict({"train": {"train_policy": {"kl_beta": 0.1}}})) == []  # GRPO runs
     cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1, "use_remote_reward": True,
                                                                       "remote_reward": {"reward_fns": [{"name": "a"}]}}},
-                            "policy": {"lora": {"r": 4}}, "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
+                            "policy": {"lora": {"r": 4}, "parallelism": {"cp_size": 2, "pp_size": 2}},
+                            "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
     problems = " ".join(unsupported_settings(cfg))
-    for key in ("rollout.parallelism.tp_size", "policy.lora", "train.compile"):
+    for key in ("rollout.parallelism.tp_size", "policy.lora", "train.compile", "policy.parallelism.cp_size",
+                "policy.parallelism.pp_size"):
         assert key in problems
     assert "use_remote_reward" not in problems  # the reward service client implements it
