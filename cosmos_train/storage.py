@@ -45,7 +45,8 @@ from cosmos_train.errors import AuthError, UploadError, UploadUnavailable
 
 MANIFEST = "MANIFEST.json"
 MIB = 1024 * 1024
-S3_MIN_PART = 5 * MIB  # S3 refuses smaller parts (except the last): EntityTooSmall
+S3_MIN_PART = 5 * MIB
+COPY_LIMIT = 5 * 1024 * MIB  # the largest object CopyObject copies in one request  # S3 refuses smaller parts (except the last): EntityTooSmall
 LARGE_FOLDER_BYTES = 50 * 1024 * MIB  # the Hub's large-folder path above this
 
 
@@ -238,7 +239,7 @@ def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: s
                if u["Key"] == key]
     earlier.sort(key=lambda u: u["Initiated"])
     done: dict[int, str] = {}
-    upload_id = None
+    upload_id, reused_from_earlier = None, False
     for u in earlier[::-1]:  # the newest earlier upload whose parts match this file's bytes is continued
         listed = client.list_parts(Bucket=bucket, Key=key, UploadId=u["UploadId"]).get("Parts", [])
         sizes = {n: length for n, _, length in parts}
@@ -250,7 +251,7 @@ def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: s
                 if hashlib.md5(_read(path, off, length)).hexdigest() == p["ETag"].strip('"'):  # noqa: S324 (S3's ETag)
                     matching[n] = p["ETag"]
         if matching and upload_id is None:
-            upload_id, done = u["UploadId"], matching
+            upload_id, done, reused_from_earlier = u["UploadId"], matching, True
         else:
             client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=u["UploadId"])  # a stale one
     if upload_id is None:
@@ -274,6 +275,17 @@ def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: s
     client.complete_multipart_upload(
         Bucket=bucket, Key=key, UploadId=upload_id,
         MultipartUpload={"Parts": [{"PartNumber": n, "ETag": done[n]} for n in sorted(done)]})
+    if report.parts_reused and reused_from_earlier:
+        # The continued upload carries the sha256 its first attempt was created with, and the file may have
+        # changed since in parts that attempt never sent: write this file's sha256, so an unchanged-file
+        # skip is never decided on a stale one (a copy in place; S3 copies up to 5 GiB in one request).
+        if size <= COPY_LIMIT:
+            client.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": key},
+                               Metadata={"sha256": sha}, MetadataDirective="REPLACE")
+        else:
+            client.delete_object(Bucket=bucket, Key=key)  # no trustworthy checksum: the next upload re-sends
+            raise UploadUnavailable(f"s3://{bucket}/{key}: a continued upload over 5 GiB cannot be re-stamped; "
+                                    "it was removed and a retry uploads it whole")
 
 
 def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta: Mapping[str, Any] | None = None,

@@ -148,3 +148,27 @@ def test_world_model_credentials_and_config_endpoint_win(s3: S3Server, tmp_path:
     assert report.files_sent == 2
     assert s3_settings(env, endpoint_url="http://other:9000").endpoint_url == "http://other:9000"
     assert json.loads(s3.objects("prod/")[f"prod/{MANIFEST}"])["files"]
+
+
+def test_resumed_upload_of_a_file_changed_since_carries_its_new_checksum(s3: S3Server, tmp_path: Path) -> None:
+    """Killed after two parts; the file's tail (a part never sent) then changes; the resume reuses the two
+    parts that still match, sends the third, and the object's sha256 is the file's as it is now, so the
+    next upload rightly finds it unchanged."""
+    local = _folder(tmp_path / "ckpt")
+    prefix = "runs/r3/checkpoints/step_4"
+    target = Target("s3", s3.bucket, prefix)
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, str(local), s3.bucket, prefix],
+                          cwd=ROOT, env={**os.environ, **s3.env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    weights = local / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10:] = os.urandom(10)  # inside part 3
+    weights.write_bytes(bytes(data))
+
+    report = upload_folder_s3(local, target, _settings(s3))
+    assert report.parts_reused == 2 and report.parts_sent == 1
+    head = s3.client().head_object(Bucket=s3.bucket, Key=f"{prefix}/model.safetensors")
+    assert head["Metadata"]["sha256"] == hashlib.sha256(bytes(data)).hexdigest()
+    assert s3.objects(prefix)[f"{prefix}/model.safetensors"] == bytes(data)
+    again = upload_folder_s3(local, target, _settings(s3))
+    assert (again.files_sent, again.files_unchanged) == (0, 2)
