@@ -171,7 +171,9 @@ class RunUploads:
 
     def _send(self, what: str, path: Path, target: Target, key: str) -> None:
         url = target.child(what).url
-        meta = {"run": self.run.name, "what": what, "step": _step(self.run)}
+        # a checkpoint or step export names its step; result.json (the run's last step) exists only at the end
+        step = int(path.name.removeprefix("step_")) if path.name.removeprefix("step_").isdigit() else _step(self.run)
+        meta = {"run": self.run.name, "what": what, "step": step}
         try:
             report = upload_folder(path, url, meta, self.ckpt)
         except FileNotFoundError:

@@ -66,6 +66,7 @@ def test_upload_all_sends_every_checkpoint_and_export(s3: S3Server, tiny_model_d
         manifest = json.loads(remote.pop(MANIFEST))
         assert remote == local, what  # every file, byte for byte
         assert sorted(f["path"] for f in manifest["files"]) == sorted(local) and manifest["run"] == run.name
+        assert manifest["step"] == (int(folder.name[5:]) if folder.name.startswith("step_") else result["step"])
     records = result["uploads"]
     assert all(r["ok"] for r in records) and {r["what"] for r in records} == {
         f.relative_to(run).as_posix() for f in folders}
