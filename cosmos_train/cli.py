@@ -57,8 +57,14 @@ def _config_check(args: argparse.Namespace) -> int:
         print(pipeline.model_dump_json(indent=2, exclude_none=True))
         print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
         return 0
+    from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, unsupported_settings
+
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
+    if problems := unsupported_settings(cfg):  # what a run would refuse before starting, said now
+        raise ConfigError(problems, str(args.config))
+    if cfg.no_effect:
+        print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in cfg.no_effect), sep="\n", file=sys.stderr)
     print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
     return 0
 

@@ -16,17 +16,26 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import annotated_types
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from cosmos_train.atomic import write_atomic
+from cosmos_train.config_compat import NoEffect, rule_names_under, take_foreign_keys
 from cosmos_train.data.vision_settings import VisionSettings
 from cosmos_train.errors import ConfigError
 
@@ -131,12 +140,10 @@ class RemoteRewardFn(Section):
     name: str = Field(description="Reward name as the service knows it.")
     weight: float = Field(1.0, description="Multiplier on this reward's score (negative makes it a penalty).")
     score_key: str | None = Field(
-        None, description="Key of the score in the service's reply (default: name)."
+        None, description="Key of the score in the service's reply (default: name); 'a+b' sums two scores."
     )
-    clip_min: float | None = Field(None, description="Scores below this are raised to it (unset: no floor).")
-    clip_max: float | None = Field(
-        None, description="Scores above this are lowered to it (unset: no ceiling)."
-    )
+    clip_min: float | None = Field(-5.0, description="Scores below this are raised to it (unset: no floor).")
+    clip_max: float | None = Field(5.0, description="Scores above this are lowered to it (unset: no ceiling).")
 
     @model_validator(mode="after")
     def _clip_order(self) -> RemoteRewardFn:
@@ -148,8 +155,24 @@ class RemoteRewardFn(Section):
 class RemoteRewardConfig(Section):
     """[train.train_policy.remote_reward]: rewards scored by an HTTP service."""
 
-    scale: float = Field(1.0, gt=0, description="Multiplier on the service's scores.")
+    scale: float = Field(
+        1.0, gt=0, description="Multiplier on the service's total: scale x clip(sum of weight x score, "
+        "reward_clip_min, reward_clip_max)."
+    )
     reward_fns: list[RemoteRewardFn] = Field(default_factory=list, description="The rewards to ask for.")
+    reward_clip_min: float | None = Field(
+        -5.0, description="The weighted sum of the service's scores is raised to this (unset: no floor)."
+    )
+    reward_clip_max: float | None = Field(
+        5.0, description="The weighted sum of the service's scores is lowered to this (unset: no ceiling)."
+    )
+
+    @model_validator(mode="after")
+    def _total_clip_order(self) -> RemoteRewardConfig:
+        lo, hi = self.reward_clip_min, self.reward_clip_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"reward_clip_min ({lo}) must be <= reward_clip_max ({hi})")
+        return self
     batch_size: int = Field(8, ge=1, le=65536, description="Items per request to the reward service.")
     local_service: bool = Field(
         False,
@@ -206,6 +229,12 @@ class TrainPolicyConfig(Section):
         None, ge=1, description="Batches prefetched per worker (default 2; needs dataloader_num_workers > 0)."
     )
     dataloader_drop_last: bool = Field(True, description="Drop the last incomplete batch of an epoch.")
+    enable_dataset_cache: bool = Field(
+        False,
+        description="Keep decoded, resized clips in a disk cache so later epochs and runs do not decode again: "
+        "dataset.cache_dir when set, else $COSMOS_CACHE/clip_cache (cosmos-rl's key; dataset.cache_dir alone "
+        "also turns it on).",
+    )
     overlength: Literal["error", "truncate", "skip"] = Field(
         "error",
         description="A sample longer than model_max_length: stop naming it, cut its text end, or skip it.",
@@ -213,6 +242,10 @@ class TrainPolicyConfig(Section):
     # --- GRPO
     variant: Literal["grpo", "gspo", "dapo"] = Field("grpo", description="Policy-gradient variant.")
     prompt_column_name: str | None = Field(None, description="Column holding the prompt.")
+    response_column_name: str | None = Field(
+        None, description="Column holding each row's reference answer, which rewards score against (unset or "
+        "'': the first of reference, answer, correct_answer that the row has)."
+    )
     reward_function: str | list[str] | dict[str, float] = Field(
         default_factory=lambda: ["single_choice"], description="Reward name(s), or {name = weight}."
     )
@@ -261,7 +294,21 @@ class TrainPolicyConfig(Section):
         "With mu_iterations = 1 and one mini-batch per rollout the trainer's own forward gives them for free.",
     )
     scale_rewards: bool = Field(
-        True, description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO)."
+        True, description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO). "
+        "cosmos-rl's unbiased_advantage = true is scale_rewards = false."
+    )
+    advantage_low: float = Field(-5.0, le=0, description="Advantages below this are raised to it.")
+    advantage_high: float = Field(5.0, ge=0, description="Advantages above this are lowered to it.")
+    min_filter_prefix_tokens: int | None = Field(
+        None, ge=1,
+        description="Within a group, completions that share a longest common prefix of at least this many "
+        "tokens but got different rewards leave that prefix out of the loss (it cannot be credited or "
+        "blamed); a completion that is all prefix keeps its tokens (unset: off).",
+    )
+    filter_reward_metric: str | list[str] = Field(
+        default_factory=list,
+        description="variant = 'dapo': the reward part(s) whose equality across a group drops it in dynamic "
+        "sampling (empty: the total reward).",
     )
     dynamic_sampling_max_rounds: int = Field(
         2, ge=0,
@@ -349,6 +396,15 @@ class TrainConfig(Section):
     optm_warmup_steps: float = Field(
         20, ge=0, description="Linear warmup steps, or a fraction (<1) of total steps (0: none)."
     )
+    optm_warmup_start_factor: float = Field(
+        0.0, ge=0, le=1,
+        description="Warmup ramps the factor from this towards 1: step s of w gets f + (1 - f) * (s + 1) / w.",
+    )
+    optm_decay_ratio: float | None = Field(
+        None, ge=0, le=1,
+        description="Decay over only this fraction of total steps at the end, the steps between warmup and "
+        "decay at the peak (warmup-stable-decay); unset: decay over every step after warmup.",
+    )
     optm_decay_type: Literal["none", "linear", "cosine", "sqrt"] = Field(
         "none", description="Learning-rate decay after warmup, down to optm_min_lr_factor."
     )
@@ -381,8 +437,13 @@ class TrainConfig(Section):
     resume: bool | str = Field(False, description="true: newest checkpoint in output_dir; or a path.")
     seed: int = Field(0, ge=0, description="Seed of torch, numpy and random (the rank is added).")
     deterministic: bool = Field(False, description="Deterministic kernels: reproducible and slower.")
-    compile: bool = Field(False, description="torch.compile the model.")
-    async_tp_enabled: bool = Field(False, description="Async tensor parallel (overlaps TP communication).")
+    compile: bool = Field(
+        False, description="torch.compile the model (accepted; not wired in yet: the model runs eagerly, said by "
+        "config check)."
+    )
+    async_tp_enabled: bool = Field(
+        False, description="Async tensor parallel (accepted; not implemented yet: said by config check)."
+    )
     sequence_packing: bool = Field(False, description="Pack samples padding-free into one sequence.")
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
     sync_weight_interval: int = Field(1, ge=1, description="GRPO: steps between weight syncs to rollout.")
@@ -398,16 +459,21 @@ class TrainConfig(Section):
 
 
 class ParallelismConfig(Section):
-    """[policy.parallelism] / [rollout.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks."""
+    """[policy.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks. cp_size and pp_size > 1
+    (cosmos-rl's context and pipeline parallelism) run as that many times more FSDP shards: the same
+    result, said by `config check` (`fold_context_and_pipeline`)."""
 
     dp_shard_size: MinusOneOrPositive = Field(
         -1, description="FSDP shard group size; -1 = all remaining ranks."
     )
     dp_replicate_size: int = Field(1, ge=1, description="HSDP replicas (1 for GRPO).")
     tp_size: int = Field(1, ge=1, description="Tensor parallel size.")
-    cp_size: int = Field(1, ge=1, description="Context (sequence) parallel size.")
-    pp_size: int = Field(1, ge=1, description="Pipeline parallel size.")
-    n_init_replicas: int = Field(1, ge=1, description="Replicas that must be up before training starts.")
+    cp_size: int = Field(
+        1, ge=1, description="Context (sequence) parallel size; > 1 runs as cp_size x more FSDP shards here."
+    )
+    pp_size: int = Field(
+        1, ge=1, description="Pipeline parallel size; > 1 runs as pp_size x more FSDP shards here."
+    )
 
     def product(self, shard: int) -> int:
         """Ranks the sizes need with `shard` ranks per FSDP group."""
@@ -445,8 +511,8 @@ class LoraConfig(Section):
     """[policy.lora]: low-rank adapters instead of full fine-tuning."""
 
     r: int = Field(8, ge=1, description="Adapter rank.")
-    lora_alpha: int = Field(
-        8, ge=1, description="Adapter scale numerator (the update is scaled by lora_alpha / r)."
+    lora_alpha: float = Field(
+        8.0, gt=0, description="Adapter scale numerator (the update is scaled by lora_alpha / r)."
     )
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on the adapter input.")
     target_modules: str | list[str] = Field(
@@ -501,6 +567,13 @@ class SamplingConfig(Section):
     )
 
 
+class RolloutParallelismConfig(Section):
+    """[rollout.parallelism]: each policy rank (or tensor-parallel group of tp_size ranks) runs one engine;
+    cosmos-rl's other keys here are accepted with no effect (`config_compat`)."""
+
+    tp_size: int = Field(1, ge=1, description="Tensor parallel size of one rollout engine.")
+
+
 class RolloutConfig(Section):
     """[rollout]: the GRPO generation engine."""
 
@@ -513,31 +586,52 @@ class RolloutConfig(Section):
     )
     quantization: Literal["none", "fp8"] = Field("none", description="Rollout weight quantization.")
     enable_chunked_prefill: bool = Field(False, description="vLLM chunked prefill of long prompts.")
+    enforce_eager: bool = Field(
+        True, description="vLLM: run the model eagerly, no CUDA graphs (faster start, less memory; false "
+        "captures graphs for faster decoding)."
+    )
     sampling_config: SamplingConfig = Field(
         default_factory=SamplingConfig, description="Sampling parameters."
     )
     seed: int | None = Field(None, ge=0, description="Sampling seed (unset: random).")
-    parallelism: ParallelismConfig = Field(
-        default_factory=lambda: ParallelismConfig(dp_shard_size=1),
-        description="How the rollout engine is split."
+    parallelism: RolloutParallelismConfig = Field(
+        default_factory=lambda: RolloutParallelismConfig(), description="How the rollout engine is split."
     )
 
 
 class ValidationConfig(Section):
     """[validation]: periodic evaluation during training."""
 
-    enable: bool = Field(False, description="Validate during training.")
-    freq: int = Field(20, ge=1, description="Validate every this many steps.")
-    batch_size: int = Field(8, ge=1, description="Samples per validation batch.")
+    enable: bool = Field(False, description="Validate during training (alias: train.enable_validation).")
+    freq: int = Field(20, ge=1, description="Validate every this many steps (alias: train.validation_step).")
+    val_before_train: bool = Field(
+        False, description="Also validate the starting weights before the first step (GRPO always does: the "
+        "best export must beat them)."
+    )
+    batch_size: int = Field(
+        8, ge=1, description="Samples per validation batch (alias: train.validation_batch_per_replica)."
+    )
     dataset: DatasetConfig | None = Field(None, description="Default: the train dataset's held-out split.")
     temperature: float = Field(
         0.0, ge=0, description="Sampling temperature of validation answers (0: greedy)."
     )
     n_generation: int = Field(1, ge=1, description="Completions per validation prompt.")
-    max_response_length: int = Field(256, ge=1, description="Max new tokens per validation answer.")
+    max_response_length: int | None = Field(
+        None, ge=1, description="Max new tokens per validation answer (unset: rollout.max_response_length)."
+    )
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Nucleus sampling of validation answers (1: off)."
+    )
+    top_k: MinusOneOrPositive = Field(
+        1, description="Sample validation answers from the k likeliest tokens: 1 (the default, as cosmos-rl) is "
+        "greedy whatever the temperature; -1: off."
+    )
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Divides logits of tokens already present in validation answers (1: off)."
+    )
     reward_function: str | list[str] | dict[str, float] = Field(
-        default_factory=lambda: ["single_choice"],
-        description="Reward name(s) scoring answers, or {name = weight}."
+        default_factory=list,
+        description="Reward name(s) scoring answers, or {name = weight} (empty: train.train_policy.reward_function)."
     )
 
 
@@ -549,6 +643,7 @@ class LoggingConfig(Section):
     )
     project_name: str = Field("cosmos_train", description="wandb project.")
     experiment_name: str | None = Field(None, description="wandb run name (default: the run folder's name).")
+    group_name: str | None = Field(None, description="wandb run group (unset: none).")
     log_interval: int = Field(1, ge=1, description="Log every this many steps.")
     completion_sample_freq: int = Field(
         10, ge=0, description="GRPO: write sampled completions with their rewards every this many steps (0: never)."
@@ -587,10 +682,12 @@ class LaunchConfig(Section):
     )
 
 
+NO_EFFECT_HEADER = "# accepted with no effect here (cosmos-rl keys / settings), with why:"
+
+
 class Config(Section):
     """The whole job. `Config()` alone is valid: the reference framework's defaults."""
 
-    redis: str | None = Field(None, description="cosmos-rl's controller port; accepted, unused (no Redis here).")
     train: TrainConfig = Field(
         default_factory=TrainConfig, description="Optimizer, schedule, batches, run length."
     )
@@ -602,22 +699,44 @@ class Config(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metric sinks.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
     custom: dict[str, Any] = Field(default_factory=dict, description="Free-form, for users' dataset scripts.")
+    # cosmos-rl keys the file set that have no effect here (cosmos_train.config_compat), said, never dropped
+    _no_effect: list[NoEffect] = PrivateAttr(default_factory=list)
 
     @property
     def policy_type(self) -> Literal["sft", "grpo"]:
         return self.train.train_policy.type or "sft"
+
+    @property
+    def prompts_per_step(self) -> int:
+        """GRPO: prompts one step samples: rollout.batch_size, or train_batch_per_replica / n_generation when
+        that is more (cosmos-rl's meaning: a step trains on train_batch_per_replica completions and
+        rollout.batch_size is the engine's prompt batch)."""
+        r = self.rollout
+        return max(r.batch_size, self.train.train_batch_per_replica // r.n_generation)
+
+    @property
+    def no_effect(self) -> list[NoEffect]:
+        """The cosmos-rl keys the config set that were accepted with no effect here, with why."""
+        return self._no_effect
 
     def to_toml(self) -> str:
         """The resolved config as TOML (None values, which TOML cannot hold, are left out)."""
         return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
 
     def write(self, path: str | Path) -> Path:
-        return write_atomic(path, self.to_toml())
+        """The run folder's config.toml: the resolved config, then the keys accepted with no effect (comments,
+        so the record of what the user asked for is whole and the file still loads)."""
+        notes = "".join(f"# {n.line()}\n" for n in self._no_effect)
+        return write_atomic(path, self.to_toml() + (f"\n{NO_EFFECT_HEADER}\n{notes}" if notes else ""))
 
 
 # ------------------------------------------------------------------------------------- aliases
 # (alias path, canonical path): keys that appear only in the seed guides.
 ALIASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+    # cosmos-rl's older names, still in the Cosmos-Reason1 guide's configs.
+    (("train", "enable_validation"), ("validation", "enable")),
+    (("train", "validation_step"), ("validation", "freq")),
+    (("train", "validation_batch_per_replica"), ("validation", "batch_size")),
     (("grpo", "num_samples_per_prompt"), ("rollout", "n_generation")),
     (("grpo", "kl_penalty"), ("train", "train_policy", "kl_beta")),
     (("train", "train_policy", "kl_penalty"), ("train", "train_policy", "kl_beta")),
@@ -632,12 +751,23 @@ ALIASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+# (cosmos-rl key, our key, our value for its value): the same setting, said the other way round.
+CONVERTED: list[tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any]]] = [
+    (("train", "train_policy", "unbiased_advantage"), ("train", "train_policy", "scale_rewards"),
+     lambda v: not v if isinstance(v, bool) else v),
+    (("train", "train_policy", "use_rollout_logprobs_for_loss"), ("train", "train_policy", "old_logprobs"),
+     lambda v: ("engine" if v else "recompute") if isinstance(v, bool) else v),
+]
+
+
 def _apply_aliases(raw: dict[str, Any], problems: list[str]) -> None:
-    for alias, canonical in ALIASES:
+    for alias, canonical, convert in [(a, c, None) for a, c in ALIASES] + CONVERTED:
         parent = _get_parent(raw, alias)
         if parent is None or alias[-1] not in parent:
             continue
         value = parent.pop(alias[-1])
+        if convert is not None:
+            value = convert(value)
         target = _ensure_parent(raw, canonical)
         if canonical[-1] in target and target[canonical[-1]] != value:
             problems.append(
@@ -727,6 +857,9 @@ def config_from_dict(
     problems: list[str] = []
     if world_model := world_model_sections(raw):
         raise ConfigError([world_model_refusal(world_model)], source)
+    policy_raw = raw.get("policy")
+    if isinstance(policy_raw, dict) and policy_raw.get("is_diffusers"):
+        raise ConfigError([world_model_refusal(["policy.is_diffusers = true"])], source)
     raw = copy.deepcopy(raw)
     # The seed guides' RL recipe says GRPO only through these aliases (no `type`).
     tp_raw = raw.get("train", {}).get("train_policy", {})
@@ -739,6 +872,8 @@ def config_from_dict(
         set_path(raw, key_path, value)
     _apply_aliases(raw, problems)  # an override may use an alias name too
     _infer_policy_type(raw, rl_alias)
+    no_effect: list[NoEffect] = []
+    problems += take_foreign_keys(raw, no_effect)
     problems += unknown_keys(raw, Config)
     if problems:
         raise ConfigError(problems, source)
@@ -746,6 +881,9 @@ def config_from_dict(
         cfg = Config.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(explain_errors(e, Config), source) from None
+    cfg._no_effect = no_effect
+    _resolve_dataset_cache(cfg)
+    no_effect += fold_context_and_pipeline(cfg.policy.parallelism) + speed_only_settings(cfg)
     # Resolve the type now: the written config.toml holds every GRPO default, which would
     # otherwise re-infer "grpo" when a process reads it back.
     cfg.train.train_policy.type = cfg.policy_type
@@ -753,6 +891,49 @@ def config_from_dict(
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+def fold_context_and_pipeline(par: ParallelismConfig) -> list[NoEffect]:
+    """cp_size / pp_size > 1 as more FSDP shards (the same ranks, the same global batch and loss, so the same
+    result; the memory per rank differs: whole sequences and all layers' activations per rank)."""
+    factor = par.cp_size * par.pp_size
+    if factor == 1:
+        return []
+    shard = par.dp_shard_size
+    notes = [NoEffect(f"policy.parallelism.{key}", getattr(par, key),
+                      f"no {what} parallelism here: its ranks shard the model with FSDP instead "
+                      f"(dp_shard_size {'-1, all ranks' if shard == -1 else f'{shard} -> {shard * factor}'}); the "
+                      "same result, but each rank holds whole sequences (gradient checkpointing keeps activations "
+                      "small)")
+             for key, what in (("cp_size", "context"), ("pp_size", "pipeline")) if getattr(par, key) > 1]
+    if shard != -1:
+        par.dp_shard_size = shard * factor
+    par.cp_size = par.pp_size = 1
+    return notes
+
+
+def speed_only_settings(cfg: Config) -> list[NoEffect]:
+    """Keys of ours set to a value that would only change speed, which the trainers do not act on yet."""
+    out = []
+    if cfg.train.compile:
+        out.append(NoEffect("train.compile", True, "torch.compile is not wired into the trainer yet: the model "
+                            "runs eagerly, the same math"))
+    if cfg.train.async_tp_enabled:
+        out.append(NoEffect("train.async_tp_enabled", True, "tensor-parallel communication is not overlapped "
+                            "yet: the same math, in sequence"))
+    return out
+
+
+def _resolve_dataset_cache(cfg: Config) -> None:
+    """enable_dataset_cache without a dataset.cache_dir: the shared cache folder (written into the resolved
+    config, so every process and a resumed run use the same one)."""
+    if not cfg.train.train_policy.enable_dataset_cache:
+        return
+    from cosmos_train.data.sources.common import cosmos_cache  # the data package imports this module
+
+    for ds in (cfg.train.train_policy.dataset, cfg.validation.dataset):
+        if ds is not None and ds.cache_dir is None:
+            ds.cache_dir = str(cosmos_cache() / "clip_cache")
 
 
 # The top-level sections of cosmos-rl's world-model (Cosmos-Predict) recipes, none of which is ours.
@@ -770,10 +951,15 @@ def world_model_sections(raw: dict[str, Any]) -> list[str]:
 
 
 def world_model_refusal(sections: list[str]) -> str:
-    listed = ", ".join(f"[{k}]" for k in sections)
-    return (f"this is a cosmos-rl world-model (Cosmos-Predict) recipe ({listed}), run there with --wfm-mode; "
+    """One paragraph for a world-model recipe: its own layout (sections) or cosmos-rl's diffusers trainer
+    (['policy.is_diffusers = true'])."""
+    if any(s.startswith("policy.") for s in sections):
+        what, layout = ", ".join(sections), "cosmos-rl runs it with its diffusers trainers"
+    else:
+        what, layout = ", ".join(f"[{k}]" for k in sections), "run there with --wfm-mode"
+    return (f"this is a cosmos-rl world-model (Cosmos-Predict) recipe ({what}), {layout}; "
             "world-model RL (Flow-GRPO / DDRL on a video diffusion model) is not available in this release, and "
-            "this file's sections are not a vision-language job's ([train], [policy], [rollout], [validation]). "
+            "this file's settings are not a vision-language job's ([train], [policy], [rollout], [validation]). "
             "See docs/MIGRATING_FROM_COSMOS_RL.md")
 
 
@@ -786,7 +972,9 @@ def unknown_keys(raw: Any, model: type[BaseModel], prefix: str = "") -> list[str
     for key, value in raw.items():
         where = f"{prefix}{key}"
         if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+            # cosmos-rl's keys accepted here count as known names too: `profilr` suggests `profiler`
+            names = [*fields, *rule_names_under(prefix[:-1])]
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
             section = prefix[:-1] or "top level"
             hint = f"did you mean {prefix}{close[0]}?" if close else f"valid keys: {', '.join(sorted(fields))}"
             problems.append(f"{where}: unknown key in [{section}] ({hint})")
@@ -997,21 +1185,26 @@ def _grpo_problems(cfg: Config) -> list[str]:
         out.append("train.train_policy.remote_reward: local_service = true starts a service for the run and "
                    "points the trainer at it; remove enqueue_url / fetch_url, or set local_service = false "
                    "to use the service they name")
-    completions = r.batch_size * r.n_generation
+    prompts = cfg.prompts_per_step
+    completions = prompts * r.n_generation
     if completions % t.train_batch_per_replica:
         out.append(
             f"train.train_batch_per_replica: {t.train_batch_per_replica} completions per optimizer step must "
-            f"divide a rollout's rollout.batch_size x rollout.n_generation = {r.batch_size} x {r.n_generation} "
-            f"= {completions}"
+            f"divide a step's {prompts} prompts x rollout.n_generation {r.n_generation} = {completions} (a step "
+            "samples rollout.batch_size prompts, or train_batch_per_replica / n_generation when that is more)"
         )
-    if t.train_policy.temperature != r.sampling_config.temperature:
+    tp = t.train_policy
+    engine_logprobs = [k for k, on in (("old_logprobs = \"engine\"", tp.old_logprobs == "engine"),
+                                       ("use_decoupled_loss", tp.use_decoupled_loss),
+                                       ("behav_imp_weight_cap", tp.behav_imp_weight_cap is not None)) if on]
+    if tp.temperature != r.sampling_config.temperature and engine_logprobs:
         out.append(
-            f"train.train_policy.temperature ({t.train_policy.temperature}) and rollout.sampling_config.temperature "
-            f"({r.sampling_config.temperature}) differ: the trainer's log-probs must be of the distribution the "
-            "engine sampled from; set them equal"
+            f"train.train_policy.temperature ({tp.temperature}) and rollout.sampling_config.temperature "
+            f"({r.sampling_config.temperature}) differ while the loss uses the engine's log-probs "
+            f"({', '.join(engine_logprobs)}): those are of the engine's distribution, the trainer's of its own; "
+            "set the temperatures equal"
         )
     stale = t.sync_weight_interval - 1  # versions behind the policy the engine's weights get, at most
-    tp = t.train_policy
     if tp.on_policy and stale:
         out.append(f"train.sync_weight_interval ({t.sync_weight_interval}) > 1 with train.train_policy.on_policy = "
                    "true: on-policy rollouts need the newest weights every step; set sync_weight_interval = 1")
@@ -1028,10 +1221,11 @@ def _grpo_problems(cfg: Config) -> list[str]:
     remote_names = [f.name for f in rr.reward_fns] if tp.use_remote_reward else []
     if len(set(remote_names)) != len(remote_names):
         out.append("train.train_policy.remote_reward.reward_fns: a name is listed twice")
-    if r.max_response_length >= cfg.policy.model_max_length:
+    # equal is allowed (cosmos-rl's recipes do it): the engines stop a completion at model_max_length in all
+    if r.max_response_length > cfg.policy.model_max_length:
         out.append(
-            f"rollout.max_response_length ({r.max_response_length}) must be < policy.model_max_length "
-            f"({cfg.policy.model_max_length}): the prompt needs room too"
+            f"rollout.max_response_length ({r.max_response_length}) must be <= policy.model_max_length "
+            f"({cfg.policy.model_max_length}): prompt and completion together are at most model_max_length"
         )
     ol = t.train_policy.overlong_reward
     if ol.enable_overlong_penalty and ol.buffer_length > r.max_response_length:
@@ -1052,14 +1246,6 @@ def unsupported_settings(cfg: Config) -> list[str]:
                        "set tp_size = 1 or rollout.backend = \"vllm\"")
     if cfg.policy.lora is not None:
         out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
-    for key, what in (("cp_size", "context"), ("pp_size", "pipeline")):
-        if getattr(cfg.policy.parallelism, key) != 1:
-            out.append(f"policy.parallelism.{key}: {what} parallelism is not implemented yet; set it to 1 and use "
-                       "dp_shard_size (FSDP2), dp_replicate_size (HSDP) or tp_size for the GPUs")
-    if cfg.train.compile:
-        out.append("train.compile: torch.compile is not wired into the trainer yet; set it to false")
-    if cfg.train.async_tp_enabled:
-        out.append("train.async_tp_enabled: async tensor parallel is not implemented; set it to false")
     if cfg.train.master_dtype != "float32":
         out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
     return out

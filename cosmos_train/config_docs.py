@@ -50,6 +50,11 @@ def _default(field: FieldInfo) -> str:
         return "(required)"
     else:
         value = field.default
+    return _format(value)
+
+
+def _format(value: Any) -> str:
+    """A default as the reference tables show it: unset, true, "text", [1, 2]."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
@@ -116,3 +121,81 @@ def config_reference() -> str:
             "bounds are enforced by `cosmos-train config check` and by every command before it starts.", "", ""]
     return "\n".join(head) + section_tables(Config, "Job config (TOML)") + "\n" + section_tables(
         EvalConfig, "Evaluation config (TOML or YAML)")
+
+
+# ------------------------------------------------------------------------- cosmos-rl's keys, one state each
+def schema_keys() -> dict[str, str]:
+    """Every dotted key of the job config with its default as the tables show it (a table's keys, not the
+    table; list-of-table keys such as remote_reward.reward_fns.name included)."""
+    from cosmos_train.config import Config
+
+    out: dict[str, str] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            sub = _sub_section(field.annotation)
+            if sub is not None and name != "custom":
+                walk(sub, f"{prefix}{name}.")
+            else:
+                out[prefix + name] = _default(field)
+
+    walk(Config, "")
+    return out
+
+
+def alias_map() -> dict[str, str]:
+    """cosmos-rl key -> ours, for the keys that load under another name (config.ALIASES, CONVERTED)."""
+    from cosmos_train.config import ALIASES, CONVERTED
+
+    return {".".join(a): ".".join(c) for a, c, *_ in [*ALIASES, *CONVERTED]}
+
+
+def recorded_default(field: dict[str, Any]) -> str:
+    """A recorded cosmos-rl key's default as the tables show ours."""
+    if "default" not in field:
+        return ", ".join(f"{cls}: {_format(v)}" for cls, v in field["default_by_section"].items())
+    return "(required)" if field["default"] == "<required>" else _format(field["default"])
+
+
+def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
+    """docs/COSMOS_RL_KEYS.md: every key of cosmos-rl's schema (the recorded field list,
+    tests/data/cosmos_rl_fields.json) with its state here and, where they differ, both defaults."""
+    from cosmos_train.config_compat import default_note, key_state
+
+    ours, aliases = schema_keys(), alias_map()
+    rows = []
+    counts: dict[str, int] = {}
+    for field in recorded["fields"]:
+        key = field["key"]
+        state, note = key_state(key, set(ours), aliases)
+        counts[state] = counts.get(state, 0) + 1
+        theirs = recorded_default(field)
+        default = theirs
+        if key in ours and (why := default_note(key, ours[key], theirs)) is not None:
+            default = f"{ours[key]} (cosmos-rl: {theirs})"
+            note = "; ".join(filter(None, [note, f"default: {why or 'NOT EXPLAINED'}"]))
+        elif key in ours:
+            default = ours[key]
+        rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} |")
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return "\n".join([
+        "# cosmos-rl's config keys here",
+        "",
+        "Generated from cosmos-rl's schema (`cosmos_rl/policy/config/__init__.py` at "
+        f"{recorded['commit'][:12]}, recorded by `scripts/record_cosmos_rl_fields.py`) and ours; "
+        "tests/unit/test_cosmos_rl_keys.py fails when it drifts. See docs/MIGRATING_FROM_COSMOS_RL.md.",
+        "",
+        "- **implemented**: the same meaning (under our name where one is given); where the defaults differ "
+        "both are shown.",
+        "- **no effect**: accepted; `cosmos-train config check` lists it with the reason, and the run folder's "
+        "config.toml and the run summary keep that list.",
+        "- **no effect / refused**: accepted at the values that run as asked; any other value is refused with "
+        "what to do instead.",
+        "",
+        f"{len(rows)} keys: {summary}.",
+        "",
+        "| key | state | default here (cosmos-rl's) | what to know |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ])

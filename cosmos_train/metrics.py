@@ -44,6 +44,7 @@ class MetricsLogger:
             self._wandb = wandb.init(
                 project=cfg.logging.project_name, name=cfg.logging.experiment_name or run_dir.name,
                 dir=str(run_dir), config=cfg.model_dump(mode="json"), id=run_dir.name, resume="allow",
+                group=cfg.logging.group_name,
             )
         self.console = enabled and "console" in cfg.logging.logger
 

@@ -146,7 +146,8 @@ def completions_table(completions: list[dict[str, Any]], limit: int = TABLE_ROWS
 
 def result_notes(result: dict[str, Any]) -> list[str]:
     """The lines every training flow's summary ends with (the sft flow's too): where the run resumed
-    from, what a resume said, the steps skipped for a non-finite loss or gradient, what was uploaded where."""
+    from, what a resume said, the steps skipped for a non-finite loss or gradient, what was uploaded where,
+    the config's keys that had no effect here."""
     lines = []
     if result.get("resumed_from"):
         lines.append(f"- resumed from `{result['resumed_from']}`")
@@ -154,7 +155,11 @@ def result_notes(result: dict[str, Any]) -> list[str]:
         lines.append(f"- {result['resume_note']}")
     if result.get("skipped_steps"):
         lines.append(f"- steps skipped for a non-finite loss or gradient norm: {result['skipped_steps']}")
-    return lines + upload_notes(result.get("uploads") or [])
+    lines += upload_notes(result.get("uploads") or [])
+    if result.get("no_effect"):
+        lines.append("- accepted with no effect here (cosmos-rl keys / settings):")
+        lines += [f"  - `{line}`" for line in result["no_effect"]]
+    return lines
 
 
 def upload_notes(records: list[dict[str, Any]]) -> list[str]:

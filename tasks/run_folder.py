@@ -36,6 +36,8 @@ def resolve_config(config: str, overrides: list[str], run_dir: str | None = None
     cfg = load_config(config, overrides)
     run = Path(run_dir) if run_dir else new_run_dir(cfg)
     if run_dir and (run / "config.toml").exists():
+        asked = cfg.no_effect  # the keys the job's file set that have no effect (config.toml keeps them as comments)
         cfg = load_config(run / "config.toml", overrides, env={})  # continuing an existing run folder
+        cfg.no_effect[:] = asked + [n for n in cfg.no_effect if n not in asked]
     cfg.write(run / "config.toml")
     return cfg, str(run)

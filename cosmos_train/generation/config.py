@@ -31,6 +31,7 @@ class GenerationConfig:
     torch_threads: intra-op threads of the HF engine; None: cores / processes_per_host.
     processes_per_host: processes computing on this host at once (trainer ranks + engines); used to
         pin torch threads, since oversubscribed cores were ~10x slower here.
+    enforce_eager: vLLM runs the model eagerly (no CUDA graphs: faster start, less memory).
     external_launcher: vLLM joins the process group of the torchrun ranks it is colocated with (vLLM's
         "external_launcher": one engine per rank on the rank's own device, `tp_size` consecutive ranks
         forming one tensor-parallel engine, the rest data parallel). Every rank then calls `generate`
@@ -52,6 +53,7 @@ class GenerationConfig:
     processes_per_host: int = 1
     enable_sleep_mode: bool = False
     external_launcher: bool = False
+    enforce_eager: bool = False
 
     def threads(self) -> int:
         """Intra-op torch threads for a process of this engine."""
@@ -72,6 +74,7 @@ def from_rollout(cfg: Config, model_path: str | None = None, processes_per_host:
         max_length=cfg.policy.model_max_length,
         tp_size=rollout.parallelism.tp_size,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
+        enforce_eager=rollout.enforce_eager,
         seed=rollout.seed or 0,
         vision_defaults=cfg.train.train_policy.dataset.vision.as_part_defaults(),
         processes_per_host=processes_per_host,

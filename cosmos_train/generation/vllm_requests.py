@@ -169,6 +169,7 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
         "logprobs_mode": "processed_logprobs",
         "enable_sleep_mode": sleep_mode,
         "worker_extension_cls": worker_extension,
+        "enforce_eager": cfg.enforce_eager,
     }
     if cpu:
         kwargs["enable_chunked_prefill"] = False

@@ -18,8 +18,8 @@ sample)`) go in through `register_script_rewards(path)`.
 
 Scoring a batch goes through `RewardSet.score_batch(completions, samples)`: local rewards map over
 it; the remote reward service plugs in there as a batch scorer (`remote.RemoteScorer`, built by
-`combine(spec, remote=cfg.train.train_policy.remote_reward)` when use_remote_reward is set): its parts
-count scale x weight each, added to the local ones' weights.
+`combine(spec, remote=cfg.train.train_policy.remote_reward)` when use_remote_reward is set): its parts,
+weighted, summed and clipped to [reward_clip_min, reward_clip_max], times scale, add to the local total.
 """
 
 from __future__ import annotations
@@ -105,13 +105,15 @@ def weights_of(spec: str | Sequence[str] | Mapping[str, float]) -> dict[str, flo
 
 
 class BatchScorer(Protocol):
-    """Rewards scored a batch at a time (the remote reward service): parts per completion, and the
-    weight each part counts for in the total."""
+    """Rewards scored a batch at a time (the remote reward service): parts per completion, what they add to
+    the total, and the weight each part counts for in it."""
 
     weights: dict[str, float]
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
                     ) -> list[dict[str, float]]: ...
+
+    def total(self, parts: Mapping[str, float]) -> float: ...
 
 
 @dataclass
@@ -145,10 +147,9 @@ class RewardSet:
         local = [self._local(c, s) for c, s in zip(completions, samples)]
         if self.remote is None:
             return local
-        remote_weights = self.remote.weights
         out = []
         for (total, parts), remote_parts in zip(local, self.remote.score_batch(completions, samples)):
-            total += sum(remote_weights[n] * v for n, v in remote_parts.items())
+            total += self.remote.total(remote_parts)
             out.append((total, {**parts, **remote_parts}))
         return out
 

@@ -198,21 +198,33 @@ class RemoteScorer:
     """The rewards of [train.train_policy.remote_reward], scored by the service in requests of batch_size
     completions (all enqueued before the first pull, so the service works on them together).
 
-    `weights` are what each part counts for in the total: scale x weight; parts are the service's scores
-    clipped to [clip_min, clip_max]."""
+    Parts are the service's scores (a score_key "a+b" sums two of them) clipped to [clip_min, clip_max];
+    their total is scale x clip(sum of weight x part, reward_clip_min, reward_clip_max), as cosmos-rl computes
+    it. `weights` (scale x weight) say what each part counts for while the total is inside the clip."""
 
     client: RemoteRewardClient
     fns: Sequence[Any]  # config.RemoteRewardFn
     scale: float = 1.0
     batch_size: int = 8
+    total_min: float | None = None
+    total_max: float | None = None
 
     @classmethod
     def from_config(cls, rc: Any, env: Mapping[str, str] = os.environ) -> RemoteScorer:
-        return cls(RemoteRewardClient.from_config(rc, env), list(rc.reward_fns), rc.scale, rc.batch_size)
+        return cls(RemoteRewardClient.from_config(rc, env), list(rc.reward_fns), rc.scale, rc.batch_size,
+                   rc.reward_clip_min, rc.reward_clip_max)
 
     @property
     def weights(self) -> dict[str, float]:
         return {f.name: self.scale * f.weight for f in self.fns}
+
+    def total(self, parts: Mapping[str, float]) -> float:
+        raw = sum(f.weight * parts[f.name] for f in self.fns)
+        if self.total_min is not None:
+            raw = max(raw, self.total_min)
+        if self.total_max is not None:
+            raw = min(raw, self.total_max)
+        return self.scale * raw
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
         from cosmos_train.data.prompt import reference_answer, user_text
@@ -230,9 +242,16 @@ class RemoteScorer:
         for n, job in pending:
             docs = job.result()
             for i in range(n):
-                parts.append({f.name: _clip(float(docs[f.name]["scores"][f.score_key or f.name][i]), f)
+                parts.append({f.name: _clip(_score(docs[f.name]["scores"], f.score_key or f.name, i), f)
                               for f in self.fns})
         return parts
+
+
+def _score(scores: Mapping[str, Any], key: str, i: int) -> float:
+    """Score i under `key`; a key the reply lacks that joins others with '+' is their sum (cosmos-rl's form)."""
+    if key in scores or "+" not in key:
+        return float(scores[key][i])
+    return sum(float(scores[k.strip()][i]) for k in key.split("+") if k.strip())
 
 
 def _clip(v: float, f: Any) -> float:

@@ -31,7 +31,7 @@ import torch
 from cosmos_train.config import Config
 from cosmos_train.generation import GenerationEngine, SamplingParams
 from cosmos_train.rewards import RewardSet
-from cosmos_train.train.rollout import Overlong, Rollout, collect_rollouts
+from cosmos_train.train.rollout import Overlong, Rollout, Shaping, collect_rollouts
 
 SEED_MOD = 2**31
 POLL_S = 0.5  # how often a waiting trainer checks that its worker is alive
@@ -43,6 +43,14 @@ def sampling_for(cfg: Config, step_seed: int) -> SamplingParams:
     return SamplingParams(n=r.n_generation, max_new_tokens=r.max_response_length, temperature=sc.temperature,
                           top_p=sc.top_p, top_k=sc.top_k, repetition_penalty=sc.repetition_penalty,
                           seed=(step_seed + 7) % SEED_MOD)
+
+
+def validation_sampling(cfg: Config, seed: int) -> SamplingParams:
+    """How validation answers are drawn ([validation]; max_response_length unset: the rollout's)."""
+    v = cfg.validation
+    return SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length or cfg.rollout.max_response_length,
+                          temperature=v.temperature, top_p=v.top_p, top_k=v.top_k,
+                          repetition_penalty=v.repetition_penalty, seed=seed)
 
 
 def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, cfg: Config,
@@ -61,8 +69,13 @@ def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rew
         g = torch.Generator().manual_seed((step_seed + 14 + rounds[0]) % SEED_MOD)
         return [all_rows[i] for i in torch.randint(len(all_rows), (k,), generator=g).tolist()]
 
-    return collect_rollouts(engine, rows, rewards, sampling_for(cfg, step_seed), scale_by_std=tp.scale_rewards,
-                            overlong=overlong, refill=more if dapo else None,
+    metric = tp.filter_reward_metric
+    shaping = Shaping(scale_by_std=tp.scale_rewards, overlong=overlong,
+                      advantage_clip=(tp.advantage_low, tp.advantage_high),
+                      min_filter_prefix_tokens=tp.min_filter_prefix_tokens,
+                      filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric))
+    return collect_rollouts(engine, rows, rewards, sampling_for(cfg, step_seed), shaping=shaping,
+                            refill=more if dapo else None,
                             max_refill_rounds=tp.dynamic_sampling_max_rounds if dapo else 0,
                             any_rank_needs=any_rank_needs)
 

@@ -3,12 +3,13 @@
     python -m torch.distributed.run --nproc_per_node=2 -m cosmos_train.train.grpo --config RUN/config.toml
     cosmos-train grpo --config configs/tiny-grpo.toml          # the same through the Prefect flow
 
-A step, on every rank for its share of `rollout.batch_size` prompts:
+A step, on every rank for its share of the step's prompts (`Config.prompts_per_step`: rollout.batch_size, or
+train.train_batch_per_replica / n_generation when that is more, as in cosmos-rl):
 1. rollout: the rank's engine (HF on CPU, vLLM on GPU, colocated) samples `rollout.n_generation`
    completions per prompt; the reward set scores them; advantages are normalised per group
    (`train/rollout.py`; variant "dapo" drops all-equal groups and samples more prompts);
 2. the completions become sequences (`train/rl_batch.py`) split into mini-batches, one optimizer update
-   each (`rollout.batch_size * n_generation / train.train_batch_per_replica` of them), `mu_iterations`
+   each (`prompts_per_step * n_generation / train.train_batch_per_replica` of them), `mu_iterations`
    passes, each mini-batch in micro-batches of `micro_batch` completions (`train/step.py`, shared with SFT);
    old log-probs are the trainer's own (recomputed when the policy moves within the step) or the
    engine's; the reference model (kl_beta > 0) is a frozen copy sharded like the policy;
@@ -40,10 +41,10 @@ from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.data.prompt import prompt_messages, reference_answer, user_text
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError
-from cosmos_train.generation import SamplingParams, create_engine, from_rollout
+from cosmos_train.generation import create_engine, from_rollout
 from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
 from cosmos_train.rewards import combine, register_script_rewards
-from cosmos_train.train.async_rollout import SEED_MOD, RolloutWorker, run_rollout
+from cosmos_train.train.async_rollout import SEED_MOD, RolloutWorker, run_rollout, validation_sampling
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
@@ -68,7 +69,9 @@ class _Micro:
         self.batch, self.layout = shared_prefix_batch(samples, rope_index)
         # weight 0: a copy that only keeps this rank's collectives in step with the others
         in_loss = torch.tensor([float(s.in_loss) * weight > 0 for s in samples])
-        self.mask = self.layout.token_mask() & in_loss.unsqueeze(1)
+        ignore = torch.tensor([s.ignore_prefix for s in samples])
+        after_prefix = torch.arange(self.layout.width).unsqueeze(0) >= ignore.unsqueeze(1)
+        self.mask = self.layout.token_mask() & in_loss.unsqueeze(1) & after_prefix
         self.advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
         self.behav = self.layout.grid(torch.cat([s.behav_logprobs.float() for s in samples]))
         self.completions_in_loss = int(in_loss.sum())
@@ -85,25 +88,27 @@ class GRPOTrainer(Trainer):
         if dataset_script:
             register_script_rewards(dataset_script)
         self.rewards = combine(tp.reward_function, remote=tp.remote_reward if tp.use_remote_reward else None)
-        self.val_rewards = combine(cfg.validation.reward_function)
+        self.val_rewards = combine(cfg.validation.reward_function or tp.reward_function)
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
-        if r.batch_size % dist.dp_size:
+        prompts = cfg.prompts_per_step
+        if prompts % dist.dp_size:
             raise ConfigError([
-                f"rollout.batch_size ({r.batch_size}) must be divisible by the {dist.dp_size} data-parallel "
+                f"the {prompts} prompts of a step (rollout.batch_size, or train.train_batch_per_replica / "
+                f"rollout.n_generation when more) must be divisible by the {dist.dp_size} data-parallel "
                 f"rank(s) ({dist.world_size} processes / tp_size {dist.tp}): each rank samples an equal share "
                 "of the prompts"
             ])
-        self.sampler = GlobalBatchSampler(len(self.rows), r.batch_size, dist.dp_size, dist.dp_rank,
+        self.sampler = GlobalBatchSampler(len(self.rows), prompts, dist.dp_size, dist.dp_rank,
                                           shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=True)
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:
-            raise DataError(f"{len(self.rows)} training row(s) make no rollout batch of rollout.batch_size = "
-                            f"{r.batch_size} prompts: add rows or lower rollout.batch_size")
+            raise DataError(f"{len(self.rows)} training row(s) make no rollout batch of {prompts} prompts: add "
+                            "rows or lower rollout.batch_size (and train.train_batch_per_replica)")
         total_steps = per_epoch * t.epoch
         if t.max_num_steps is not None:
             total_steps = min(total_steps, t.max_num_steps)
-        self.mini_batches = r.batch_size * r.n_generation // t.train_batch_per_replica
+        self.mini_batches = prompts * r.n_generation // t.train_batch_per_replica
         self.init_schedule(total_steps, total_steps * self.mini_batches * tp.mu_iterations)
         self.reference = load_policy(cfg, dist, trainable=False)[0] if tp.kl_beta > 0 else None
         self.loss_cfg = PolicyLossConfig(
@@ -113,7 +118,9 @@ class GRPOTrainer(Trainer):
             is_cap=tp.behav_imp_weight_cap if tp.behav_imp_weight_cap is not None
             else (math.inf if tp.use_decoupled_loss else None),
         )
-        self.temperature = r.sampling_config.temperature
+        # the trainer's log-probs are of softmax(logits / train_policy.temperature), as in cosmos-rl; the engine
+        # samples at rollout.sampling_config.temperature (config checks they agree where engine log-probs count)
+        self.temperature = tp.temperature
         local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         self.worker: RolloutWorker | None = None
         self.engine: GroupedEngine | None = None
@@ -219,13 +226,14 @@ class GRPOTrainer(Trainer):
         for g in groups:
             prompt = self._encode_prompt(dict(g.row))
             origin = f"row {g.row.get('id', '?')} ({g.row.get('origin', '?')})"
-            for c, adv in zip(g.completions, g.advantages):
+            ignore = g.ignore_prefix or [0] * len(g.completions)
+            for c, adv, skip in zip(g.completions, g.advantages, ignore):
                 if self.vision_ids.intersection(c.token_ids):
                     self.vision_token_completions += 1
                     continue
                 check_prompt_ids(prompt, c, origin)
                 out.append(RLSample(prompt, list(c.token_ids), float(adv), behav_tensor(c),
-                                    in_loss=not (mask_truncated and c.finish_reason == "length")))
+                                    in_loss=not (mask_truncated and c.finish_reason == "length"), ignore_prefix=skip))
         return out
 
     # ------------------------------------------------------------------ training on one rollout
@@ -452,8 +460,7 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------ validation and the best weights
     def validate(self) -> dict[str, float]:
         """The engine (holding the current weights) answers every validation row under
-        validation.temperature; reward and accuracy over all ranks."""
-        v = self.cfg.validation
+        [validation] sampling (`validation_sampling`); reward and accuracy over all ranks."""
         if self.weight_version != self.step:
             self.sync_weights()
         n_rows = len(self.val_rows)
@@ -463,8 +470,7 @@ class GRPOTrainer(Trainer):
         # ranks that must generate together all ask for `share` rows; the padding's answers are not scored
         asked = mine + [self.val_rows[0]] * (share - len(mine)) if self.lockstep else mine
         if asked:
-            sampling = SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length,
-                                      temperature=v.temperature, seed=self._seed(3))
+            sampling = validation_sampling(self.cfg, self._seed(3))
             prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in asked]
             answers = (self.worker.generate(prompts, sampling) if self.worker is not None
                        else self.engine.generate(prompts, sampling))  # type: ignore[union-attr]
@@ -493,7 +499,7 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------ around the loop
     def describe(self) -> str:
         r = self.cfg.rollout
-        return (f"{super().describe()} on {self.dist.world_size} process(es): {r.batch_size} prompts x "
+        return (f"{super().describe()} on {self.dist.world_size} process(es): {self.cfg.prompts_per_step} prompts x "
                 f"{r.n_generation} completions a step, {self.mini_batches} update(s) x "
                 f"{self.cfg.train.train_policy.mu_iterations} pass(es), {len(self.rows)} rows, "
                 f"rollout {'engine ' + self.engine.name if self.engine else 'worker (asynchronous)'}")

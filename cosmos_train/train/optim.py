@@ -59,14 +59,20 @@ def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
     return int(round(w * total_steps)) if 0 < w < 1 else int(w)
 
 
-def lr_factor(step: int, total_steps: int, warmup: int, decay: str, min_factor: float) -> float:
-    """Multiplier of optm_lr for the update at 0-based `step`: linear warmup, then decay to min_factor."""
+def lr_factor(step: int, total_steps: int, warmup: int, decay: str, min_factor: float,
+              start_factor: float = 0.0, decay_steps: int | None = None) -> float:
+    """Multiplier of optm_lr for the update at 0-based `step`: linear warmup from start_factor (step s of w
+    gets f + (1 - f) * (s + 1) / w), the peak, then decay to min_factor over the last `decay_steps` (None:
+    every step after warmup)."""
     if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if decay == "none":
+        return start_factor + (1.0 - start_factor) * (step + 1) / warmup
+    if decay == "none" or decay_steps == 0:  # optm_decay_ratio = 0: the peak to the end
         return 1.0
-    span = max(1, total_steps - warmup)
-    progress = min(1.0, (step - warmup) / span)
+    span = max(1, total_steps - warmup) if decay_steps is None else max(1, decay_steps)
+    start = total_steps - span if decay_steps is not None else warmup
+    if step < start:
+        return 1.0
+    progress = min(1.0, (step - start) / span)
     if decay == "linear":
         f = 1.0 - progress
     elif decay == "cosine":
@@ -78,6 +84,15 @@ def lr_factor(step: int, total_steps: int, warmup: int, decay: str, min_factor: 
     return min_factor + (1.0 - min_factor) * f
 
 
+def decay_steps(cfg: TrainConfig, total_steps: int, warmup: int) -> int | None:
+    """Steps the decay spans with optm_decay_ratio (at most the steps after warmup); None without it."""
+    if cfg.optm_decay_ratio is None:
+        return None
+    return min(round(cfg.optm_decay_ratio * total_steps), max(0, total_steps - warmup))
+
+
 def build_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
     warm = warmup_steps(cfg, total_steps)
-    return LambdaLR(opt, lambda s: lr_factor(s, total_steps, warm, cfg.optm_decay_type, cfg.optm_min_lr_factor))
+    span = decay_steps(cfg, total_steps, warm)
+    return LambdaLR(opt, lambda s: lr_factor(s, total_steps, warm, cfg.optm_decay_type, cfg.optm_min_lr_factor,
+                                             cfg.optm_warmup_start_factor, span))

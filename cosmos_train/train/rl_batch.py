@@ -37,6 +37,7 @@ class RLSample:
     advantage: float
     behav_logprobs: torch.Tensor  # [completion tokens] the engine's, under the sampled distribution
     in_loss: bool = True  # False: the step's loss leaves it out (a truncated completion when masked, padding)
+    ignore_prefix: int = 0  # leading tokens left out of the loss (min_filter_prefix_tokens)
 
 
 @dataclass

@@ -8,7 +8,13 @@ SFT trains after and evaluation asks); the engine gives `n` completions per row;
 scores each against the row (its `reference` / `options`); advantages are group-normalised
 (`rl_losses.group_advantages`). A DAPO soft overlong penalty is added to the reward when set.
 
-Dynamic sampling (DAPO): a group whose rewards are all equal carries no signal. With `refill`, such
+Advantages are clipped to [advantage_low, advantage_high]. With min_filter_prefix_tokens, completions of a
+group that share a longest common prefix of at least that many tokens but got different rewards leave the
+prefix out of the loss (`shared_prefix_ignore`), as cosmos-rl does: the reward cannot tell whether the
+shared tokens were good.
+
+Dynamic sampling (DAPO): a group whose rewards (or `filter_reward_metric` parts) are all equal carries no
+signal. With `refill`, such
 groups are dropped and more rows are asked for, up to `max_refill_rounds`, until the batch holds as
 many informative groups as rows were given; what could not be refilled is reported, never hidden.
 """
@@ -47,10 +53,36 @@ class Group:
     rewards: list[float]
     parts: list[dict[str, float]]
     advantages: list[float]
+    ignore_prefix: list[int] = field(default_factory=list)  # leading tokens per completion left out of the loss
+    filter_metric: tuple[str, ...] = ()  # parts whose equality marks a group without signal (empty: the total)
 
     @property
     def zero_std(self) -> bool:
+        if self.filter_metric:
+            values = [tuple(p.get(k, 0.0) for k in self.filter_metric) for p in self.parts]
+            return len(set(values)) == 1
         return max(self.rewards) == min(self.rewards)
+
+
+def shared_prefix_ignore(seqs: Sequence[Sequence[int]], rewards: Sequence[float], min_tokens: int) -> list[int]:
+    """Per completion, how many leading tokens to leave out of the loss: completions that share a maximal
+    common prefix of >= min_tokens tokens (no longer prefix is shared by two of them) and whose rewards
+    differ ignore that prefix; a completion that is all prefix keeps its tokens (else it would carry none)."""
+    ignore = [0] * len(seqs)
+    stack: list[tuple[list[int], int]] = [(list(range(len(seqs))), 0)]  # (completions sharing a prefix, its length)
+    while stack:
+        members, depth = stack.pop()
+        branches: dict[int, list[int]] = {}
+        for i in members:
+            if len(seqs[i]) > depth:
+                branches.setdefault(seqs[i][depth], []).append(i)
+        deeper = [b for b in branches.values() if len(b) > 1]
+        stack += [(b, depth + 1) for b in deeper]
+        if depth >= min_tokens and not deeper and len({rewards[i] for i in members}) > 1:
+            for i in members:
+                if len(seqs[i]) > depth:
+                    ignore[i] = depth
+    return ignore
 
 
 @dataclass
@@ -64,9 +96,20 @@ class Rollout:
     dropped: list[Group] = field(default_factory=list)  # those groups, for what may still need an input
 
 
+@dataclass(frozen=True)
+class Shaping:
+    """How a group's rewards become its advantages and loss masks (train_policy keys)."""
+
+    scale_by_std: bool = True
+    overlong: Overlong | None = None
+    advantage_clip: tuple[float, float] | None = None
+    min_filter_prefix_tokens: int | None = None
+    filter_reward_metric: tuple[str, ...] = ()
+
+
 def _score(
     engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, sampling: SamplingParams,
-    system_prompt: str | None, overlong: Overlong | None, scale_by_std: bool,
+    system_prompt: str | None, shaping: Shaping,
 ) -> list[Group]:
     if not rows:
         return []
@@ -81,12 +124,18 @@ def _score(
         scored = flat[start:start + len(completions)]
         start += len(completions)
         totals = [t for t, _ in scored]
+        overlong = shaping.overlong
         if overlong is not None:
             lengths = torch.tensor([len(c.token_ids) for c in completions])
             penalty = overlong_penalty(lengths, overlong.max_length, overlong.buffer_length, overlong.penalty_factor)
             totals = [t + float(p) for t, p in zip(totals, penalty)]
-        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=scale_by_std).tolist()
-        groups.append(Group(row, completions, totals, [p for _, p in scored], adv))
+        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std)
+        if shaping.advantage_clip is not None:
+            adv = adv.clamp(*shaping.advantage_clip)
+        ignore = ([0] * len(completions) if shaping.min_filter_prefix_tokens is None else
+                  shared_prefix_ignore([c.token_ids for c in completions], totals, shaping.min_filter_prefix_tokens))
+        groups.append(Group(row, completions, totals, [p for _, p in scored], adv.tolist(), ignore,
+                            shaping.filter_reward_metric))
     return groups
 
 
@@ -99,6 +148,7 @@ def collect_rollouts(
     system_prompt: str | None = None,
     scale_by_std: bool = True,
     overlong: Overlong | None = None,
+    shaping: Shaping | None = None,
     refill: Callable[[int], Sequence[Mapping[str, Any]]] | None = None,
     max_refill_rounds: int = 0,
     any_rank_needs: Callable[[bool], bool] | None = None,
@@ -107,8 +157,10 @@ def collect_rollouts(
 
     any_rank_needs(this rank needs more) -> whether any rank does: for an engine whose ranks must call
     `generate` together (vLLM under torchrun), every rank runs a refill round while any rank needs one;
-    a rank that needs none then samples one refill row and leaves its groups out."""
-    groups = _score(engine, rows, rewards, sampling, system_prompt, overlong, scale_by_std)
+    a rank that needs none then samples one refill row and leaves its groups out.
+    shaping: every reward-to-advantage setting (default: scale_by_std and overlong alone)."""
+    shaping = shaping or Shaping(scale_by_std=scale_by_std, overlong=overlong)
+    groups = _score(engine, rows, rewards, sampling, system_prompt, shaping)
     dropped: list[Group] = []
     rounds = 0
     if refill is not None:
@@ -122,7 +174,7 @@ def collect_rollouts(
             if not more and any_rank_needs is None:
                 break
             rounds += 1
-            new = _score(engine, more, rewards, sampling, system_prompt, overlong, scale_by_std)
+            new = _score(engine, more, rewards, sampling, system_prompt, shaping)
             if need > 0:
                 dropped += [g for g in new if g.zero_std]
                 kept += [g for g in new if not g.zero_std]

@@ -152,6 +152,10 @@ class SFTTrainer(Trainer):
     def validate_and_log(self) -> None:
         self.metrics.log(self.step, self.validate(), kind="val")
 
+    def before_loop(self) -> None:
+        if self.cfg.validation.val_before_train and self.validating and self.step == 0:
+            self.validate_and_log()  # the starting weights' loss, logged at step 0
+
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(SFTTrainer, argv)

@@ -147,3 +147,30 @@ def test_use_remote_reward_needs_reward_fns() -> None:
         config_from_dict(on)
     on["train"]["train_policy"]["remote_reward"] = {"reward_fns": [{"name": "format"}]}
     assert unsupported_settings(config_from_dict(on)) == []
+
+
+def test_remote_total_is_clipped_then_scaled_and_score_keys_add() -> None:
+    """cosmos-rl's remote reward: total = scale x clip(sum of weight x clip(score), reward_clip_min, reward_clip_max);
+    over real HTTP with two rewards whose weighted sum leaves the clip."""
+    from cosmos_train.rewards.remote import _score
+
+    st = ServiceThread().start()
+    try:
+        remote = RemoteRewardConfig(
+            scale=2.0, batch_size=4, reward_clip_min=-0.5, reward_clip_max=1.5,
+            reward_fns=[RemoteRewardFn(name="single_choice", weight=1.0),
+                        RemoteRewardFn(name="format", weight=-1.0)],
+            enqueue_url=st.url + "/api/reward/enqueue", fetch_url=st.url + "/api/reward/pull", backoff_s=0.05,
+            poll_interval_s=0.02)
+        rewards = combine({"exact_match": 1.0}, remote=remote, env={"REMOTE_REWARD_TOKEN": TOKEN})
+        sample = {"reference": "B", "options": {"A": "left", "B": "right"}}
+        scored = rewards.score_batch(["<answer>B</answer>", "<think>r</think> <answer>A</answer>", "B"], [sample] * 3)
+    finally:
+        st.stop()
+    parts = [p for _, p in scored]
+    assert [(p["single_choice"], p["format"]) for p in parts] == [(1.0, 0.0), (0.0, 1.0), (1.0, 0.0)]
+    # remote sums 1, -1, 1 -> clipped to [-0.5, 1.5]: 1, -0.5, 1 -> x2; plus the local exact_match (1, 0, 1)
+    assert [t for t, _ in scored] == pytest.approx([3.0, -1.0, 3.0])
+    # a score key "a+b" adds two scores of one reply (cosmos-rl's form); a key the reply has wins
+    assert _score({"vq": [0.25], "mq": [0.5]}, "vq+mq", 0) == 0.75
+    assert _score({"vq+mq": [0.1], "vq": [0.25], "mq": [0.5]}, "vq+mq", 0) == 0.1

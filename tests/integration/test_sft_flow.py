@@ -32,12 +32,15 @@ def test_sft_flow_trains_exports_and_reports(tiny_model_dir: Path, synthetic_dir
 
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
                                 max_num_steps=2)
-    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"]), return_state=True)
+    # a cosmos-rl key with no effect here rides along: said in the result (the summary) and the run's config.toml
+    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2", "redis='12800'"]), return_state=True)
     assert state.is_completed(), state
     result = state.result()
     run = Path(result["run_dir"])
     assert run.parent == tmp_path / "out"
     assert (run / "config.toml").exists() and (run / "manifest.jsonl").exists()
+    assert [line.split(":")[0] for line in result["no_effect"]] == ["redis = '12800'"]
+    assert "# redis = '12800': cosmos-rl's controller port" in (run / "config.toml").read_text()
     assert Path(result["final"]).joinpath("config.json").exists()
     assert "Exported safetensors to" in (run / "logs" / "train.log").read_text()
     keys = _artifact_keys(state.state_details.flow_run_id)

@@ -54,7 +54,10 @@ def test_seed_rl_snippet_maps_aliases(tmp_path: Path) -> None:
 def test_seed_wfm_snippet_maps_parallelism() -> None:
     cfg = load_config(SNIPPETS[0].parent / "004_07_rst.toml")
     par = cfg.policy.parallelism
-    assert (par.dp_shard_size, par.dp_replicate_size, par.cp_size) == (8, 4, 2)
+    # context_parallel_size = 2 runs as twice the FSDP shards (the same result), said as having no effect
+    assert (par.dp_shard_size, par.dp_replicate_size, par.cp_size) == (16, 4, 1)
+    [note] = cfg.no_effect
+    assert note.key == "policy.parallelism.cp_size" and note.value == 2 and "dp_shard_size 8 -> 16" in note.reason
 
 
 def test_upload_keys_still_parse() -> None:
@@ -114,9 +117,14 @@ def test_grpo_batch_checks() -> None:
     cfg = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo},
                             "rollout": {"batch_size": 4, "n_generation": 8}})
     assert cfg.policy_type == "grpo"
-    with pytest.raises(ConfigError, match="must divide a rollout's rollout.batch_size x rollout.n_generation"):
+    with pytest.raises(ConfigError, match="must divide a step's 4 prompts x rollout.n_generation 8 = 32"):
         config_from_dict({"train": {"train_batch_per_replica": 24, "train_policy": grpo},
                           "rollout": {"batch_size": 4, "n_generation": 8}})
+    # cosmos-rl's meaning: a step trains on train_batch_per_replica completions (rollout.batch_size is then the
+    # engine's prompt batch): 48 completions = 6 prompts x 8, one optimizer update
+    big = config_from_dict({"train": {"train_batch_per_replica": 48, "train_policy": grpo},
+                            "rollout": {"batch_size": 4, "n_generation": 8}})
+    assert big.prompts_per_step == 6 and cfg.prompts_per_step == 4
     with pytest.raises(ConfigError, match="rollout.n_generation: GRPO compares"):
         config_from_dict({"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}})
     with pytest.raises(ConfigError, match="more than train.train_policy.allowed_outdated_steps"):
@@ -124,9 +132,14 @@ def test_grpo_batch_checks() -> None:
     with pytest.raises(ConfigError, match="on-policy rollouts need the newest weights"):
         config_from_dict({"train": {"sync_weight_interval": 2, "train_batch_per_replica": 16,
                                     "train_policy": {**grpo, "on_policy": True}}})
-    with pytest.raises(ConfigError, match="differ"):
-        config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}},
-                          "rollout": {"n_generation": 16}})
+    # cosmos-rl's recipes score the trainer's log-probs at train_policy.temperature and sample at the rollout's:
+    # allowed, unless the loss reads the engine's log-probs, which are of the other distribution
+    warm = {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}}
+    assert config_from_dict({"train": warm, "rollout": {"n_generation": 16}}).train.train_policy.temperature == 0.7
+    for key, value in (("old_logprobs", "engine"), ("use_decoupled_loss", True), ("behav_imp_weight_cap", 2.0)):
+        with pytest.raises(ConfigError, match=f"differ while the loss uses the engine's log-probs .*{key}"):
+            config_from_dict({"train": {**warm, "train_policy": {**warm["train_policy"], key: value}},
+                              "rollout": {"n_generation": 16}})
 
 
 def test_uploads_need_their_target() -> None:
@@ -262,7 +275,7 @@ BAD_VALUES = [
     ("policy.parallelism.tp_size=0", "policy.parallelism.tp_size"),
     ("policy.parallelism.dp_shard_size=0", "policy.parallelism.dp_shard_size"),
     ("policy.parallelism.dp_shard_size=-2", "policy.parallelism.dp_shard_size"),
-    ("rollout.parallelism.dp_replicate_size=0", "rollout.parallelism.dp_replicate_size"),
+    ("rollout.parallelism.tp_size=0", "rollout.parallelism.tp_size"),
     ("policy.lora={r=0}", "policy.lora.r"),
     ("rollout.batch_size=0", "rollout.batch_size"),
     ("rollout.n_generation=0", "rollout.n_generation"),
@@ -357,6 +370,8 @@ UNBOUNDED = {
     "RemoteRewardFn.weight",
     "RemoteRewardFn.clip_min",
     "RemoteRewardFn.clip_max",
+    "RemoteRewardConfig.reward_clip_min",
+    "RemoteRewardConfig.reward_clip_max",
 }
 
 

@@ -223,3 +223,23 @@ def test_completions_stay_within_max_length(engine: HFEngine, synthetic_dir: Pat
     with pytest.raises(DataError, match="leaves no room for a completion within max_length"):
         HFEngine(dataclasses.replace(engine.cfg, max_length=prompt), model=engine.model,
                  processor=engine.processor).generate(chats[:1], SamplingParams(max_new_tokens=2))
+
+
+def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_dir: Path) -> None:
+    """[validation] top_k / top_p / repetition_penalty (cosmos-rl's keys) shape the answers: top_k = 1, the
+    default, is greedy at any temperature; top_k = -1 samples."""
+    from cosmos_train.config import config_from_dict
+    from cosmos_train.train.async_rollout import validation_sampling
+
+    cfg = config_from_dict({"validation": {"temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.1},
+                            "rollout": {"max_response_length": 8}})
+    sampling = validation_sampling(cfg, seed=5)
+    assert (sampling.top_k, sampling.top_p, sampling.repetition_penalty, sampling.max_new_tokens) == (1, 0.9, 1.1, 8)
+    chats = _chats(synthetic_dir, 2)
+    greedy = engine.generate(chats, SamplingParams(temperature=0, max_new_tokens=8, repetition_penalty=1.1))
+    top1 = engine.generate(chats, sampling)
+    assert [c.token_ids for g in top1 for c in g] == [c.token_ids for g in greedy for c in g]
+    free = config_from_dict({"validation": {"temperature": 1.0, "top_k": -1, "n_generation": 4},
+                             "rollout": {"max_response_length": 8}})
+    sampled = engine.generate(chats, validation_sampling(free, seed=5))
+    assert any(len({tuple(c.token_ids) for c in g}) > 1 for g in sampled)  # a random tiny model varies

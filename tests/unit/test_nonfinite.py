@@ -77,3 +77,26 @@ def test_skipped_nonfinite_step_makes_no_update(poisoned_trainer, tmp_path: Path
     for f in (run / "safetensors" / "final").glob("*.safetensors"):
         final.update(load_file(f))
     assert final and all(torch.isfinite(t).all() for t in final.values())
+
+
+def test_val_before_train_scores_the_starting_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    """validation.val_before_train (cosmos-rl's key): the starting weights are validated at step 0, then the
+    schedule (freq) and the last step as without it."""
+    from cosmos_train.net import free_port
+    from cosmos_train.train import sft
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    run = tmp_path / "run"
+    cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4)
+    cfg.write_text(cfg.read_text() + "\n".join([
+        "[validation]", "enable = true", "freq = 3", "val_before_train = true", "batch_size = 8",
+        "[validation.dataset]", f'name = "{synthetic_dir}"', 'split = "train_letter"',
+        "[validation.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136", ""]))
+    assert sft.main(["--config", str(cfg)]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in rows if r["kind"] == "val"]
+    assert [r["step"] for r in val] == [0, 3, 4]
+    assert val[0]["loss"] > val[-1]["loss"]  # lr 1e-3 on the letter answers: the starting weights score worse

@@ -245,6 +245,23 @@ def test_prep_warms_the_clip_cache_for_the_trainer(tmp_path: Path, processor, me
     assert (trainer.clip_cache.hits, trainer.clip_cache.misses) == (3, 0)  # nothing decoded again
 
 
+def test_enable_dataset_cache_keeps_clips_in_the_shared_cache(tmp_path: Path, processor, media: dict[str, str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """train_policy.enable_dataset_cache (cosmos-rl's key) without a cache_dir: decoded clips go to
+    $COSMOS_CACHE/clip_cache, and a second pass decodes nothing."""
+    from cosmos_train.train.data import SFTDataset
+
+    monkeypatch.setenv("COSMOS_CACHE", str(tmp_path))
+    cfg = config_from_dict({"train": {"train_policy": {"enable_dataset_cache": True, "dataset": {"name": "x"}}}})
+    report = validate_samples([sample("a", media["good"]), sample("b", media["long"])], cfg, processor, workers=1)
+    assert report.rows_kept == 2
+    assert len(list((tmp_path / "clip_cache").rglob("*.clip"))) == 2
+    trainer = SFTDataset(report.kept, processor, 4096, "error", clip_cache=cfg.train.train_policy.dataset.cache_dir)
+    for i in range(len(trainer)):
+        trainer[i]
+    assert (trainer.clip_cache.hits, trainer.clip_cache.misses) == (2, 0)
+
+
 def test_manifest_reader_keeps_every_row_and_names_a_torn_one(tmp_path: Path) -> None:
     from cosmos_train.data.prepare import PrepReport, write_outputs
     from cosmos_train.errors import DataError

@@ -110,3 +110,40 @@ def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic
         prompt = encode_chat(engine.processor, prompt_messages(g.row["messages"]), add_generation_prompt=True)
         assert all(c.prompt_token_ids == prompt.input_ids.tolist() for c in g.completions)
     assert 0 <= rollout.stats["reward_mean"] <= 1 and rollout.stats["response_length_max"] <= 3
+
+
+def test_shared_prefix_ignore_by_hand() -> None:
+    from cosmos_train.train.rollout import shared_prefix_ignore
+
+    seqs = [[1, 2, 3, 9], [1, 2, 3, 8], [1, 2, 7], [5, 6], [1, 2, 3]]
+    # maximal shared prefixes: [1, 2, 3] (seqs 0, 1, 4: rewards 1, 0, 0 differ) -> seqs 0 and 1 skip 3 tokens,
+    # seq 4 is all prefix and keeps its tokens; [1, 2] is not maximal ([1, 2, 3] is deeper)
+    assert shared_prefix_ignore(seqs, [1.0, 0.0, 1.0, 0.0, 0.0], min_tokens=1) == [3, 3, 0, 0, 0]
+    assert shared_prefix_ignore(seqs, [1.0, 0.0, 1.0, 0.0, 0.0], min_tokens=4) == [0] * 5  # too short a prefix
+    assert shared_prefix_ignore(seqs, [1.0, 1.0, 0.0, 0.0, 1.0], min_tokens=1) == [0] * 5  # same rewards: kept
+    # two completions sharing 2 tokens, two others sharing 1: each pair judged on its own rewards
+    assert shared_prefix_ignore([[4, 4, 1], [4, 4, 2], [6, 1], [6, 2]], [1.0, 0.0, 1.0, 1.0], 1) == [2, 2, 0, 0]
+
+
+def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() -> None:
+    from cosmos_train.train.rollout import Shaping
+
+    # scripted token ids are range(len(text)): "BA" is all of "BAC"'s prefix [0, 1]; their rewards differ, so
+    # "BAC" leaves its 2 shared tokens out of the loss and "BA", all prefix, keeps its own
+    engine = ScriptedEngine({"Q0": ["B", "A", "A", "A", "A", "A", "A", "A"], "Q1": ["BA", "BAC"]})
+    rows = [_row(0, "B"), _row(1, "BA")]
+    plain = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8))
+    # one right of 8: mean 1/8, unbiased variance (49/64 + 7/64) / 7 = 1/8, so (7/8) / sqrt(1/8) = 2.47
+    assert max(plain.groups[0].advantages) == pytest.approx(7 / 8 / (1 / 8) ** 0.5, rel=1e-4)
+    clipped = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8),
+                               shaping=Shaping(advantage_clip=(-0.3, 2.0)))
+    assert max(clipped.groups[0].advantages) == 2.0 and min(clipped.groups[0].advantages) == pytest.approx(-0.3)
+    masked = collect_rollouts(engine, rows[1:], combine("exact_match"), SamplingParams(n=2),
+                              shaping=Shaping(min_filter_prefix_tokens=1))
+    assert masked.groups[0].rewards == [1.0, 0.0] and masked.groups[0].ignore_prefix == [0, 2]
+    # DAPO's filter on one part: format is 0 for every answer here, so the group carries no signal on it
+    two = combine({"single_choice": 1.0, "format": 1.0})
+    assert not collect_rollouts(engine, rows[:1], two, SamplingParams(n=8)).groups[0].zero_std
+    on_format = collect_rollouts(engine, rows[:1], two, SamplingParams(n=8),
+                                 shaping=Shaping(filter_reward_metric=("format",)))
+    assert on_format.groups[0].zero_std

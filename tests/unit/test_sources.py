@@ -521,3 +521,17 @@ def test_hub_cache_snapshot_symlinks_into_blobs_are_inside(tmp_path: Path) -> No
     (snapshot / "clips" / "a.mp4").symlink_to(repo / "blobs" / "0123abcd")  # how huggingface_hub lays it out
     samples = llava_rows(tmp_path, ["clips/a.mp4"], media_path=str(snapshot))
     assert "error" not in samples[0]
+
+
+def test_response_column_names_the_reference_answer(tmp_path: Path) -> None:
+    """train_policy.response_column_name (cosmos-rl's key): the reference answer rewards score against comes from
+    that column; a row without it is a bad row naming the column."""
+    rows = [{"id": "a", "question": "How many?", "result": 4, "answer": "not this"}, {"id": "b", "question": "Q"}]
+    (tmp_path / "r.json").write_text(json.dumps(rows))
+    cfg = make_cfg({"name": str(tmp_path / "r.json")}, type="grpo", prompt_column_name="question",
+                   response_column_name="result")
+    got = load_samples(cfg, "train", keep_errors=True)
+    assert got[0]["reference"] == "4" and got[0]["messages"][-1]["content"] == "How many?"
+    assert got[1]["error"]["reason"] == "missing_reference" and "column 'result'" in got[1]["error"]["message"]
+    default = make_cfg({"name": str(tmp_path / "r.json")}, type="grpo", prompt_column_name="question")
+    assert load_samples(default, "train", keep_errors=True)[0]["reference"] == "not this"  # reference/answer/...

@@ -130,7 +130,26 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
                             "policy": {"lora": {"r": 4}, "parallelism": {"cp_size": 2, "pp_size": 2}},
                             "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
     problems = " ".join(unsupported_settings(cfg))
-    for key in ("rollout.parallelism.tp_size", "policy.lora", "train.compile", "policy.parallelism.cp_size",
-                "policy.parallelism.pp_size"):
+    for key in ("rollout.parallelism.tp_size", "policy.lora"):
         assert key in problems
+    # speed-only and layout-only settings run (the same result), said as accepted with no effect
+    assert [n.key for n in cfg.no_effect] == ["policy.parallelism.cp_size", "policy.parallelism.pp_size",
+                                              "train.compile"]
+    assert cfg.policy.parallelism.cp_size == cfg.policy.parallelism.pp_size == 1
     assert "use_remote_reward" not in problems  # the reward service client implements it
+
+
+def test_schedule_start_factor_and_decay_ratio_by_hand() -> None:
+    """optm_warmup_start_factor: warmup from f (step s of w: f + (1 - f)(s + 1)/w); optm_decay_ratio: the peak
+    holds until the last ratio x total steps, which decay (cosmos-rl's warmup-stable-decay)."""
+    total, warm = 10, 2
+    assert lr_factor(0, total, warm, "none", 0.0, start_factor=0.2) == pytest.approx(0.6)
+    assert lr_factor(1, total, warm, "none", 0.0, start_factor=0.2) == pytest.approx(1.0)
+    f = [lr_factor(s, total, warm, "linear", 0.0, decay_steps=4) for s in range(total)]
+    assert f == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25])
+    assert [lr_factor(s, total, warm, "linear", 0.0, decay_steps=0) for s in range(2, total)] == [1.0] * 8
+    from cosmos_train.train.optim import decay_steps
+
+    cfg = config_from_dict({"train": {"optm_decay_ratio": 0.4, "optm_decay_type": "cosine"}})
+    assert decay_steps(cfg.train, 10, 2) == 4 and decay_steps(cfg.train, 10, 8) == 2  # at most what warmup leaves
+    assert decay_steps(config_from_dict({}).train, 10, 2) is None

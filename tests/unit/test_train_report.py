@@ -140,3 +140,13 @@ def test_export_paths_are_text_with_their_uploads() -> None:
                                       {"what": "checkpoints/step_2", "url": "s3://b/x", "ok": False}]})
     assert "- final: `/runs/a/safetensors/final`" in md and "- best: `/runs/a/safetensors/best`" in md
     assert "uploaded to s3://b/a/safetensors/final" in md and "s3://b/x" not in md and "file://" not in md
+
+
+def test_summary_lists_the_keys_that_had_no_effect() -> None:
+    """A cosmos-rl key accepted with no effect is said in the run summary, never dropped silently."""
+    from flows.train_report import result_notes
+
+    lines = result_notes({"no_effect": ["redis = '12800': cosmos-rl's controller port: there is no controller here"]})
+    assert lines == ["- accepted with no effect here (cosmos-rl keys / settings):",
+                     "  - `redis = '12800': cosmos-rl's controller port: there is no controller here`"]
+    assert result_notes({"no_effect": []}) == []

@@ -68,6 +68,7 @@ class RowContext:
     vision: dict[str, Any] = field(default_factory=dict)
     conversation_column: str = "conversations"
     prompt_column: str | None = None
+    response_column: str | None = None  # the reference answer's column (None: reference/answer/correct_answer)
     media_every_user_turn: bool = False
     reasoning_prompt: bool = False
     embedded_store: Path | None = None
@@ -86,6 +87,7 @@ def context_for(train_policy: TrainPolicyConfig, vision: Mapping[str, Any], **kw
         vision=dict(vision),
         conversation_column=train_policy.conversation_column_name,
         prompt_column=train_policy.prompt_column_name,
+        response_column=train_policy.response_column_name or None,
         reasoning_prompt="format" in reward_names(train_policy.reward_function),
         **kw,
     )
@@ -122,7 +124,7 @@ def _row_id(row: Any, prefix: str, index: int) -> str:
 def row_to_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowContext) -> list[dict]:
     """One row -> chat samples (several when a row holds a list of qa_pairs)."""
     row_vision = {k: row[k] for k in VISION_KEYS if row.get(k) is not None}
-    reference = _reference(row)
+    reference = _reference(row, ctx.response_column)
     if "messages" in row and ctx.conversation_column not in row:
         messages = _chat_messages(row["messages"], ctx, row_vision, _row_media(row, ctx, row_vision))
     elif ctx.conversation_column in row:
@@ -146,7 +148,12 @@ def row_to_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: Row
     return [sample]
 
 
-def _reference(row: Mapping[str, Any]) -> str | None:
+def _reference(row: Mapping[str, Any], column: str | None = None) -> str | None:
+    if column is not None:
+        if not isinstance(row.get(column), str | int | float):
+            raise RowError("missing_reference", f"row has no reference answer in column {column!r} "
+                           f"(train.train_policy.response_column_name; it has {sorted(row)})")
+        return str(row[column])
     for key in ("reference", "answer", "correct_answer"):
         if isinstance(row.get(key), str | int):
             return str(row[key])
