@@ -515,8 +515,24 @@ class LoraConfig(Section):
         8.0, gt=0, description="Adapter scale numerator (the update is scaled by lora_alpha / r)."
     )
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on the adapter input.")
-    target_modules: str | list[str] = Field(
-        "all-linear", description="Module names that get adapters, or 'all-linear'."
+    target_modules: str | list[str] | None = Field(
+        None, description="Modules that get adapters: a list of names (e.g. ['q_proj', 'v_proj']), a regex over "
+        "module paths, or 'all-linear' (every linear layer but lm_head, the vision tower's too); unset: the "
+        "language model's attention and MLP projections."
+    )
+    modules_to_save: list[str] | None = Field(
+        None, description="Modules trained in full beside the adapters (e.g. ['lm_head']); saved with the adapter."
+    )
+    use_rslora: bool = Field(False, description="Scale updates by lora_alpha / sqrt(r) instead of lora_alpha / r.")
+    init_lora_weights: bool | Literal["gaussian"] = Field(
+        True, description="A's initialisation (B starts at zero, so training starts from the base model): true is "
+        "Kaiming-uniform, 'gaussian' normal(0, 1/r); false also draws B (for tests: the start is not the base)."
+    )
+    r_pattern: dict[str, Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="Per-module rank: {regex of module paths = rank} (peft's rank_pattern)."
+    )
+    alpha_pattern: dict[str, Annotated[float, Field(gt=0)]] | None = Field(
+        None, description="Per-module lora_alpha: {regex of module paths = alpha}."
     )
 
 
@@ -540,6 +556,9 @@ class PolicyConfig(Section):
 
     @model_validator(mode="after")
     def _patterns_exclusive(self) -> PolicyConfig:
+        if self.lora is not None and (self.freeze_pattern or self.trainable_pattern):
+            raise ValueError("[policy.lora] trains the adapters (and lora.modules_to_save) only; remove "
+                             "freeze_pattern / trainable_pattern, or [policy.lora] for full fine-tuning")
         if self.freeze_pattern and self.trainable_pattern:
             raise ValueError(
                 "freeze_pattern and trainable_pattern are exclusive: keep one "
@@ -765,14 +784,15 @@ def _apply_aliases(raw: dict[str, Any], problems: list[str]) -> None:
         parent = _get_parent(raw, alias)
         if parent is None or alias[-1] not in parent:
             continue
-        value = parent.pop(alias[-1])
-        if convert is not None:
-            value = convert(value)
+        given = parent.pop(alias[-1])
+        value = convert(given) if convert is not None else given
         target = _ensure_parent(raw, canonical)
         if canonical[-1] in target and target[canonical[-1]] != value:
             problems.append(
-                f"{'.'.join(alias)} = {value!r} conflicts with {'.'.join(canonical)} = "
-                f"{target[canonical[-1]]!r}: they are the same setting, keep one"
+                f"{'.'.join(alias)} = {given!r} conflicts with {'.'.join(canonical)} = "
+                f"{target[canonical[-1]]!r}: they are the same setting"
+                + (f" ({'.'.join(alias)} = {given!r} means {canonical[-1]} = {value!r})" if convert else "")
+                + ", keep one"
             )
             continue
         target[canonical[-1]] = value
@@ -1244,8 +1264,9 @@ def unsupported_settings(cfg: Config) -> list[str]:
         if cfg.rollout.backend == "hf" and cfg.rollout.parallelism.tp_size > 1:
             out.append("rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
                        "set tp_size = 1 or rollout.backend = \"vllm\"")
-    if cfg.policy.lora is not None:
-        out.append("policy.lora: LoRA is not implemented yet; remove [policy.lora] for full fine-tuning")
+    if cfg.policy.lora is not None and cfg.policy.parallelism.tp_size > 1:
+        out.append("policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
+                   "shard with FSDP (dp_shard_size) instead, adapters are small")
     if cfg.train.master_dtype != "float32":
         out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
     return out

@@ -225,9 +225,14 @@ RULES: tuple[Rule, ...] = (
     Rule("policy.enable_liger_cross_entropy", _KERNELS),
     Rule("policy.enable_liger_fused_cross_entropy", _KERNELS),
     Rule("policy.aux_loss_coeff", "the mixture-of-experts router loss: the supported models are dense"),
-    *(Rule(f"policy.lora.{key}", "read only with [policy.lora], which is refused until LoRA is implemented")
-      for key in ("lora_names", "lora_path", "primary_adapter", "use_rslora", "modules_to_save", "alpha_pattern",
-                  "r_pattern", "init_lora_weights")),
+    Rule("policy.lora.lora_names", "one adapter is trained here, peft's 'default'", _at(None, ["default"]),
+         "several named adapters (cosmos-rl's diffusion trainers keep an 'old' copy) are not implemented; train one "
+         "adapter (lora_names = [\"default\"])"),
+    Rule("policy.lora.primary_adapter", "one adapter is trained here", _at(None, "default"),
+         "several named adapters are not implemented; remove primary_adapter"),
+    Rule("policy.lora.lora_path", "the adapters start fresh (B = 0: the base model)", _OFF,
+         "starting from a saved adapter is not implemented; merge it into the base model first "
+         "(peft's merge_and_unload) and point policy.model_name_or_path at the result"),
     # ---------------------------------------------------------------------------------- logging, validation
     Rule("logging.multi_modal_log_interval", "images and videos are not logged to wandb; sampled completions "
          "are (logging.completion_sample_freq)"),
@@ -327,8 +332,6 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "policy.parallelism.dp_shard_size": "-1 shards over every launched rank (cosmos-rl's 1 with tp_size 2 fits "
     "two GPUs)",
     "policy.model_name_or_path": "this project post-trains Cosmos-Reason: nvidia/Cosmos-Reason1-7B unless set",
-    "policy.lora.target_modules": "every linear layer gets an adapter unless set ([policy.lora] is refused until "
-    "LoRA is implemented)",
     "logging.logger": "the console shows the metrics unless turned off (metrics.jsonl is always written)",
     "logging.log_interval": "every step is logged (metrics are cheap at this scale)",
     "logging.project_name": "wandb runs go to this project's name unless set",

@@ -41,6 +41,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from huggingface_hub import split_torch_state_dict_into_shards
@@ -51,6 +52,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from cosmos_train.checkpoint import all_ok, barrier, cpu_group, describe_complete, is_complete, rank
 from cosmos_train.errors import CheckpointError, TrainingDiverged, from_os_error
+
+if TYPE_CHECKING:
+    from cosmos_train.models.lora import LoraParts
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,8 @@ def export_safetensors(
     config/tokenizer/processor files are copied; None writes only `model.config` when the model has one.
     `dtype` casts floating-point weights (None keeps the training dtype).
     """
+    from cosmos_train.models.lora import lora_parts
+
     # Collective under FSDP2: all-gathers every shard; only rank 0 keeps the (CPU) result.
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     out: Path | None = None
@@ -105,7 +111,8 @@ def export_safetensors(
     if rank() == 0:
         try:
             out = write_hf_folder(
-                state, out_dir, source_dir, hf_model=unwrap(model), max_shard_bytes=max_shard_bytes, dtype=dtype
+                state, out_dir, source_dir, hf_model=unwrap(model), max_shard_bytes=max_shard_bytes, dtype=dtype,
+                lora=lora_parts(unwrap(model)),
             )
         except BaseException as e:  # noqa: BLE001 - re-raised below once every rank knows
             error = e
@@ -143,6 +150,12 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     cfg = load_config(config_path, env={}, check_paths=False)
     source = resolve_model_dir(cfg.policy.model_name_or_path, cfg.policy.model_revision)
     hf_model = build_meta_model(source)
+    lora = None
+    if cfg.policy.lora is not None:  # the run trained adapters: the same modules, merged as training exported
+        from cosmos_train.models.lora import apply_lora, lora_parts
+
+        apply_lora(hf_model, cfg.policy.lora)
+        lora = lora_parts(hf_model)
 
     t0 = time.perf_counter()
     reader = FileSystemReader(str(ckpt_dir))
@@ -165,7 +178,7 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
             f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
-    out = write_hf_folder(state, out_dir, source, hf_model=hf_model, dtype=dtype)
+    out = write_hf_folder(state, out_dir, source, hf_model=hf_model, dtype=dtype, lora=lora)
     log.info("exported %s to %s in %.2fs", ckpt_dir, out, time.perf_counter() - t0)
     return out
 
@@ -179,9 +192,17 @@ def write_hf_folder(
     hf_model: nn.Module | None = None,
     max_shard_bytes: int = 2 * 2**30,
     dtype: torch.dtype | None = None,
+    lora: LoraParts | None = None,
 ) -> Path:
-    """Write a full (unsharded, CPU) state dict as a Hugging Face folder; see the module docstring."""
+    """Write a full (unsharded, CPU) state dict as a Hugging Face folder; see the module docstring. With `lora`
+    (a model trained with adapters) the weights are merged and the adapters also go to `<out>/adapter/`."""
     out_dir = Path(out_dir)
+    adapters = None
+    if lora is not None:
+        from cosmos_train.models.lora import adapter_state, merged_items
+
+        adapters = adapter_state(state, lora)
+        state = dict(merged_items(state.items(), lora.scalings))
     state = hf_state_dict(state, hf_model)
     if dtype is not None:
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
@@ -197,6 +218,10 @@ def write_hf_folder(
         tmp.mkdir()
         _write_weights(state, tmp, max_shard_bytes)
         _write_side_files(tmp, source, hf_model, state)
+        if adapters is not None and lora is not None:
+            from cosmos_train.models.lora import ADAPTER_DIR, write_adapter
+
+            write_adapter(tmp / ADAPTER_DIR, adapters, lora, str(source_dir) if source_dir is not None else None)
         _replace_dir(tmp, out_dir, nonce)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)

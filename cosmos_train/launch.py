@@ -59,6 +59,26 @@ def bind_stores_to_loopback() -> None:
     dist.TCPStore = LoopbackTCPStore  # type: ignore[misc]
 
 
+# Within this many seconds of a rank killed by a signal, a rank that exited with an error was reacting to it
+# (its peer's sockets closed); torchrun's own stop is SIGTERM, and SIGKILL only after 30 s of it.
+_REACTION_S = 5
+
+
+def root_cause(failures: list[Any]) -> Any:
+    """The failed rank that caused the others' failures (torchrun ProcessFailure: local_rank, exitcode,
+    timestamp): a rank killed by a signal other than torchrun's SIGTERM (SIGKILL from outside or the OOM
+    killer, SIGSEGV) when no rank had exited with an error well before it, else the first rank that exited
+    with an error (exit code > 0), else the first."""
+    import signal
+
+    stopped = {-signal.SIGTERM, -signal.SIGINT}
+    killed = sorted((f for f in failures if f.exitcode < 0 and f.exitcode not in stopped), key=lambda f: f.timestamp)
+    errored = sorted((f for f in failures if f.exitcode > 0), key=lambda f: f.timestamp)
+    if killed and (not errored or killed[0].timestamp <= errored[0].timestamp + _REACTION_S):
+        return killed[0]
+    return (errored or sorted(failures, key=lambda f: f.timestamp))[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
@@ -75,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args)
     except ChildFailedError as e:
-        # The rank that failed by itself (exit code > 0) is the cause; the others were stopped by torchrun.
-        failures = sorted(e.failures.values(), key=lambda f: (f.exitcode <= 0, f.timestamp))
-        cause = failures[0]
+        cause = root_cause(list(e.failures.values()))
         print(f"[launch] rank {cause.local_rank} exited with code {cause.exitcode}; torchrun stopped the others",
               file=sys.stderr)
         return cause.exitcode if 0 < cause.exitcode < 256 else 1

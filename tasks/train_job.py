@@ -69,7 +69,8 @@ def run_training_job(params: TrainJobParams, policy_type: Literal["sft", "grpo"]
               timeout_s=params.timeout_s, env=env)
         records = uploads.finish()
     result = json.loads((run / "result.json").read_text())
-    result["no_effect"] = [n.line() for n in cfg.no_effect]
+    if cfg.no_effect:  # the config's keys that had no effect here, for the summary
+        result["no_effect"] = [n.line() for n in cfg.no_effect]
     if records:
         result["uploads"] = records
     return run, result

@@ -422,7 +422,13 @@ class GRPOTrainer(Trainer):
         version = self.step if version is None else version
         if self.worker is None:
             assert self.engine is not None
-            self.weight_version = self.engine.update_weights(self.model.state_dict(), version=version)
+            from cosmos_train.generation.weights import iter_weights
+            from cosmos_train.models.lora import lora_parts, merged_items
+
+            weights: Any = self.model.state_dict()
+            if (lora := lora_parts(self.model)) is not None:  # the engine holds the base model: merged weights
+                weights = merged_items(iter_weights(weights), lora.scalings)
+            self.weight_version = self.engine.update_weights(weights, version=version)
             return
         from cosmos_train.export import export_safetensors
 

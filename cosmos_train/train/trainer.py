@@ -56,7 +56,11 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
     from cosmos_train.models.parallelize import parallelize
 
     model = load_model(cfg.policy.model_name_or_path, dtype=torch.float32, device="cpu")
-    if trainable:
+    if trainable and cfg.policy.lora is not None:  # adapters go in before sharding: FSDP2 shards them per block
+        from cosmos_train.models.lora import apply_lora
+
+        n_trainable, total = apply_lora(model, cfg.policy.lora)
+    elif trainable:
         n_trainable, total = apply_freeze_patterns(model, cfg.policy)
     else:
         model.requires_grad_(False)

@@ -143,3 +143,21 @@ def test_micro_batch_split_does_not_change_the_update(tiny_model_dir: Path, synt
     assert a["reward_mean"] == b["reward_mean"] and a["completions"] == b["completions"] == 16
     assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * max(1.0, a["grad_norm"]) and a["grad_norm"] > 0
     assert abs(a["loss"] - b["loss"]) <= 1e-6 and abs(a["kl"] - b["kl"]) <= 1e-7
+
+
+def test_lora_policy_trains_and_the_engine_gets_merged_weights(tiny_model_dir: Path, synthetic_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """[policy.lora] with GRPO: the colocated engine receives the merged weights (base + scaling * B @ A under
+    the base model's names; it refuses any other name), the KL reference is the base model, and only the
+    adapted projections change in the export."""
+    run = tmp_path / "run"
+    grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
+        "train.max_num_steps": 2, "rollout.sampling_config.top_k": 4, "train.train_policy.kl_beta": 0.1,
+        "policy.lora": {"r": 4, "lora_alpha": 8}}))
+    train = [m for m in rows(run) if m["kind"] == "train"]
+    assert [m["step"] for m in train] == [1, 2] and all(m["updates"] == 1 for m in train)
+    assert train[1]["kl"] > 0  # the adapted policy moved away from the base reference
+    base, merged = exported(tiny_model_dir), exported(run / "safetensors" / "final")
+    assert merged.keys() == base.keys()
+    changed = [k for k in base if not torch.equal(base[k], merged[k])]
+    assert changed and all(k.startswith("model.layers.") and k.endswith("_proj.weight") for k in changed), changed

@@ -87,3 +87,20 @@ def test_failed_rank_gives_its_exit_code_without_a_launcher_traceback(tmp_path: 
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "rank 1 exited with code 2" in proc.stderr.splitlines()[-1]
+
+
+def test_root_cause_is_the_rank_the_others_reacted_to() -> None:
+    """torchrun reports every failed rank; the launcher names the one that caused it."""
+    from types import SimpleNamespace as F
+
+    from cosmos_train.launch import root_cause
+
+    # rank 0 SIGKILLed from outside; rank 1 then lost its peer and exited 1; torchrun SIGTERMed rank 2
+    killed = [F(local_rank=0, exitcode=-9, timestamp=100), F(local_rank=1, exitcode=1, timestamp=100),
+              F(local_rank=2, exitcode=-15, timestamp=101)]
+    assert root_cause(killed).local_rank == 0
+    # rank 1 raised; torchrun stopped rank 0 (SIGTERM), which ignored it and was SIGKILLed 30 s later
+    raised = [F(local_rank=0, exitcode=-9, timestamp=131), F(local_rank=1, exitcode=1, timestamp=100)]
+    assert root_cause(raised).local_rank == 1
+    # only stopped ranks: the first
+    assert root_cause([F(local_rank=1, exitcode=-15, timestamp=5), F(local_rank=0, exitcode=-15, timestamp=4)]).local_rank == 0

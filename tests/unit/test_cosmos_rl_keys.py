@@ -179,7 +179,8 @@ def test_older_names_and_inverted_keys_load_as_ours() -> None:
     assert cfg.train.train_policy.scale_rewards is False  # Dr.GRPO: r - mean, no std division
     grpo = {"type": "grpo", "use_rollout_logprobs_for_loss": True}
     assert config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo}}).train.train_policy.old_logprobs == "engine"
-    with pytest.raises(ConfigError, match="conflicts with train.train_policy.scale_rewards"):
+    with pytest.raises(ConfigError, match=r"unbiased_advantage = True conflicts with train.train_policy.scale_rewards "
+                       r"= True: they are the same setting \(.* means scale_rewards = False\)"):
         config_from_dict({"train": {"train_policy": {"unbiased_advantage": True, "scale_rewards": True}}})
 
 

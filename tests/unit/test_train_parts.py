@@ -130,8 +130,9 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
                             "policy": {"lora": {"r": 4}, "parallelism": {"cp_size": 2, "pp_size": 2}},
                             "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
     problems = " ".join(unsupported_settings(cfg))
-    for key in ("rollout.parallelism.tp_size", "policy.lora"):
-        assert key in problems
+    assert "rollout.parallelism.tp_size" in problems and "policy.lora" not in problems  # LoRA runs
+    tp_lora = config_from_dict({"policy": {"lora": {"r": 4}, "parallelism": {"tp_size": 2}}})
+    assert "policy.lora: LoRA with tensor parallelism" in " ".join(unsupported_settings(tp_lora))
     # speed-only and layout-only settings run (the same result), said as accepted with no effect
     assert [n.key for n in cfg.no_effect] == ["policy.parallelism.cp_size", "policy.parallelism.pp_size",
                                               "train.compile"]
