@@ -1268,7 +1268,9 @@ def unsupported_settings(cfg: Config) -> list[str]:
         out.append("policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
                    "shard with FSDP (dp_shard_size) instead, adapters are small")
     if cfg.train.master_dtype != "float32":
-        out.append("train.master_dtype: master weights are kept in float32 (bf16 compute comes from param_dtype)")
+        out.append(f"train.master_dtype = {cfg.train.master_dtype!r}: master weights in bfloat16 are not implemented "
+                   "(they change the precision of every update); set master_dtype = \"float32\" (bfloat16 compute "
+                   "comes from train.param_dtype)")
     return out
 
 

@@ -39,6 +39,7 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     problems = unsupported_settings(cfg)
     if problems:
         raise ConfigError(problems, str(config))
+    check_model_family(cfg.policy.model_name_or_path)
     if dataset_script is not None and not Path(dataset_script).expanduser().is_file():
         raise DataError(f"dataset script {dataset_script}: no such file (pass the path of a .py file, "
                         "see examples/my_dataset.py)")
@@ -55,6 +56,21 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
 
         resolve_resume(cfg.train.resume, cfg.train.output_dir)
     return cfg
+
+
+def check_model_family(model: str) -> None:
+    """A local model folder's architecture has a family spec (ModelError naming the supported ones)."""
+    import json
+
+    from cosmos_train.models.families import family_of
+
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            model_type = json.loads(config.read_text()).get("model_type")
+        except (OSError, ValueError) as e:
+            raise ModelError(f"policy.model_name_or_path: {config} is not readable JSON ({e})") from None
+        family_of(model_type)
 
 
 def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -> None:

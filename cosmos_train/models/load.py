@@ -214,10 +214,17 @@ def load_model(
     attn_implementation: None lets transformers choose (sdpa where available); "flash_attention_2" on GPUs.
     """
     folder = check_model_source(path, "model")
+    if folder is not None and (folder / "config.json").is_file():  # refused before the weights are read
+        from cosmos_train.models.families import family_of
+
+        family_of(json.loads((folder / "config.json").read_text()).get("model_type"))
     model = _from_hub_or_folder(
         path, folder, "config and weights",
         lambda: AutoModelForImageTextToText.from_pretrained(
             str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs
         ),
     )
+    from cosmos_train.models.families import family_of
+
+    family_of(model)
     return model.to(device)

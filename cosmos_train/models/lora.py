@@ -35,17 +35,19 @@ from cosmos_train.config import ConfigError, LoraConfig
 
 ADAPTER = "default"  # peft's name of the one adapter
 ADAPTER_DIR = "adapter"
-# The language model's attention and MLP projections: the default targets (the vision tower and lm_head
-# stay as they are, as LoRA recipes for VLMs do).
-LANGUAGE_PROJECTIONS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 _LORA_PART = re.compile(r"\.(lora_A|lora_B)\." + ADAPTER + r"\.weight$")
 
 
 def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]:
-    """What peft is given: unset -> LANGUAGE_PROJECTIONS; 'all-linear' -> the names of every nn.Linear but
-    lm_head in `model` (cosmos-rl's meaning); else as written."""
+    """What peft is given: unset -> the family spec's `lora_targets` (the language model's attention and MLP
+    projections); 'all-linear' -> the names of every nn.Linear but lm_head in `model` (cosmos-rl's meaning);
+    else as written."""
     if lora.target_modules is None:
-        return LANGUAGE_PROJECTIONS
+        from cosmos_train.models.families import family_of
+
+        if model is None:
+            raise ValueError("target_modules unset: the model is needed to find its family's default targets")
+        return family_of(model).lora_targets
     if lora.target_modules == "all-linear" and model is not None:
         return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                        if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] != "lm_head"})

@@ -3,6 +3,7 @@
 One small module, torchtitan style: TP on the language model's attention/MLP projections over the
 "tp" mesh dimension, then `fully_shard` on each transformer block (language and vision) and on the
 root over the data-parallel mesh (2D "dp_replicate" x "dp_shard" = HSDP when dp_replicate_size > 1).
+Which modules are blocks and the TP plan come from the model's family spec (`models.families`).
 Nothing here is model-size specific: the tiny model and Cosmos-Reason1-7B take the same path.
 """
 
@@ -14,16 +15,21 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo
+from cosmos_train.errors import ModelError
+from cosmos_train.models.families import family_of
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _blocks(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
-    """(language decoder layers, vision blocks) of a Qwen2/2.5-VL style model."""
-    core = model.model if hasattr(model, "model") else model
-    lm = core.language_model if hasattr(core, "language_model") else core
-    visual = getattr(core, "visual", None)
-    return list(getattr(lm, "layers", [])), list(getattr(visual, "blocks", [])) if visual is not None else []
+    """(language decoder layers, vision blocks) as the model's family spec finds them; a model whose blocks
+    are not found is refused rather than sharded as one root module."""
+    spec = family_of(model)
+    layers, vision = spec.language_layers(model), spec.vision_blocks(model)
+    if not layers:
+        raise ModelError(f"{type(model).__name__}: the {spec.description} spec finds no language decoder layers; "
+                         "FSDP2 would shard the whole model as one unit (fix the spec in models/families.py)")
+    return layers, vision
 
 
 def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
@@ -36,11 +42,8 @@ def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
         if getattr(text_cfg, key) % dist.tp:
             raise ValueError(f"policy.parallelism.tp_size {dist.tp} must divide the model's {key} "
                              f"({getattr(text_cfg, key)})")
-    plan = {
-        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel(),
-    }
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    plan = {module: styles[style]() for module, style in family_of(model).tp_plan.items()}
     layers, _ = _blocks(model)
     for layer in layers:
         parallelize_module(layer, tp_mesh, plan)

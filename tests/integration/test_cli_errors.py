@@ -70,10 +70,12 @@ CASES = [
     Case("empty output_dir", setting("train.output_dir", '""'), "train.output_dir"),
     Case("save_freq zero", setting("train.ckpt.save_freq", "0"), "train.ckpt.save_freq"),
     Case("tp_size zero", setting("policy.parallelism.tp_size", "0"), "policy.parallelism.tp_size"),
-    # ---- config: a setting missing what it needs, or not implemented (lora): refused, never ignored
+    # ---- config: a setting missing what it needs, or not implemented: refused, never ignored
     Case("upload to the hub without a repo", setting("train.ckpt.upload_hf", "true", SFT), "train.ckpt.hf_repo_name"),
     Case("upload to s3 without a bucket", setting("train.ckpt.upload_s3", "true", SFT), "train.ckpt.s3_bucket"),
-    Case("lora", setting("policy.lora.r", "8", SFT), "policy.lora"),
+    Case("lora with tensor parallelism", [*setting("policy.lora.r", "8", SFT), "--set", "policy.parallelism.tp_size=2"],
+         "LoRA with tensor parallelism"),
+    Case("bf16 master weights", setting("train.master_dtype", '"bfloat16"', SFT), "train.master_dtype"),
     # ---- the command and the config's trainer disagree (the other settings valid for it)
     Case("grpo in the sft command", [*SFT, "--set", 'train.train_policy.type="grpo"', "--set",
                                      "rollout.max_response_length=4"], "cosmos-train grpo"),

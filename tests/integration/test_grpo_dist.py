@@ -145,15 +145,16 @@ def test_micro_batch_split_does_not_change_the_update(tiny_model_dir: Path, synt
     assert abs(a["loss"] - b["loss"]) <= 1e-6 and abs(a["kl"] - b["kl"]) <= 1e-7
 
 
+@pytest.mark.parametrize("on_policy", [True, False], ids=["colocated", "async-worker"])
 def test_lora_policy_trains_and_the_engine_gets_merged_weights(tiny_model_dir: Path, synthetic_dir: Path,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, on_policy: bool) -> None:
     """[policy.lora] with GRPO: the colocated engine receives the merged weights (base + scaling * B @ A under
-    the base model's names; it refuses any other name), the KL reference is the base model, and only the
-    adapted projections change in the export."""
+    the base model's names; it refuses any other name), the asynchronous worker reads the merged export, the
+    KL reference is the base model, and only the adapted projections change in the export."""
     run = tmp_path / "run"
     grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
         "train.max_num_steps": 2, "rollout.sampling_config.top_k": 4, "train.train_policy.kl_beta": 0.1,
-        "policy.lora": {"r": 4, "lora_alpha": 8}}))
+        "train.train_policy.on_policy": on_policy, "policy.lora": {"r": 4, "lora_alpha": 8}}))
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == [1, 2] and all(m["updates"] == 1 for m in train)
     assert train[1]["kl"] > 0  # the adapted policy moved away from the base reference

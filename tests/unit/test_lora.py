@@ -23,7 +23,8 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def test_only_adapters_train_and_start_from_the_base(base: torch.nn.Module) -> None:
-    from cosmos_train.models.lora import LANGUAGE_PROJECTIONS, apply_lora
+    from cosmos_train.models.families import family_of
+    from cosmos_train.models.lora import apply_lora
 
     ids = torch.randint(10, 500, (2, 12), generator=torch.Generator().manual_seed(0))
     before = _logits(base, ids)
@@ -37,7 +38,7 @@ def test_only_adapters_train_and_start_from_the_base(base: torch.nn.Module) -> N
 
     opt = build_optimizer(base, config_from_dict({}).train, torch.device("cpu"))
     assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == trainable  # Adam holds adapters only
-    assert LANGUAGE_PROJECTIONS.endswith("down_proj)")
+    assert family_of(base).lora_targets.endswith("down_proj)")  # the default targets come from the family spec
 
 
 def test_merged_export_and_adapter_load_to_the_adapted_model(base: torch.nn.Module, tiny_model_dir: Path,

@@ -59,3 +59,26 @@ def test_missing_folder_and_unreachable_hub_id(tmp_path: Path) -> None:
         load_processor("nobody-xyz/not-a-model")
     with pytest.raises(ModelError, match=r"(?s)'nobody-xyz/not-a-model'.*config and weights"):
         load_model("nobody-xyz/not-a-model")
+
+
+def test_model_family_spec_finds_the_blocks_and_refuses_other_types(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """One spec per family: the tiny Qwen2.5-VL's decoder layers and vision blocks are found (FSDP2's units);
+    a model type without a spec is refused naming the supported ones, before its weights are read."""
+    import json
+
+    from cosmos_train.models.families import family_of
+    from cosmos_train.preflight import check_model_family
+
+    model = load_model(tiny_model_dir)
+    spec = family_of(model)
+    assert spec.name == "qwen2_5_vl" and all(n.startswith(spec.vision_prefixes) for n, _ in model.named_parameters()
+                                             if ".visual." in f".{n}")
+    assert len(spec.language_layers(model)) == model.config.text_config.num_hidden_layers
+    assert len(spec.vision_blocks(model)) == model.config.vision_config.depth
+    other = tmp_path / "llama"
+    shutil.copytree(tiny_model_dir, other)
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
+    for check in (lambda: load_model(other), lambda: check_model_family(str(other))):
+        with pytest.raises(ModelError, match=r"model type 'llama' is not supported: .*qwen2_5_vl \(Qwen2.5-VL"):
+            check()
