@@ -109,10 +109,6 @@ def lora_scalings(model: nn.Module) -> dict[str, float]:
             if hasattr(m, "lora_A") and ADAPTER in getattr(m, "scaling", {})}
 
 
-def has_lora(names: Iterable[str]) -> bool:
-    return any(_LORA_PART.search(n) for n in names)
-
-
 def merged_items(items: Iterable[tuple[str, torch.Tensor]], scalings: Mapping[str, float]
                  ) -> Iterator[tuple[str, torch.Tensor]]:
     """The base model's (name, tensor) stream of an adapted model's stream: `<m>.base_layer.<p>` -> `<m>.<p>`,

@@ -55,7 +55,9 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
     from cosmos_train.models.load import load_model
     from cosmos_train.models.parallelize import parallelize
 
-    model = load_model(cfg.policy.model_name_or_path, dtype=torch.float32, device="cpu")
+    # the weights the optimizer updates are held in train.master_dtype (compute dtype: FSDP's param_dtype)
+    master = torch.bfloat16 if cfg.train.master_dtype == "bfloat16" else torch.float32
+    model = load_model(cfg.policy.model_name_or_path, dtype=master, device="cpu")
     if trainable and cfg.policy.lora is not None:  # adapters go in before sharding: FSDP2 shards them per block
         from cosmos_train.models.lora import apply_lora
 

@@ -100,3 +100,37 @@ def test_val_before_train_scores_the_starting_weights(monkeypatch: pytest.Monkey
     val = [r for r in rows if r["kind"] == "val"]
     assert [r["step"] for r in val] == [0, 3, 4]
     assert val[0]["loss"] > val[-1]["loss"]  # lr 1e-3 on the letter answers: the starting weights score worse
+
+
+def test_bfloat16_master_weights_train_and_export_in_bfloat16(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             tiny_model_dir: Path, synthetic_dir: Path) -> None:
+    """train.master_dtype = "bfloat16" (a cosmos-rl recipe key): the weights and Adam's moments are held in
+    bfloat16, the run learns, and the export is bfloat16."""
+    from cosmos_train.net import free_port
+    from cosmos_train.train import sft
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    seen = {}
+    original = sft.SFTTrainer.train_step
+
+    def spy(self, samples):
+        out = original(self, samples)
+        seen["params"] = {p.dtype for p in self.model.parameters()}
+        seen["state"] = {v.dtype for s in self.optimizer.state.values() for k, v in s.items() if k != "step"}
+        return out
+
+    monkeypatch.setattr(sft.SFTTrainer, "train_step", spy)
+    run = tmp_path / "run"
+    cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=6,
+                                master_dtype="bfloat16")
+    assert sft.main(["--config", str(cfg)]) == 0
+    assert seen["params"] == {torch.bfloat16} and seen["state"] == {torch.bfloat16}
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    final = {}
+    for f in (run / "safetensors" / "final").glob("*.safetensors"):
+        final.update(load_file(f))
+    assert {t.dtype for t in final.values()} == {torch.bfloat16}
