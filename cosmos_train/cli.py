@@ -49,16 +49,19 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from cosmos_train.config import load_config
+    from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, load_config, unsupported_settings
     from cosmos_train.pipeline import is_pipeline_file, load_pipeline_config
 
     if is_pipeline_file(args.config):  # a post-train pipeline: its own schema and each stage's config
         pipeline = load_pipeline_config(args.config, args.overrides)
         print(pipeline.model_dump_json(indent=2, exclude_none=True))
+        for name, stage in pipeline.training_stages():  # each stage's keys that have no effect, said here too
+            notes = load_config(stage.config, stage.overrides, check_paths=False).no_effect
+            if notes:
+                print(f"# [{name}] {NO_EFFECT_HEADER.removeprefix('# ')}", *(f"#   {n.line()}" for n in notes),
+                      sep="\n", file=sys.stderr)
         print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
         return 0
-    from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, unsupported_settings
-
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
     if problems := unsupported_settings(cfg):  # what a run would refuse before starting, said now

@@ -201,3 +201,12 @@ def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPa
     own = config_from_dict({"train": {"train_policy": {"enable_dataset_cache": True, "dataset": {"cache_dir": "/c"}}}})
     assert own.train.train_policy.dataset.cache_dir == "/c"
     assert config_from_dict({}).train.train_policy.dataset.cache_dir is None
+
+
+def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys() -> None:
+    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check",
+                           str(ROOT / "configs" / "tiny-post-train.toml"), "--set", "grpo.redis='12800'"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "# [grpo] accepted with no effect here" in done.stderr and "#   redis = '12800'" in done.stderr
+    assert "[sft] accepted" not in done.stderr
