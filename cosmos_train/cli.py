@@ -2,7 +2,7 @@
 
     cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
     cosmos-train config docs > docs/CONFIG.md
-    cosmos-train make-tiny-model outputs/tiny-model
+    cosmos-train make-tiny-model outputs/tiny-model [--family qwen3_vl]
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
@@ -82,7 +82,7 @@ def _config_docs(args: argparse.Namespace) -> int:
 def _make_tiny_model(args: argparse.Namespace) -> int:
     from cosmos_train.models.tiny import make_tiny_model
 
-    out = make_tiny_model(args.out, size=args.size, seed=args.seed)
+    out = make_tiny_model(args.out, size=args.size, seed=args.seed, family=args.family)
     print(out)
     return 0
 
@@ -220,8 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     docs = cfg_sub.add_parser("docs", help="Print the config reference (every key, bounds, description).")
     docs.set_defaults(func=_config_docs)
 
-    tiny = sub.add_parser("make-tiny-model", help="Build the offline tiny Qwen2.5-VL model folder.")
+    tiny = sub.add_parser("make-tiny-model", help="Build an offline tiny model folder (Qwen2.5-VL by default).")
     tiny.add_argument("out", type=Path)
+    tiny.add_argument("--family", default="qwen2_5_vl", choices=["qwen2_5_vl", "qwen3_vl", "cosmos3_edge"],
+                      help="Architecture: Qwen2.5-VL (Cosmos-Reason1), Qwen3-VL (Cosmos-Reason2), Cosmos3-Edge.")
     tiny.add_argument("--size", default="tiny", choices=["tiny", "small"])
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_make_tiny_model)

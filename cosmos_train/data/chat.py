@@ -1,8 +1,14 @@
 """Turn one Qwen-VL style chat (a sample's `messages`) into model inputs and SFT labels.
 
 `encode_chat` renders the model's own chat template, loads each video / image part through
-`cosmos_train.data.video`, expands every <|video_pad|> / <|image_pad|> to
-grid_t * grid_h * grid_w / merge**2 tokens, and builds labels.
+`cosmos_train.data.video` in the layout of the processor's model family, expands every <|video_pad|> /
+<|image_pad|> to grid_t * grid_h * grid_w / merge**2 tokens, and builds labels.
+
+Video time, per family (`VisionLayout.frame_timestamps`): Qwen2.5-VL keeps one vision block per video and
+passes `second_per_grid_ts`; Qwen3-VL and Cosmos3-Edge replace the template's
+<|vision_start|><|video_pad|><|vision_end|> by, for each temporal patch, `<{t:.1f} seconds>` and a vision
+block of that patch's tokens, as their transformers processors write it (the text is expanded before it is
+tokenised, so the timestamp tokens are those the processor gives).
 
 Labels: -100 everywhere except the tokens of each assistant turn's content and its closing
 <|im_end|>. The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
@@ -25,6 +31,7 @@ Truncation (only when max_length is set and the sample is longer):
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol
@@ -34,6 +41,7 @@ from transformers import PreTrainedTokenizerBase
 
 from cosmos_train.data import video as media
 from cosmos_train.errors import DataError
+from cosmos_train.models.families import vision_layout_of
 from cosmos_train.models.load import get_tokenizer
 
 IGNORE_INDEX = -100
@@ -97,9 +105,17 @@ class _VisionItem:
     pixel_values: torch.Tensor
     grid_thw: torch.Tensor
     second_per_grid_t: float | None
+    timestamps: tuple[float, ...] | None = None  # per temporal patch, frame-timestamp layouts only
     num_tokens: int = 0
     start: int = 0  # block span in the expanded ids, end exclusive
     end: int = 0
+
+    def pad_runs(self, merge: int) -> list[int]:
+        """Token counts of the runs of pad tokens this item fills: one run, or one per temporal patch."""
+        total = int(self.grid_thw.prod())
+        if self.timestamps is None:
+            return [total // merge**2]
+        return [total // int(self.grid_thw[0]) // merge**2] * int(self.grid_thw[0])
 
 
 class FrameReader(Protocol):
@@ -152,9 +168,13 @@ def _validate(messages: Sequence[dict], where: str) -> None:
 
 
 def _load_vision(
-    messages: Sequence[dict], where: str, defaults: media.VisionSettings | None, clip_cache: FrameReader | None = None
+    messages: Sequence[dict],
+    where: str,
+    defaults: media.VisionSettings | None,
+    clip_cache: FrameReader | None = None,
+    layout: media.VisionLayout = media.QWEN2_VL_LAYOUT,
 ) -> list[_VisionItem]:
-    """Decode and patchify every image / video part, in the order the template renders them.
+    """Decode and patchify every image / video part in `layout`, in the order the template renders them.
 
     With a clip cache, the decoded and resized frames come from it when present (see clip_cache);
     normalising and patchifying always run here, so cached and uncached results are identical."""
@@ -169,21 +189,39 @@ def _load_vision(
             if kind == "text":
                 continue
             try:
-                settings = media.VisionSettings.from_part(part, defaults)
+                settings = layout.settings(media.VisionSettings.from_part(part, defaults))
                 if kind == "video":
                     frames, sample_fps = read_video(part["video"], settings)
-                    vi = media.preprocess_video(frames, settings, sample_fps)
+                    times = media.sampled_frame_times(part["video"], settings) if layout.frame_timestamps else None
+                    vi = media.preprocess_video(frames, settings, sample_fps, layout, times)
                     spg = float(vi.second_per_grid_t)
                 else:
                     source = part.get("image", part.get("image_url"))
-                    vi = media.preprocess_image(load_image(source, settings), settings)
+                    vi = media.preprocess_image(load_image(source, settings), settings, layout)
                     spg = None
             except media.MediaError as err:
                 raise media.MediaError(err.path, f"{where}messages[{i}].content[{j}]: {err.reason}") from err
             except (media.VisionSettingsError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{where}messages[{i}].content[{j}] ({kind}): {err}") from err
-            items.append(_VisionItem(kind, vi.pixel_values, vi.grid_thw.to(torch.long), spg))
+            items.append(_VisionItem(kind, vi.pixel_values, vi.grid_thw.to(torch.long), spg, vi.timestamps))
     return items
+
+
+def _timestamp_videos(chunks: list[tuple[str, bool]], items: list[_VisionItem]) -> list[tuple[str, bool]]:
+    """Write each timestamped video as `<t seconds><|vision_start|><|video_pad|><|vision_end|>` per temporal
+    patch, in place of the template's <|vision_start|><|video_pad|><|vision_end|> (or a bare <|video_pad|>),
+    as Qwen3VLProcessor / Cosmos3EdgeProcessor do; `_expand_pads` then widens each pad to its patch's tokens.
+    A count mismatch is left for `_expand_pads` to report."""
+    videos = iter([it for it in items if it.kind == "video"])
+    pattern = re.compile(re.escape(VISION_START + VIDEO_PAD + VISION_END) + "|" + re.escape(VIDEO_PAD))
+
+    def expand(match: re.Match) -> str:
+        item = next(videos, None)
+        if item is None or item.timestamps is None:
+            return match.group()
+        return "".join(f"<{t:.1f} seconds>{VISION_START}{VIDEO_PAD}{VISION_END}" for t in item.timestamps)
+
+    return [(pattern.sub(expand, text) if not labelled else text, labelled) for text, labelled in chunks]
 
 
 def _chat_template(processor_or_tokenizer: Any, tokenizer: PreTrainedTokenizerBase) -> str:
@@ -249,7 +287,8 @@ def _expand_pads(
     merge: int,
     where: str,
 ) -> tuple[list[int], list[int], list[int]]:
-    """Replace each pad token by its item's token count; record each item's block span."""
+    """Replace each pad token by its run of tokens (a timestamped video has one pad per temporal patch);
+    record each item's block span, from its first timestamp to its last <|vision_end|>."""
     pad_ids = {
         "image": tokenizer.convert_tokens_to_ids(IMAGE_PAD),
         "video": tokenizer.convert_tokens_to_ids(VIDEO_PAD),
@@ -257,14 +296,20 @@ def _expand_pads(
     kind_of = {v: k for k, v in pad_ids.items()}
     vstart, vend = tokenizer.convert_tokens_to_ids(VISION_START), tokenizer.convert_tokens_to_ids(VISION_END)
     found = {k: sum(1 for t in ids if t == pad_ids[k]) for k in pad_ids}
-    wanted = {k: sum(1 for it in items if it.kind == k) for k in pad_ids}
+    wanted = {k: sum(len(it.pad_runs(merge)) for it in items if it.kind == k) for k in pad_ids}
     if found != wanted:
+        parts = {k: sum(1 for it in items if it.kind == k) for k in pad_ids}
         raise ValueError(
             f"{where}the rendered chat has {found['image']} image and {found['video']} video pad tokens but the "
-            f"messages hold {wanted['image']} image and {wanted['video']} video parts (does a text part contain a "
-            f"literal {IMAGE_PAD} or {VIDEO_PAD}?)"
+            f"messages hold {parts['image']} image and {parts['video']} video parts needing {wanted['image']} and "
+            f"{wanted['video']} (does a text part contain a literal {IMAGE_PAD} or {VIDEO_PAD}?)"
         )
-    queues = {k: iter([it for it in items if it.kind == k]) for k in pad_ids}
+    # One entry per pad: (item, run length, first run of the item, last run of the item).
+    runs = {
+        k: iter([(it, n, i == 0, i == len(it.pad_runs(merge)) - 1)
+                 for it in items if it.kind == k for i, n in enumerate(it.pad_runs(merge))])
+        for k in pad_ids
+    }
     out_ids: list[int] = []
     out_labels: list[int] = []
     types: list[int] = []
@@ -277,17 +322,19 @@ def _expand_pads(
             continue
         if lab != IGNORE_INDEX:
             raise ValueError(f"{where}a {kind} pad token falls inside an assistant turn")
-        item = next(queues[kind])
-        n = int(item.grid_thw.prod()) // merge**2
-        if n * merge**2 != int(item.grid_thw.prod()) or item.pixel_values.shape[0] != int(
-            item.grid_thw.prod()
-        ):
-            raise ValueError(
-                f"{where}{kind} grid {item.grid_thw.tolist()} does not match {item.pixel_values.shape[0]} patches "
-                f"with spatial merge {merge}"
-            )
-        item.num_tokens = n
-        item.start = len(out_ids) - 1 if out_ids and out_ids[-1] == vstart else len(out_ids)
+        item, n, first, last = next(runs[kind])
+        if first:
+            total = int(item.grid_thw.prod())
+            if sum(item.pad_runs(merge)) * merge**2 != total or item.pixel_values.shape[0] != total:
+                raise ValueError(
+                    f"{where}{kind} grid {item.grid_thw.tolist()} does not match {item.pixel_values.shape[0]} "
+                    f"patches with spatial merge {merge}"
+                )
+            item.num_tokens = 0
+            item.start = len(out_ids) - 1 if out_ids and out_ids[-1] == vstart else len(out_ids)
+            if item.timestamps is not None:
+                item.start = _timestamp_start(out_ids, item.start, item.timestamps[0], tokenizer)
+        item.num_tokens += n
         out_ids += [tok] * n
         out_labels += [IGNORE_INDEX] * n
         types += [VIDEO_TYPE if kind == "video" else IMAGE_TYPE] * n
@@ -299,6 +346,15 @@ def _expand_pads(
     return out_ids, out_labels, types
 
 
+def _timestamp_start(ids: list[int], block_start: int, seconds: float, tokenizer: PreTrainedTokenizerBase) -> int:
+    """Where the first `<t seconds>` before a video's first vision block starts (so truncation drops the
+    timestamp with its block); the block itself when the text before it tokenised differently."""
+    stamp = tokenizer(f"<{seconds:.1f} seconds>", add_special_tokens=False)["input_ids"]
+    if stamp and block_start >= len(stamp) and ids[block_start - len(stamp):block_start] == stamp:
+        return block_start - len(stamp)
+    return block_start
+
+
 def _stack(
     items: list[_VisionItem], kind: str
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
@@ -307,9 +363,10 @@ def _stack(
         return None, None, None
     pixels = torch.cat([it.pixel_values.to(torch.float32) for it in chosen], dim=0)
     grids = torch.stack([it.grid_thw.reshape(3) for it in chosen]).to(torch.long)
+    # Timestamped layouts (Qwen3-VL) carry video time in the prompt; their models take no second_per_grid_ts.
     spg = (
         torch.tensor([it.second_per_grid_t for it in chosen], dtype=torch.float32)
-        if kind == "video"
+        if kind == "video" and chosen[0].timestamps is None
         else None
     )
     return pixels, grids, spg
@@ -333,23 +390,26 @@ def encode_chat(
     clip_cache: a `cosmos_train.data.clip_cache.ClipCache` (dataset.cache_dir) that keeps decoded
         clips on disk, so a second epoch or run does not decode them again, or a
         `cosmos_train.data.frame_memo.FrameMemo` (memory, one run); None decodes every time.
-    A bare tokenizer works for text-only chats and for vision with Qwen2.5-VL's spatial merge of 2.
+    A bare tokenizer works for text-only chats and for vision in Qwen2.5-VL's layout; a processor gives
+    its family's layout (`cosmos_train.models.families.vision_layout_of`).
     """
     if truncation not in ("error", "right"):
         raise ValueError(f"truncation must be 'error' or 'right', got {truncation!r}")
     where = _where(origin)
     _validate(messages, where)
     tokenizer = get_tokenizer(processor_or_tokenizer)
-    image_processor = getattr(processor_or_tokenizer, "image_processor", None)
-    merge = int(getattr(image_processor, "merge_size", 2))
+    layout = vision_layout_of(processor_or_tokenizer)
+    merge = layout.merge_size
 
-    items = _load_vision(messages, where, vision_defaults, clip_cache)
+    items = _load_vision(messages, where, vision_defaults, clip_cache, layout)
     try:
         chunks = _render_chunks(
             tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt
         )
     except ValueError as err:
         raise ValueError(f"{where}{err}") from None
+    if layout.frame_timestamps:
+        chunks = _timestamp_videos(chunks, items)
     ids: list[int] = []
     labels: list[int] = []
     for text, labelled in chunks:

@@ -1,16 +1,22 @@
-"""Video and image input for Qwen2/2.5-VL models without torchvision.
+"""Video and image input for Qwen-VL style models (Qwen2.5-VL, Qwen3-VL, Cosmos3-Edge) without torchvision.
 
 Decode with PyAV, sample frames and resize as qwen-vl-utils does, then rescale, normalise and
-patchify into the exact layout of transformers' Qwen2-VL processors:
+patchify into the exact layout of transformers' Qwen2-VL / Qwen3-VL processors:
 
-    pixel_values [grid_t * grid_h * grid_w, C * temporal_patch(2) * patch(14) * patch(14)]
+    pixel_values [grid_t * grid_h * grid_w, C * temporal_patch * patch * patch]
 
-rows in the 2x2 spatial-merge order, so the model's vision tower can consume them directly.
+rows in the 2x2 spatial-merge order, so the model's vision tower can consume them directly. What differs
+between families is a `VisionLayout` (each family's spec holds one, `cosmos_train.models.families`):
+patch size (14 Qwen2.5-VL, 16 Qwen3-VL), temporal patch (2; 1 for Cosmos3-Edge), normalisation (CLIP
+statistics; 0.5 / 0.5 for Qwen3-VL) and whether the prompt carries a `<t seconds>` timestamp before each
+temporal patch of a video (Qwen3-VL and Cosmos3-Edge: `VisionInput.timestamps`, from the sampled
+frames' times in the source video as transformers' Qwen3VLProcessor computes them).
 
     settings = VisionSettings.from_part({"type": "video", "video": "clip.mp4", "fps": 1, "max_pixels": 81920})
     frames, sample_fps = read_video("clip.mp4", settings)  # sampled and resized, uint8 [T, 3, H, W]
     item = preprocess_video(frames, settings, sample_fps)  # VisionInput
     item = prepare_video("clip.mp4", settings)             # the two steps at once
+    item = prepare_video("clip.mp4", settings, family_of("qwen3_vl").vision_layout)  # 16 px patches, timestamps
 
 Resize kernels, chosen to match the reference pipeline bit for bit where it can be matched:
 - video frames: torch bicubic with antialias on float, then clamp and round to uint8. That is
@@ -43,8 +49,10 @@ from cosmos_train.data.vision_settings import VisionSettings, VisionSettingsErro
 from cosmos_train.errors import MediaError
 
 __all__ = [
+    "QWEN2_VL_LAYOUT",
     "MediaError",
     "VisionInput",
+    "VisionLayout",
     "VisionSettings",
     "VisionSettingsError",
     "load_image",
@@ -56,6 +64,7 @@ __all__ = [
     "preprocess_video",
     "read_video",
     "resize_frames",
+    "sampled_frame_times",
 ]
 
 PATCH_SIZE = 14
@@ -72,25 +81,57 @@ _FRAME_COUNT_SLACK = 2
 MediaSource = str | os.PathLike
 
 
+@dataclasses.dataclass(frozen=True)
+class VisionLayout:
+    """How a model family lays pixels out (its processor config) and marks video time in the prompt.
+
+    frame_timestamps: the prompt writes `<{t:.1f} seconds>` + a vision block per temporal patch of a video
+    (Qwen3-VL, Cosmos3-Edge) instead of one block per video with `second_per_grid_ts` (Qwen2.5-VL).
+    """
+
+    patch_size: int = PATCH_SIZE
+    merge_size: int = MERGE_SIZE
+    temporal_patch_size: int = TEMPORAL_PATCH_SIZE
+    image_mean: tuple[float, float, float] = IMAGE_MEAN
+    image_std: tuple[float, float, float] = IMAGE_STD
+    frame_timestamps: bool = False
+
+    @property
+    def factor(self) -> int:
+        """Pixels per merged token side: sizes are multiples of it."""
+        return self.patch_size * self.merge_size
+
+    def settings(self, settings: VisionSettings | None) -> VisionSettings:
+        """`settings` (or the defaults) sized for this layout."""
+        settings = settings or VisionSettings()
+        return settings if settings.factor == self.factor else dataclasses.replace(settings, factor=self.factor)
+
+
+# The default: Qwen2-VL / Qwen2.5-VL. Other families' layouts are in their specs (cosmos_train.models.families).
+QWEN2_VL_LAYOUT = VisionLayout()
 
 
 @dataclasses.dataclass
 class VisionInput:
     """One image or video, ready for the model.
 
-    pixel_values: float32 [grid_t * grid_h * grid_w, 3 * 2 * 14 * 14].
-    grid_thw: int64 [3] = (grid_t, grid_h, grid_w) in 14-pixel patches (grid_t in frame pairs).
+    pixel_values: float32 [grid_t * grid_h * grid_w, 3 * temporal_patch * patch * patch].
+    grid_thw: int64 [3] = (grid_t, grid_h, grid_w) in patches (grid_t in temporal patches).
     second_per_grid_t: seconds covered by one temporal patch (videos); None for images.
+    timestamps: videos of a frame-timestamp layout: the time in seconds of each temporal patch (the mean of
+        its first and last frame's time in the source video), written into the prompt; None otherwise.
     """
 
     pixel_values: torch.Tensor
     grid_thw: torch.Tensor
     second_per_grid_t: float | None
+    timestamps: tuple[float, ...] | None = None
+    merge_size: int = MERGE_SIZE
 
     @property
     def num_tokens(self) -> int:
-        """LLM tokens after the 2x2 spatial merge: the count of vision pad tokens in the prompt."""
-        return int(self.grid_thw.prod()) // (MERGE_SIZE * MERGE_SIZE)
+        """LLM tokens after the spatial merge: the count of vision pad tokens in the prompt."""
+        return int(self.grid_thw.prod()) // (self.merge_size * self.merge_size)
 
 
 # ---------------------------------------------------------------- decoding
@@ -183,38 +224,71 @@ def _decode_indices(
     return np.stack(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sampling:
+    indices: list[int]  # frame numbers in presentation order
+    fps: float  # the stream's frame rate
+    total_frames: int
+    sample_fps: float
+
+
+def _sampling(local: Path, stream: av.video.stream.VideoStream, settings: VisionSettings) -> _Sampling:
+    """Which frames qwen-vl-utils' fetch_video samples from `stream` under `settings`."""
+    total_frames = stream.frames or _count_packets(local)
+    if total_frames <= 0:
+        raise MediaError(local, "the video stream has no frames")
+    fps = float(stream.average_rate or stream.guessed_rate or 0)
+    if fps <= 0:
+        raise MediaError(local, "the video stream has no frame rate")
+    try:
+        first, last = settings.frame_range(total_frames, fps)
+        nframes = settings.num_frames(last - first + 1, fps)
+    except ValueError as error:
+        raise MediaError(local, str(error)) from error
+    # qwen-vl-utils: torch.linspace(start, end, n).round(); float32 and round-half-even
+    # like upstream so the chosen frames are the same.
+    indices = torch.linspace(first, last, nframes).round().long().tolist()
+    return _Sampling(indices, fps, total_frames, nframes / max(last - first + 1, 1e-6) * fps)
+
+
+def _open_video(local: Path) -> av.container.InputContainer:
+    container = av.open(str(local))
+    if not container.streams.video:
+        container.close()
+        raise MediaError(local, "no video stream")
+    return container
+
+
+def sampled_frame_times(path: MediaSource, settings: VisionSettings | None = None) -> list[float]:
+    """Times in seconds (frame number / frame rate) of the frames `read_video(path, settings)` samples,
+    read from the container without decoding: the video metadata Qwen3-VL's processor takes timestamps from."""
+    settings = settings or VisionSettings()
+    local = _local_path(path)
+    try:
+        with _open_video(local) as container:
+            sampling = _sampling(local, container.streams.video[0], settings)
+    except av.FFmpegError as error:
+        raise MediaError(local, f"cannot decode: {error}") from error
+    return [index / sampling.fps for index in sampling.indices]
+
+
 def read_video(path: MediaSource, settings: VisionSettings | None = None) -> tuple[torch.Tensor, float]:
     """Decode, sample and resize a video as qwen-vl-utils' fetch_video does.
 
-    Returns (frames uint8 [T, 3, H, W] with H, W multiples of 28, sample_fps): the frames the
+    Returns (frames uint8 [T, 3, H, W] with H, W multiples of settings.factor, sample_fps): the frames the
     model sees and the rate they were sampled at. Raises MediaError naming the file when it is
     missing, unreadable, has no video stream or too few frames for the requested sampling.
     """
     settings = settings or VisionSettings()
     local = _local_path(path)
     try:
-        with av.open(str(local)) as container:
-            if not container.streams.video:
-                raise MediaError(local, "no video stream")
+        with _open_video(local) as container:
             stream = container.streams.video[0]
-            total_frames = stream.frames or _count_packets(local)
-            if total_frames <= 0:
-                raise MediaError(local, "the video stream has no frames")
-            fps = float(stream.average_rate or stream.guessed_rate or 0)
-            if fps <= 0:
-                raise MediaError(local, "the video stream has no frame rate")
-            try:
-                first, last = settings.frame_range(total_frames, fps)
-                nframes = settings.num_frames(last - first + 1, fps)
-            except ValueError as error:
-                raise MediaError(local, str(error)) from error
-            # qwen-vl-utils: torch.linspace(start, end, n).round(); float32 and round-half-even
-            # like upstream so the chosen frames are the same.
-            indices = torch.linspace(first, last, nframes).round().long().tolist()
-            rgb = _decode_indices(local, container, stream, indices, fps, total_frames)
+            sampling = _sampling(local, stream, settings)
+            rgb = _decode_indices(local, container, stream, sampling.indices, sampling.fps, sampling.total_frames)
     except av.FFmpegError as error:
         raise MediaError(local, f"cannot decode: {error}") from error
-    sample_fps = nframes / max(last - first + 1, 1e-6) * fps
+    nframes, sample_fps = len(sampling.indices), sampling.sample_fps
     frames = torch.from_numpy(rgb).permute(0, 3, 1, 2)
     height, width = settings.video_size(frames.shape[2], frames.shape[3], nframes)
     return resize_frames(frames, height, width), sample_fps
@@ -238,51 +312,52 @@ def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor
     return torch.cat(chunks)
 
 
-def normalize_frames(frames: torch.Tensor) -> torch.Tensor:
-    """uint8 [T, C, H, W] -> float32, rescaled by 1/255 then normalised with the CLIP mean/std
+def normalize_frames(frames: torch.Tensor, layout: VisionLayout = QWEN2_VL_LAYOUT) -> torch.Tensor:
+    """uint8 [T, C, H, W] -> float32, rescaled by 1/255 then normalised with the layout's mean/std
     (the processors' do_rescale + do_normalize)."""
-    mean = torch.tensor(IMAGE_MEAN, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.tensor(IMAGE_STD, dtype=torch.float32).view(1, -1, 1, 1)
+    mean = torch.tensor(layout.image_mean, dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.tensor(layout.image_std, dtype=torch.float32).view(1, -1, 1, 1)
     # In place after the one float copy: same arithmetic, ~4x faster than out-of-place broadcasts.
     return frames.to(torch.float32, copy=True).mul_(1.0 / 255.0).sub_(mean).div_(std)
 
 
-def patchify(frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """float [T, C, H, W] (H, W multiples of 28) -> (pixel_values [grid_t*grid_h*grid_w, C*2*14*14],
-    grid_thw [3]) in Qwen2-VL's layout; T is padded to even by repeating the last frame.
+def patchify(frames: torch.Tensor, layout: VisionLayout = QWEN2_VL_LAYOUT) -> tuple[torch.Tensor, torch.Tensor]:
+    """float [T, C, H, W] (H, W multiples of layout.factor) -> (pixel_values [grid_t*grid_h*grid_w,
+    C*temporal*patch*patch], grid_thw [3]); T is padded to a multiple of the temporal patch by repeating the
+    last frame.
 
-    Rows run over (t, h/2, w/2, 2, 2): the four patches of each 2x2 merge group are adjacent,
-    which is what the vision tower's patch merger expects. Each row is (C, temporal, 14, 14).
+    Rows run over (t, h/m, w/m, m, m) for merge size m: the patches of each merge group are adjacent,
+    which is what the vision tower's patch merger expects. Each row is (C, temporal, patch, patch), as
+    Qwen2VLVideoProcessor.patchify and Qwen3VLVideoProcessor.patchify lay them out.
     """
+    patch, merge, temporal = layout.patch_size, layout.merge_size, layout.temporal_patch_size
     num_frames, channels, height, width = frames.shape
-    if height % (PATCH_SIZE * MERGE_SIZE) or width % (PATCH_SIZE * MERGE_SIZE):
-        raise ValueError(f"frame size {height}x{width} is not a multiple of {PATCH_SIZE * MERGE_SIZE}")
-    if pad := -num_frames % TEMPORAL_PATCH_SIZE:
+    if height % layout.factor or width % layout.factor:
+        raise ValueError(f"frame size {height}x{width} is not a multiple of {layout.factor}")
+    if pad := -num_frames % temporal:
         frames = torch.cat([frames, frames[-1:].expand(pad, -1, -1, -1)])
         num_frames += pad
-    grid_t = num_frames // TEMPORAL_PATCH_SIZE
-    grid_h, grid_w = height // PATCH_SIZE, width // PATCH_SIZE
-    patches = frames.reshape(
-        grid_t,
-        TEMPORAL_PATCH_SIZE,
-        channels,
-        grid_h // MERGE_SIZE,
-        MERGE_SIZE,
-        PATCH_SIZE,
-        grid_w // MERGE_SIZE,
-        MERGE_SIZE,
-        PATCH_SIZE,
-    )
-    # -> (grid_t, h/2, w/2, 2, 2, C, temporal, 14, 14), as Qwen2VLVideoProcessor.patchify.
+    grid_t = num_frames // temporal
+    grid_h, grid_w = height // patch, width // patch
+    patches = frames.reshape(grid_t, temporal, channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch)
+    # -> (grid_t, h/m, w/m, m, m, C, temporal, patch, patch)
     patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    pixel_values = patches.reshape(
-        grid_t * grid_h * grid_w, channels * TEMPORAL_PATCH_SIZE * PATCH_SIZE * PATCH_SIZE
-    )
+    pixel_values = patches.reshape(grid_t * grid_h * grid_w, channels * temporal * patch * patch)
     return pixel_values, torch.tensor([grid_t, grid_h, grid_w], dtype=torch.long)
 
 
-def _is_sized(height: int, width: int) -> bool:
-    factor = PATCH_SIZE * MERGE_SIZE
+def patch_timestamps(frame_times: list[float], temporal_patch_size: int) -> tuple[float, ...]:
+    """One time per temporal patch: the mean of its first and last frame's time, the last frame repeated to
+    fill the final patch (transformers' Qwen3VLProcessor._calculate_timestamps)."""
+    times = list(frame_times)
+    if pad := -len(times) % temporal_patch_size:
+        times += [times[-1]] * pad
+    return tuple(
+        (times[i] + times[i + temporal_patch_size - 1]) / 2 for i in range(0, len(times), temporal_patch_size)
+    )
+
+
+def _is_sized(height: int, width: int, factor: int = PATCH_SIZE * MERGE_SIZE) -> bool:
     return height % factor == 0 and width % factor == 0
 
 
@@ -291,10 +366,18 @@ def _check_frames(frames: torch.Tensor, what: str) -> None:
         raise TypeError(f"{what} must be a uint8 torch tensor, got {getattr(frames, 'dtype', type(frames))}")
 
 
-def preprocess_video(frames: torch.Tensor, settings: VisionSettings | None, sample_fps: float) -> VisionInput:
-    """uint8 [T, 3, H, W] frames sampled at `sample_fps` -> VisionInput.
+def preprocess_video(
+    frames: torch.Tensor,
+    settings: VisionSettings | None,
+    sample_fps: float,
+    layout: VisionLayout = QWEN2_VL_LAYOUT,
+    frame_times: list[float] | None = None,
+) -> VisionInput:
+    """uint8 [T, 3, H, W] frames sampled at `sample_fps` -> VisionInput in `layout`.
 
-    Frames whose sides are multiples of 28 are taken as sized (read_video's output) and are
+    frame_times: each frame's time in seconds in its source video (`sampled_frame_times`), for layouts with
+    frame timestamps; None takes the frames as a clip starting at 0 s, `1 / sample_fps` apart.
+    Frames whose sides are multiples of layout.factor are taken as sized (read_video's output) and are
     not resized again: qwen-vl-utils' rule is not idempotent when min_pixels exceeds max_pixels
     (the Cosmos-Reason default max_pixels=81920 is below the default min 128*28*28), and the HF
     processor after qwen-vl-utils leaves such frames alone too (its own bounds, 56*56 to
@@ -305,13 +388,21 @@ def preprocess_video(frames: torch.Tensor, settings: VisionSettings | None, samp
         raise ValueError(f"video frames must be [T>0, 3, H, W], got {list(frames.shape)}")
     if not sample_fps > 0:
         raise ValueError(f"sample_fps must be > 0, got {sample_fps}")
-    if not _is_sized(frames.shape[2], frames.shape[3]):
-        height, width = (settings or VisionSettings()).video_size(
-            frames.shape[2], frames.shape[3], frames.shape[0]
-        )
+    num_frames = frames.shape[0]
+    if not _is_sized(frames.shape[2], frames.shape[3], layout.factor):
+        height, width = layout.settings(settings).video_size(frames.shape[2], frames.shape[3], num_frames)
         frames = resize_frames(frames, height, width)
-    pixel_values, grid_thw = patchify(normalize_frames(frames))
-    return VisionInput(pixel_values, grid_thw, TEMPORAL_PATCH_SIZE / sample_fps)
+    pixel_values, grid_thw = patchify(normalize_frames(frames, layout), layout)
+    timestamps = None
+    if layout.frame_timestamps:
+        if frame_times is None:
+            frame_times = [i / sample_fps for i in range(num_frames)]
+        if len(frame_times) != num_frames:
+            raise ValueError(f"{len(frame_times)} frame times for {num_frames} frames")
+        timestamps = patch_timestamps(frame_times, layout.temporal_patch_size)
+    return VisionInput(
+        pixel_values, grid_thw, layout.temporal_patch_size / sample_fps, timestamps, layout.merge_size
+    )
 
 
 # ---------------------------------------------------------------- images
@@ -337,7 +428,7 @@ def load_image(
     source: MediaSource | Image.Image | bytes, settings: VisionSettings | None = None
 ) -> torch.Tensor:
     """Open an image (path, PIL image or encoded bytes), convert to RGB and resize as
-    qwen-vl-utils' fetch_image does. Returns uint8 [3, H, W], H and W multiples of 28."""
+    qwen-vl-utils' fetch_image does. Returns uint8 [3, H, W], H and W multiples of settings.factor."""
     settings = settings or VisionSettings()
     if isinstance(source, Image.Image):
         name, image = "<PIL image>", source
@@ -356,34 +447,41 @@ def load_image(
 
 
 def preprocess_image(
-    image: torch.Tensor | Image.Image, settings: VisionSettings | None = None
+    image: torch.Tensor | Image.Image, settings: VisionSettings | None = None, layout: VisionLayout = QWEN2_VL_LAYOUT
 ) -> VisionInput:
     """An image (uint8 [3, H, W] or PIL) -> VisionInput with grid_t = 1: the frame is repeated
-    over the temporal patch, as the Qwen2-VL image processor does.
+    over the temporal patch, as the Qwen2-VL / Qwen3-VL image processors do.
 
-    As in preprocess_video, an image with sides multiples of 28 (load_image's output) is taken
-    as sized; a PIL image or other sizes are resized per `settings`."""
+    As in preprocess_video, an image with sides multiples of layout.factor (load_image's output) is
+    taken as sized; a PIL image or other sizes are resized per `settings`."""
+    settings = layout.settings(settings)
     if isinstance(image, Image.Image):
         image = load_image(image, settings)
     _check_frames(image, "image")
     if image.ndim != 3 or image.shape[0] != 3:
         raise ValueError(f"an image must be [3, H, W], got {list(image.shape)}")
-    if not _is_sized(image.shape[1], image.shape[2]):
-        pil = _resize_image(Image.fromarray(image.permute(1, 2, 0).numpy()), settings or VisionSettings())
+    if not _is_sized(image.shape[1], image.shape[2], layout.factor):
+        pil = _resize_image(Image.fromarray(image.permute(1, 2, 0).numpy()), settings)
         image = torch.from_numpy(np.asarray(pil).copy()).permute(2, 0, 1)
-    frames = normalize_frames(image.unsqueeze(0))
-    pixel_values, grid_thw = patchify(frames.expand(TEMPORAL_PATCH_SIZE, -1, -1, -1))
-    return VisionInput(pixel_values, grid_thw, None)
+    frames = normalize_frames(image.unsqueeze(0), layout)
+    pixel_values, grid_thw = patchify(frames.expand(layout.temporal_patch_size, -1, -1, -1), layout)
+    return VisionInput(pixel_values, grid_thw, None, None, layout.merge_size)
 
 
-def prepare_video(path: MediaSource, settings: VisionSettings | None = None) -> VisionInput:
-    """read_video + preprocess_video."""
+def prepare_video(
+    path: MediaSource, settings: VisionSettings | None = None, layout: VisionLayout = QWEN2_VL_LAYOUT
+) -> VisionInput:
+    """read_video + preprocess_video (with the frames' times when the layout writes timestamps)."""
+    settings = layout.settings(settings)
     frames, sample_fps = read_video(path, settings)
-    return preprocess_video(frames, settings, sample_fps)
+    times = sampled_frame_times(path, settings) if layout.frame_timestamps else None
+    return preprocess_video(frames, settings, sample_fps, layout, times)
 
 
 def prepare_image(
-    source: MediaSource | Image.Image | bytes, settings: VisionSettings | None = None
+    source: MediaSource | Image.Image | bytes, settings: VisionSettings | None = None,
+    layout: VisionLayout = QWEN2_VL_LAYOUT,
 ) -> VisionInput:
     """load_image + preprocess_image."""
-    return preprocess_image(load_image(source, settings), settings)
+    settings = layout.settings(settings)
+    return preprocess_image(load_image(source, settings), settings, layout)

@@ -9,6 +9,12 @@ model post-trained here sees the same frames and sizes as with the Qwen/Cosmos-R
 One deliberate difference: qwen-vl-utils reads the total-video pixel budget from the
 ``VIDEO_MAX_PIXELS`` environment variable; here it is the ``total_pixels`` setting only, so the
 config file is the single source of truth.
+
+`factor` is the model's pixels per merged token side (patch size x spatial merge: 28 for Qwen2.5-VL,
+32 for Qwen3-VL and Cosmos3-Edge). Sizes are multiples of it and the default pixel bounds are token
+counts times factor**2, as qwen-vl-utils computes them from `image_patch_size` since its Qwen3-VL
+release (for 28 they equal the Qwen2.5-VL constants). It is not a message-part key: `encode_chat` sets it
+from the model family (`cosmos_train.data.video.VisionLayout`).
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ from cosmos_train.errors import DataError
 
 # qwen-vl-utils constants (Qwen2.5-VL: patch 14 x spatial merge 2 = 28 pixels per token side).
 IMAGE_FACTOR = 28
-MIN_PIXELS = 4 * 28 * 28
-MAX_PIXELS = 16384 * 28 * 28
 MAX_RATIO = 200
-VIDEO_MIN_PIXELS = 128 * 28 * 28
-VIDEO_MAX_PIXELS = 768 * 28 * 28
-VIDEO_TOTAL_PIXELS = int(128000 * 28 * 28 * 0.9)  # 128k tokens of context, 90% of it for video
+# Token bounds; pixels = tokens * factor**2 (qwen-vl-utils' *_TOKEN_NUM and MODEL_SEQ_LEN).
+IMAGE_MIN_TOKENS, IMAGE_MAX_TOKENS = 4, 16384
+VIDEO_MIN_TOKENS, VIDEO_MAX_TOKENS = 128, 768
+VIDEO_TOTAL_TOKENS = 128000 * 0.9  # 128k tokens of context, 90% of it for video
+MIN_PIXELS = IMAGE_MIN_TOKENS * IMAGE_FACTOR**2
+MAX_PIXELS = IMAGE_MAX_TOKENS * IMAGE_FACTOR**2
+VIDEO_MIN_PIXELS = VIDEO_MIN_TOKENS * IMAGE_FACTOR**2
+VIDEO_MAX_PIXELS = VIDEO_MAX_TOKENS * IMAGE_FACTOR**2
+VIDEO_TOTAL_PIXELS = int(VIDEO_TOTAL_TOKENS * IMAGE_FACTOR**2)
 FRAME_FACTOR = 2
 FPS = 2.0
 FPS_MIN_FRAMES = 4
@@ -122,6 +132,7 @@ class VisionSettings:
     total_pixels: budget for the whole video; each frame gets total_pixels / nframes * 2 at most.
     resized_height / resized_width: explicit size (rounded to multiples of 28); both or neither.
     video_start / video_end: the time range of the video to sample, in seconds.
+    factor: pixels per merged token side of the model (28 Qwen2.5-VL, 32 Qwen3-VL); not a part key.
     """
 
     fps: float | None = None
@@ -135,8 +146,11 @@ class VisionSettings:
     resized_width: int | None = None
     video_start: float | None = None
     video_end: float | None = None
+    factor: int = IMAGE_FACTOR
 
     def __post_init__(self) -> None:
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor <= 0:
+            raise VisionSettingsError(f"vision factor must be a positive whole number of pixels, got {self.factor!r}")
         for key in VISION_KEYS:
             value = getattr(self, key)
             if value is None:
@@ -244,22 +258,24 @@ class VisionSettings:
         """Per-frame size for a video of `nframes` frames of height x width (fetch_video's rules:
         the total budget is split over frame pairs and never pushes a frame under 1.05 * min)."""
         if self.resized_height is not None and self.resized_width is not None:
-            return smart_resize(self.resized_height, self.resized_width, factor=IMAGE_FACTOR)
-        min_pixels = self.min_pixels if self.min_pixels is not None else VIDEO_MIN_PIXELS
-        total_pixels = self.total_pixels if self.total_pixels is not None else VIDEO_TOTAL_PIXELS
-        max_pixels = max(min(VIDEO_MAX_PIXELS, total_pixels / nframes * FRAME_FACTOR), int(min_pixels * 1.05))
+            return smart_resize(self.resized_height, self.resized_width, factor=self.factor)
+        area = self.factor**2
+        min_pixels = self.min_pixels if self.min_pixels is not None else VIDEO_MIN_TOKENS * area
+        total_pixels = self.total_pixels if self.total_pixels is not None else int(VIDEO_TOTAL_TOKENS * area)
+        max_pixels = max(min(VIDEO_MAX_TOKENS * area, total_pixels / nframes * FRAME_FACTOR), int(min_pixels * 1.05))
         if self.max_pixels is not None:
             max_pixels = min(self.max_pixels, max_pixels)
-        return smart_resize(height, width, factor=IMAGE_FACTOR, min_pixels=min_pixels, max_pixels=max_pixels)
+        return smart_resize(height, width, factor=self.factor, min_pixels=min_pixels, max_pixels=max_pixels)
 
     def image_size(self, height: int, width: int) -> tuple[int, int]:
         """Size for an image of height x width (fetch_image's rules)."""
         if self.resized_height is not None and self.resized_width is not None:
-            return smart_resize(self.resized_height, self.resized_width, factor=IMAGE_FACTOR)
+            return smart_resize(self.resized_height, self.resized_width, factor=self.factor)
+        area = self.factor**2
         return smart_resize(
             height,
             width,
-            factor=IMAGE_FACTOR,
-            min_pixels=self.min_pixels if self.min_pixels is not None else MIN_PIXELS,
-            max_pixels=self.max_pixels if self.max_pixels is not None else MAX_PIXELS,
+            factor=self.factor,
+            min_pixels=self.min_pixels if self.min_pixels is not None else IMAGE_MIN_TOKENS * area,
+            max_pixels=self.max_pixels if self.max_pixels is not None else IMAGE_MAX_TOKENS * area,
         )

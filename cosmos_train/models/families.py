@@ -6,24 +6,28 @@
 
 A spec is keyed by `config.model_type`. It says which modules are transformer blocks (FSDP2 wraps each one,
 `cosmos_train.models.parallelize`), the tensor-parallel plan of a language block, where the vision tower
-lives (for freeze_pattern / trainable_pattern). The vision patch layout is Qwen2.5-VL's, in
-`cosmos_train.data.video` (14 px patches, 2 x 2 merged, 2 frames each); it moves onto the spec with the
-first family that lays video out otherwise (Qwen3-VL: 16 px patches and timestamps in the prompt).
+lives (for freeze_pattern / trainable_pattern), how pixels are laid out and video time is written in the
+prompt (`vision_layout`, used by `cosmos_train.data.video` and `cosmos_train.data.chat.encode_chat`) and
+which processor classes belong to it (so a processor alone tells its layout).
 A model whose type has no spec is refused with the supported types listed (`ModelError`), before any
 process shards it: FSDP2 on a model whose blocks it cannot find would shard only the root module, silently.
 
-Adding a family: a `FamilySpec` below (and its tiny offline model in `cosmos_train.models.tiny`), then the
-parametrised SFT / export / evaluation tests pick it up.
+Adding a family: a `FamilySpec` below, its tiny offline model (`cosmos_train.models.tiny`: a config builder
+in TINY_CONFIGS and, if its processor needs torchvision, a video-less processor class in
+`cosmos_train.models.load`); the parametrised SFT / export / evaluation tests (tests/*/test_families*.py)
+then run it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
+from cosmos_train.data.video import QWEN2_VL_LAYOUT, VisionLayout
 from cosmos_train.errors import ModelError
 
 
@@ -42,6 +46,12 @@ def _qwen_vl_vision_blocks(model: nn.Module) -> list[nn.Module]:
     return list(getattr(visual, "blocks", [])) if visual is not None else []
 
 
+def _cosmos3_vision_blocks(model: nn.Module) -> list[nn.Module]:
+    visual = getattr(_core(model), "visual", None)
+    encoder = getattr(visual, "encoder", None)
+    return list(getattr(encoder, "layers", [])) if encoder is not None else []
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """One architecture family.
@@ -49,7 +59,9 @@ class FamilySpec:
     model_types: `config.model_type` values it covers. language_layers / vision_blocks: the transformer
     blocks (FSDP2 units, activation-checkpointing units). tp_plan: module path inside a language block ->
     "colwise" | "rowwise". vision_prefixes: parameter-name prefixes of the vision tower and its merger.
-    lora_targets: the regex of module paths LoRA adapts when [policy.lora] target_modules is unset."""
+    lora_targets: the regex of module paths LoRA adapts when [policy.lora] target_modules is unset.
+    vision_layout: patch / merge / temporal patch sizes, normalisation, timestamps in the prompt.
+    processor_classes: names of transformers processor classes of this family (ours subclass them)."""
 
     name: str
     description: str
@@ -59,6 +71,8 @@ class FamilySpec:
     tp_plan: dict[str, str]
     vision_prefixes: tuple[str, ...]
     lora_targets: str
+    vision_layout: VisionLayout
+    processor_classes: tuple[str, ...]
 
 
 _QWEN_TP_PLAN = {
@@ -66,19 +80,80 @@ _QWEN_TP_PLAN = {
     "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise",
 }
 
+_QWEN_LORA = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+# Qwen3-VL and Cosmos3-Edge processor configs: 16 px patches, mean = std = 0.5 (IMAGENET_STANDARD), and a
+# `<t seconds>` before each temporal patch of a video.
+_HALF = (0.5, 0.5, 0.5)
+
 FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(
         name="qwen2_5_vl", description="Qwen2.5-VL (Cosmos-Reason1)", model_types=("qwen2_5_vl",),
         language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
         vision_prefixes=("model.visual.",),
         # the language model's attention and MLP projections (the vision tower and lm_head stay as they are)
-        lora_targets=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)",
+        lora_targets=_QWEN_LORA,
+        vision_layout=QWEN2_VL_LAYOUT,
+        processor_classes=("Qwen2_5_VLProcessor", "Qwen2VLProcessor"),
+    ),
+    FamilySpec(
+        name="qwen3_vl", description="Qwen3-VL (Cosmos-Reason2)", model_types=("qwen3_vl",),
+        # q_norm / k_norm normalise each head's head_dim: replicated, they work on column-sharded heads
+        language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
+        vision_prefixes=("model.visual.",),  # blocks, merger and the deepstack mergers
+        lora_targets=_QWEN_LORA,
+        vision_layout=VisionLayout(patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True),
+        processor_classes=("Qwen3VLProcessor",),
+    ),
+    FamilySpec(
+        name="cosmos3_edge", description="Cosmos3-Edge", model_types=("cosmos3_edge",),
+        language_layers=_qwen_vl_language_layers, vision_blocks=_cosmos3_vision_blocks,
+        tp_plan={
+            "self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
+            "self_attn.o_proj": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise",
+        },
+        vision_prefixes=("model.visual.", "model.projector."),
+        lora_targets=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|fc1|fc2)",
+        # one frame per temporal patch (its video processor refuses any other temporal_patch_size)
+        vision_layout=VisionLayout(
+            patch_size=16, temporal_patch_size=1, image_mean=_HALF, image_std=_HALF, frame_timestamps=True
+        ),
+        processor_classes=("Cosmos3EdgeProcessor",),
     ),
 )
 
 
 def supported() -> str:
     return ", ".join(f"{t} ({f.description})" for f in FAMILIES for t in f.model_types)
+
+
+def family_of_processor(processor: Any) -> FamilySpec | None:
+    """The spec whose processor class `processor` is (or subclasses); None for a bare tokenizer or another
+    processor (callers then use Qwen2.5-VL's layout, which a text-only chat never reads)."""
+    names = {cls.__name__ for cls in type(processor).__mro__}
+    for family in FAMILIES:
+        if names.intersection(family.processor_classes):
+            return family
+    return None
+
+
+def vision_layout_of(processor: Any) -> VisionLayout:
+    """The layout `processor` produces: its family's, with the sizes and statistics of its image processor
+    config where it has them (a checkpoint's own preprocessor_config.json wins over the family default)."""
+    family = family_of_processor(processor)
+    layout = family.vision_layout if family is not None else QWEN2_VL_LAYOUT
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None:
+        return layout
+    found: dict[str, Any] = {}
+    for key in ("patch_size", "merge_size", "temporal_patch_size"):
+        value = getattr(image_processor, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            found[key] = value
+    for key in ("image_mean", "image_std"):
+        value = getattr(image_processor, key, None)
+        if isinstance(value, (list, tuple)) and len(value) == 3:
+            found[key] = tuple(float(v) for v in value)
+    return dataclasses.replace(layout, **found)
 
 
 def family_of(model_or_config: Any) -> FamilySpec:

@@ -1,13 +1,15 @@
-"""Load a Qwen2.5-VL family model and its processor from a folder or hub id (tiny model or Cosmos-Reason1-7B).
+"""Load a vision-language model of a supported family and its processor from a folder or hub id (a tiny
+model, nvidia/Cosmos-Reason1-7B, nvidia/Cosmos-Reason2-8B, ...).
 
-Nothing here knows about the tiny model: the same calls load `make_tiny_model`'s folder and
-nvidia/Cosmos-Reason1-7B.
+Nothing here knows about the tiny models: the same calls load `make_tiny_model`'s folders and the hub
+checkpoints. The family (`cosmos_train.models.families`) comes from the folder's config.json model_type.
 
-torchvision: transformers' Qwen2-VL video processor imports it, so `AutoProcessor.from_pretrained`
-raises ImportError on any Qwen2.5-VL folder where torchvision is missing (as on CPU-only machines
-with the local torch wheel). `load_processor` then builds `Qwen25VLProcessorWithoutVideo`: the real
-Qwen2_5_VLProcessor code with the folder's tokenizer, image processor (transformers' PIL backend) and
-chat template, and no video processor. Videos are decoded and patchified by
+torchvision: transformers' Qwen2-VL / Qwen3-VL / Cosmos3-Edge video processors import it, so
+`AutoProcessor.from_pretrained` raises ImportError on such folders where torchvision is missing (as on
+CPU-only machines with the local torch wheel). `load_processor` then builds the family's processor
+without video (`Qwen25VLProcessorWithoutVideo`, `Qwen3VLProcessorWithoutVideo`,
+`Cosmos3EdgeProcessorWithoutVideo`): the real processor code with the folder's tokenizer, image processor
+(transformers' PIL backend) and chat template, and no video processor. Videos are decoded and patchified by
 `cosmos_train.data.video` and tokenised by `cosmos_train.data.chat.encode_chat`, which work with
 either processor; calling that processor with `videos=` raises rather than leaving pads unexpanded.
 
@@ -31,16 +33,17 @@ from transformers import (
     AutoModelForImageTextToText,
     AutoProcessor,
     AutoTokenizer,
+    Cosmos3EdgeProcessor,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen2_5_VLProcessor,
+    Qwen3VLProcessor,
 )
 from transformers.processing_utils import ProcessorMixin
 from transformers.utils import cached_file, is_torchvision_available
 
 from cosmos_train.errors import ModelError, UserError
 
-_REAL_PROCESSOR_CLASS = "Qwen2_5_VLProcessor"
 # What a folder needs, as (what it is, alternatives: each a set of files that together suffice).
 TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
     ("tokenizer", (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",))),
@@ -57,17 +60,21 @@ HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 T = TypeVar("T")
 
 
-class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
-    """Qwen2_5_VLProcessor without its torchvision-only video processor (text, chat template, images)."""
+class _WithoutVideo(ProcessorMixin):
+    """The processor of a family without its torchvision-only video processor (text, chat template, images).
+    Mixed in before the real processor class, whose name `save_pretrained` writes back."""
+
+    video_processor_type: str
 
     def __init__(
         self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs
     ):
-        # Same token attributes Qwen2_5_VLProcessor.__init__ sets; its own __init__ insists on a video processor.
-        self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
-        self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
-        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        # The token attributes the real __init__ sets; that __init__ insists on a video processor.
+        for name, default in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
+                              ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
+            token = getattr(tokenizer, f"{name}_token", None) or default
+            setattr(self, f"{name}_token", token)
+            setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
         ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
     def __call__(self, *args: Any, videos: Any = None, **kwargs: Any):
@@ -79,25 +86,56 @@ class Qwen25VLProcessorWithoutVideo(Qwen2_5_VLProcessor):
         return super().__call__(*args, **kwargs)
 
     def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> list[str]:
-        """Save like Qwen2_5_VLProcessor so the folder loads with AutoProcessor where torchvision exists."""
+        """Save like the real processor so the folder loads with AutoProcessor where torchvision exists."""
         files = super().save_pretrained(save_directory, **kwargs)
+        real = _real_processor_class(type(self)).__name__
         out = Path(save_directory)
         for name in ("processor_config.json", "tokenizer_config.json"):
             path = out / name
             if path.exists():
                 cfg = json.loads(path.read_text())
                 if "processor_class" in cfg:
-                    cfg["processor_class"] = _REAL_PROCESSOR_CLASS
+                    cfg["processor_class"] = real
                     path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        # The video processor of Qwen2.5-VL shares the image processor's settings.
+        # The family's video processor shares the image processor's settings.
         video_cfg = self.image_processor.to_dict()
         video_cfg.pop("image_processor_type", None)
-        video_cfg["video_processor_type"] = "Qwen2VLVideoProcessor"
-        video_cfg["processor_class"] = _REAL_PROCESSOR_CLASS
+        video_cfg["video_processor_type"] = self.video_processor_type
+        video_cfg["processor_class"] = real
         (out / "video_preprocessor_config.json").write_text(
             json.dumps(video_cfg, indent=2, sort_keys=True) + "\n"
         )
         return files
+
+
+def _real_processor_class(cls: type) -> type:
+    return next(c for c in cls.__mro__ if issubclass(c, ProcessorMixin) and not issubclass(c, _WithoutVideo))
+
+
+class Qwen25VLProcessorWithoutVideo(_WithoutVideo, Qwen2_5_VLProcessor):
+    """Qwen2_5_VLProcessor without its video processor."""
+
+    video_processor_type = "Qwen2VLVideoProcessor"
+
+
+class Qwen3VLProcessorWithoutVideo(_WithoutVideo, Qwen3VLProcessor):
+    """Qwen3VLProcessor without its video processor."""
+
+    video_processor_type = "Qwen3VLVideoProcessor"
+
+
+class Cosmos3EdgeProcessorWithoutVideo(_WithoutVideo, Cosmos3EdgeProcessor):
+    """Cosmos3EdgeProcessor without its video processor."""
+
+    video_processor_type = "Cosmos3EdgeVideoProcessor"
+
+
+# family name -> the processor class `load_processor` builds where torchvision is missing
+_WITHOUT_VIDEO: dict[str, type[_WithoutVideo]] = {
+    "qwen2_5_vl": Qwen25VLProcessorWithoutVideo,
+    "qwen3_vl": Qwen3VLProcessorWithoutVideo,
+    "cosmos3_edge": Cosmos3EdgeProcessorWithoutVideo,
+}
 
 
 def check_model_source(path: str | Path, need: Literal["processor", "model"]) -> Path | None:
@@ -170,7 +208,21 @@ def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
             f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config); "
             "copy chat_template.jinja from the base model"
         )
-    return Qwen25VLProcessorWithoutVideo(image_processor, tokenizer, chat_template=chat_template)
+    return _WITHOUT_VIDEO[_family_name(path, **kwargs)](image_processor, tokenizer, chat_template=chat_template)
+
+
+def _family_name(path: str | Path, **kwargs: Any) -> str:
+    """The family of the model at `path` from its config.json (Qwen2.5-VL where a processor folder has none)."""
+    from cosmos_train.models.families import family_of
+
+    resolved = cached_file(
+        str(path), "config.json", _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
+    )
+    if resolved is None:
+        return "qwen2_5_vl"
+    return family_of(json.loads(Path(resolved).read_text()).get("model_type")).name
 
 
 def _processor_chat_template(path: str | Path, **kwargs: Any) -> str | None:

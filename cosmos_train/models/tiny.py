@@ -1,13 +1,19 @@
-"""An offline, randomly initialised Qwen2.5-VL (the Cosmos-Reason1 architecture) small enough for CPU tests.
+"""Offline, randomly initialised vision-language models of each supported family, small enough for CPU tests.
 
-    cosmos-train make-tiny-model OUT [--size tiny|small] [--seed N]
+    cosmos-train make-tiny-model OUT [--family qwen2_5_vl|qwen3_vl|cosmos3_edge] [--size tiny|small] [--seed N]
     python -c "from cosmos_train.models.tiny import make_tiny_model; make_tiny_model('/tmp/tiny')"
 
-The folder holds what a hub checkpoint of nvidia/Cosmos-Reason1-7B holds, built from the real classes:
-config.json + model.safetensors (`Qwen2_5_VLForConditionalGeneration` from `Qwen2_5_VLConfig`),
-generation_config.json, a byte-level BPE tokenizer with Qwen2.5-VL's pipeline and added tokens
-(`cosmos_train.models.tokenizer`), Qwen2.5-VL's chat template, preprocessor_config.json (the
-Qwen2VLImageProcessor settings of the real checkpoint) and video_preprocessor_config.json.
+Families (`cosmos_train.models.families`): qwen2_5_vl (Cosmos-Reason1, the default and the demo's model),
+qwen3_vl (Cosmos-Reason2), cosmos3_edge (Cosmos3-Edge). The folder holds what a hub checkpoint holds, built
+from the real classes: config.json + model.safetensors (the family's ForConditionalGeneration class from
+its config class), generation_config.json, a byte-level BPE tokenizer with Qwen2.5-VL's pipeline and added
+tokens (`cosmos_train.models.tokenizer`), the family's chat template, preprocessor_config.json (the image
+processor settings of the real checkpoint) and video_preprocessor_config.json.
+
+Cosmos3-Edge: its hub tokenizer and chat template are not available offline (transformers ships the model
+code only), so its tiny model uses the same Qwen-style tokenizer and the Qwen3-VL chat template, with the
+token ids written into its config; the architecture, vision layout (16 px patches, one frame per temporal
+patch) and timestamps are Cosmos3-Edge's own.
 
 torchvision: transformers' Qwen2-VL *video* processor needs it, and AutoProcessor.from_pretrained on
 any Qwen2.5-VL folder (this one or the 7B) fails without it. `cosmos_train.models.load.load_processor`
@@ -27,8 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig
-from transformers import Qwen2_5_VLForConditionalGeneration as QwenVLModel
+from transformers import (
+    AutoModelForImageTextToText,
+    Cosmos3EdgeConfig,
+    GenerationConfig,
+    PreTrainedConfig,
+    PreTrainedTokenizerFast,
+    Qwen2_5_VLConfig,
+    Qwen3VLConfig,
+)
 
 from cosmos_train.models.tokenizer import ADDITIONAL_SPECIAL_TOKENS, build_qwen_style_tokenizer
 
@@ -50,6 +63,28 @@ QWEN25_VL_CHAT_TEMPLATE = (
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+# Qwen3-VL-Instruct's chat template for system / user / assistant turns (its tool-call and reasoning branches
+# left out): no default system prompt, vision parts as <|vision_start|><|video_pad|><|vision_end|>, which the
+# processor turns into timestamped per-patch blocks.
+QWEN3_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+FAMILY_NAMES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
 
 # OpenAI CLIP normalisation, as in Qwen2.5-VL's preprocessor_config.json.
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -82,7 +117,93 @@ SIZES: dict[str, TinySize] = {
 }
 
 
-def build_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwen2_5_VLConfig:
+def build_config(
+    size: str, vocab_size: int, special_ids: dict[str, int], family: str = "qwen2_5_vl"
+) -> PreTrainedConfig:
+    """The config of `family` at preset `size`, with the token ids of our tokenizer."""
+    if family == "qwen3_vl":
+        return _qwen3_vl_config(size, vocab_size, special_ids)
+    if family == "cosmos3_edge":
+        return _cosmos3_edge_config(size, vocab_size, special_ids)
+    if family != "qwen2_5_vl":
+        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILY_NAMES)}")
+    return _qwen2_5_vl_config(size, vocab_size, special_ids)
+
+
+def _token_ids(special_ids: dict[str, int]) -> dict[str, int]:
+    return {
+        "image_token_id": special_ids["<|image_pad|>"],
+        "video_token_id": special_ids["<|video_pad|>"],
+        "vision_start_token_id": special_ids["<|vision_start|>"],
+        "vision_end_token_id": special_ids["<|vision_end|>"],
+    }
+
+
+def _text_config(s: TinySize, vocab_size: int, special_ids: dict[str, int]) -> dict:
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": s.text_hidden,
+        "intermediate_size": s.text_intermediate,
+        "num_hidden_layers": s.text_layers,
+        "num_attention_heads": s.text_heads,
+        "num_key_value_heads": s.text_kv_heads,
+        "head_dim": s.text_hidden // s.text_heads,
+        "rms_norm_eps": 1e-6,
+        "bos_token_id": special_ids["<|endoftext|>"],
+        "eos_token_id": special_ids["<|im_end|>"],
+        "pad_token_id": special_ids["<|endoftext|>"],
+        "tie_word_embeddings": False,
+    }
+
+
+def _qwen3_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwen3VLConfig:
+    """Qwen3-VL (Cosmos-Reason2-8B's architecture): interleaved M-RoPE, q/k norms, deepstack vision features."""
+    s = SIZES[size]
+    text_config = _text_config(s, vocab_size, special_ids) | {
+        "max_position_embeddings": 262144,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
+                            "mrope_section": list(s.mrope_section), "mrope_interleaved": True},
+    }
+    vision_config = {
+        "depth": s.vision_depth,
+        "hidden_size": s.vision_hidden,
+        "intermediate_size": s.vision_intermediate,
+        "num_heads": s.vision_heads,
+        "out_hidden_size": s.text_hidden,
+        "patch_size": 16,
+        "spatial_merge_size": MERGE_SIZE,
+        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+        # a 16 x 16 learned position grid, interpolated to the input (the 8B has 48 x 48)
+        "num_position_embeddings": 256,
+        # the 8B adds block 8, 16 and 24's features to the first language layers; here the first block's
+        "deepstack_visual_indexes": [0],
+    }
+    return Qwen3VLConfig(text_config=text_config, vision_config=vision_config, tie_word_embeddings=False,
+                         **_token_ids(special_ids))
+
+
+def _cosmos3_edge_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Cosmos3EdgeConfig:
+    """Cosmos3-Edge: SigLIP-style vision encoder, 2 x 2 projector, relu2 MLP language model with M-RoPE."""
+    s = SIZES[size]
+    text_config = _text_config(s, vocab_size, special_ids) | {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 100_000_000.0,
+                            "mrope_section": list(s.mrope_section)},
+    }
+    vision_config = {
+        "hidden_size": s.vision_hidden,
+        "intermediate_size": s.vision_intermediate,
+        "num_hidden_layers": s.vision_depth,
+        "num_attention_heads": s.vision_heads,
+        "patch_size": 16,
+        "spatial_merge_size": MERGE_SIZE,
+        "num_patches": 256,
+    }
+    return Cosmos3EdgeConfig(text_config=text_config, vision_config=vision_config,
+                             projector_hidden_size=4 * s.vision_hidden, tie_word_embeddings=False,
+                             **_token_ids(special_ids))
+
+
+def _qwen2_5_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwen2_5_VLConfig:
     """The Qwen2.5-VL config of preset `size`, with the token ids of our tokenizer."""
     s = SIZES[size]
     head_dim = s.text_hidden // s.text_heads
@@ -151,7 +272,23 @@ def build_tokenizer(size: str) -> PreTrainedTokenizerFast:
     )
 
 
-def _image_processor_config() -> dict:
+def _image_processor_config(family: str = "qwen2_5_vl") -> dict:
+    if family == "qwen3_vl":  # Qwen3-VL's preprocessor_config.json: 16 px patches, 0.5 mean / std
+        return {
+            "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen3VLProcessor",
+            "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+            "do_convert_rgb": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+            "patch_size": 16, "temporal_patch_size": TEMPORAL_PATCH_SIZE, "merge_size": MERGE_SIZE, "resample": 3,
+        }
+    if family == "cosmos3_edge":
+        return {
+            "image_processor_type": "Cosmos3EdgeImageProcessor", "processor_class": "Cosmos3EdgeProcessor",
+            "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+            "do_convert_rgb": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "size": {"shortest_edge": 256 * 256, "longest_edge": 4096 * 4096},
+            "patch_size": 16, "temporal_patch_size": 1, "merge_size": MERGE_SIZE, "resample": 3,
+        }
     return {
         "image_processor_type": "Qwen2VLImageProcessor",
         "processor_class": "Qwen2_5_VLProcessor",
@@ -172,12 +309,15 @@ def _image_processor_config() -> dict:
     }
 
 
-def _video_processor_config() -> dict:
-    cfg = _image_processor_config()
+def _video_processor_config(family: str = "qwen2_5_vl") -> dict:
+    cfg = _image_processor_config(family)
     del cfg["image_processor_type"]
-    cfg["video_processor_type"] = "Qwen2VLVideoProcessor"
-    # Qwen2.5-VL's video defaults: frames are sampled by the caller (our video.py), not here.
+    cfg["video_processor_type"] = {"qwen2_5_vl": "Qwen2VLVideoProcessor", "qwen3_vl": "Qwen3VLVideoProcessor",
+                                   "cosmos3_edge": "Cosmos3EdgeVideoProcessor"}[family]
+    # The families' video defaults: frames are sampled by the caller (our video.py), not here.
     cfg.update({"do_sample_frames": False, "fps": 2.0, "min_frames": 4, "max_frames": 768})
+    if family == "qwen3_vl":
+        cfg["size"] = {"shortest_edge": 4096, "longest_edge": 25165824}
     return cfg
 
 
@@ -185,26 +325,29 @@ def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """Build the preset `size` ("tiny" ~1.2 M parameters, "small" ~8 M) with weights drawn from `seed`.
+def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, family: str = "qwen2_5_vl") -> Path:
+    """Build the preset `size` ("tiny" ~1.2 M parameters, "small" ~8 M) of `family` with weights drawn
+    from `seed`.
 
     Writes a folder that `cosmos_train.models.load` (and transformers' Auto classes) load, and returns it.
-    The same (size, seed) always gives the same weights and tokenizer.
+    The same (family, size, seed) always gives the same weights and tokenizer.
     """
     if size not in SIZES:
         raise ValueError(f"unknown tiny model size {size!r}; choose one of {sorted(SIZES)}")
+    if family not in FAMILY_NAMES:
+        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILY_NAMES)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     tokenizer = build_tokenizer(size)
     special_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
     vocab_size = -(-len(tokenizer) // 64) * 64
-    config = build_config(size, vocab_size, special_ids)
+    config = build_config(size, vocab_size, special_ids, family)
 
     # Random init draws from the global generator; fork it so callers' RNG state is left untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = QwenVLModel(config)
+        model = AutoModelForImageTextToText.from_config(config)
     model.generation_config = GenerationConfig(
         bos_token_id=special_ids["<|endoftext|>"],
         pad_token_id=special_ids["<|endoftext|>"],
@@ -214,19 +357,21 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> P
     )
     model.save_pretrained(out)
 
-    tokenizer.chat_template = QWEN25_VL_CHAT_TEMPLATE
+    template = QWEN25_VL_CHAT_TEMPLATE if family == "qwen2_5_vl" else QWEN3_VL_CHAT_TEMPLATE
+    processor_class = _image_processor_config(family)["processor_class"]
+    tokenizer.chat_template = template
     tokenizer.save_pretrained(out)
     # Hub Qwen2.5-VL checkpoints name their tokenizer class Qwen2Tokenizer; transformers' Qwen2Tokenizer
     # reads the same tokenizer.json (same normaliser, pre-tokeniser, decoder), so say so.
     tok_cfg_path = out / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text())
     tok_cfg["tokenizer_class"] = "Qwen2Tokenizer"
-    tok_cfg["processor_class"] = "Qwen2_5_VLProcessor"
+    tok_cfg["processor_class"] = processor_class
     _write_json(tok_cfg_path, tok_cfg)
 
-    (out / "chat_template.jinja").write_text(QWEN25_VL_CHAT_TEMPLATE)
-    _write_json(out / "preprocessor_config.json", _image_processor_config())
-    _write_json(out / "video_preprocessor_config.json", _video_processor_config())
+    (out / "chat_template.jinja").write_text(template)
+    _write_json(out / "preprocessor_config.json", _image_processor_config(family))
+    _write_json(out / "video_preprocessor_config.json", _video_processor_config(family))
     return out
 
 
@@ -234,7 +379,7 @@ def count_parameters(path_or_model: str | Path | torch.nn.Module) -> dict[str, i
     """Parameter counts {"total", "vision", "language"} of a model or a saved folder."""
     model = path_or_model
     if not isinstance(model, torch.nn.Module):
-        model = QwenVLModel.from_pretrained(path_or_model)
+        model = AutoModelForImageTextToText.from_pretrained(path_or_model)
     total = sum(p.numel() for p in model.parameters())
     vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}")
     return {"total": total, "vision": vision, "language": total - vision}
