@@ -23,6 +23,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model")
 
 
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
+
+
+@pytest.fixture(scope="session")
+def family_model_dirs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
+    """The tiny model of every supported family (`make-tiny-model --family`), Qwen2.5-VL's being tiny_model_dir."""
+    from cosmos_train.models.tiny import make_tiny_model
+
+    root = tmp_path_factory.mktemp("family-models")
+    return {f: tiny_model_dir if f == "qwen2_5_vl" else make_tiny_model(root / f, family=f) for f in FAMILIES}
+
+
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from cosmos_train.data.synthetic import make_synthetic_dataset

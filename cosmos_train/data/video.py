@@ -65,6 +65,7 @@ __all__ = [
     "read_video",
     "resize_frames",
     "sampled_frame_times",
+    "sampled_frames",
 ]
 
 PATCH_SIZE = 14
@@ -259,9 +260,9 @@ def _open_video(local: Path) -> av.container.InputContainer:
     return container
 
 
-def sampled_frame_times(path: MediaSource, settings: VisionSettings | None = None) -> list[float]:
-    """Times in seconds (frame number / frame rate) of the frames `read_video(path, settings)` samples,
-    read from the container without decoding: the video metadata Qwen3-VL's processor takes timestamps from."""
+def sampled_frames(path: MediaSource, settings: VisionSettings | None = None) -> tuple[list[int], float, int]:
+    """(frame numbers, the stream's frame rate, its frame count) of the frames `read_video(path, settings)`
+    samples, read from the container without decoding: the video metadata transformers' processors take."""
     settings = settings or VisionSettings()
     local = _local_path(path)
     try:
@@ -269,7 +270,14 @@ def sampled_frame_times(path: MediaSource, settings: VisionSettings | None = Non
             sampling = _sampling(local, container.streams.video[0], settings)
     except av.FFmpegError as error:
         raise MediaError(local, f"cannot decode: {error}") from error
-    return [index / sampling.fps for index in sampling.indices]
+    return sampling.indices, sampling.fps, sampling.total_frames
+
+
+def sampled_frame_times(path: MediaSource, settings: VisionSettings | None = None) -> list[float]:
+    """Times in seconds (frame number / frame rate) of the frames `read_video(path, settings)` samples:
+    what Qwen3-VL's processor computes its timestamps from."""
+    indices, fps, _ = sampled_frames(path, settings)
+    return [index / fps for index in indices]
 
 
 def read_video(path: MediaSource, settings: VisionSettings | None = None) -> tuple[torch.Tensor, float]:

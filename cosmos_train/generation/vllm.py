@@ -75,6 +75,7 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         from cosmos_train.data.vision_settings import VisionSettings
+        from cosmos_train.models.families import vision_layout_of
         from cosmos_train.models.load import get_tokenizer, load_processor
 
         # Long videos need a length cap past the model config's (the reference tool does this too).
@@ -92,6 +93,7 @@ class VLLMEngine:
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.end_ids = sorted(i for i in {im_end, tokenizer.eos_token_id} if isinstance(i, int) and i >= 0)
         self.vision_defaults = VisionSettings(**cfg.vision_defaults) if cfg.vision_defaults else None
+        self.vision_layout = vision_layout_of(self.processor)
         self.frames = FrameMemo(max_bytes=frame_memo_bytes)  # several questions about one clip decode it once
         self.weight_version = 0
         uuids = self.llm.collective_rpc("cosmos_device_uuid")
@@ -105,8 +107,8 @@ class VLLMEngine:
     def render(self, chat: Chat) -> str:
         return self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
 
-    def _load_video(self, part: dict[str, Any]) -> tuple[Any, float]:
-        return load_video_frames(part, self.vision_defaults, frames_from=self.frames)
+    def _load_video(self, part: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return load_video_frames(part, self.vision_defaults, frames_from=self.frames, layout=self.vision_layout)
 
     def request(self, chat: Chat) -> dict[str, Any]:
         """The vLLM prompt dict of one chat (frames decoded)."""

@@ -10,7 +10,10 @@ already sampled and resized by `cosmos_train.data.video.read_video` under the pa
 over the engine's `vision_defaults` (the pixels `encode_chat`, the HF engine and the trainer see),
 and metadata saying the rate they were sampled at, so the model's temporal positions use it
 (vLLM 0.32 requires the metadata for Qwen2.5-VL; older releases read `mm_processor_kwargs={"fps": ...}`,
-which is sent too).
+which is sent too). Families whose prompt carries frame timestamps (Qwen3-VL, Cosmos3-Edge) get the source
+video's metadata instead (its frame rate, frame count and the sampled frame numbers), from which their
+processors compute the same `<t seconds>` the trainer's `encode_chat` writes; their frames are sized in the
+family's layout (multiples of 32 px).
 
 Sampling: `logprobs=0` returns the log-prob of each sampled token only; the engine is built with
 `logprobs_mode="processed_logprobs"`, so it is the log-prob under the distribution the token was
@@ -31,7 +34,7 @@ from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams
 from cosmos_train.generation.config import GenerationConfig
 
-VideoLoader = Callable[[dict[str, Any]], tuple[Any, float]]
+VideoLoader = Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]]
 FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
 DTYPES = ("bfloat16", "float16", "float32")
 
@@ -53,17 +56,27 @@ def media_parts(chat: Chat) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return videos, images
 
 
-def load_video_frames(part: dict[str, Any], defaults: Any = None, frames_from: Any = None) -> tuple[Any, float]:
-    """(float frames [T, C, H, W], sample_fps) for one video part, sampled and resized like qwen-vl-utils.
+def load_video_frames(
+    part: dict[str, Any], defaults: Any = None, frames_from: Any = None, layout: Any = None
+) -> tuple[Any, dict[str, Any]]:
+    """(float frames [T, C, H, W], vLLM video metadata) for one video part, sampled and resized like
+    qwen-vl-utils in the model family's `layout` (a `VisionLayout`; None: Qwen2.5-VL's).
 
     defaults: a VisionSettings for the keys the part does not set (the engine's vision_defaults).
     frames_from: a FrameMemo / ClipCache to read through (default: decode).
     """
-    from cosmos_train.data.video import VisionSettings, read_video
+    from cosmos_train.data.video import QWEN2_VL_LAYOUT, VisionSettings, read_video, sampled_frames
 
+    layout = layout or QWEN2_VL_LAYOUT
+    settings = layout.settings(VisionSettings.from_part(part, defaults))
     read = frames_from.read_video if frames_from is not None else read_video
-    frames, sample_fps = read(part["video"], VisionSettings.from_part(part, defaults))
-    return frames.float(), sample_fps  # a new tensor: the memo's frames are never changed
+    frames, sample_fps = read(part["video"], settings)
+    if layout.frame_timestamps:
+        indices, fps, total = sampled_frames(part["video"], settings)
+        metadata = source_metadata(indices, fps, total)
+    else:
+        metadata = frames_metadata(int(frames.shape[0]), sample_fps)
+    return frames.float(), metadata  # a new tensor: the memo's frames are never changed
 
 
 def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
@@ -78,6 +91,19 @@ def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
         "duration": num_frames / sample_fps,
         "total_num_frames": num_frames,
         "frames_indices": list(range(num_frames)),
+        "video_backend": "pyav",
+        "do_sample_frames": False,
+    }
+
+
+def source_metadata(indices: list[int], fps: float, total_frames: int) -> dict[str, Any]:
+    """vLLM's video metadata for frames sampled by us from a source video: its frame rate and frame count
+    and the frame numbers taken, from which Qwen3-VL's processor computes each patch's timestamp."""
+    return {
+        "fps": fps,
+        "duration": total_frames / fps,
+        "total_num_frames": total_frames,
+        "frames_indices": list(indices),
         "video_backend": "pyav",
         "do_sample_frames": False,
     }
@@ -101,11 +127,11 @@ def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLo
     request: dict[str, Any] = {"prompt": render(chat)}
     if not videos:
         return request
-    frames, sample_fps = load_video(videos[0])
-    request["multi_modal_data"] = {"video": (frames, frames_metadata(int(frames.shape[0]), sample_fps))}
+    frames, metadata = load_video(videos[0])
+    request["multi_modal_data"] = {"video": (frames, metadata)}
     # "fps" is how vLLM <= 0.11 learns the rate (it drops the metadata for Qwen2.5-VL and would
     # assume 2 fps); newer vLLM reads the metadata.
-    request["mm_processor_kwargs"] = {"do_resize": False, "fps": sample_fps}
+    request["mm_processor_kwargs"] = {"do_resize": False, "fps": metadata["fps"]}
     return request
 
 

@@ -6,10 +6,11 @@ must run the vision tower the same number of times in every micro-batch. The mod
 it once for the images and once more for the videos, and not at all for text-only rows, so ranks whose
 micro-batches differ in modality issue different collectives and gloo/NCCL fail or hang.
 
-Here images and videos go through the tower in one call (Qwen2.5-VL's image and video patches share one
-layout: rows of pixel_values and a (t, h, w) grid each, and the tower attends within each grid only), and
-the features reach the model's forward as `mm_encoder_outputs`, which scatters them into the image and
-video token positions exactly as it scatters its own. A rank without media in a micro-batch where some
+Here images and videos go through the tower in one call (in every supported family image and video patches
+share one layout: rows of pixel_values and a (t, h, w) grid each, and the tower attends within each grid
+only) by the model's own `get_image_features`, and the features (with Qwen3-VL's deepstack features) reach
+the model's forward as `mm_encoder_outputs`, split into the image and the video grids, which it scatters into
+the image and video token positions exactly as it scatters its own. A rank without media in a micro-batch where some
 rank has media runs the tower on one blank grid instead; `0 * sum` of that output joins the loss so its
 backward runs the same collectives and adds exact zeros to the gradients. Micro-batches where no rank
 has media run no tower at all, as before, so the vision parameters keep no gradient there.
@@ -29,6 +30,7 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from cosmos_train.distributed import all_reduce_sum
+from cosmos_train.models.families import family_of
 from cosmos_train.train.batching import MicroBatch, model_inputs
 
 _METHOD = "forward_shared_vision"
@@ -61,29 +63,43 @@ def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: 
                            **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
     """`forward_micro_batch` inside the root's FSDP forward: `self` is the model, `inputs` its
     keyword arguments. It calls `self.forward`, not `self(...)`: FSDP's hooks already ran around it."""
-    visual = self.model.visual
     pixels = [inputs.pop(k) for k in ("pixel_values", "pixel_values_videos") if k in inputs]
     if not pixels and not run_vision:
         return self.forward(**inputs, **kwargs), None
-    merge = visual.spatial_merge_size
     if not pixels:
-        # the smallest grid the spatial merge accepts: one frame of merge x merge patches
-        embed = visual.patch_embed
-        width = embed.in_channels * embed.temporal_patch_size * embed.patch_size ** 2
+        # the smallest grid the spatial merge accepts: one temporal patch of merge x merge patches
+        layout = family_of(self).vision_layout
+        width = 3 * layout.temporal_patch_size * layout.patch_size ** 2
         device = inputs["input_ids"].device
-        feats = visual(torch.zeros(merge * merge, width, device=device).type(visual.dtype),
-                       grid_thw=torch.tensor([[1, merge, merge]], device=device), return_dict=True).pooler_output
+        out = self.model.get_image_features(
+            torch.zeros(layout.merge_size ** 2, width, device=device),
+            torch.tensor([[1, layout.merge_size, layout.merge_size]], device=device), return_dict=True)
         # made before the language model runs: autograd runs later-made nodes first, so this rank
         # reaches the tower in backward after the language model, as ranks with real media do
-        zero = feats.sum() * 0
+        zero = sum(f.sum() for f in _feature_tensors(out)) * 0
         return self.forward(**inputs, **kwargs), zero
     image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
     grids = torch.cat([g for g in (image_grid, video_grid) if g is not None])
-    feats = visual(torch.cat(pixels).type(visual.dtype), grid_thw=grids, return_dict=True).pooler_output
-    n_image = 0 if image_grid is None else int(image_grid.prod(-1).sum()) // merge ** 2
+    out = self.model.get_image_features(torch.cat(pixels), grids, return_dict=True)
+    n_image = 0 if image_grid is None else int(image_grid.shape[0])
     encoded: dict[str, BaseModelOutputWithPooling] = {}
-    if image_grid is not None:
-        encoded["image"] = BaseModelOutputWithPooling(pooler_output=(feats[:n_image],))
-    if video_grid is not None:
-        encoded["video"] = BaseModelOutputWithPooling(pooler_output=(feats[n_image:],))
+    for kind, grid, picked in (("image", image_grid, slice(0, n_image)), ("video", video_grid, slice(n_image, None))):
+        if grid is not None:
+            encoded[kind] = _select_grids(out, picked)
     return self.forward(**inputs, mm_encoder_outputs=encoded, **kwargs), None
+
+
+def _feature_tensors(out: BaseModelOutputWithPooling) -> list[torch.Tensor]:
+    """Every per-grid feature tensor of a `get_image_features` output (merged, and deepstack where present)."""
+    deepstack = getattr(out, "deepstack_features", None) or []
+    return [*out.pooler_output, *(t for level in deepstack for t in level)]
+
+
+def _select_grids(out: BaseModelOutputWithPooling, picked: slice) -> BaseModelOutputWithPooling:
+    """The features of grids `picked` of a `get_image_features` output (its per-grid tuples sliced), as the
+    model's own get_image_features / get_video_features would return them for those grids alone."""
+    fields: dict[str, Any] = {"pooler_output": tuple(out.pooler_output[picked])}
+    deepstack = getattr(out, "deepstack_features", None)
+    if deepstack is not None:
+        fields["deepstack_features"] = [tuple(level[picked]) for level in deepstack]
+    return type(out)(**fields)

@@ -32,9 +32,9 @@ def test_request_building() -> None:
     assert media_parts(CHAT) == ([CHAT[1]["content"][0]], [])
     seen = []
 
-    def fake_loader(part: dict) -> tuple[torch.Tensor, float]:
+    def fake_loader(part: dict) -> tuple[torch.Tensor, dict]:
         seen.append(part["video"])
-        return torch.zeros(4, 3, 28, 28), 2.0
+        return torch.zeros(4, 3, 28, 28), frames_metadata(4, 2.0)
 
     req = build_request(CHAT, lambda c: "<prompt>", fake_loader)
     assert req["prompt"] == "<prompt>" and seen == ["/c/v.mp4"]
@@ -47,10 +47,10 @@ def test_request_building() -> None:
 def test_requests_the_engine_cannot_take_are_refused_before_vllm() -> None:
     image = [{"role": "user", "content": [{"type": "image", "image": "/c/a.png"}, {"type": "text", "text": "Q"}]}]
     with pytest.raises(DataError, match="video parts only"):
-        build_request(image, lambda c: "p", lambda p: (torch.zeros(2, 3, 28, 28), 1.0))
+        build_request(image, lambda c: "p", lambda p: (torch.zeros(2, 3, 28, 28), frames_metadata(2, 1.0)))
     two = [{"role": "user", "content": [{"video": "/a.mp4"}, {"video": "/b.mp4"}]}]
     with pytest.raises(DataError, match="one video per chat"):
-        build_request(two, lambda c: "p", lambda p: (torch.zeros(2, 3, 28, 28), 1.0))
+        build_request(two, lambda c: "p", lambda p: (torch.zeros(2, 3, 28, 28), frames_metadata(2, 1.0)))
 
 
 def test_video_parts_take_the_engine_vision_defaults() -> None:
@@ -63,11 +63,36 @@ def test_video_parts_take_the_engine_vision_defaults() -> None:
             return torch.zeros(2, 3, 28, 28, dtype=torch.uint8), 1.0
 
     defaults = VisionSettings(fps=1, min_pixels=3136, max_pixels=3136)
-    frames, fps = load_video_frames({"type": "video", "video": "/c/v.mp4", "fps": 4}, defaults, frames_from=Memo())
+    frames, meta = load_video_frames({"type": "video", "video": "/c/v.mp4", "fps": 4}, defaults, frames_from=Memo())
     assert asked == [VisionSettings(fps=4, min_pixels=3136, max_pixels=3136)]
-    assert frames.dtype == torch.float32 and fps == 1.0
+    assert frames.dtype == torch.float32 and meta == frames_metadata(2, 1.0)
     load_video_frames({"video": "/c/v.mp4", "nframes": 2}, defaults, frames_from=Memo())
     assert asked[-1] == VisionSettings(nframes=2, min_pixels=3136, max_pixels=3136)  # nframes replaces fps
+
+
+def test_timestamp_families_get_the_source_video_metadata(tmp_path) -> None:
+    """Qwen3-VL: frames sized in 32 px, and metadata from which transformers' Qwen3VLProcessor computes the
+    same per-patch timestamps as encode_chat writes (the source video's frame numbers and rate)."""
+    import numpy as np
+    from transformers import Qwen3VLProcessor
+
+    from cosmos_train.data.synthetic_video import write_mp4
+    from cosmos_train.data.video import prepare_video
+    from cosmos_train.models.families import family_of
+
+    video = tmp_path / "v.mp4"
+    write_mp4(video, np.random.default_rng(0).integers(0, 255, (15, 64, 96, 3), dtype=np.uint8), fps=6)
+    layout = family_of("qwen3_vl").vision_layout
+    part = {"type": "video", "video": str(video), "fps": 3, "video_start": 0.4, "max_pixels": 64 * 96}
+    frames, meta = load_video_frames(part, VisionSettings(min_pixels=1024), layout=layout)
+    assert frames.shape[2] % 32 == 0 and frames.shape[3] % 32 == 0
+    assert meta["fps"] == 6 and meta["total_num_frames"] == 15 and meta["frames_indices"][0] == 3
+    expected = prepare_video(str(video), VisionSettings(min_pixels=1024, **{k: part[k] for k in
+                                                          ("fps", "video_start", "max_pixels")}), layout).timestamps
+    theirs = Qwen3VLProcessor._calculate_timestamps(None, meta["frames_indices"], meta["fps"], 2)
+    assert tuple(theirs) == pytest.approx(expected) and len(expected) == frames.shape[0] // 2
+    assert build_request([{"role": "user", "content": [part]}], lambda c: "p",
+                         lambda p: (frames, meta))["mm_processor_kwargs"] == {"do_resize": False, "fps": 6}
 
 
 def test_frames_metadata_gives_the_sampled_rate() -> None:
