@@ -88,6 +88,8 @@ class VisionLayout:
 
     frame_timestamps: the prompt writes `<{t:.1f} seconds>` + a vision block per temporal patch of a video
     (Qwen3-VL, Cosmos3-Edge) instead of one block per video with `second_per_grid_ts` (Qwen2.5-VL).
+    channels_last_patches: the values of one patch run (row, column, channel, frame), as Cosmos3-Edge's
+    linear patch embedding reads them, instead of (channel, frame, row, column) for a Conv3d's kernel.
     """
 
     patch_size: int = PATCH_SIZE
@@ -96,6 +98,7 @@ class VisionLayout:
     image_mean: tuple[float, float, float] = IMAGE_MEAN
     image_std: tuple[float, float, float] = IMAGE_STD
     frame_timestamps: bool = False
+    channels_last_patches: bool = False
 
     @property
     def factor(self) -> int:
@@ -336,7 +339,8 @@ def patchify(frames: torch.Tensor, layout: VisionLayout = QWEN2_VL_LAYOUT) -> tu
 
     Rows run over (t, h/m, w/m, m, m) for merge size m: the patches of each merge group are adjacent,
     which is what the vision tower's patch merger expects. Each row is (C, temporal, patch, patch), as
-    Qwen2VLVideoProcessor.patchify and Qwen3VLVideoProcessor.patchify lay them out.
+    Qwen2VLVideoProcessor.patchify and Qwen3VLVideoProcessor.patchify lay them out, or (patch, patch, C,
+    temporal) for channels-last layouts (Cosmos3EdgeImageProcessor.patchify).
     """
     patch, merge, temporal = layout.patch_size, layout.merge_size, layout.temporal_patch_size
     num_frames, channels, height, width = frames.shape
@@ -348,8 +352,9 @@ def patchify(frames: torch.Tensor, layout: VisionLayout = QWEN2_VL_LAYOUT) -> tu
     grid_t = num_frames // temporal
     grid_h, grid_w = height // patch, width // patch
     patches = frames.reshape(grid_t, temporal, channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch)
-    # -> (grid_t, h/m, w/m, m, m, C, temporal, patch, patch)
-    patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    # -> (grid_t, h/m, w/m, m, m) then each patch's values: (C, temporal, patch, patch) or (patch, patch, C, temporal)
+    inner = (5, 8, 2, 1) if layout.channels_last_patches else (2, 1, 5, 8)
+    patches = patches.permute(0, 3, 6, 4, 7, *inner)
     pixel_values = patches.reshape(grid_t * grid_h * grid_w, channels * temporal * patch * patch)
     return pixel_values, torch.tensor([grid_t, grid_h, grid_w], dtype=torch.long)
 

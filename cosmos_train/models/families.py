@@ -113,9 +113,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
         },
         vision_prefixes=("model.visual.", "model.projector."),
         lora_targets=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|fc1|fc2)",
-        # one frame per temporal patch (its video processor refuses any other temporal_patch_size)
+        # one frame per temporal patch (its video processor refuses any other temporal_patch_size); a linear
+        # patch embedding over (row, column, channel) values
         vision_layout=VisionLayout(
-            patch_size=16, temporal_patch_size=1, image_mean=_HALF, image_std=_HALF, frame_timestamps=True
+            patch_size=16, temporal_patch_size=1, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
+            channels_last_patches=True,
         ),
         processor_classes=("Cosmos3EdgeProcessor",),
     ),

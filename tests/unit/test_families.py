@@ -1,0 +1,152 @@
+"""Model family specs: lookup, processors without torchvision, and our pixels and prompts equal to what
+transformers' own Qwen3-VL / Cosmos3-Edge processor code gives (the parts of it that run without torchvision:
+image processors' PIL backend, the video processors' patchify, the processors' timestamp expansion)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from cosmos_train.data.chat import VIDEO_TYPE, encode_chat
+from cosmos_train.data.synthetic_video import write_mp4
+from cosmos_train.data.video import (
+    VisionSettings,
+    normalize_frames,
+    patchify,
+    prepare_video,
+    preprocess_image,
+    preprocess_video,
+    sampled_frames,
+)
+from cosmos_train.errors import ModelError
+from cosmos_train.models.families import family_of, family_of_processor, vision_layout_of
+from cosmos_train.models.load import get_tokenizer, load_model, load_processor
+from tests.conftest import FAMILIES
+
+VIDEO_FAMILIES = ("qwen3_vl", "cosmos3_edge")
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """15 noise frames at 6 fps (2.5 s), 64 x 96: sides multiples of 32, so no resize differs anywhere."""
+    path = tmp_path_factory.mktemp("family-clip") / "noise.mp4"
+    write_mp4(path, np.random.default_rng(0).integers(0, 255, (15, 64, 96, 3), dtype=np.uint8), fps=6)
+    return path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_tiny_model_has_its_spec_and_processor(family: str, family_model_dirs: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    folder = family_model_dirs[family]
+    model = load_model(folder)
+    spec = family_of(model)
+    assert spec.name == family and json.loads((folder / "config.json").read_text())["model_type"] == family
+    assert len(spec.language_layers(model)) == 4 and len(spec.vision_blocks(model)) == 2
+    assert any(n.startswith(spec.vision_prefixes) for n, _ in model.named_parameters())
+    processor = load_processor(folder)
+    assert family_of_processor(processor) is spec and vision_layout_of(processor) == spec.vision_layout
+    # saved as the real processor class, so AutoProcessor loads the folder where torchvision exists
+    processor.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "video_preprocessor_config.json").read_text())
+    assert saved["processor_class"] == spec.processor_classes[0]
+
+
+def test_unknown_model_type_lists_the_families() -> None:
+    with pytest.raises(ModelError, match="qwen2_5_vl .*qwen3_vl .*cosmos3_edge") as err:
+        family_of("llava")
+    assert "'llava' is not supported" in str(err.value)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_image_pixels_equal_the_image_processor(family: str, family_model_dirs: dict[str, Path]) -> None:
+    processor = load_processor(family_model_dirs[family])
+    layout = vision_layout_of(processor)
+    side = layout.factor
+    picture = Image.fromarray(np.random.default_rng(1).integers(0, 255, (2 * side, 3 * side, 3), dtype=np.uint8))
+    ours = preprocess_image(picture, VisionSettings(min_pixels=side * side), layout)
+    theirs = processor.image_processor(images=[picture], return_tensors="pt",
+                                       size={"shortest_edge": side * side, "longest_edge": 1 << 24})
+    assert ours.grid_thw.tolist() == theirs["image_grid_thw"][0].tolist() == [1, 4, 6]
+    torch.testing.assert_close(ours.pixel_values, theirs["pixel_values"], rtol=0, atol=1e-6)
+
+
+def test_video_patches_equal_qwen3_vl_video_processor() -> None:
+    """Qwen3VLVideoProcessor's rescale, normalise (0.5 / 0.5) and patchify; 5 frames pad to 6 as there."""
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    layout = family_of("qwen3_vl").vision_layout
+    frames = torch.from_numpy(np.random.default_rng(2).integers(0, 255, (5, 3, 64, 96), dtype=np.uint8))
+    ours, grid = patchify(normalize_frames(frames, layout), layout)
+    scaled = ((frames.float() / 255 - 0.5) / 0.5)[None]
+    theirs, t, h, w = Qwen3VLVideoProcessor.patchify(None, scaled, patch_size=16, merge_size=2, temporal_patch_size=2)
+    assert grid.tolist() == [t, h, w] == [3, 4, 6]
+    torch.testing.assert_close(ours, theirs[0], rtol=0, atol=1e-6)
+
+
+def test_cosmos3_edge_video_is_its_frames_as_images(family_model_dirs: dict[str, Path]) -> None:
+    """Cosmos3-Edge patches one frame per temporal patch: a clip's rows are its frames' image rows in order
+    (its video processor needs torchvision; its PIL image processor does not)."""
+    processor = load_processor(family_model_dirs["cosmos3_edge"])
+    layout = vision_layout_of(processor)
+    frames = torch.from_numpy(np.random.default_rng(3).integers(0, 255, (3, 3, 64, 96), dtype=np.uint8))
+    ours = preprocess_video(frames, None, 2.0, layout)
+    images = [Image.fromarray(f.permute(1, 2, 0).numpy()) for f in frames]
+    theirs = processor.image_processor(images=images, return_tensors="pt",
+                                       size={"shortest_edge": 1024, "longest_edge": 1 << 24})
+    assert ours.grid_thw.tolist() == [3, 4, 6] and theirs["image_grid_thw"].tolist() == [[1, 4, 6]] * 3
+    torch.testing.assert_close(ours.pixel_values, theirs["pixel_values"], rtol=0, atol=1e-6)
+    assert ours.timestamps == (0.0, 0.5, 1.0)  # no pairing: each frame's own time
+
+
+@pytest.mark.parametrize("family", VIDEO_FAMILIES)
+def test_video_prompt_equals_the_processor_expansion(family: str, family_model_dirs: dict[str, Path],
+                                                     clip: Path) -> None:
+    """encode_chat's ids are the tokens of the text transformers' processor writes for this video: its
+    replace_video_token (timestamps from the source video's frame numbers and rate) in place of the
+    template's <|vision_start|><|video_pad|><|vision_end|>."""
+    from transformers.video_utils import VideoMetadata
+
+    processor = load_processor(family_model_dirs[family])
+    layout = vision_layout_of(processor)
+    part = {"type": "video", "video": str(clip), "fps": 3, "video_start": 0.4, "min_pixels": 1024}
+    chat = [{"role": "user", "content": [{"type": "text", "text": "Watch?"}, part, {"type": "text", "text": "Q"}]},
+            {"role": "assistant", "content": "B"}]
+    enc = encode_chat(processor, chat)
+
+    settings = layout.settings(VisionSettings.from_part(part))
+    item = prepare_video(str(clip), settings, layout)
+    indices, fps, total = sampled_frames(str(clip), settings)
+    assert indices[0] == 3 and fps == 6 and total == 15  # video_start 0.4 s: from frame 3
+    processor.video_processor = SimpleNamespace(merge_size=layout.merge_size,
+                                                temporal_patch_size=layout.temporal_patch_size)
+    metadata = VideoMetadata(total_num_frames=total, fps=fps, frames_indices=indices)
+    replacement = processor.replace_video_token(
+        {"video_grid_thw": item.grid_thw[None], "video_metadata": [metadata]}, 0)
+    text = processor.apply_chat_template(chat, tokenize=False)
+    triple = "<|vision_start|><|video_pad|><|vision_end|>"
+    assert text.count(triple) == 1 and replacement.startswith("<0.") and replacement.count("seconds>") == len(
+        item.timestamps)
+    expected = get_tokenizer(processor)(text.replace(triple, replacement), add_special_tokens=False)["input_ids"]
+    assert enc.input_ids.tolist() == expected
+    video_id = get_tokenizer(processor).convert_tokens_to_ids("<|video_pad|>")
+    assert ((enc.input_ids == video_id) == (enc.mm_token_type_ids == VIDEO_TYPE)).all()
+    assert enc.second_per_grid_ts is None  # these models take time from the prompt only
+    torch.testing.assert_close(enc.pixel_values_videos, item.pixel_values, rtol=0, atol=0)
+
+
+def test_truncation_drops_a_timestamped_video_whole(family_model_dirs: dict[str, Path], clip: Path) -> None:
+    """A cut inside a Qwen3-VL video removes the video from its first `<t seconds>` on, pixels included."""
+    processor = load_processor(family_model_dirs["qwen3_vl"])
+    part = {"type": "video", "video": str(clip), "fps": 3, "min_pixels": 1024}
+    chat = [{"role": "user", "content": [{"type": "text", "text": "Look."}, part]}]
+    full = encode_chat(processor, chat, add_generation_prompt=True)
+    last_pad = int((full.mm_token_type_ids == VIDEO_TYPE).nonzero().max())  # inside the last temporal patch
+    cut = encode_chat(processor, chat, add_generation_prompt=True, max_length=last_pad, truncation="right")
+    text = get_tokenizer(processor).decode(cut.input_ids)
+    assert text.endswith("Look.") and "seconds" not in text and cut.pixel_values_videos is None
