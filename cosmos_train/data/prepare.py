@@ -258,7 +258,10 @@ def check_sample(
     except ValueError as e:  # a malformed part or setting encode_chat refuses
         return bad("bad_conversation", str(e))
     if enc.video_grid_thw is not None:
-        res.frames = [int(t) * media.TEMPORAL_PATCH_SIZE for t in enc.video_grid_thw[:, 0]]
+        from cosmos_train.models.families import vision_layout_of
+
+        temporal = vision_layout_of(processor).temporal_patch_size  # frames per temporal patch
+        res.frames = [int(t) * temporal for t in enc.video_grid_thw[:, 0]]
     if res.n_tokens > limit:
         res.skip_always = tp.overlength == "skip"
         return bad("too_long", f"{res.n_tokens} tokens (vision included) > policy.model_max_length {limit}")
