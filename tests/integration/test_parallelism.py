@@ -1,5 +1,6 @@
 """One replica's batch, four layouts on 2 processes: FSDP2, HSDP, tensor parallel, and FSDP2 with
-activation checkpointing must compute the same losses (the same rows, the same weights)."""
+activation checkpointing must compute the same losses (the same rows, the same weights), for every model
+family (each spec's blocks, TP plan and checkpointing units)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, write_tiny_sft_config
+from tests.conftest import FAMILIES, ROOT, write_tiny_sft_config
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +44,9 @@ def _run(name: str, tmp: Path, model: Path, data: Path) -> list[float]:
     return [r["loss"] for r in rows if r["kind"] == "train"]
 
 
-def test_layouts_agree(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    losses = {name: _run(name, tmp_path, tiny_model_dir, synthetic_dir) for name in LAYOUTS}
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layouts_agree(family: str, family_model_dirs: dict[str, Path], synthetic_dir: Path, tmp_path: Path) -> None:
+    losses = {name: _run(name, tmp_path, family_model_dirs[family], synthetic_dir) for name in LAYOUTS}
     ref = losses["fsdp2"]
     assert len(ref) == 3
     for name, got in losses.items():

@@ -150,3 +150,20 @@ def test_truncation_drops_a_timestamped_video_whole(family_model_dirs: dict[str,
     cut = encode_chat(processor, chat, add_generation_prompt=True, max_length=last_pad, truncation="right")
     text = get_tokenizer(processor).decode(cut.input_ids)
     assert text.endswith("Look.") and "seconds" not in text and cut.pixel_values_videos is None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_default_targets_are_the_language_projections(family: str, family_model_dirs: dict[str, Path]) -> None:
+    """[policy.lora] without target_modules adapts every attention and MLP projection of each language layer
+    (Cosmos3-Edge's MLP is fc1 / fc2) and nothing of the vision tower."""
+    from cosmos_train.config import LoraConfig
+    from cosmos_train.models.lora import apply_lora
+
+    model = load_model(family_model_dirs[family])
+    spec = family_of(model)
+    apply_lora(model, LoraConfig(r=4))
+    adapted = sorted({n.rsplit(".lora_A", 1)[0] for n, _ in model.named_parameters() if ".lora_A." in n})
+    mlp = {"fc1", "fc2"} if family == "cosmos3_edge" else {"gate_proj", "up_proj", "down_proj"}
+    assert len(adapted) == (4 + len(mlp)) * len(spec.language_layers(model))
+    assert not any(n.startswith(spec.vision_prefixes) for n in adapted)
+    assert {n.rsplit(".", 1)[1] for n in adapted} == {"q_proj", "k_proj", "v_proj", "o_proj"} | mlp
