@@ -45,13 +45,9 @@ from transformers import (
 
 from cosmos_train.models.tokenizer import ADDITIONAL_SPECIAL_TOKENS, build_qwen_style_tokenizer
 
-# Qwen2-VL / Qwen2.5-VL-Instruct chat template, verbatim (Cosmos-Reason1-7B ships the same text).
-QWEN25_VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
+# The content parts both templates render alike: images and videos as a vision block each, then text.
+_PARTS = (
+    "{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
     "{% set image_count.value = image_count.value + 1 %}"
     "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
@@ -60,7 +56,16 @@ QWEN25_VL_CHAT_TEMPLATE = (
     "{% set video_count.value = video_count.value + 1 %}"
     "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
     "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
+)
+_COUNTERS = "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+
+# Qwen2-VL / Qwen2.5-VL-Instruct chat template, verbatim (Cosmos-Reason1-7B ships the same text).
+QWEN25_VL_CHAT_TEMPLATE = (
+    _COUNTERS + "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}" + _PARTS + "<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
@@ -68,19 +73,9 @@ QWEN25_VL_CHAT_TEMPLATE = (
 # left out): no default system prompt, vision parts as <|vision_start|><|video_pad|><|vision_end|>, which the
 # processor turns into timestamped per-patch blocks.
 QWEN3_VL_CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}"
+    _COUNTERS + "{% for message in messages %}"
     "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% else %}" + _PARTS + "{% endif %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
@@ -156,6 +151,15 @@ def _text_config(s: TinySize, vocab_size: int, special_ids: dict[str, int]) -> d
     }
 
 
+def _qwen_vision_config(s: TinySize, patch_size: int) -> dict:
+    """The vision-tower keys Qwen2.5-VL and Qwen3-VL share."""
+    return {
+        "depth": s.vision_depth, "hidden_size": s.vision_hidden, "intermediate_size": s.vision_intermediate,
+        "num_heads": s.vision_heads, "out_hidden_size": s.text_hidden, "patch_size": patch_size,
+        "spatial_merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+    }
+
+
 def _qwen3_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwen3VLConfig:
     """Qwen3-VL (Cosmos-Reason2-8B's architecture): interleaved M-RoPE, q/k norms, deepstack vision features."""
     s = SIZES[size]
@@ -164,15 +168,7 @@ def _qwen3_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) ->
         "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
                             "mrope_section": list(s.mrope_section), "mrope_interleaved": True},
     }
-    vision_config = {
-        "depth": s.vision_depth,
-        "hidden_size": s.vision_hidden,
-        "intermediate_size": s.vision_intermediate,
-        "num_heads": s.vision_heads,
-        "out_hidden_size": s.text_hidden,
-        "patch_size": 16,
-        "spatial_merge_size": MERGE_SIZE,
-        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+    vision_config = _qwen_vision_config(s, patch_size=16) | {
         # a 16 x 16 learned position grid, interpolated to the input (the 8B has 48 x 48)
         "num_position_embeddings": 256,
         # the 8B adds block 8, 16 and 24's features to the first language layers; here the first block's
@@ -211,35 +207,13 @@ def _qwen2_5_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) 
         raise ValueError(
             f"size {size!r}: mrope_section {s.mrope_section} must sum to head_dim/2 = {head_dim // 2}"
         )
-    text_config = {
-        "vocab_size": vocab_size,
-        "hidden_size": s.text_hidden,
-        "intermediate_size": s.text_intermediate,
-        "num_hidden_layers": s.text_layers,
-        "num_attention_heads": s.text_heads,
-        "num_key_value_heads": s.text_kv_heads,
+    # Qwen2.5-VL's text config derives head_dim from hidden_size / heads itself (its config.json has none)
+    text_config = {k: v for k, v in _text_config(s, vocab_size, special_ids).items() if k != "head_dim"} | {
         "max_position_embeddings": 32768,
-        "rms_norm_eps": 1e-6,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1000000.0,
-            "mrope_section": list(s.mrope_section),
-        },
-        "bos_token_id": special_ids["<|endoftext|>"],
-        "eos_token_id": special_ids["<|im_end|>"],
-        "pad_token_id": special_ids["<|endoftext|>"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": list(s.mrope_section)},
         "use_sliding_window": False,
-        "tie_word_embeddings": False,
     }
-    vision_config = {
-        "depth": s.vision_depth,
-        "hidden_size": s.vision_hidden,
-        "intermediate_size": s.vision_intermediate,
-        "num_heads": s.vision_heads,
-        "out_hidden_size": s.text_hidden,
-        "patch_size": PATCH_SIZE,
-        "spatial_merge_size": MERGE_SIZE,
-        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+    vision_config = _qwen_vision_config(s, patch_size=PATCH_SIZE) | {
         "tokens_per_second": 2,
         "window_size": 112,
         # The 7B uses full attention every 8th of 32 blocks; here the last block is the full one.
