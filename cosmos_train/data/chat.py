@@ -5,10 +5,11 @@
 <|image_pad|> to grid_t * grid_h * grid_w / merge**2 tokens, and builds labels.
 
 Video time, per family (`VisionLayout.frame_timestamps`): Qwen2.5-VL keeps one vision block per video and
-passes `second_per_grid_ts`; Qwen3-VL and Cosmos3-Edge replace the template's
-<|vision_start|><|video_pad|><|vision_end|> by, for each temporal patch, `<{t:.1f} seconds>` and a vision
-block of that patch's tokens, as their transformers processors write it (the text is expanded before it is
-tokenised, so the timestamp tokens are those the processor gives).
+passes `second_per_grid_ts`; Qwen3-VL and Cosmos3-Edge write, for each temporal patch, `<{t:.1f} seconds>` and
+a vision block of that patch's tokens, as their transformers processors (and vLLM) write it: Qwen3-VL in place
+of the template's <|video_pad|>, inside its <|vision_start|> ... <|vision_end|>; Cosmos3-Edge in place of the
+whole <|vision_start|><|video_pad|><|vision_end|> (`VisionLayout.keep_video_wrapper`). The text is expanded
+before it is tokenised, so the timestamp tokens are those the processor gives.
 
 Labels: -100 everywhere except the tokens of each assistant turn's content and its closing
 <|im_end|>. The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
@@ -207,13 +208,16 @@ def _load_vision(
     return items
 
 
-def _timestamp_videos(chunks: list[tuple[str, bool]], items: list[_VisionItem]) -> list[tuple[str, bool]]:
+def _timestamp_videos(
+    chunks: list[tuple[str, bool]], items: list[_VisionItem], keep_wrapper: bool
+) -> list[tuple[str, bool]]:
     """Write each timestamped video as `<t seconds><|vision_start|><|video_pad|><|vision_end|>` per temporal
-    patch, in place of the template's <|vision_start|><|video_pad|><|vision_end|> (or a bare <|video_pad|>),
-    as Qwen3VLProcessor / Cosmos3EdgeProcessor do; `_expand_pads` then widens each pad to its patch's tokens.
-    A count mismatch is left for `_expand_pads` to report."""
+    patch, in place of the template's <|video_pad|> (keep_wrapper, Qwen3VLProcessor) or of its whole
+    <|vision_start|><|video_pad|><|vision_end|> (else a bare <|video_pad|>; Cosmos3EdgeProcessor);
+    `_expand_pads` then widens each pad to its patch's tokens. A count mismatch is left for `_expand_pads`."""
     videos = iter([it for it in items if it.kind == "video"])
-    pattern = re.compile(re.escape(VISION_START + VIDEO_PAD + VISION_END) + "|" + re.escape(VIDEO_PAD))
+    whole = re.escape(VISION_START + VIDEO_PAD + VISION_END) + "|"
+    pattern = re.compile(("" if keep_wrapper else whole) + re.escape(VIDEO_PAD))
 
     def expand(match: re.Match) -> str:
         item = next(videos, None)
@@ -339,20 +343,23 @@ def _expand_pads(
         out_labels += [IGNORE_INDEX] * n
         types += [VIDEO_TYPE if kind == "video" else IMAGE_TYPE] * n
         item.end = len(out_ids)
-    # Let a block's span include the <|vision_end|> right after its pads.
+    # Let a block's span include the <|vision_end|> right after its pads (and a video wrapper's own one).
     for item in items:
-        if item.end < len(out_ids) and out_ids[item.end] == vend:
-            item.end += 1
+        for _ in range(2 if item.timestamps is not None else 1):
+            if item.end < len(out_ids) and out_ids[item.end] == vend:
+                item.end += 1
     return out_ids, out_labels, types
 
 
 def _timestamp_start(ids: list[int], block_start: int, seconds: float, tokenizer: PreTrainedTokenizerBase) -> int:
-    """Where the first `<t seconds>` before a video's first vision block starts (so truncation drops the
-    timestamp with its block); the block itself when the text before it tokenised differently."""
+    """Where the first `<t seconds>` before a video's first vision block starts, or the video wrapper's
+    <|vision_start|> before it (so truncation drops the timestamp and wrapper with the block); the block itself
+    when the text before it tokenised differently."""
     stamp = tokenizer(f"<{seconds:.1f} seconds>", add_special_tokens=False)["input_ids"]
-    if stamp and block_start >= len(stamp) and ids[block_start - len(stamp):block_start] == stamp:
-        return block_start - len(stamp)
-    return block_start
+    if not (stamp and block_start >= len(stamp) and ids[block_start - len(stamp):block_start] == stamp):
+        return block_start
+    start = block_start - len(stamp)
+    return start - 1 if start > 0 and ids[start - 1] == tokenizer.convert_tokens_to_ids(VISION_START) else start
 
 
 def _stack(
@@ -409,7 +416,7 @@ def encode_chat(
     except ValueError as err:
         raise ValueError(f"{where}{err}") from None
     if layout.frame_timestamps:
-        chunks = _timestamp_videos(chunks, items)
+        chunks = _timestamp_videos(chunks, items, layout.keep_video_wrapper)
     ids: list[int] = []
     labels: list[int] = []
     for text, labelled in chunks:

@@ -48,7 +48,7 @@ from cosmos_train.data.vision_settings import VisionSettings
 
 # Bump when what read_video / load_image return for the same file and settings changes
 # (decode, sampling or resize rules): old entries then simply stop matching.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: frames resized by torch's uint8 kernel, as torchvision does
 MAGIC = b"COSMOSCLIP1\n"
 _HEADER_LEN = struct.Struct("<I")
 _HASH_CHUNK = 1 << 20

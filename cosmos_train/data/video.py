@@ -19,9 +19,10 @@ frames' times in the source video as transformers' Qwen3VLProcessor computes the
     item = prepare_video("clip.mp4", settings, family_of("qwen3_vl").vision_layout)  # 16 px patches, timestamps
 
 Resize kernels, chosen to match the reference pipeline bit for bit where it can be matched:
-- video frames: torch bicubic with antialias on float, then clamp and round to uint8. That is
-  exactly what torchvision's tensor resize does, which qwen-vl-utils' fetch_video and
-  transformers' Qwen2VLVideoProcessor both use.
+- video frames: torch's bicubic antialiased interpolate on the uint8 frames themselves (its uint8 kernel
+  rounds internally). That is exactly what torchvision's tensor resize does with uint8 frames (torchvision
+  0.28), which qwen-vl-utils' fetch_video and transformers' Qwen2VL / Qwen3VL video processors both use;
+  interpolating float copies and rounding differs from it by up to ~20 levels on pixel noise.
 - images: PIL bicubic on the uint8 image, as qwen-vl-utils' fetch_image and transformers'
   PIL image processor do (the torchvision image processor then sees an already sized image).
 The two kernels agree to within a level or two on natural pictures; PIL rounds to uint8 between
@@ -74,7 +75,7 @@ TEMPORAL_PATCH_SIZE = 2
 # OpenAI CLIP statistics, the image_mean / image_std of every Qwen2-VL processor config.
 IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
 IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
-# Frames resized per interpolate call: bounds the float32 copy of long high-resolution clips.
+# Frames resized per interpolate call: bounds the kernel's working buffers for long high-resolution clips.
 _RESIZE_CHUNK = 16
 # Frames the container may over-report (edit lists, a truncated tail) before a shortfall is an error.
 _FRAME_COUNT_SLACK = 2
@@ -88,6 +89,10 @@ class VisionLayout:
 
     frame_timestamps: the prompt writes `<{t:.1f} seconds>` + a vision block per temporal patch of a video
     (Qwen3-VL, Cosmos3-Edge) instead of one block per video with `second_per_grid_ts` (Qwen2.5-VL).
+    keep_video_wrapper (frame-timestamp layouts): the template's <|vision_start|> ... <|vision_end|> around a
+    video stays and the per-patch blocks go inside it, as transformers' Qwen3VLProcessor (>= 5.10) and vLLM
+    with it write Qwen3-VL prompts; False replaces the whole placeholder (Cosmos3EdgeProcessor, and Qwen3-VL's
+    processor before transformers 5.10).
     channels_last_patches: the values of one patch run (row, column, channel, frame), as Cosmos3-Edge's
     linear patch embedding reads them, instead of (channel, frame, row, column) for a Conv3d's kernel.
     """
@@ -98,6 +103,7 @@ class VisionLayout:
     image_mean: tuple[float, float, float] = IMAGE_MEAN
     image_std: tuple[float, float, float] = IMAGE_STD
     frame_timestamps: bool = False
+    keep_video_wrapper: bool = False
     channels_last_patches: bool = False
 
     @property
@@ -309,17 +315,15 @@ def read_video(path: MediaSource, settings: VisionSettings | None = None) -> tup
 
 
 def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Bicubic, antialiased resize of uint8 [T, C, H, W] frames, rounded back to uint8:
-    torchvision's tensor resize (used by qwen-vl-utils and Qwen2VLVideoProcessor), in plain torch."""
+    """Bicubic, antialiased resize of uint8 [T, C, H, W] frames to uint8: torchvision's tensor resize of
+    uint8 frames (used by qwen-vl-utils and the Qwen-VL video processors), in plain torch."""
     if frames.shape[-2:] == (height, width):
         return frames
-    chunks = []
-    for start in range(0, frames.shape[0], _RESIZE_CHUNK):
-        chunk = frames[start : start + _RESIZE_CHUNK].float()
-        chunk = F.interpolate(
-            chunk, size=(height, width), mode="bicubic", align_corners=False, antialias=True
-        )
-        chunks.append(chunk.clamp_(0, 255).round_().to(torch.uint8))
+    chunks = [
+        F.interpolate(frames[start : start + _RESIZE_CHUNK].contiguous(), size=(height, width), mode="bicubic",
+                      align_corners=False, antialias=True)
+        for start in range(0, frames.shape[0], _RESIZE_CHUNK)
+    ]
     return torch.cat(chunks)
 
 

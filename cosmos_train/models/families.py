@@ -101,7 +101,8 @@ FAMILIES: tuple[FamilySpec, ...] = (
         language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
         vision_prefixes=("model.visual.",),  # blocks, merger and the deepstack mergers
         lora_targets=_QWEN_LORA,
-        vision_layout=VisionLayout(patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True),
+        vision_layout=VisionLayout(patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
+                                   keep_video_wrapper=True),
         processor_classes=("Qwen3VLProcessor",),
     ),
     FamilySpec(
