@@ -38,7 +38,7 @@ vllm-cpu-env: .venv-vllm/.installed
 	touch $@
 
 test-vllm: vllm-cpu-env
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -q tests/integration/test_vllm_engine.py tests/integration/test_generation_contract.py tests/integration/test_grpo_vllm.py
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -q tests/integration/test_vllm_engine.py tests/integration/test_generation_contract.py tests/integration/test_grpo_vllm.py tests/integration/test_vllm_families.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -39,7 +39,8 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     problems = unsupported_settings(cfg)
     if problems:
         raise ConfigError(problems, str(config))
-    check_model_family(cfg.policy.model_name_or_path)
+    check_model_family(cfg.policy.model_name_or_path,
+                       vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
     if dataset_script is not None and not Path(dataset_script).expanduser().is_file():
         raise DataError(f"dataset script {dataset_script}: no such file (pass the path of a .py file, "
                         "see examples/my_dataset.py)")
@@ -58,10 +59,12 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     return cfg
 
 
-def check_model_family(model: str) -> None:
-    """A local model folder's architecture has a family spec (ModelError naming the supported ones)."""
+def check_model_family(model: str, vllm: bool = False) -> None:
+    """A local model folder's architecture has a family spec (ModelError naming the supported ones), and, when
+    the vLLM engine will serve it (`vllm`), one that vLLM loads from such a folder (ConfigError)."""
     import json
 
+    from cosmos_train.generation.vllm_requests import check_vllm_family
     from cosmos_train.models.families import family_of
 
     config = Path(model).expanduser() / "config.json"
@@ -70,7 +73,9 @@ def check_model_family(model: str) -> None:
             model_type = json.loads(config.read_text()).get("model_type")
         except (OSError, ValueError) as e:
             raise ModelError(f"policy.model_name_or_path: {config} is not readable JSON ({e})") from None
-        family_of(model_type)
+        family = family_of(model_type)
+        if vllm:
+            check_vllm_family(family.name, model)
 
 
 def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -> None:
@@ -103,6 +108,7 @@ def check_eval(config: str | Path, overrides: list[str] | None = None,
         if looks_local and not path.exists():
             raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
                              "or a hub id org/name)")
+        check_model_family(model, vllm=cfg.engine == "vllm")
     return cfg
 
 

@@ -50,6 +50,7 @@ from cosmos_train.generation.base import Chat, Completion, SamplingParams, Weigh
 from cosmos_train.generation.config import GenerationConfig
 from cosmos_train.generation.vllm_requests import (
     build_request,
+    check_vllm_family,
     completions,
     llm_kwargs,
     load_video_frames,
@@ -76,7 +77,7 @@ class VLLMEngine:
 
         from cosmos_train.data.vision_settings import VisionSettings
         from cosmos_train.models.families import vision_layout_of
-        from cosmos_train.models.load import get_tokenizer, load_processor
+        from cosmos_train.models.load import family_name, get_tokenizer, load_processor
 
         # Long videos need a length cap past the model config's (the reference tool does this too).
         os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
@@ -86,6 +87,7 @@ class VLLMEngine:
         self.sleep_mode = cfg.enable_sleep_mode and current_platform.is_sleep_mode_available()
         self.torch_dtype = getattr(torch, resolve_dtype(cfg.dtype, cuda))
         self._sampling_cls = VLLMSamplingParams
+        check_vllm_family(family_name(cfg.model_path), cfg.model_path)  # before an engine start of minutes
         self.llm: Any = LLM(**llm_kwargs(cfg, cuda=cuda, cpu=current_platform.is_cpu(), sleep_mode=self.sleep_mode,
                                             worker_extension=WORKER_EXTENSION))
         self.processor = load_processor(cfg.tokenizer_path or cfg.model_path)

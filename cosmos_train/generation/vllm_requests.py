@@ -161,6 +161,22 @@ def sampling_kwargs(sampling: SamplingParams, end_ids: Sequence[int], request_in
     }
 
 
+# Families vLLM (0.32) loads from a transformers folder (the tiny models, our exports, hub checkpoints). Its
+# Cosmos3-Edge model reads only the unified Diffusers checkpoint layout (transformer/ and vision_encoder/
+# subfolders), so a transformers-format Cosmos3-Edge folder has no weights for it.
+VLLM_FAMILIES = ("qwen2_5_vl", "qwen3_vl")
+
+
+def check_vllm_family(family: str, model_path: str) -> None:
+    """ConfigError saying what to do when vLLM cannot serve a model of `family` from `model_path`."""
+    if family not in VLLM_FAMILIES:
+        raise ConfigError([
+            f"the vLLM engine cannot load {model_path} ({family}): vLLM reads {family} only from its Diffusers "
+            "checkpoint layout, not a transformers folder. Use the transformers engine: rollout.backend = \"hf\" "
+            "(training) or engine = \"hf\" (evaluation)"
+        ])
+
+
 def resolve_dtype(dtype: str, cuda: bool) -> str:
     """GenerationConfig.dtype for vLLM: "auto" is bfloat16 on a GPU and float32 on a CPU (not
     vLLM's own "auto", the checkpoint's dtype), as the HF engine reads it."""

@@ -208,10 +208,10 @@ def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
             f"{path}: no chat template found (chat_template.jinja, chat_template.json or tokenizer_config); "
             "copy chat_template.jinja from the base model"
         )
-    return _WITHOUT_VIDEO[_family_name(path, **kwargs)](image_processor, tokenizer, chat_template=chat_template)
+    return _WITHOUT_VIDEO[family_name(path, **kwargs)](image_processor, tokenizer, chat_template=chat_template)
 
 
-def _family_name(path: str | Path, **kwargs: Any) -> str:
+def family_name(path: str | Path, **kwargs: Any) -> str:
     """The family of the model at `path` from its config.json (Qwen2.5-VL where a processor folder has none)."""
     from cosmos_train.models.families import family_of
 

@@ -192,3 +192,22 @@ def test_qwen3_vl_video_equals_transformers_video_processor() -> None:
     ours = preprocess_video(frames, settings, 2.0, layout)
     assert ours.grid_thw.tolist() == theirs["video_grid_thw"][0].tolist() == [3, size[0] // 16, size[1] // 16]
     torch.testing.assert_close(ours.pixel_values, theirs["pixel_values_videos"], atol=1e-5, rtol=0)
+
+
+def test_vllm_engine_refuses_a_family_it_cannot_load(family_model_dirs: dict[str, Path], synthetic_dir: Path,
+                                                     tmp_path: Path) -> None:
+    """vLLM 0.32 reads Cosmos3-Edge only from its Diffusers layout: a GRPO job with rollout.backend = "vllm"
+    (and an evaluation with engine = "vllm") on a transformers folder is refused at check time, saying to use
+    the transformers engine; Qwen3-VL passes."""
+    from cosmos_train.config import ConfigError
+    from cosmos_train.preflight import check_job
+    from tests.conftest import write_tiny_grpo_config
+
+    def job(family: str) -> Path:
+        return write_tiny_grpo_config(tmp_path / family / "config.toml", family_model_dirs[family], synthetic_dir,
+                                      tmp_path / "out", **{"rollout.backend": "vllm"})
+
+    with pytest.raises(ConfigError, match='rollout.backend = "hf"'):
+        check_job(job("cosmos3_edge"), read_rows=False)
+    qwen3 = job("qwen3_vl")
+    check_job(qwen3, read_rows=False, dataset_script=str(qwen3.parent / "toy_rewards.py"))
