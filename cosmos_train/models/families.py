@@ -93,7 +93,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
         # the language model's attention and MLP projections (the vision tower and lm_head stay as they are)
         lora_targets=_QWEN_LORA,
         vision_layout=QWEN2_VL_LAYOUT,
-        processor_classes=("Qwen2_5_VLProcessor", "Qwen2VLProcessor"),
+        processor_classes=("Qwen2_5_VLProcessor",),
     ),
     FamilySpec(
         name="qwen3_vl", description="Qwen3-VL (Cosmos-Reason2)", model_types=("qwen3_vl",),
