@@ -1,4 +1,4 @@
-"""Padding-free packing gives the same loss and gradients as right-padded batches."""
+"""Padding-free packing gives the same loss and gradients as right-padded batches (every model family)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,18 @@ from cosmos_train.data.chat import encode_chat
 from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.train.batching import IGNORE, collate_packed, collate_padded, model_inputs
 from cosmos_train.train.losses import token_ce_sum
+from tests.conftest import FAMILIES
 from tests.media import moving_square_mp4
 
 
 @pytest.fixture
 def tiny(tiny_model_dir: Path) -> Path:
     return tiny_model_dir
+
+
+@pytest.fixture(params=FAMILIES)
+def family_model(request: pytest.FixtureRequest, family_model_dirs: dict[str, Path]) -> Path:
+    return family_model_dirs[request.param]
 
 
 def _chat(video: Path | None, q: str, a: str) -> list[dict]:
@@ -28,10 +34,10 @@ def _chat(video: Path | None, q: str, a: str) -> list[dict]:
             {"role": "assistant", "content": a}]
 
 
-def test_packed_loss_and_grads_equal_padded(tiny: Path, tmp_path: Path) -> None:
+def test_packed_loss_and_grads_equal_padded(family_model: Path, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    proc = load_processor(tiny)
-    model = load_model(tiny, dtype=torch.float32)
+    proc = load_processor(family_model)
+    model = load_model(family_model, dtype=torch.float32)
     model.eval()  # no dropout in either path
     chats = [
         _chat(moving_square_mp4(tmp_path / "a.mp4", 0), "Which way does the square move?", "It moves right. B"),
