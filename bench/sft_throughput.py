@@ -2,10 +2,14 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/sft_throughput.py [--reps 5] [--warmup 1] [--steps 4] [--batch 8]
                                                               [--threads 1] [--no-fsdp2] [--workdir DIR]
+                                                              [--rows synthetic|varied]
 
 What is compared (see bench/RESULTS.md for the numbers and the reasoning):
 - The tiny offline Qwen2.5-VL on synthetic 56x56 clips, reasoning and letter rows mixed and shuffled
-  once with a fixed seed. Every row is encoded ONCE with `encode_chat`; both trainers get the very same
+  once with a fixed seed. `--rows varied`: the same clips with answers of varied length (a seeded lognormal
+  word count: median 60 words, sigma 0.8, 5 to 350 words, from the tokenizer's vocabulary of physical scenes)
+  and a third of the rows text-only, so lengths spread from tens to ~600 tokens as in instruction data
+  (LLaVA-Instruct-style answers, Cosmos-Reason video rows) and a padded batch is mostly padding. Every row is encoded ONCE with `encode_chat`; both trainers get the very same
   tensors in the very same batches, so the benchmark times training, not video decoding.
 - ours: `cosmos_train.train.sft.SFTTrainer` built in this process (a one-rank group: FSDP2 over one rank,
   exactly what `torchrun --nproc_per_node=1` runs) and driven through its own `train_step` + metrics log,
@@ -53,6 +57,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "train_letter")  # reasoning answers (~230 tokens) and letter answers (~120)
 LR, WARMUP_LR_STEPS, CLIP = 3e-4, 2, 1.0
+MAX_LENGTH = 1024
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -108,7 +113,7 @@ def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, 
         "dataloader_shuffle = false",
         "[train.train_policy.dataset]", f'name = "{data}"', f'split = "{split}"',
         "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
+        "[policy]", f'model_name_or_path = "{model}"', f"model_max_length = {MAX_LENGTH}",
         "model_gradient_checkpointing = false",
         "[policy.parallelism]", f"dp_shard_size = {nproc}",
         "[logging]", "logger = []",
@@ -118,7 +123,25 @@ def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, 
     return path
 
 
-def prepare(workdir: Path, n_clips: int) -> tuple[Path, Path, list[dict], list[Any]]:
+def vary_lengths(samples: list[dict], seed: int = 1) -> None:
+    """Give each row an answer of a lognormal word count (median 60, 5-350 words) and make a third of the rows
+    text-only (their video parts dropped), in place and seeded."""
+    import math
+
+    from cosmos_train.models.tokenizer import training_corpus
+
+    words = sorted({w for line in training_corpus() for w in line.split() if w.isalpha()})
+    rng = random.Random(seed)
+    for sample in samples:
+        n_words = min(350, max(5, int(rng.lognormvariate(math.log(60), 0.8))))
+        sample["messages"][-1]["content"] = " ".join(rng.choice(words) for _ in range(n_words)) + "."
+        if rng.random() < 1 / 3:
+            for message in sample["messages"]:
+                if isinstance(message["content"], list):
+                    message["content"] = [p for p in message["content"] if "video" not in p]
+
+
+def prepare(workdir: Path, n_clips: int, varied: bool = False) -> tuple[Path, Path, list[dict], list[Any]]:
     """Tiny model, synthetic data, and every row encoded once (shuffled with a fixed seed)."""
     from cosmos_train.config import load_config
     from cosmos_train.data.chat import encode_chat
@@ -135,8 +158,10 @@ def prepare(workdir: Path, n_clips: int) -> tuple[Path, Path, list[dict], list[A
                                        batch=1, steps=1, packing=False, split=split), env={})
         samples += load_samples(cfg, "train")
     random.Random(0).shuffle(samples)  # mixed lengths in every batch, as a shuffled loader gives
+    if varied:
+        vary_lengths(samples)
     processor = load_processor(model)
-    return model, data, samples, [encode_chat(processor, s["messages"], max_length=512) for s in samples]
+    return model, data, samples, [encode_chat(processor, s["messages"], max_length=MAX_LENGTH) for s in samples]
 
 
 def batches(encoded: list[Any], batch: int, n_steps: int) -> list[list[Any]]:
@@ -317,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                          "each of 2 processes; 2 threads on a shared 2-core machine stall on each other.")
     ap.add_argument("--no-fsdp2", dest="fsdp2", action="store_false", help="Skip the 2-process FSDP2 runs.")
     ap.add_argument("--workdir", type=Path, default=None, help="Where model, data and runs go (default: a temp dir).")
+    ap.add_argument("--rows", choices=["synthetic", "varied"], default="synthetic",
+                    help="synthetic: the dataset's two row kinds; varied: answers of lognormal length and a third "
+                         "text-only (see the module docstring).")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -327,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sft-bench-") as tmp:
         work = args.workdir or Path(tmp)
-        model, data, samples, encoded = prepare(work, args.clips)
+        model, data, samples, encoded = prepare(work, args.clips, varied=args.rows == "varied")
         if len(encoded) < args.batch:
             raise ValueError(f"--batch {args.batch} exceeds the {len(encoded)} encoded rows (raise --clips)")
         n = args.warmup + args.steps

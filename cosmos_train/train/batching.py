@@ -2,8 +2,10 @@
 
 Packing concatenates samples into a [1, sum(L_i)] row. Each sample keeps its own 3D RoPE positions
 (computed per sample, exactly as unpacked) and a text position row that restarts at 0, from which
-transformers builds a block-diagonal causal mask: samples never attend to each other, so the packed
-loss equals the unpacked loss (tests/unit/test_batching.py shows it).
+transformers builds a block-diagonal causal mask, or, with `cosmos_train.train.packed_attention` (what
+train.sequence_packing switches on), the segment bounds from which each sample attends within itself without
+a mask: samples never attend to each other, so the packed loss equals the unpacked loss
+(tests/unit/test_batching.py shows it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from cosmos_train.data.chat import EncodedChat
+from cosmos_train.train import packed_attention
 
 IGNORE = -100
 _VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
@@ -144,6 +147,8 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
     elif mb.packed_lengths is not None:
         core = model.model if hasattr(model, "model") else model
         kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
+        if _attention(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
+            kw.update(packed_attention.segment_bounds(mb.packed_lengths, mb.input_ids.device))
     else:
         kw["attention_mask"] = mb.attention_mask
         kw["mm_token_type_ids"] = mb.mm_token_type_ids
@@ -155,5 +160,7 @@ def split_micro_batches(samples: list[Any], mini_batch: int) -> list[list[Any]]:
 
 
 def _attention(model: Any) -> str:
+    """The language model's attention implementation."""
     config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
     return str(getattr(config, "_attn_implementation", None) or "sdpa")

@@ -67,6 +67,10 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
     else:
         model.requires_grad_(False)
         n_trainable, total = 0, sum(p.numel() for p in model.parameters())
+    if cfg.train.sequence_packing:  # packed rows attend per sample from their bounds, without a dense mask
+        from cosmos_train.train.packed_attention import use_packed_attention
+
+        use_packed_attention(model)
     model.to(dist.device)
     model = parallelize(model, dist, cfg)
     if not trainable:

@@ -76,3 +76,47 @@ def test_packed_positions_restart_per_sample(tiny: Path) -> None:
     assert pos.shape == (4, 1, mb.input_ids.shape[1])
     assert pos[0, 0, n0].item() == 0 and pos[0, 0, n0 - 1].item() == n0 - 1
     assert (mb.labels == IGNORE).sum() > 0
+
+
+def test_packed_attention_needs_no_mask_and_gives_the_same_result(family_model: Path, tmp_path: Path) -> None:
+    """train.sequence_packing's attention (cosmos_train.train.packed_attention): per-sample SDPA from the
+    segment bounds, no dense mask; loss and gradients equal SDPA's masked packed row and the padded batch."""
+    from cosmos_train.train import packed_attention
+
+    proc = load_processor(family_model)
+    model = load_model(family_model, dtype=torch.float32).eval()
+    chats = [_chat(moving_square_mp4(tmp_path / "a.mp4", 0), "Which way does the square move?", "Right. B"),
+             _chat(None, "A text-only question about gravity.", "Things fall down."),
+             _chat(moving_square_mp4(tmp_path / "b.mp4", 11), "Does it move?", "Yes, to the right.")]
+    samples = [encode_chat(proc, c, max_length=512) for c in chats]
+    packed = collate_packed(samples)
+
+    def loss_and_grads(mb):
+        model.zero_grad()
+        s, n = token_ce_sum(model(**model_inputs(model, mb), use_cache=False).logits, mb.labels)
+        (s / n).backward()
+        return (s / n).item(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    l_ref, g_ref = loss_and_grads(packed)  # SDPA over the dense block-diagonal mask
+    assert packed_attention.use_packed_attention(model)
+    inputs = model_inputs(model, packed)
+    assert inputs["cu_seq_lens_q"].tolist() == [0, *torch.tensor([len(s) for s in samples]).cumsum(0).tolist()]
+    from transformers import AttentionInterface
+
+    seen: list = []
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        seen.append((attention_mask, kwargs.get("cu_seq_lens_q")))
+        return packed_attention.packed_sdpa(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(packed_attention.NAME, recording)
+    try:
+        l_new, g_new = loss_and_grads(packed)
+    finally:
+        AttentionInterface.register(packed_attention.NAME, packed_attention.packed_sdpa)
+    assert seen and all(m is None and b is not None for m, b in seen)  # bounds, no L x L mask
+    assert l_new == pytest.approx(l_ref, rel=1e-6)
+    for k in g_ref:
+        torch.testing.assert_close(g_new[k], g_ref[k], rtol=1e-4, atol=1e-6, msg=k)
+    l_pad, _ = loss_and_grads(collate_padded(samples, pad_id=0))  # padded batches keep the padding mask
+    assert l_pad == pytest.approx(l_ref, rel=1e-5)
