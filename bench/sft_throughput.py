@@ -58,6 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SPLITS = ("train", "train_letter")  # reasoning answers (~230 tokens) and letter answers (~120)
 LR, WARMUP_LR_STEPS, CLIP = 3e-4, 2, 1.0
 MAX_LENGTH = 1024
+DENSE = "packed, dense mask"  # information: packing through transformers' SDPA mask, as before
+MODES = ("padded", "packed", DENSE)
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -194,13 +196,20 @@ class Clock:
 
 
 # ---------------------------------------------------------------------------------------------- sides
-def run_ours(cfg_path: Path, steps: list[list[Any]], warmup: int) -> Run:
+def run_ours(cfg_path: Path, steps: list[list[Any]], warmup: int, dense_mask: bool = False) -> Run:
+    """dense_mask: packed rows through transformers' SDPA with its dense block-diagonal mask (what packing did
+    before `cosmos_train.train.packed_attention`), for comparison."""
+    from unittest import mock
+
     from cosmos_train.config import load_config
     from cosmos_train.distributed import init_distributed
+    from cosmos_train.train import packed_attention
     from cosmos_train.train.sft import SFTTrainer
 
     cfg = load_config(cfg_path, env={})
-    trainer = SFTTrainer(cfg, cfg_path.parent, init_distributed(cfg.policy.parallelism))
+    with mock.patch.object(packed_attention, "use_packed_attention", lambda model: False) if dense_mask \
+            else contextlib.nullcontext():
+        trainer = SFTTrainer(cfg, cfg_path.parent, init_distributed(cfg.policy.parallelism))
     clock = Clock()
     for i, samples in enumerate(steps):
         values = trainer.train_step(samples)
@@ -314,8 +323,8 @@ def table(cells: dict[tuple[str, str], Series], fsdp2: dict[str, float]) -> str:
     lines = ["| mode | trainer | tokens/s (median) | step time s (median) | ours / TRL padded (wall) "
              "| tokens per CPU-s (median) | ours / TRL padded (CPU) |",
              "|---|---|---:|---:|---:|---:|---:|"]
-    for mode in ("padded", "packed"):
-        for side in ("ours", "TRL"):
+    for mode in MODES:
+        for side in ("ours", "TRL") if mode != DENSE else ("ours",):
             cell = cells.get((mode, side))
             name = "ours (1 process)" if side == "ours" else "TRL SFTTrainer"
             if cell is None:
@@ -371,14 +380,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"TRL packed: refused: {refusal}")
         cells: dict[tuple[str, str], Series] = {}
         for rep in range(args.reps):
-            for mode in ("padded", "packed"):
+            for mode in MODES:
                 sides = ["ours", "TRL"] if mode == "padded" else ["ours"]
                 for side in sides if rep % 2 == 0 else sides[::-1]:
                     out = work / f"rep{rep}-{mode}-{side}"
                     if side == "ours":
                         cfg = write_config(out / "config.toml", model, data, out, batch=args.batch, steps=n,
-                                           packing=mode == "packed")
-                        run = run_ours(cfg, steps, args.warmup)
+                                           packing=mode != "padded")
+                        run = run_ours(cfg, steps, args.warmup, dense_mask=mode == DENSE)
                     else:
                         with single_process_env():
                             run = run_trl(model, out, steps, args.warmup)

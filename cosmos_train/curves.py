@@ -28,7 +28,8 @@ CURVES: dict[str, tuple[tuple[str, str, bool], ...]] = {
 }
 # the per-step table's columns (the step first), in this order where present
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    "sft": ("loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "peak_mem_gb"),
+    "sft": ("loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "peak_mem_gb",
+            "tflops_per_device", "mfu"),
     "grpo": ("reward_mean", "reward_std", "accuracy", "kl", "response_length_mean", "loss", "grad_norm", "lr",
              "tokens_per_s", "rollout_time", "train_time"),
 }

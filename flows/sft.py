@@ -38,6 +38,9 @@ def _summary_markdown(run_dir: Path, result: dict, metrics: list[dict]) -> str:
         lines += [f"- loss: {first['loss']:.4f} (step {first['step']}) -> {last['loss']:.4f} (step {last['step']})",
                   f"- throughput (last step): {last['tokens_per_s']:.0f} tokens/s, {last['samples_per_s']:.1f} samples/s",
                   f"- peak memory: {max(m['peak_mem_gb'] for m in train):.2f} GB"]
+        if "tflops_per_device" in last:
+            mfu = f", MFU {last['mfu']:.1%}" if "mfu" in last else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)"
+            lines.append(f"- model FLOPs (last step): {last['tflops_per_device']:.3g} TFLOP/s per device{mfu}")
     if val:
         lines.append(f"- validation loss (step {val[-1]['step']}): {val[-1]['loss']:.4f}")
     lines += result_notes(result)

@@ -98,12 +98,14 @@ class SFTTrainer(Trainer):
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
             return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
         step_time = time.perf_counter() - t0
-        tokens = float(all_reduce_sum(sum(mb.n_tokens for mb in micro), self.dist.device)) / self.dist.tp
+        local = [sum(mb.n_tokens for mb in micro), self.flop_counter.step_flops(micro)]
+        tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.dist.tp).tolist()
         return {
             "loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
             "tokens_per_s": tokens / step_time, "samples_per_s": self.sampler.global_batch / step_time,
             "step_time": step_time, "peak_mem_gb": peak_memory_gb(self.dist.device),
             "label_tokens": int(global_tokens), "epoch": self.pos.epoch,
+            **self.flop_rates(flops, step_time),
         }
 
     @torch.no_grad()

@@ -23,6 +23,7 @@ from cosmos_train.distributed import DistInfo
 from cosmos_train.errors import TrainingDiverged
 from cosmos_train.metrics import MetricsLogger
 from cosmos_train.signals import install_exit_handlers
+from cosmos_train.train.flops import FlopCounter, peak_flops
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.sampler import DataPosition
 
@@ -92,6 +93,8 @@ class Trainer(ABC):
         self.model_dir = Path(cfg.policy.model_name_or_path)
         self.processor = load_processor(cfg.policy.model_name_or_path)
         self.model, self.trainable, self.total_params = load_policy(cfg, dist)
+        self.flop_counter = FlopCounter.of(self.model)
+        self.peak_flops = peak_flops(dist.device)
         self.pad_id = pad_token_id(self.model)
         self.optimizer = build_optimizer(self.model, cfg.train, dist.device)
         self.ckpt = CheckpointManager(run_dir, cfg.train.ckpt, seed=cfg.train.seed)
@@ -222,6 +225,14 @@ class Trainer(ABC):
         return {}
 
     # ------------------------------------------------------------------ the loop
+    def flop_rates(self, flops: float, step_time: float) -> dict[str, float]:
+        """Model TFLOP/s per device of a step of `flops` (all ranks), and MFU where the peak is known."""
+        per_device = flops / step_time / self.dist.world_size
+        rates = {"tflops_per_device": per_device / 1e12}
+        if self.peak_flops:
+            rates["mfu"] = per_device / self.peak_flops
+        return rates
+
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.log(self.describe())

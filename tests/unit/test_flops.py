@@ -1,0 +1,53 @@
+"""Model FLOPs per step (cosmos_train.train.flops) against hand-computed counts on the tiny Qwen2.5-VL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cosmos_train.models.load import load_model
+from cosmos_train.train.batching import MicroBatch
+from cosmos_train.train.flops import FlopCounter, peak_flops
+from tests.conftest import FAMILIES
+
+# The tiny Qwen2.5-VL by hand (models/tiny.py "tiny": hidden 128, MLP 256, 4 layers, 4 heads of 32, 2 KV heads;
+# vocab 1088; vision hidden 64, MLP 128, 2 blocks, 14 px patches x 2 frames, merge 2).
+LAYER = 128 * 128 + 2 * (64 * 128) + 128 * 128 + 3 * (256 * 128)  # q, k, v, o, gate, up, down
+LANGUAGE = 4 * LAYER + 1088 * 128  # + lm_head; embeddings and norms are no matmuls
+VISION_BLOCKS = 64 * 3 * 2 * 14 * 14 + 2 * (3 * 64 * 64 + 64 * 64 + 3 * (128 * 64))  # patch embed, qkv, proj, mlp
+MERGER = (4 * 64) * (4 * 64) + 128 * (4 * 64)
+
+
+def test_counts_and_step_flops_by_hand(tiny_model_dir: Path) -> None:
+    counter = FlopCounter.of(load_model(tiny_model_dir))
+    assert counter == FlopCounter(LANGUAGE, 4, 128, VISION_BLOCKS, MERGER, 2)
+    # two right-padded rows of 10 and 20 tokens, one video of 1 x 4 x 4 patches (4 merged tokens)
+    mask = torch.zeros(2, 20, dtype=torch.long)
+    mask[0, :10] = 1
+    mask[1, :] = 1
+    padded = MicroBatch(torch.zeros(2, 20, dtype=torch.long), torch.zeros(2, 20, dtype=torch.long), mask,
+                        torch.zeros(2, 20, dtype=torch.long), vision={"video_grid_thw": torch.tensor([[1, 4, 4]])})
+    expected = (6 * LANGUAGE * 30 + 12 * 4 * 128 * (10**2 + 20**2)  # matmuls + attention within each row
+                + 6 * VISION_BLOCKS * 16 + 6 * MERGER * 16 // 4)  # every patch; every merged token
+    assert counter.step_flops([padded]) == expected
+    # the same rows packed: the same useful work (attention within each sample only)
+    packed = MicroBatch(torch.zeros(1, 30, dtype=torch.long), torch.zeros(1, 30, dtype=torch.long), None,
+                        torch.zeros(1, 30, dtype=torch.long), vision={"video_grid_thw": torch.tensor([[1, 4, 4]])},
+                        packed_lengths=[10, 20])
+    assert counter.step_flops([packed]) == expected
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_counts_language_and_vision(family: str, family_model_dirs: dict[str, Path]) -> None:
+    counter = FlopCounter.of(load_model(family_model_dirs[family]))
+    assert counter.language_params > counter.vision_block_params > 0 and counter.merger_params > 0
+    assert (counter.layers, counter.hidden) == (4, 128)
+
+
+def test_peak_flops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COSMOS_PEAK_TFLOPS", raising=False)
+    assert peak_flops(torch.device("cpu")) is None  # unknown: no MFU logged
+    monkeypatch.setenv("COSMOS_PEAK_TFLOPS", "2.5")
+    assert peak_flops(torch.device("cpu")) == 2.5e12
