@@ -66,10 +66,12 @@ class FlopCounter:
 
         spec = family_of(model)
         config = getattr(model.config, "text_config", None) or model.config
-        language = vision = merger = 0
+        # the LM head is a matmul even where it shares its weight with the embedding (a lookup, no FLOPs)
+        head = model.get_output_embeddings()
+        language, vision, merger = (head.weight.numel() if head is not None else 0), 0, 0
         for name, p in model.named_parameters():
-            if p.dim() < 2 or "embed_tokens" in name:
-                continue  # norms and biases: no matmul; the embedding is a lookup
+            if p.dim() < 2 or "embed_tokens" in name or name.startswith("lm_head."):
+                continue  # norms and biases: no matmul; the head is counted above
             if name.startswith(spec.vision_prefixes):
                 if any(m in name for m in _MERGER_NAMES):
                     merger += p.numel()

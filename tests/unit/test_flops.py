@@ -51,3 +51,16 @@ def test_peak_flops(monkeypatch: pytest.MonkeyPatch) -> None:
     assert peak_flops(torch.device("cpu")) is None  # unknown: no MFU logged
     monkeypatch.setenv("COSMOS_PEAK_TFLOPS", "2.5")
     assert peak_flops(torch.device("cpu")) == 2.5e12
+
+
+def test_a_tied_lm_head_still_counts(tiny_model_dir: Path) -> None:
+    """With the head sharing the embedding's weight (Qwen2.5-VL-3B), the head's matmul is still counted."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    d = AutoConfig.from_pretrained(tiny_model_dir).to_dict()
+    d["tie_word_embeddings"] = d["text_config"]["tie_word_embeddings"] = True
+    config = type(AutoConfig.from_pretrained(tiny_model_dir)).from_dict(d)
+    with torch.device("meta"):
+        tied = AutoModelForImageTextToText.from_config(config)
+    assert tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
+    assert FlopCounter.of(tied).language_params == LANGUAGE
