@@ -439,8 +439,8 @@ class TrainConfig(Section):
     seed: int = Field(0, ge=0, description="Seed of torch, numpy and random (the rank is added).")
     deterministic: bool = Field(False, description="Deterministic kernels: reproducible and slower.")
     compile: bool = Field(
-        False, description="torch.compile the model (accepted; not wired in yet: the model runs eagerly, said by "
-        "config check)."
+        False, description="torch.compile each transformer block (language and vision) before FSDP2: faster steps "
+        "after a compile of about a minute at start and one recompile for varying lengths."
     )
     async_tp_enabled: bool = Field(
         False, description="Async tensor parallel (accepted; not implemented yet: said by config check)."
@@ -936,9 +936,6 @@ def fold_context_and_pipeline(par: ParallelismConfig) -> list[NoEffect]:
 def speed_only_settings(cfg: Config) -> list[NoEffect]:
     """Keys of ours set to a value that would only change speed, which the trainers do not act on yet."""
     out = []
-    if cfg.train.compile:
-        out.append(NoEffect("train.compile", True, "torch.compile is not wired into the trainer yet: the model "
-                            "runs eagerly, the same math"))
     if cfg.train.async_tp_enabled:
         out.append(NoEffect("train.async_tp_enabled", True, "tensor-parallel communication is not overlapped "
                             "yet: the same math, in sequence"))

@@ -309,7 +309,6 @@ def _short(value: Any) -> str:
 PARTLY: dict[str, str] = {
     "policy.parallelism.cp_size": "> 1 runs as cp_size x more FSDP shards (the same result)",
     "policy.parallelism.pp_size": "> 1 runs as pp_size x more FSDP shards (the same result)",
-    "train.compile": "true is accepted with no effect yet (the model runs eagerly)",
     "train.async_tp_enabled": "true is accepted with no effect yet",
     "rollout.backend": "'trtllm' runs as 'vllm' (the same samples)",
 }
@@ -325,7 +324,7 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "train.ckpt.save_freq": "fewer saves of a long run; the result is the same",
     "train.ckpt.max_keep": "disk: the newest two suffice to resume (set -1 to keep all)",
     "train.ckpt.hf_repo_name": "no made-up repo name: upload_hf = true asks for one",
-    "train.compile": "torch.compile is not wired in yet (true is accepted with no effect)",
+    "train.compile": "compiling costs about a minute at start (more on a CPU): asked for, not assumed",
     "train.seed": "runs are reproducible by default: seed 0, where cosmos-rl draws one",
     "rollout.parallelism.tp_size": "a single GPU (or CPU) runs a rollout engine unless asked",
     "policy.parallelism.tp_size": "FSDP over all GPUs unless tensor parallelism is asked for",

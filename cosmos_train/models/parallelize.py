@@ -1,4 +1,4 @@
-"""Apply tensor parallelism, activation checkpointing and FSDP2 to a loaded HF VLM, from the config.
+"""Apply tensor parallelism, activation checkpointing, torch.compile and FSDP2 to a loaded HF VLM, from the config.
 
 One small module, torchtitan style: TP on the language model's attention/MLP projections over the
 "tp" mesh dimension, then `fully_shard` on each transformer block (language and vision) and on the
@@ -58,6 +58,13 @@ def parallelize(model: nn.Module, dist: DistInfo, cfg: Config) -> nn.Module:
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     t = cfg.train
+    if t.compile:
+        # Per block, as torchtitan does: every language layer (and vision block) shares one compiled graph, so
+        # compiling costs a block's worth; in place (Module.compile), so parameter names and checkpoints are the
+        # eager model's. Before FSDP2: its hooks run around the compiled forward.
+        layers, vision_blocks = _blocks(model)
+        for block in vision_blocks + layers:
+            block.compile()
     if dist.device.type == "cuda":
         mp = MixedPrecisionPolicy(param_dtype=_DTYPES[t.param_dtype], reduce_dtype=_DTYPES[t.fsdp_reduce_dtype])
     else:

@@ -121,7 +121,6 @@ def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
     assert NO_EFFECT_HEADER in done.stderr
     assert "#   redis = '12802': cosmos-rl's controller port" in done.stderr
     assert "#   rollout.backend = 'trtllm': runs as 'vllm'" in done.stderr
-    assert "#   train.compile = True: torch.compile is not wired" in done.stderr
     assert tomllib.loads(done.stdout)["rollout"]["backend"] == "vllm"
 
 
