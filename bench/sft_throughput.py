@@ -21,6 +21,9 @@ What is compared (see bench/RESULTS.md for the numbers and the reasoning):
 - Packing: TRL 1.16 refuses packing and padding_free for vision datasets, and forbids a custom collator
   with padding_free (trl/trainer/sft_trainer.py), so a video batch cannot be trained packed by TRL. The
   packed row is ours packed against TRL's best available for this data, padded.
+- Cells of ours for information: "packed, dense mask" (packing through transformers' dense block-diagonal
+  SDPA mask, as before cosmos_train.train.packed_attention) and "packed, compiled" (train.compile; its first
+  COMPILE_WARMUP steps, which compile, are left out).
 - Tokens are counted the same way on both sides: non-pad tokens of the step's rows (prompt, vision and
   answer tokens). Step time is the wall time between consecutive step ends (everything the loop does);
   the first --warmup steps of each run are dropped. Sides alternate inside each repetition (and which
@@ -59,7 +62,9 @@ SPLITS = ("train", "train_letter")  # reasoning answers (~230 tokens) and letter
 LR, WARMUP_LR_STEPS, CLIP = 3e-4, 2, 1.0
 MAX_LENGTH = 1024
 DENSE = "packed, dense mask"  # information: packing through transformers' SDPA mask, as before
-MODES = ("padded", "packed", DENSE)
+COMPILED = "packed, compiled"  # train.compile: every block torch.compile'd (its first steps compile)
+MODES = ("padded", "packed", DENSE, COMPILED)
+COMPILE_WARMUP = 3  # steps a compiled run leaves out: the compile, and the recompile for dynamic lengths
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -102,7 +107,7 @@ class Series:
 
 # ---------------------------------------------------------------------------------------------- data
 def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, steps: int, packing: bool,
-                 nproc: int = 1, split: str = "train") -> Path:
+                 nproc: int = 1, split: str = "train", compile: bool = False) -> Path:
     """The trainer config: fp32, no checkpointing, no gradient checkpointing, one micro-batch per rank.
     The rows it names are only read by the FSDP2 run, and there a manifest.jsonl takes precedence."""
     lines = [
@@ -110,6 +115,7 @@ def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, 
         f"train_batch_per_replica = {batch}", f"optm_lr = {LR}", f"optm_warmup_steps = {WARMUP_LR_STEPS}",
         'optm_decay_type = "linear"', "optm_weight_decay = 0.0", f"optm_grad_norm_clip = {CLIP}",
         'param_dtype = "float32"', "seed = 0", f"sequence_packing = {str(packing).lower()}",
+        f"compile = {str(compile).lower()}",
         "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
         "[train.train_policy]", 'type = "sft"', f"micro_batch = {batch // nproc}", "dataloader_num_workers = 0",
         "dataloader_shuffle = false",
@@ -324,7 +330,7 @@ def table(cells: dict[tuple[str, str], Series], fsdp2: dict[str, float]) -> str:
              "| tokens per CPU-s (median) | ours / TRL padded (CPU) |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for mode in MODES:
-        for side in ("ours", "TRL") if mode != DENSE else ("ours",):
+        for side in ("ours", "TRL") if mode in ("padded", "packed") else ("ours",):
             cell = cells.get((mode, side))
             name = "ours (1 process)" if side == "ours" else "TRL SFTTrainer"
             if cell is None:
@@ -386,8 +392,9 @@ def main(argv: list[str] | None = None) -> int:
                     out = work / f"rep{rep}-{mode}-{side}"
                     if side == "ours":
                         cfg = write_config(out / "config.toml", model, data, out, batch=args.batch, steps=n,
-                                           packing=mode != "padded")
-                        run = run_ours(cfg, steps, args.warmup, dense_mask=mode == DENSE)
+                                           packing=mode != "padded", compile=mode == COMPILED)
+                        warmup = max(args.warmup, COMPILE_WARMUP) if mode == COMPILED else args.warmup
+                        run = run_ours(cfg, steps, warmup, dense_mask=mode == DENSE)
                     else:
                         with single_process_env():
                             run = run_trl(model, out, steps, args.warmup)
