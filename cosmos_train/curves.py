@@ -31,7 +31,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "sft": ("loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "peak_mem_gb",
             "tflops_per_device", "mfu"),
     "grpo": ("reward_mean", "reward_std", "accuracy", "kl", "response_length_mean", "loss", "grad_norm", "lr",
-             "tokens_per_s", "rollout_time", "train_time"),
+             "tokens_per_s", "rollout_time", "train_time", "update_tflops_per_device", "update_mfu"),
 }
 TABLE_ROWS = 100
 

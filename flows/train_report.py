@@ -97,6 +97,11 @@ def summary_markdown(report: RunReport) -> str:
     _, tps = series(train, "tokens_per_s")
     if tps:
         lines.append(f"- throughput: {tps[-1]:.0f} tokens/s (last step), {sum(tps) / len(tps):.0f} mean")
+    _, tflops = series(train, "update_tflops_per_device")
+    if tflops:
+        _, mfu = series(train, "update_mfu")
+        lines.append(f"- policy update: {tflops[-1]:.3g} model TFLOP/s per device (last step)"
+                     + (f", MFU {mfu[-1]:.1%}" if mfu else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)"))
     lines.append(f"- final export: `{r['final']}`" if r.get("final") else "- final export: none")
     if best_export := r.get("best"):
         value = best_export.get("value")

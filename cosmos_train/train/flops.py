@@ -7,11 +7,13 @@ useful arithmetic used.
 
 Convention (PaLM appendix B, torchtitan's `get_num_flop_per_token`): training costs 6 FLOPs per matmul
 parameter per token that passes through it (forward 2, backward 4), plus, for the language model's attention
-scores and values, 12 * layers * hidden per token per token it attends to. Counted here:
+scores and values, 12 * layers * hidden per token per token it attends to (a third of each for a forward
+only). Counted here:
 - language model: every input token (text and vision pads alike) through the decoder's matmul parameters and
   lm_head (the embedding lookup is not a matmul); attention over the token's own sample, causal or not
   counted whole (torchtitan's convention): 12 * layers * hidden * sum(L_i^2) per micro-batch, L_i each sample's
-  length (padding and other packed samples are not useful work);
+  length (padding and other packed samples are not useful work); under an explicit 4D mask (GRPO's prompt
+  shared by its group's completions), twice its allowed (query, key) pairs;
 - vision tower: every patch through its blocks' parameters (6 * N_blocks per patch) and every merged token
   through the merger / projector; the tower's own attention scores are left out, so MFU is a lower bound on
   vision-heavy steps.
@@ -82,20 +84,28 @@ class FlopCounter:
         return cls(language, int(config.num_hidden_layers), int(config.hidden_size), vision, merger,
                    spec.vision_layout.merge_size)
 
-    def sample_flops(self, tokens: int, patches: int) -> float:
-        """A sample of `tokens` tokens (vision pads included) with `patches` vision patches."""
-        language = 6 * self.language_params * tokens + 12 * self.layers * self.hidden * tokens * tokens
-        vision = 6 * self.vision_block_params * patches + 6 * self.merger_params * patches // self.merge**2
+    def forward_flops(self, tokens: int, pairs: int, patches: int) -> float:
+        """One forward pass over `tokens` tokens (vision pads included) attending over `pairs` (query, key)
+        pairs (a causal sample of L tokens counts L^2, the convention above) and `patches` vision patches."""
+        language = 2 * self.language_params * tokens + 4 * self.layers * self.hidden * pairs
+        vision = 2 * self.vision_block_params * patches + 2 * self.merger_params * patches // self.merge**2
         return float(language + vision)
 
-    def step_flops(self, micro: Sequence[Any]) -> float:
-        """Useful FLOPs of micro-batches (`train.batching.MicroBatch`): every sample's tokens and patches."""
+    def step_flops(self, micro: Sequence[Any], passes: int = 3) -> float:
+        """Useful FLOPs of micro-batches (`train.batching.MicroBatch`): every sample's tokens and patches.
+        passes: 3 for forward and backward (training), 1 for a forward only (reference / old log-probs)."""
         total = 0.0
         for mb in micro:
-            lengths = mb.packed_lengths or (
-                [int(n) for n in mb.attention_mask.sum(-1).tolist()] if mb.attention_mask is not None
-                and mb.attention_mask.dim() == 2 else [mb.input_ids.shape[1]] * mb.input_ids.shape[0])
             patches = sum(int(g.prod(-1).sum()) for k in ("image_grid_thw", "video_grid_thw")
                           if (g := mb.vision.get(k)) is not None)
-            total += sum(self.sample_flops(n, 0) for n in lengths) + self.sample_flops(0, patches)
-        return total
+            mask = mb.attention_mask
+            if mask is not None and mask.dim() == 4:  # explicit layout (GRPO's shared prompt): its allowed pairs
+                allowed = int(mask.sum()) if mask.dtype == torch.bool else int((mask == 0).sum())
+                total += self.forward_flops(mb.input_ids.numel(), 2 * allowed, 0)
+            else:
+                lengths = mb.packed_lengths or (
+                    [int(n) for n in mask.sum(-1).tolist()] if mask is not None
+                    else [mb.input_ids.shape[1]] * mb.input_ids.shape[0])
+                total += sum(self.forward_flops(n, n * n, 0) for n in lengths)
+            total += self.forward_flops(0, 0, patches)
+        return passes * total

@@ -280,13 +280,18 @@ class GRPOTrainer(Trainer):
         tp = self.cfg.train.train_policy
         parts = self._mini_batches(samples, filler)
         every = [m for part in parts for m in part]
+        batches = [m.batch for m in every]
+        # the update's model FLOPs: forward + backward per iteration, a forward per scoring pass
+        flops = tp.mu_iterations * self.flop_counter.step_flops(batches)
         if self.reference is not None:
             self._score_tokens(self.reference, every, "ref")
+            flops += self.flop_counter.step_flops(batches, passes=1)
         engine_old = tp.old_logprobs == "engine"
         # The policy moves within this step only with several updates; otherwise the trainer's own forward
         # gives the old log-probs (ratio 1, as TRL does for one iteration).
         if not engine_old and (tp.mu_iterations > 1 or self.mini_batches > 1):
             self._score_tokens(self.model, every, "old")
+            flops += self.flop_counter.step_flops(batches, passes=1)
         sums: dict[str, float] = {}
         losses, norms, applied = [], [], True
         for _ in range(tp.mu_iterations):
@@ -328,9 +333,11 @@ class GRPOTrainer(Trainer):
                 applied &= apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm))
                 losses.append(loss)
                 norms.append(grad_norm)
+        sums["model_flops"] = flops
         keys = sorted(sums)
         total = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64), self.dist.device)
         glob = dict(zip(keys, (total / self.dist.tp).tolist()))
+        self.update_flops = glob.pop("model_flops")
         tokens = max(glob.pop("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in glob.items()}
         out["clip_fraction"] = out.get("clip_low_fraction", 0.0) + out.get("clip_high_fraction", 0.0)
@@ -379,6 +386,8 @@ class GRPOTrainer(Trainer):
         else:
             values = self.train_on(samples, filler)
         t_train = time.perf_counter() - t1
+        if stats["groups"] != 0:  # the update's model FLOPs over its time (the rollout's are the engine's)
+            values.update({f"update_{k}": v for k, v in self.flop_rates(self.update_flops, t_train).items()})
         if (self.step + 1) % self.cfg.train.sync_weight_interval == 0:
             self.sync_weights(version=self.step + 1)  # the weights after this step
         step_time = time.perf_counter() - t0

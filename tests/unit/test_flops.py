@@ -64,3 +64,22 @@ def test_a_tied_lm_head_still_counts(tiny_model_dir: Path) -> None:
         tied = AutoModelForImageTextToText.from_config(config)
     assert tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
     assert FlopCounter.of(tied).language_params == LANGUAGE
+
+
+def test_a_shared_prompt_layout_counts_its_allowed_pairs(tiny_model_dir: Path) -> None:
+    """GRPO's explicit layout: a 2-token prompt and two 2-token completions in one row under a 4D mask
+    (each completion sees the prompt and itself): 17 allowed (query, key) pairs, counted twice (the causal
+    convention); a forward-only pass is a third of forward + backward."""
+    counter = FlopCounter.of(load_model(tiny_model_dir))
+    allowed = torch.zeros(6, 6, dtype=torch.bool)
+    allowed[:2, :2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
+    for start in (2, 4):
+        allowed[start:start + 2, :2] = True
+        allowed[start:start + 2, start:start + 2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
+    assert int(allowed.sum()) == 17
+    ids = torch.zeros(1, 6, dtype=torch.long)
+    mb = MicroBatch(ids, ids, allowed[None, None], ids)
+    assert counter.step_flops([mb]) == 3 * (2 * LANGUAGE * 6 + 4 * 4 * 128 * 34)
+    assert counter.step_flops([mb], passes=1) * 3 == counter.step_flops([mb])
+    additive = torch.zeros(1, 1, 6, 6).masked_fill(~allowed, float("-inf"))
+    assert counter.step_flops([MicroBatch(ids, ids, additive, ids)]) == counter.step_flops([mb])

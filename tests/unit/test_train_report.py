@@ -20,7 +20,7 @@ def _train(step: int, reward: float, acc: float, kl: float, **extra: float) -> d
             "reward/format": 1.0, "reward/single_choice": acc, "accuracy": acc, "kl": kl, "clip_fraction": 0.0,
             "entropy": 1.5, "response_length_mean": 4.0, "zero_std_fraction": 0.5, "rollout_time": 3.0,
             "train_time": 1.0, "step_time": 4.0, "tokens_per_s": 100.0 * step, "weight_version": step,
-            "loss": 0.1, "grad_norm": 0.5, "lr": 1e-5, **extra}
+            "loss": 0.1, "grad_norm": 0.5, "lr": 1e-5, "update_tflops_per_device": 0.01 * step, **extra}
 
 
 def _completion(step: int, i: int, reward: float) -> dict:
@@ -65,6 +65,7 @@ def test_summary_names_the_numbers(run_dir: Path) -> None:
     assert "KL: last 0.0321, max 0.0456" in md
     assert "rollout 12.0 s (75%), training 4.0 s (25%)" in md
     assert "400 tokens/s (last step), 250 mean" in md
+    assert "policy update: 0.04 model TFLOP/s per device (last step) (MFU: peak unknown" in md
     assert f"final export: `{run_dir / 'safetensors' / 'final'}`" in md
     assert f"best export: `{run_dir / 'safetensors' / 'best'}` (accuracy 0.625 at step 2)" in md
     assert f"resumed from `{run_dir / 'checkpoints' / 'step_2'}`" in md and "resumed after a crash at step 3" in md
@@ -150,3 +151,13 @@ def test_summary_lists_the_keys_that_had_no_effect() -> None:
     assert lines == ["- accepted with no effect here (cosmos-rl keys / settings):",
                      "  - `redis = '12800': cosmos-rl's controller port: there is no controller here`"]
     assert result_notes({"no_effect": []}) == []
+
+
+def test_sft_summary_gives_model_flops_and_mfu(tmp_path: Path) -> None:
+    from flows.sft import _summary_markdown
+
+    row = {"step": 1, "kind": "train", "loss": 2.0, "tokens_per_s": 900.0, "samples_per_s": 3.0, "peak_mem_gb": 1.0}
+    md = _summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 312.0, "mfu": 0.4}])
+    assert "- model FLOPs (last step): 312 TFLOP/s per device, MFU 40.0%" in md
+    md = _summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 0.05}])
+    assert "0.05 TFLOP/s per device (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)" in md
