@@ -148,7 +148,7 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
         core = model.model if hasattr(model, "model") else model
         kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
         if _attention(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
-            kw.update(packed_attention.segment_bounds(mb.packed_lengths, mb.input_ids.device))
+            kw.update(packed_attention.segment_bounds(mb.packed_lengths))
     else:
         kw["attention_mask"] = mb.attention_mask
         kw["mm_token_type_ids"] = mb.mm_token_type_ids

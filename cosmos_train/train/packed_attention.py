@@ -79,8 +79,9 @@ def use_packed_attention(model: nn.Module) -> bool:
     return True
 
 
-def segment_bounds(lengths: list[int], device: torch.device) -> dict[str, Any]:
-    """The flash-attention varlen keywords of a packed row made of samples of `lengths` tokens."""
-    bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
+def segment_bounds(lengths: list[int]) -> dict[str, Any]:
+    """The flash-attention varlen keywords of a packed row made of samples of `lengths` tokens, for
+    `packed_sdpa`: the bounds stay on the CPU, so reading them in every layer costs no device sync."""
+    bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     longest = max(lengths)
     return {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": longest, "max_length_k": longest}
