@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from tests.conftest import ROOT, write_tiny_grpo_config
 
 pytestmark = pytest.mark.slow
+# metrics that are rates over measured time (and memory): they differ between two runs of the same steps
+TIMED = ("tokens_per_s", "peak_mem_gb", "update_tflops_per_device", "update_mfu")
 
 
 def grpo(config: Path, nproc: int = 2) -> str:
@@ -93,9 +95,9 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
         **keys, "train.resume": str(straight / "checkpoints" / "step_2")}))
     assert "at step 2" in out
     assert_same_weights(straight / "safetensors" / "final", resumed / "safetensors" / "final")
-    tail = [{k: v for k, v in m.items() if not k.endswith("time") and k not in ("tokens_per_s", "peak_mem_gb")}
+    tail = [{k: v for k, v in m.items() if not k.endswith("time") and k not in TIMED}
             for m in rows(straight) if m["kind"] == "train" and m["step"] > 2]
-    again = [{k: v for k, v in m.items() if not k.endswith("time") and k not in ("tokens_per_s", "peak_mem_gb")}
+    again = [{k: v for k, v in m.items() if not k.endswith("time") and k not in TIMED}
              for m in rows(resumed) if m["kind"] == "train"]
     assert tail == again
     assert "kl" in tail[-1] and tail[-1]["updates"] == 4  # 16 completions / 8 per update x 2 passes
