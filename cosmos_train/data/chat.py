@@ -300,7 +300,8 @@ def _expand_pads(
     kind_of = {v: k for k, v in pad_ids.items()}
     vstart, vend = tokenizer.convert_tokens_to_ids(VISION_START), tokenizer.convert_tokens_to_ids(VISION_END)
     found = {k: sum(1 for t in ids if t == pad_ids[k]) for k in pad_ids}
-    wanted = {k: sum(len(it.pad_runs(merge)) for it in items if it.kind == k) for k in pad_ids}
+    item_runs = [(it, it.pad_runs(merge)) for it in items]
+    wanted = {k: sum(len(r) for it, r in item_runs if it.kind == k) for k in pad_ids}
     if found != wanted:
         parts = {k: sum(1 for it in items if it.kind == k) for k in pad_ids}
         raise ValueError(
@@ -308,12 +309,9 @@ def _expand_pads(
             f"messages hold {parts['image']} image and {parts['video']} video parts needing {wanted['image']} and "
             f"{wanted['video']} (does a text part contain a literal {IMAGE_PAD} or {VIDEO_PAD}?)"
         )
-    # One entry per pad: (item, run length, first run of the item, last run of the item).
-    runs = {
-        k: iter([(it, n, i == 0, i == len(it.pad_runs(merge)) - 1)
-                 for it in items if it.kind == k for i, n in enumerate(it.pad_runs(merge))])
-        for k in pad_ids
-    }
+    # One entry per pad: (item, run length, the item's first run).
+    runs = {k: iter([(it, n, i == 0) for it, r in item_runs if it.kind == k for i, n in enumerate(r)])
+            for k in pad_ids}
     out_ids: list[int] = []
     out_labels: list[int] = []
     types: list[int] = []
@@ -326,7 +324,7 @@ def _expand_pads(
             continue
         if lab != IGNORE_INDEX:
             raise ValueError(f"{where}a {kind} pad token falls inside an assistant turn")
-        item, n, first, last = next(runs[kind])
+        item, n, first = next(runs[kind])
         if first:
             total = int(item.grid_thw.prod())
             if sum(item.pad_runs(merge)) * merge**2 != total or item.pixel_values.shape[0] != total:

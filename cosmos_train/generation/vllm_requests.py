@@ -86,14 +86,7 @@ def frames_metadata(num_frames: int, sample_fps: float) -> dict[str, Any]:
     total_num_frames * fps, so describing the T frames as a whole clip at `sample_fps` gives exactly
     the rate they were sampled at. do_sample_frames=False stops the processor from sampling again.
     """
-    return {
-        "fps": sample_fps,
-        "duration": num_frames / sample_fps,
-        "total_num_frames": num_frames,
-        "frames_indices": list(range(num_frames)),
-        "video_backend": "pyav",
-        "do_sample_frames": False,
-    }
+    return source_metadata(list(range(num_frames)), sample_fps, num_frames)
 
 
 def source_metadata(indices: list[int], fps: float, total_frames: int) -> dict[str, Any]:

@@ -266,10 +266,8 @@ def load_model(
     attn_implementation: None lets transformers choose (sdpa where available); "flash_attention_2" on GPUs.
     """
     folder = check_model_source(path, "model")
-    if folder is not None and (folder / "config.json").is_file():  # refused before the weights are read
-        from cosmos_train.models.families import family_of
-
-        family_of(json.loads((folder / "config.json").read_text()).get("model_type"))
+    if folder is not None:  # an unknown model type is refused before the weights are read
+        family_name(folder)
     model = _from_hub_or_folder(
         path, folder, "config and weights",
         lambda: AutoModelForImageTextToText.from_pretrained(

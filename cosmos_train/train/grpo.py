@@ -280,18 +280,18 @@ class GRPOTrainer(Trainer):
         tp = self.cfg.train.train_policy
         parts = self._mini_batches(samples, filler)
         every = [m for part in parts for m in part]
-        batches = [m.batch for m in every]
-        # the update's model FLOPs: forward + backward per iteration, a forward per scoring pass
-        flops = tp.mu_iterations * self.flop_counter.step_flops(batches)
+        # the update's model FLOPs: forward + backward (3 forwards' worth) per iteration, a forward per scoring pass
+        forward = self.flop_counter.step_flops([m.batch for m in every], passes=1)
+        flops = 3 * tp.mu_iterations * forward
         if self.reference is not None:
             self._score_tokens(self.reference, every, "ref")
-            flops += self.flop_counter.step_flops(batches, passes=1)
+            flops += forward
         engine_old = tp.old_logprobs == "engine"
         # The policy moves within this step only with several updates; otherwise the trainer's own forward
         # gives the old log-probs (ratio 1, as TRL does for one iteration).
         if not engine_old and (tp.mu_iterations > 1 or self.mini_batches > 1):
             self._score_tokens(self.model, every, "old")
-            flops += self.flop_counter.step_flops(batches, passes=1)
+            flops += forward
         sums: dict[str, float] = {}
         losses, norms, applied = [], [], True
         for _ in range(tp.mu_iterations):
