@@ -8,6 +8,9 @@
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
     cosmos-train --config configs/tiny-grpo.toml [my_rewards.py]    # cosmos-rl's form: sft or grpo by the config
     cosmos-train grpo --config configs/tiny-grpo.toml [--set k=v ...] [--dataset-script my_dataset.py] [--run-dir RUN]
+    cosmos-train make-tiny-wfm outputs/tiny-wfm
+    cosmos-train make-synthetic-wfm-data outputs/wfm-data [--text-embeddings-from outputs/tiny-wfm]
+    cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml [--set k=v ...]    # or cosmos-train --config FILE
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train upload RUN_OR_FOLDER --to s3://bucket/prefix | hf://org/repo
@@ -49,7 +52,13 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, load_config, unsupported_settings
+    from cosmos_train.config import (
+        NO_EFFECT_HEADER,
+        ConfigError,
+        is_world_model_recipe,
+        load_config,
+        unsupported_settings,
+    )
     from cosmos_train.pipeline import is_pipeline_file, load_pipeline_config
 
     if is_pipeline_file(args.config):  # a post-train pipeline: its own schema and each stage's config
@@ -61,6 +70,15 @@ def _config_check(args: argparse.Namespace) -> int:
                 print(f"# [{name}] {NO_EFFECT_HEADER.removeprefix('# ')}", *(f"#   {n.line()}" for n in notes),
                       sep="\n", file=sys.stderr)
         print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
+        return 0
+    if is_world_model_recipe(args.config):  # the world-model RL layout: its own schema
+        from cosmos_train.wfm.config import load_wfm_config
+
+        wfm = load_wfm_config(args.config, args.overrides)
+        print(wfm.to_toml(), end="")
+        if wfm.no_effect:
+            print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in wfm.no_effect), sep="\n", file=sys.stderr)
+        print(f"# ok: {args.config} (wfm_rl: {wfm.model.rl.algorithm})", file=sys.stderr)
         return 0
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
@@ -118,6 +136,44 @@ def _train(args: argparse.Namespace) -> int:
     result = run(Params(config=str(args.config), overrides=args.overrides, dataset_script=script,
                         run_dir=args.run_dir))
     print(result["run_dir"])
+    return 0
+
+
+def _wfm_rl(args: argparse.Namespace) -> int:
+    """World-model RL: the config checked (and the model folder found) before Prefect starts."""
+    from cosmos_train.wfm.config import load_wfm_config
+
+    load_wfm_config(args.config, args.overrides)
+    if args.wfm_mode:
+        print(f"note: --wfm-mode {args.wfm_mode}: cosmos-rl's entry script is not needed here (ignored)",
+              file=sys.stderr)
+    from flows.wfm_rl import WfmRLParams, wfm_rl
+
+    _quiet_prefect_console()
+
+    result = wfm_rl(WfmRLParams(config=str(args.config), overrides=args.overrides, run_dir=args.run_dir))
+    print(result["run_dir"])
+    return 0
+
+
+def _make_tiny_wfm(args: argparse.Namespace) -> int:
+    from cosmos_train.wfm.model import make_tiny_wfm
+
+    print(make_tiny_wfm(args.out, seed=args.seed))
+    return 0
+
+
+def _make_synthetic_wfm(args: argparse.Namespace) -> int:
+    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data, write_text_embeddings
+
+    out = make_synthetic_wfm_data(args.out, n=args.n, num_frames=args.num_frames, height=args.size,
+                                  width=args.size, seed=args.seed)
+    if args.text_embeddings_from:  # precomputed embeddings, as the seed's offline_text_embedding datasets have
+        from cosmos_train.wfm.model import encode_prompts, load_wfm
+
+        parts = load_wfm(args.text_embeddings_from)
+        write_text_embeddings(out, lambda prompts: encode_prompts(parts, prompts, args.max_prompt_length))
+    print(out)
     return 0
 
 
@@ -208,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="cosmos-train", description=__doc__.split("\n")[0],
         epilog="cosmos-rl's form also works: cosmos-train --config FILE [SCRIPT.py] runs `sft` or `grpo` as the "
-               "config's trainer type says.")
+               "config's trainer type says (wfm-rl for a world-model recipe).")
     ap.add_argument("--debug", action="store_true", help="Show the traceback of an input error too.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -240,6 +296,30 @@ def build_parser() -> argparse.ArgumentParser:
         script.add_argument("--dataset-script", default=None, help="The same, as an option.")
         train.add_argument("--run-dir", default=None, help="Continue in this run folder (default: a new one).")
         train.set_defaults(func=_train)
+
+    wfm = sub.add_parser("wfm-rl", help="World-model RL (Flow-GRPO / DDRL) of a Cosmos-Predict DiT through the "
+                                        "wfm_rl flow.")
+    _add_config_args(wfm)
+    wfm.add_argument("--run-dir", default=None, help="Continue in this run folder (default: a new one).")
+    wfm.add_argument("--wfm-mode", default=None, help="cosmos-rl's entry script argument (accepted, not needed).")
+    wfm.set_defaults(func=_wfm_rl)
+
+    twfm = sub.add_parser("make-tiny-wfm", help="Build an offline tiny Cosmos-Predict2.5-layout diffusers folder "
+                                                "(DiT, Wan VAE, text encoder).")
+    twfm.add_argument("out", type=Path)
+    twfm.add_argument("--seed", type=int, default=0)
+    twfm.set_defaults(func=_make_tiny_wfm)
+
+    swfm = sub.add_parser("make-synthetic-wfm-data", help="Write a small world-model dataset (videos/, metas/).")
+    swfm.add_argument("out", type=Path)
+    swfm.add_argument("--n", type=int, default=32, help="Videos.")
+    swfm.add_argument("--num-frames", type=int, default=9, help="Frames per video.")
+    swfm.add_argument("--size", type=int, default=32, help="Width and height in pixels.")
+    swfm.add_argument("--seed", type=int, default=0)
+    swfm.add_argument("--text-embeddings-from", default=None, metavar="WFM_DIR",
+                      help="Also write text_embedding/*.pickle with this model folder's text encoder.")
+    swfm.add_argument("--max-prompt-length", type=int, default=128)
+    swfm.set_defaults(func=_make_synthetic_wfm)
 
     prep = sub.add_parser("prepare-data", help="Validate every row; write RUN/manifest.jsonl and a report.")
     _add_config_args(prep)
@@ -328,9 +408,9 @@ def cosmos_rl_form(argv: list[str]) -> list[str]:
     path = argv[i].partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
     command = "sft"
     try:
-        from cosmos_train.config import load_config
+        from cosmos_train.config import is_world_model_recipe, load_config
 
-        command = load_config(path, check_paths=False).policy_type
+        command = "wfm-rl" if is_world_model_recipe(path) else load_config(path, check_paths=False).policy_type
     except Exception:  # noqa: BLE001 (the subcommand reports it)
         pass
     return [*argv[:i], command, *argv[i:]]
@@ -343,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
-    if args.command in ("sft", "grpo", "prepare-data", "eval", "post-train", "upload", "demo"):
+    if args.command in ("sft", "grpo", "wfm-rl", "prepare-data", "eval", "post-train", "upload", "demo"):
         from cosmos_train.process_tree import start_reaper
 
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind

@@ -727,6 +727,16 @@ class Config(Section):
         return self.train.train_policy.type or "sft"
 
     @property
+    def parallelism(self) -> ParallelismConfig:
+        """The trained model's mesh settings (the launcher reads this name from every job config)."""
+        return self.policy.parallelism
+
+    @property
+    def run_root(self) -> str:
+        """Where run folders go (<run_root>/<timestamp>/)."""
+        return self.train.output_dir
+
+    @property
     def prompts_per_step(self) -> int:
         """GRPO: prompts one step samples: rollout.batch_size, or train_batch_per_replica / n_generation when
         that is more (cosmos-rl's meaning: a step trains on train_batch_per_replica completions and
@@ -954,7 +964,8 @@ def _resolve_dataset_cache(cfg: Config) -> None:
             ds.cache_dir = str(cosmos_cache() / "clip_cache")
 
 
-# The top-level sections of cosmos-rl's world-model (Cosmos-Predict) recipes, none of which is ours.
+# The top-level sections of world-model (Cosmos-Predict) recipes (cosmos-rl's, and cosmos_train/wfm/config.py's),
+# none of which a vision-language job has.
 WORLD_MODEL_SECTIONS = ("model", "model_parallel", "trainer", "dataloader_train", "dataloader_val", "optimizer",
                         "scheduler", "checkpoint", "job")
 
@@ -968,17 +979,28 @@ def world_model_sections(raw: dict[str, Any]) -> list[str]:
     return found if len(found) >= 2 and beyond else []
 
 
+def is_world_model_recipe(path: str | Path) -> bool:
+    """True for a TOML file in the world-model layout (cosmos-rl's configs/wfm/, ours configs/tiny-wfm-*.toml);
+    False for anything else, a file that does not parse included (its own loader says why)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return bool(world_model_sections(raw))
+
+
 def world_model_refusal(sections: list[str]) -> str:
     """One paragraph for a world-model recipe: its own layout (sections) or cosmos-rl's diffusers trainer
     (['policy.is_diffusers = true'])."""
     if any(s.startswith("policy.") for s in sections):
-        what, layout = ", ".join(sections), "cosmos-rl runs it with its diffusers trainers"
-    else:
-        what, layout = ", ".join(f"[{k}]" for k in sections), "run there with --wfm-mode"
-    return (f"this is a cosmos-rl world-model (Cosmos-Predict) recipe ({what}), {layout}; "
-            "world-model RL (Flow-GRPO / DDRL on a video diffusion model) is not available in this release, and "
-            "this file's settings are not a vision-language job's ([train], [policy], [rollout], [validation]). "
-            "See docs/MIGRATING_FROM_COSMOS_RL.md")
+        return (f"this is a recipe of cosmos-rl's diffusers trainer ({', '.join(sections)}), not a vision-language "
+                "job ([train], [policy], [rollout], [validation]); world-model RL (Flow-GRPO / DDRL on a "
+                "Cosmos-Predict DiT) runs here from the world-model layout ([model], [model.rl], [trainer], "
+                "[dataloader_train], ...: configs/wfm/*.toml, configs/tiny-wfm-*.toml) with `cosmos-train wfm-rl "
+                "--config FILE`. See docs/MIGRATING_FROM_COSMOS_RL.md")
+    return (f"this is a world-model (Cosmos-Predict) recipe ({', '.join(f'[{k}]' for k in sections)}), not a "
+            "vision-language job: run it with `cosmos-train wfm-rl --config FILE` (or cosmos-rl's form "
+            "`cosmos-train --config FILE`); `cosmos-train config check FILE` checks it")
 
 
 def unknown_keys(raw: Any, model: type[BaseModel], prefix: str = "") -> list[str]:

@@ -67,8 +67,8 @@ class NoEffect:
         return f"{self.key} = {_short(self.value)}: {self.reason}"
 
 
-_PREDICT = ("is a world-model (Cosmos-Predict) setting; world-model RL (Flow-GRPO / DDRL on a video diffusion "
-            "model) is not available in this release (docs/MIGRATING_FROM_COSMOS_RL.md)")
+_PREDICT = ("is a setting of cosmos-rl's diffusers trainer; world-model RL (Flow-GRPO / DDRL) runs from a "
+            "world-model recipe (configs/wfm/*.toml) with `cosmos-train wfm-rl` (docs/MIGRATING_FROM_COSMOS_RL.md)")
 _PP = "no pipeline stages here (pp_size > 1 runs as more FSDP shards)"
 _KERNELS = "a kernel choice: the same math runs with PyTorch / vLLM's own kernels"
 

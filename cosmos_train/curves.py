@@ -25,6 +25,10 @@ CURVES: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "grpo": (("mean reward", "reward_mean", True), ("accuracy", "accuracy", True), ("KL to reference", "kl", False),
              ("completion tokens (mean)", "response_length_mean", False), ("grad norm", "grad_norm", False),
              ("learning rate", "lr", False), ("tokens/s", "tokens_per_s", False)),
+    "wfm_rl": (("mean reward", "reward_mean", True), ("held-out diffusion loss", "heldout_diffusion_loss", True),
+               ("data (flow-matching) loss", "data_loss", False), ("KL to reference", "kl", False),
+               ("clipped fraction", "clip_frac", False), ("grad norm", "grad_norm", False),
+               ("learning rate", "lr", False)),
 }
 # the per-step table's columns (the step first), in this order where present
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
@@ -32,6 +36,8 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
             "tflops_per_device", "mfu"),
     "grpo": ("reward_mean", "reward_std", "accuracy", "kl", "response_length_mean", "loss", "grad_norm", "lr",
              "tokens_per_s", "rollout_time", "train_time", "update_tflops_per_device", "update_mfu"),
+    "wfm_rl": ("reward_mean", "reward_std", "policy_loss", "data_loss", "kl", "clip_frac", "ratio", "grad_norm",
+               "lr", "rollout_time", "step_time"),
 }
 TABLE_ROWS = 100
 

@@ -10,12 +10,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config, load_config
+from cosmos_train.wfm.config import WfmConfig
 
 
-def new_run_dir(cfg: Config) -> Path:
+def new_run_dir(cfg: Config | WfmConfig) -> Path:
     """A new timestamped folder under output_dir; for a multi-node job, <output_dir>/<rdzv_id>, the one folder
     every node's flow run agrees on without talking to the others (on storage they share)."""
-    root = Path(cfg.train.output_dir).expanduser().resolve()
+    root = Path(cfg.run_root).expanduser().resolve()
     if cfg.launch.nnodes > 1 and cfg.launch.rdzv_id:
         run = root / cfg.launch.rdzv_id
         run.mkdir(parents=True, exist_ok=True)

@@ -61,7 +61,7 @@ def resolve_nproc(cfg: Config) -> int:
 
     if torch.cuda.is_available():
         return torch.cuda.device_count()
-    return cfg.policy.parallelism.smallest_world_size()
+    return cfg.parallelism.smallest_world_size()
 
 
 def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:

@@ -23,6 +23,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model")
 
 
+@pytest.fixture(scope="session")
+def tiny_wfm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Cosmos-Predict2.5-layout world model (`make-tiny-wfm`)."""
+    from cosmos_train.wfm.model import make_tiny_wfm
+
+    return make_tiny_wfm(tmp_path_factory.mktemp("tiny-wfm") / "model")
+
+
+@pytest.fixture(scope="session")
+def wfm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small world-model dataset (`make-synthetic-wfm-data`): 12 clips of 5 frames, 32x32."""
+    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data
+
+    return make_synthetic_wfm_data(tmp_path_factory.mktemp("wfm-data") / "data", n=12, num_frames=5)
+
+
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
 
 

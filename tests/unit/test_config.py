@@ -214,8 +214,17 @@ def test_cli_config_check_exit_codes(tmp_path: Path) -> None:
     assert "train.epohc" in res.stderr and "did you mean policy.model_max_length?" in res.stderr
 
 
-@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("**/*.toml")),
+                         ids=lambda p: str(p.relative_to(ROOT / "configs")))
 def test_shipped_job_recipes_pass_check(recipe: Path, tmp_path: Path) -> None:
+    from cosmos_train.config import is_world_model_recipe
+
+    if is_world_model_recipe(recipe):  # configs/wfm/*.toml, configs/tiny-wfm-*.toml
+        from cosmos_train.wfm.config import load_wfm_config
+
+        wfm = load_wfm_config(recipe, [f"model.model_name_or_path='{tmp_path}'"], check_paths=False)
+        assert wfm.policy_type == "wfm_rl" and recipe.read_text().startswith("#")
+        return
     if recipe.name.startswith("eval-"):
         from cosmos_train.evaluation.config import load_eval_config
 

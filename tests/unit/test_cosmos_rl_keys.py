@@ -126,7 +126,7 @@ def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
 
 @pytest.mark.parametrize("path, words", [
     ("refused_multiturn.toml", "rollout.multi_turn_config = {'enable': True, 'enable_tools': True}: multi-turn"),
-    ("refused_diffusers.toml", "world-model (Cosmos-Predict) recipe (policy.is_diffusers = true)"),
+    ("refused_diffusers.toml", "recipe of cosmos-rl's diffusers trainer (policy.is_diffusers = true)"),
 ])
 def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str) -> None:
     done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(FIXTURES / path)],

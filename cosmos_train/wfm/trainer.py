@@ -1,0 +1,455 @@
+"""The world-model RL trainer process: Flow-GRPO or DDRL on a Cosmos-Predict DiT, one per rank under torchrun.
+
+    python -m cosmos_train.launch --standalone --nproc_per_node=2 -m cosmos_train.wfm.trainer --config RUN/config.toml
+    (normally through `cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml`, the wfm_rl flow)
+
+An iteration: each rank takes `batch_size` prompts, samples `num_generations` videos per prompt from ONE initial
+noise per prompt with the SDE sampler (every step's log-prob recorded), decodes them with the VAE, scores them
+(local handlers or the reward service), turns rewards into group advantages, and trains on a random
+`timestep_fraction` of the denoising steps with the clipped policy term (plus kl_beta x the KL to the frozen
+reference); DDRL adds data_beta x the flow-matching loss on this rank's dataset videos. One optimizer step per
+pass (mu_iterations passes). The DiT is FSDP2-sharded per block over (dp_replicate, dp_shard); VAE and text
+encoder are frozen, replicated.
+
+Evaluation (before training, every [evaluation].every_iter, after): fixed prompts and fixed noise, ODE sampling
+(guidance as model.rl.guidance), mean reward, and on held-out dataset videos the flow-matching loss at fixed
+sigmas and noise; rank 0 keeps the evaluation videos (RUN/samples/iter_N.npy) for the before/after grid.
+Checkpoints: RUN/checkpoints/step_N (DCP, resumable: policy, optimizer, scheduler, RNG, iteration); the export:
+RUN/diffusers/final (a diffusers folder).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+from cosmos_train.config import CheckpointConfig
+from cosmos_train.distributed import DistInfo, all_reduce_sum
+from cosmos_train.errors import TrainingDiverged
+from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
+from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
+
+EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
+
+
+def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
+    """FSDP2 per DiT block, then the root (embeddings, final layer); activation checkpointing per block first."""
+    from cosmos_train.wfm.model import transformer_blocks
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    compute = torch.bfloat16 if cfg.model.param_dtype == "bfloat16" else torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    if cfg.model.activation_checkpointing and trainable:
+        from torch.distributed._composable import checkpoint
+
+        for block in transformer_blocks(transformer):
+            checkpoint(block)  # composable: parameter names stay those of the diffusers folder
+    for block in transformer_blocks(transformer):
+        fully_shard(block, mesh=dist.dp_mesh, mp_policy=mp)
+    fully_shard(transformer, mesh=dist.dp_mesh, mp_policy=mp, reshard_after_forward=False)
+    if not trainable:
+        transformer.requires_grad_(False)
+        transformer.eval()
+    return transformer
+
+
+class WfmTrainer:
+    name = "wfm_rl"
+
+    def __init__(self, cfg: WfmConfig, run_dir: Path, dist: DistInfo):
+        from cosmos_train.wfm.model import load_wfm
+
+        from cosmos_train.checkpoint import CheckpointManager
+        from cosmos_train.metrics import MetricsLogger
+        from cosmos_train.signals import install_exit_handlers
+        from cosmos_train.wfm.rewards import VideoScorer
+
+        self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
+        if cfg.job.wandb_mode != "disabled":
+            os.environ.setdefault("WANDB_MODE", cfg.job.wandb_mode)
+        self.rl, self.video = cfg.model.rl, cfg.video
+        self.parts = load_wfm(cfg.model.model_name_or_path, device=dist.device,
+                              text_encoder=not self.video.offline_text_embedding)
+        base = self.parts.transformer.float()
+        self.reference = (shard_dit(copy.deepcopy(base), dist, cfg, trainable=False)
+                          if self.rl.kl_beta > 0 else None)
+        self.policy = shard_dit(base, dist, cfg, trainable=True)
+        self.params = sum(p.numel() for p in base.parameters())
+        o = cfg.optimizer
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+                                           weight_decay=o.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.scheduler.factor)
+        self.ckpt = CheckpointManager(run_dir, CheckpointConfig(max_keep=cfg.checkpoint.max_keep, save_mode="sync"),
+                                      seed=cfg.trainer.seed)
+        self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
+        self.scorer = VideoScorer.from_config(cfg.reward)
+        self.sigmas = sigma_schedule(self.rl.sample_steps, self.rl.shift)
+        self.eval_sigmas = sigma_schedule(self.rl.eval_sample_steps or self.rl.sample_steps, self.rl.shift)
+        w, h = self.video.video_size
+        self.latent_shape = self._latent_shape(h, w)
+        self._embeddings: dict[str, torch.Tensor] = {}
+        self._clips: dict[str, torch.Tensor] = {}
+        self.train_rows, self.heldout_rows, self.data_report = self._data()
+        self.eval_prompts = [r["prompt"] for r in (self.heldout_rows or self.train_rows)][:cfg.evaluation.num_prompts]
+        self.iteration = 0
+        self.resumed_from: str | None = None
+        self.exit_request = install_exit_handlers()
+        self.stopped = False
+
+    # ------------------------------------------------------------------ data
+    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        from cosmos_train.wfm.model import latent_shape
+
+        return latent_shape(self.parts, self.video.num_frames, height, width)
+
+    def _data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+        """Rows {name, prompt, video, text_embedding}: the train rows and the held-out ones (local type)."""
+        from cosmos_train.wfm.data import mock_prompts, scan_dataset
+
+        dl = self.cfg.dataloader_train
+        if dl.type == "mock":
+            prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
+            return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
+        samples, report = scan_dataset(self.video.dataset_dir, offline_text_embedding=self.video.offline_text_embedding,
+                                       on_bad_row=self.video.on_bad_row)
+        rows = [{"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding}
+                for s in samples]
+        n_held = min(self.video.heldout_videos, len(rows) - 1)
+        info = {"type": "local", "rows": len(rows), "skipped": report.n_skipped, "heldout": n_held,
+                "problems": report.problems[:20]}
+        return rows[:len(rows) - n_held], rows[len(rows) - n_held:], info
+
+    def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:
+        """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt."""
+        from cosmos_train.wfm.data import load_text_embedding
+        from cosmos_train.wfm.model import encode_prompts
+
+        missing = [r for r in rows if r["prompt"] not in self._embeddings]
+        if missing and self.video.offline_text_embedding:
+            for r in missing:
+                self._embeddings[r["prompt"]] = load_text_embedding(r["text_embedding"], self.video.dataset_dir)
+        elif missing:
+            prompts = list(dict.fromkeys(r["prompt"] for r in missing))
+            for p, e in zip(prompts, encode_prompts(self.parts, prompts, self.cfg.model.max_prompt_length)):
+                self._embeddings[p] = e.cpu()
+        return torch.stack([self._embeddings[r["prompt"]] for r in rows]).to(self.dist.device)
+
+    def clip_latents(self, rows: list[dict[str, Any]]) -> torch.Tensor:
+        """[B, C, T', H', W'] normalised VAE latents of dataset videos (decoded and encoded once per video)."""
+        from cosmos_train.wfm.data import load_clip
+        from cosmos_train.wfm.model import encode_video
+
+        w, h = self.video.video_size
+        for r in rows:
+            if r["name"] not in self._clips:
+                clip = load_clip(r["video"], self.video.num_frames, h, w).unsqueeze(0).to(self.dist.device)
+                self._clips[r["name"]] = encode_video(self.parts, clip)[0].cpu()
+        return torch.stack([self._clips[r["name"]] for r in rows]).to(self.dist.device)
+
+    def rows_for(self, iteration: int, rows: list[dict[str, Any]], n: int, salt: int = 0) -> list[dict[str, Any]]:
+        """This rank's n rows of `iteration`: a permutation per pass over the rows, a function of the iteration
+        alone (a resumed run takes the same rows as an uninterrupted one)."""
+        per_iter = n * self.dist.dp_size
+        start = iteration * per_iter + self.dist.dp_rank * n
+        out = []
+        for k in range(start, start + n):
+            epoch, idx = divmod(k, len(rows))
+            perm = np.random.default_rng([self.cfg.trainer.seed, salt, epoch]).permutation(len(rows))
+            out.append(rows[int(perm[idx])])
+        return out
+
+    # ------------------------------------------------------------------ sampling
+    def velocity(self, model: nn.Module, x: torch.Tensor, sigma: float, emb: torch.Tensor) -> torch.Tensor:
+        from cosmos_train.wfm.model import predict_velocity
+
+        return predict_velocity(model, x, torch.full((x.shape[0],), float(sigma), device=x.device), emb).float()
+
+    @torch.no_grad()
+    def rollout(self, emb: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Group-shared initial noise, SDE sampling; returns the trajectory [B, K+1, ...] and log-probs [B, K]."""
+        g = self.rl.num_generations
+        noise = torch.randn((emb.shape[0] // g, *self.latent_shape), generator=generator, device=emb.device)
+        x = noise.repeat_interleave(g, dim=0)
+        xs, logps = [x], []
+        cap = float(self.sigmas[1])
+        for k in range(self.rl.sample_steps):
+            s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
+            v = self.velocity(self.policy, x, s, emb)
+            z = torch.randn(x.shape, generator=generator, device=x.device)
+            step = sde_step(x, v, s, s_next, self.rl.noise_level, noise=z, sigma_cap=cap)
+            x = step.x_next
+            xs.append(x)
+            logps.append(step.log_prob)
+        return {"xs": torch.stack(xs, dim=1), "log_probs": torch.stack(logps, dim=1)}
+
+    @torch.no_grad()
+    def sample_ode(self, emb: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Deterministic samples (Euler ODE), with classifier-free guidance against the empty prompt if asked."""
+        x = noise
+        uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 and not \
+            self.video.offline_text_embedding else None
+        for k in range(len(self.eval_sigmas) - 1):
+            s, s_next = float(self.eval_sigmas[k]), float(self.eval_sigmas[k + 1])
+            v = self.velocity(self.policy, x, s, emb)
+            if uncond is not None:
+                v = v + self.rl.guidance * (v - self.velocity(self.policy, x, s, uncond))
+            x = step_mean(x, v, s, s_next, torch.tensor(0.0))
+        return x
+
+    def score(self, latents: torch.Tensor, prompts: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        from cosmos_train.wfm.model import decode_latents
+
+        videos = decode_latents(self.parts, latents).cpu().numpy()
+        total, parts = self.scorer.score(videos, latents.float().cpu().numpy(), prompts)
+        return total, parts, videos
+
+    # ------------------------------------------------------------------ one iteration
+    def train_iteration(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        rl, dev = self.rl, self.dist.device
+        rows = self.rows_for(self.iteration, self.train_rows, self.video.batch_size)
+        group_rows = [r for r in rows for _ in range(rl.num_generations)]
+        emb = self.embed(group_rows)
+        gen = torch.Generator(device=dev).manual_seed(self.cfg.trainer.seed * 1_000_003 + self.iteration * 997
+                                                      + self.dist.rank)
+        traj = self.rollout(emb, gen)
+        rewards, parts, _ = self.score(traj["xs"][:, -1], [r["prompt"] for r in group_rows])
+        adv = advantages(torch.as_tensor(rewards, dtype=torch.float32), rl.num_generations, rl.adv_clip_max).to(dev)
+        t_rollout = time.perf_counter() - t0
+
+        n_train = max(1, round(rl.timestep_fraction * rl.sample_steps))
+        cap = float(self.sigmas[1])
+        stats: dict[str, list[float]] = {"clip_frac": [], "ratio": [], "kl": [], "policy_loss": [], "data_loss": []}
+        grad_norms = []
+        finite = True
+        for _ in range(rl.mu_iterations):
+            steps = torch.randperm(rl.sample_steps, generator=gen, device=dev)[:n_train].tolist()
+            self.optimizer.zero_grad(set_to_none=True)
+            micro = range(0, len(group_rows), rl.train_micro_batch)
+            for start in micro:
+                sl = slice(start, start + rl.train_micro_batch)
+                for k in steps:
+                    s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
+                    x, x_next = traj["xs"][sl, k], traj["xs"][sl, k + 1]
+                    v = self.velocity(self.policy, x, s, emb[sl])
+                    step = sde_step(x, v, s, s_next, rl.noise_level, x_next=x_next, sigma_cap=cap)
+                    kl = None
+                    if self.reference is not None:
+                        with torch.no_grad():
+                            v_ref = self.velocity(self.reference, x, s, emb[sl])
+                        std_t, _ = step_std(s, s_next, rl.noise_level, cap)
+                        kl = gaussian_kl(step.mean, step_mean(x, v_ref, s, s_next, std_t), step.std)
+                    loss, st = policy_step_loss(step.log_prob, traj["log_probs"][sl, k], adv[sl], rl.clip_range,
+                                                kl, rl.kl_beta)
+                    (loss / (len(steps) * len(micro))).backward()
+                    stats["policy_loss"].append(float(loss.detach()))
+                    for key in ("clip_frac", "ratio", "kl"):
+                        if key in st:
+                            stats[key].append(st[key])
+            if rl.algorithm == "ddrl" and rl.data_beta > 0:
+                stats["data_loss"].append(self._data_loss_backward(gen))
+            grad_norms.append(self._clip_grads())
+            finite = finite and bool(np.isfinite(grad_norms[-1]))
+            if finite:
+                self.optimizer.step()
+            self.scheduler.step()
+        if not finite:
+            raise TrainingDiverged(f"iteration {self.iteration + 1}: the gradient norm is {grad_norms[-1]}, not "
+                                   f"finite; lower optimizer.lr (now {self.cfg.optimizer.lr:g}) or keep "
+                                   "trainer.grad_clip_norm > 0. Nothing was exported from these weights.")
+        if self.reference is not None and rl.update_ref_every_iter and \
+                (self.iteration + 1) % rl.update_ref_every_iter == 0:
+            self.reference.load_state_dict(self.policy.state_dict())
+        n = len(rewards)
+        total = all_reduce_sum(torch.tensor([float(rewards.sum()), float((rewards**2).sum()), n]), dev)
+        mean = float(total[0] / total[2])
+        values: dict[str, Any] = {
+            "reward_mean": mean, "reward_std": float(max(total[1] / total[2] - mean**2, 0.0) ** 0.5),
+            **{f"reward_{k}": float(all_reduce_sum(float(v.sum()), dev) / total[2]) for k, v in parts.items()},
+            "grad_norm": float(np.mean(grad_norms)), "lr": self.scheduler.get_last_lr()[0],
+            "rollout_time": t_rollout, "step_time": time.perf_counter() - t0,
+        }
+        for key, vals in stats.items():
+            if vals:
+                values[key] = float(np.mean(vals))
+        return values
+
+    def _data_loss_backward(self, gen: torch.Generator) -> float:
+        """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward."""
+        rows = self.rows_for(self.iteration, self.train_rows, self.video.batch_size, salt=1)
+        x0 = self.clip_latents(rows)
+        emb = self.embed(rows)
+        noise = torch.randn(x0.shape, generator=gen, device=x0.device)
+        sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
+        loss = flow_matching_loss(self._velocity_at(noised(x0, noise, sigma), sigma, emb), x0, noise)
+        (self.rl.data_beta * loss).backward()
+        return float(loss.detach())
+
+    def _velocity_at(self, x: torch.Tensor, sigma: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        from cosmos_train.wfm.model import predict_velocity
+
+        return predict_velocity(self.policy, x, sigma, emb).float()
+
+    def _clip_grads(self) -> float:
+        clip = self.cfg.grad_clip()
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Mean reward of ODE samples for the fixed prompts and noise; the held-out flow-matching loss."""
+        dev = self.dist.device
+        rows = [{"prompt": p} for p in self.eval_prompts]
+        emb = self.embed(rows)
+        gen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed)
+        noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)
+        latents = self.sample_ode(emb, noise)
+        rewards, parts, videos = self.score(latents, self.eval_prompts)
+        out: dict[str, Any] = {"reward_mean": float(rewards.mean()),
+                               **{f"reward_{k}": float(v.mean()) for k, v in parts.items()}}
+        if self.dist.is_main:
+            samples = self.run_dir / "samples"
+            samples.mkdir(exist_ok=True)
+            np.save(samples / f"iter_{self.iteration}.npy", videos)
+            (samples / "prompts.json").write_text(json.dumps(self.eval_prompts))
+        if self.heldout_rows:
+            x0 = self.clip_latents(self.heldout_rows)
+            hemb = self.embed(self.heldout_rows)
+            hgen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed + 1)
+            eps = torch.randn(x0.shape, generator=hgen, device=dev)
+            losses = []
+            for s in EVAL_SIGMAS:
+                sigma = torch.full((x0.shape[0],), s, device=dev)
+                losses.append(float(flow_matching_loss(self._velocity_at(noised(x0, eps, sigma), sigma, hemb), x0,
+                                                       eps)))
+            out["heldout_diffusion_loss"] = float(np.mean(losses))
+        return out
+
+    # ------------------------------------------------------------------ checkpoints, export, loop
+    def save(self) -> Path:
+        return self.ckpt.save(self.iteration, self.policy, self.optimizer, self.scheduler,
+                              {"step": self.iteration, "world_size": self.dist.world_size}, blocking=True)
+
+    def maybe_resume(self, own_run_first: bool) -> None:
+        from cosmos_train.checkpoint import CheckpointManager
+        from cosmos_train.checkpoint_paths import resolve_resume
+
+        ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
+        if ckpt is None and self.cfg.checkpoint.resume:
+            ckpt = resolve_resume(self.cfg.checkpoint.resume, self.cfg.job.output_dir)
+        if ckpt is None:
+            return
+        extra = self.ckpt.load(ckpt, self.policy, self.optimizer, self.scheduler)
+        self.iteration = int(extra["step"])
+        self.resumed_from = str(ckpt)
+        self.metrics.drop_after(self.iteration)
+        self.log(f"resumed from {ckpt} at iteration {self.iteration}")
+
+    def export(self, name: str) -> Path | None:
+        """RUN/diffusers/<name>: the base folder with the trained transformer (every rank gathers; rank 0 writes)."""
+        from cosmos_train.wfm.model import export_wfm
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        out = self.run_dir / "diffusers" / name
+        if self.dist.is_main:
+            export_wfm(self.cfg.model.model_name_or_path, sd, out)
+            self.log(f"exported {out}")
+        if torch_dist.is_initialized():
+            torch_dist.barrier()
+        return out
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        total = cfg.trainer.max_iter
+        self.log(f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
+                 f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, {total} "
+                 f"iterations, {self.dist.world_size} ranks")
+        if self.iteration == 0:
+            before = self.evaluate()
+            self.metrics.log(0, before, kind="val")
+            self.log(f"before training: {before}")
+        last: dict[str, Any] = {}
+        while self.iteration < total:
+            values = self.train_iteration()
+            self.iteration += 1
+            last = values
+            self.metrics.log(self.iteration, {**values, "total_steps": total})
+            every = cfg.evaluation.every_iter
+            if every and self.iteration % every == 0 and self.iteration < total:
+                self.metrics.log(self.iteration, self.evaluate(), kind="val")
+            if self.iteration % cfg.checkpoint.save_iter == 0 and self.iteration < total:
+                self.save()
+            self.stopped = self.exit_request.agreed()
+            if self.stopped:
+                self.save()
+                self.log(f"stopped by signal {self.exit_request.signum} at iteration {self.iteration}")
+                return {"step": self.iteration, "stopped": True}
+        after = self.evaluate()
+        self.metrics.log(self.iteration, after, kind="val")
+        self.save()
+        final = self.export("final") if cfg.checkpoint.export_diffusers else None
+        self.scorer.close()
+        self.metrics.close()
+        return {"step": self.iteration, "stopped": False, "final": str(final) if final else None,
+                "algorithm": self.rl.algorithm, "resumed_from": self.resumed_from, "data": self.data_report,
+                "eval_after": after, **last}
+
+    def log(self, msg: str) -> None:
+        if self.dist.is_main:
+            print(f"[{self.name}] {msg}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse --config / --resume-own-run, start the process group, train, write RUN/result.json; a user error is
+    its paragraph in RUN/error.json and exit 2, a crash its traceback; 143 when stopped by a signal."""
+    import argparse
+
+    from cosmos_train.checkpoint import seed_rng
+    from cosmos_train.distributed import init_distributed, teardown
+    from cosmos_train.errors import report_rank_failure
+    from cosmos_train.wfm.config import load_wfm_config
+
+    ap = argparse.ArgumentParser(description="World-model RL trainer (run under torchrun).")
+    ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
+    ap.add_argument("--resume-own-run", action="store_true", help="Resume from this run folder's newest checkpoint.")
+    args = ap.parse_args(argv)
+    run_dir = args.config.resolve().parent
+    trainer: WfmTrainer | None = None
+    dist: DistInfo | None = None
+    try:
+        cfg = load_wfm_config(args.config, env={})
+        dist = init_distributed(cfg.parallelism)
+        seed_rng(cfg.trainer.seed, dist.rank)
+        trainer = WfmTrainer(cfg, run_dir, dist)
+        trainer.maybe_resume(args.resume_own_run)
+        result = trainer.fit()
+        if dist.is_main:
+            (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    except Exception as e:
+        teardown(barrier=False)
+        code = report_rank_failure(e, run_dir, step=trainer.iteration if trainer else None,
+                                   rank=dist.rank if dist else 0)
+        if code is None:
+            raise
+        return code
+    teardown()
+    return 143 if result.get("stopped") else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

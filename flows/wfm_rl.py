@@ -1,0 +1,72 @@
+"""The `wfm_rl` flow: world-model RL (Flow-GRPO / DDRL) of a Cosmos-Predict DiT, from a world-model job TOML.
+
+    cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml --set trainer.max_iter=4
+    prefect deployment run 'wfm_rl/wfm-rl' --param params='{"config": "configs/tiny-wfm-ddrl.toml"}'
+
+Steps: resolve-config (RUN/config.toml) -> check-data (every dataset row, or the mock prompts) -> the reward
+service (started for the run with reward.local_service, or reached through WFM_REWARD_*) -> torchrun of
+cosmos_train.wfm.trainer (checkpoints/, metrics.jsonl, samples/, diffusers/final; a retry resumes from the run
+folder's newest checkpoint) -> artifacts: `wfm-summary` (reward and held-out diffusion loss before / after, the
+export), `training-curves` (reward, held-out loss, data loss, KL, clip fraction, grad norm, lr; refreshed during
+training), `training-metrics` (per-iteration table), `wfm-samples` (a grid of evaluation videos before and after
+training: same prompts, same noise).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel, Field
+
+from cosmos_train.curves import curves_markdown
+from cosmos_train.wfm.report import run_summary, sample_grid, summary_markdown
+from tasks.curves import publish_curves
+from tasks.errors import user_errors_reported
+from tasks.torchrun import run_torchrun
+from tasks.wfm_job import check_wfm_data, resolve_wfm_config, wfm_reward_env
+
+
+class WfmRLParams(BaseModel):
+    """What a user passes from the UI, a schedule or `prefect deployment run`."""
+
+    config: str = Field(..., description="Path of the world-model job TOML (configs/wfm/*.toml layout).")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+    run_dir: str | None = Field(None, description="Continue in this existing run folder instead of a new one.")
+    train_retries: int = Field(1, ge=0, description="Relaunches of a failed training job (each resumes).")
+    timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
+
+
+@flow(name="wfm_rl", log_prints=True)
+def wfm_rl(params: WfmRLParams) -> dict:
+    with user_errors_reported("World-model RL"):
+        return _wfm_rl(params)
+
+
+def _wfm_rl(params: WfmRLParams) -> dict:
+    import json
+
+    logger = get_run_logger()
+    cfg, run_dir = resolve_wfm_config(params.config, params.overrides, params.run_dir)
+    run = Path(run_dir)
+    logger.info("run folder: %s", run)
+    data = check_wfm_data(str(run / "config.toml"))
+    logger.info("data: %s", data.get("summary") or data)
+    train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
+    with wfm_reward_env(cfg, run) as env:
+        if env.get("WFM_REWARD_ENQUEUE_URL"):
+            logger.info("reward service: %s", env["WFM_REWARD_ENQUEUE_URL"])
+        train(cfg, "cosmos_train.wfm.trainer", run_dir, ["--config", str(run / "config.toml"), "--resume-own-run"],
+              total_steps=cfg.trainer.max_iter, timeout_s=params.timeout_s, env=env)
+    result = json.loads((run / "result.json").read_text())
+    summary = run_summary(run)
+    create_markdown_artifact(summary_markdown(summary, run), key="wfm-summary", description=f"world-model RL {run.name}")
+    publish_curves(run, "wfm_rl")
+    grid = sample_grid(run)
+    if grid is not None:
+        create_markdown_artifact(curves_markdown(grid, f"Samples before / after training: {run.name}"),
+                                 key="wfm-samples", description=f"world-model RL {run.name}: samples")
+    if cfg.no_effect:
+        result["no_effect"] = [n.line() for n in cfg.no_effect]
+    return {"run_dir": str(run), "data": data, "summary": summary, **result}

@@ -1,0 +1,66 @@
+"""The world-model RL job's tasks: its run folder, its data check, its reward service, and the trainer launch.
+
+    cfg, run_dir = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])
+    report = check_wfm_data(str(Path(run_dir) / "config.toml"))
+    with wfm_reward_env(cfg, Path(run_dir)) as env:                     # WFM_REWARD_* when the reward is a service
+        run_torchrun(cfg, "cosmos_train.wfm.trainer", run_dir, [...], env=env)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from tasks.reward_service import reward_service
+from tasks.run_folder import new_run_dir
+
+
+@task(name="resolve-config", cache_policy=NO_CACHE)
+def resolve_wfm_config(config: str, overrides: list[str], run_dir: str | None = None) -> tuple[WfmConfig, str]:
+    """Validate the world-model job config and write it as RUN/config.toml (an existing run folder keeps its own)."""
+    cfg = load_wfm_config(config, overrides)
+    run = Path(run_dir) if run_dir else new_run_dir(cfg)
+    if run_dir and (run / "config.toml").exists():
+        cfg = load_wfm_config(run / "config.toml", overrides, env={})
+    cfg.write(run / "config.toml")
+    return cfg, str(run)
+
+
+@task(name="check-data", cache_policy=NO_CACHE)
+def check_wfm_data(config: str) -> dict[str, Any]:
+    """Every row of a local dataset checked before any process starts (bad rows named, or counted and skipped as
+    on_bad_row says); mock prompts need no check."""
+    from cosmos_train.wfm.data import scan_dataset
+
+    cfg = load_wfm_config(config, env={})
+    if cfg.dataloader_train.type != "local":
+        return {"type": cfg.dataloader_train.type, "rows": cfg.video.mock_prompts}
+    v = cfg.video
+    samples, report = scan_dataset(v.dataset_dir, offline_text_embedding=v.offline_text_embedding,
+                                   on_bad_row=v.on_bad_row)
+    return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "problems": report.problems,
+            "summary": report.summary()}
+
+
+@contextlib.contextmanager
+def wfm_reward_env(cfg: WfmConfig, run_dir: Path) -> Iterator[dict[str, str]]:
+    """The ranks' reward-service environment: a service started for the run (reward.local_service), or the
+    WFM_REWARD_* variables of this process passed on; nothing for local rewards."""
+    rc = cfg.reward
+    if rc.backend != "service":
+        yield {}
+        return
+    if not rc.local_service:
+        yield {k: os.environ[k] for k in ("WFM_REWARD_TOKEN", "WFM_REWARD_ENQUEUE_URL", "WFM_REWARD_FETCH_URL")
+               if k in os.environ}
+        return
+    with reward_service(run_dir / "logs" / "reward_service.log") as (_, base, token):
+        yield {"WFM_REWARD_ENQUEUE_URL": f"{base}/enqueue", "WFM_REWARD_FETCH_URL": f"{base}/pull",
+               "WFM_REWARD_TOKEN": token}
