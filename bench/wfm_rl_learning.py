@@ -1,7 +1,8 @@
 """Does world-model RL learn on CPU? Flow-GRPO and DDRL on the tiny Cosmos-Predict2.5-layout model, 3 seeds each.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/wfm_rl_learning.py [--iters 30] [--seeds 0 1 2] [--nproc 1]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/wfm_rl_learning.py [--iters 40] [--seeds 0 1 2] [--nproc 1]
                                                                 [--algorithms flow_grpo ddrl] [--workdir DIR]
+                                                                [--set model.rl.data_beta=0.003]
 
 Each run is the real trainer (`python -m cosmos_train.launch ... -m cosmos_train.wfm.trainer`, what the wfm_rl flow
 launches) on configs/tiny-wfm-flow-grpo.toml / tiny-wfm-ddrl.toml with the seed set in trainer.seed: the tiny
@@ -33,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 RECIPES = {"flow_grpo": ROOT / "configs" / "tiny-wfm-flow-grpo.toml", "ddrl": ROOT / "configs" / "tiny-wfm-ddrl.toml"}
 
 
-def run_one(algorithm: str, seed: int, iters: int, nproc: int, model: Path, data: Path, work: Path) -> dict:
+def run_one(algorithm: str, seed: int, iters: int, nproc: int, model: Path, data: Path, work: Path,
+            extra: list[str]) -> dict:
     from cosmos_train.metrics import read_metrics
     from cosmos_train.wfm.config import load_wfm_config
 
@@ -41,7 +43,7 @@ def run_one(algorithm: str, seed: int, iters: int, nproc: int, model: Path, data
     run.mkdir(parents=True, exist_ok=True)
     overrides = [f"model.model_name_or_path='{model}'", f"trainer.seed={seed}", f"trainer.max_iter={iters}",
                  f"job.output_dir='{work}'", f"checkpoint.save_iter={iters}", "checkpoint.export_diffusers=false",
-                 "dataloader_train.type='local'", f"dataloader_train.video_dataloader.dataset_dir='{data}'"]
+                 "dataloader_train.type='local'", f"dataloader_train.video_dataloader.dataset_dir='{data}'", *extra]
     cfg = load_wfm_config(RECIPES[algorithm], overrides, env={})
     cfg.write(run / "config.toml")
     t0 = time.time()
@@ -70,11 +72,13 @@ def _ms(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--algorithms", nargs="+", default=["flow_grpo", "ddrl"], choices=sorted(RECIPES))
     ap.add_argument("--workdir", type=Path, default=Path("outputs/bench-wfm"))
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="A config override for every run (e.g. model.rl.data_beta=0.003).")
     args = ap.parse_args()
     import torch
 
@@ -86,11 +90,12 @@ def main() -> None:
     data = make_synthetic_wfm_data(work / "wfm-data")
     load0 = os.getloadavg()
     t0 = time.time()
-    results = [run_one(a, s, args.iters, args.nproc, model, data, work) for a in args.algorithms for s in args.seeds]
+    results = [run_one(a, s, args.iters, args.nproc, model, data, work, args.overrides)
+               for a in args.algorithms for s in args.seeds]
     print(json.dumps(results, indent=1), file=sys.stderr)
     print(f"machine: {platform.node()} {os.cpu_count()} cores, torch {torch.__version__}, python "
           f"{platform.python_version()}; load {load0} -> {os.getloadavg()}; {args.nproc} process(es) per run, "
-          f"{args.iters} iterations, seeds {args.seeds}; total {time.time() - t0:.0f} s")
+          f"{args.iters} iterations, seeds {args.seeds}, overrides {args.overrides}; total {time.time() - t0:.0f} s")
     print("\n| algorithm | eval reward before | eval reward after | train reward first 5 | last 5 | "
           "held-out diffusion loss before | after | wall s / run |")
     print("|---|---|---|---|---|---|---|---|")

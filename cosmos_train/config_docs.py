@@ -115,12 +115,14 @@ def section_tables(root: type[BaseModel], title: str) -> str:
 def config_reference() -> str:
     from cosmos_train.config import Config
     from cosmos_train.evaluation.config import EvalConfig
+    from cosmos_train.wfm.config import WfmConfig
 
     head = ["# Config reference", "",
             "Generated from the schema by `cosmos-train config docs` (do not edit by hand). Every key's "
             "bounds are enforced by `cosmos-train config check` and by every command before it starts.", "", ""]
     return "\n".join(head) + section_tables(Config, "Job config (TOML)") + "\n" + section_tables(
-        EvalConfig, "Evaluation config (TOML or YAML)")
+        EvalConfig, "Evaluation config (TOML or YAML)") + "\n" + section_tables(
+        WfmConfig, "World-model RL config (TOML: configs/wfm/, configs/tiny-wfm-*.toml)")
 
 
 # ------------------------------------------------------------------------- cosmos-rl's keys, one state each

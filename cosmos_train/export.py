@@ -132,11 +132,7 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     The base model comes from the run's config.toml (`policy.model_name_or_path`); the model is built on the
     meta device (no base weights are read) and only the checkpoint's model tensors are loaded.
     """
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint import load as dcp_load
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from cosmos_train.config import load_config
+    from cosmos_train.config import is_world_model_recipe, load_config
 
     ckpt_dir = Path(ckpt_dir)
     if not is_complete(ckpt_dir):
@@ -147,6 +143,13 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     config_path = ckpt_dir.parent.parent / "config.toml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path}: the run's config.toml is missing (expected next to checkpoints/)")
+    if is_world_model_recipe(config_path):  # a world-model RL run: its DiT into the base diffusers folder
+        from cosmos_train.wfm.config import load_wfm_config
+        from cosmos_train.wfm.model import export_wfm
+
+        wfm = load_wfm_config(config_path, env={}, check_paths=False)
+        return export_wfm(wfm.model.model_name_or_path, read_checkpoint_model(ckpt_dir), out_dir,
+                          revision=wfm.model.model_revision)
     cfg = load_config(config_path, env={}, check_paths=False)
     source = resolve_model_dir(cfg.policy.model_name_or_path, cfg.policy.model_revision)
     hf_model = build_meta_model(source)
@@ -158,16 +161,7 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
         lora = lora_parts(hf_model)
 
     t0 = time.perf_counter()
-    reader = FileSystemReader(str(ckpt_dir))
-    metadata = reader.read_metadata()
-    state: dict[str, torch.Tensor] = {}
-    for key, item in metadata.state_dict_metadata.items():
-        if key.startswith("model.") and isinstance(item, TensorStorageMetadata):
-            state[key.removeprefix("model.")] = torch.empty(item.size, dtype=item.properties.dtype)
-    if not state:
-        raise ValueError(f"{ckpt_dir}: the checkpoint holds no model tensors")
-    # no_dist: this is one process reading every rank's shards, whatever world size wrote them.
-    dcp_load({"model": state}, storage_reader=reader, no_dist=True)
+    state = read_checkpoint_model(ckpt_dir)
 
     expected = set(hf_model.state_dict().keys())
     got = {strip_wrappers(k) for k in state}
@@ -181,6 +175,25 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     out = write_hf_folder(state, out_dir, source, hf_model=hf_model, dtype=dtype, lora=lora)
     log.info("exported %s to %s in %.2fs", ckpt_dir, out, time.perf_counter() - t0)
     return out
+
+
+def read_checkpoint_model(ckpt_dir: Path) -> dict[str, torch.Tensor]:
+    """The full model tensors of a DCP checkpoint (names without the "model." prefix), in this one process
+    whatever world size wrote them."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = FileSystemReader(str(ckpt_dir))
+    state: dict[str, torch.Tensor] = {}
+    for key, item in reader.read_metadata().state_dict_metadata.items():
+        if key.startswith("model.") and isinstance(item, TensorStorageMetadata):
+            state[key.removeprefix("model.")] = torch.empty(item.size, dtype=item.properties.dtype)
+    if not state:
+        raise ValueError(f"{ckpt_dir}: the checkpoint holds no model tensors")
+    # no_dist: one process reading every rank's shards
+    dcp_load({"model": state}, storage_reader=reader, no_dist=True)
+    return state
 
 
 # ------------------------------------------------------------------------------ the writer

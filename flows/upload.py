@@ -39,13 +39,14 @@ class UploadParams(BaseModel):
 def upload_source(source: str | Path) -> tuple[Path, str]:
     """(the folder to send, what it is): a run folder's final export, or the folder itself."""
     src = Path(source).expanduser().resolve()
-    if (src / "safetensors" / "final").is_dir():
-        return src / "safetensors" / "final", f"{src.name}/safetensors/final"
+    for kind in ("safetensors", "diffusers"):  # a VLM run's export, a world-model run's diffusers folder
+        if (src / kind / "final").is_dir():
+            return src / kind / "final", f"{src.name}/{kind}/final"
     if src.is_dir() and any(src.iterdir()):
-        inside_run = src.parent.name == "safetensors" and (src.parent.parent / "config.toml").is_file()
-        return src, f"{src.parent.parent.name}/safetensors/{src.name}" if inside_run else src.name
+        inside_run = src.parent.name in ("safetensors", "diffusers") and (src.parent.parent / "config.toml").is_file()
+        return src, f"{src.parent.parent.name}/{src.parent.name}/{src.name}" if inside_run else src.name
     if (src / "config.toml").is_file():
-        raise UploadError(f"{source}: this run folder has no safetensors/final export (the run did not finish, or "
+        raise UploadError(f"{source}: this run folder has no safetensors/final (or diffusers/final) export (the run did not finish, or "
                           "export_safetensors was off); upload a checkpoint's export folder instead")
     raise UploadError(f"{source}: no such folder, or it is empty (a run folder or an export folder is uploaded)")
 

@@ -44,8 +44,9 @@ EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over th
 
 def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
     """FSDP2 per DiT block, then the root (embeddings, final layer); activation checkpointing per block first."""
-    from cosmos_train.wfm.model import transformer_blocks
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from cosmos_train.wfm.model import transformer_blocks
 
     compute = torch.bfloat16 if cfg.model.param_dtype == "bfloat16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
@@ -67,11 +68,10 @@ class WfmTrainer:
     name = "wfm_rl"
 
     def __init__(self, cfg: WfmConfig, run_dir: Path, dist: DistInfo):
-        from cosmos_train.wfm.model import load_wfm
-
         from cosmos_train.checkpoint import CheckpointManager
         from cosmos_train.metrics import MetricsLogger
         from cosmos_train.signals import install_exit_handlers
+        from cosmos_train.wfm.model import load_wfm
         from cosmos_train.wfm.rewards import VideoScorer
 
         self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
@@ -79,7 +79,7 @@ class WfmTrainer:
             os.environ.setdefault("WANDB_MODE", cfg.job.wandb_mode)
         self.rl, self.video = cfg.model.rl, cfg.video
         self.parts = load_wfm(cfg.model.model_name_or_path, device=dist.device,
-                              text_encoder=not self.video.offline_text_embedding)
+                              text_encoder=not self.video.offline_text_embedding, revision=cfg.model.model_revision)
         base = self.parts.transformer.float()
         self.reference = (shard_dit(copy.deepcopy(base), dist, cfg, trainable=False)
                           if self.rl.kl_beta > 0 else None)
@@ -361,13 +361,14 @@ class WfmTrainer:
 
     def export(self, name: str) -> Path | None:
         """RUN/diffusers/<name>: the base folder with the trained transformer (every rank gathers; rank 0 writes)."""
-        from cosmos_train.wfm.model import export_wfm
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        from cosmos_train.wfm.model import export_wfm
 
         sd = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         out = self.run_dir / "diffusers" / name
         if self.dist.is_main:
-            export_wfm(self.cfg.model.model_name_or_path, sd, out)
+            export_wfm(self.cfg.model.model_name_or_path, sd, out, revision=self.cfg.model.model_revision)
             self.log(f"exported {out}")
         if torch_dist.is_initialized():
             torch_dist.barrier()

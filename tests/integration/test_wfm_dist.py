@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cosmos_train.export import read_checkpoint_model
 from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.conftest import ROOT
@@ -56,19 +57,6 @@ def _exported(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "transformer" / "diffusion_pytorch_model.safetensors"))
 
 
-def _checkpoint_model(ckpt: Path) -> dict[str, torch.Tensor]:
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint import load as dcp_load
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    reader = FileSystemReader(str(ckpt))
-    state = {k.removeprefix("model."): torch.empty(v.size, dtype=v.properties.dtype)
-             for k, v in reader.read_metadata().state_dict_metadata.items()
-             if k.startswith("model.") and isinstance(v, TensorStorageMetadata)}
-    dcp_load({"model": state}, storage_reader=reader, no_dist=True)
-    return state
-
-
 @pytest.mark.parametrize("recipe", ["tiny-wfm-flow-grpo.toml", "tiny-wfm-ddrl.toml"])
 def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, wfm_data: Path,
                                                    tmp_path: Path) -> None:
@@ -86,9 +74,15 @@ def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, w
     assert ("data_loss" in train[0]) == (recipe == "tiny-wfm-ddrl.toml")
     # the export holds exactly the last checkpoint's weights, and diffusers loads it
     final = Path(result["final"])
-    exported, saved = _exported(final), _checkpoint_model(run / "checkpoints" / "step_3")
+    exported, saved = _exported(final), read_checkpoint_model(run / "checkpoints" / "step_3")
     assert exported.keys() == saved.keys()
     assert all(torch.equal(exported[k], saved[k]) for k in saved)
+    # `cosmos-train export` of a world-model checkpoint: the same diffusers folder
+    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "export", str(run / "checkpoints" / "step_3"),
+                           str(tmp_path / "exported")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = _exported(tmp_path / "exported")
+    assert all(torch.equal(again[k], saved[k]) for k in saved)
     base = _exported(wfm_dir)
     assert any(not torch.equal(base[k], exported[k]) for k in base), "training changed no weight"
     from diffusers import CosmosTransformer3DModel
