@@ -865,17 +865,22 @@ def load_config(
     check_paths: bool = True,
 ) -> Config:
     """Parse, alias, override and validate a job config. Raises ConfigError listing every problem."""
-    source = str(path) if path is not None else None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError([f"config file {p} does not exist"], source)
-        try:
-            raw = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"TOML syntax: {e}"], source) from e
+    raw, source = read_toml(path)
     return config_from_dict(raw, overrides, os.environ if env is None else env, source, check_paths)
+
+
+def read_toml(path: str | Path | None) -> tuple[dict[str, Any], str | None]:
+    """(the file's tables, its name for messages); ({}, None) for no file; ConfigError for a missing file or bad
+    TOML (every job config loader reads its file here)."""
+    if path is None:
+        return {}, None
+    p, source = Path(path), str(path)
+    if not p.is_file():
+        raise ConfigError([f"config file {p} does not exist"], source)
+    try:
+        return tomllib.loads(p.read_text()), source
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"TOML syntax: {e}"], source) from e
 
 
 def config_from_dict(

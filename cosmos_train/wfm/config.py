@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +36,7 @@ from cosmos_train.config import (
     env_overrides,
     explain_errors,
     parse_override,
+    read_toml,
     set_path,
     unknown_keys,
 )
@@ -312,16 +312,7 @@ class WfmConfig(Section):
 def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (),
                     env: Mapping[str, str] | None = None, check_paths: bool = True) -> WfmConfig:
     """Parse, override (COSMOS_TRAIN__* env, then --set) and validate; every problem in one ConfigError."""
-    source = str(path) if path is not None else None
-    raw: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError([f"config file {p} does not exist"], source)
-        try:
-            raw = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"TOML syntax: {e}"], source) from e
+    raw, source = read_toml(path)
     return wfm_config_from_dict(raw, overrides, os.environ if env is None else env, source, check_paths)
 
 
@@ -397,6 +388,9 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
     if v.offline_text_embedding and dl.type != "local":
         out.append("dataloader_train.video_dataloader.offline_text_embedding needs type = \"local\" (the "
                    "embeddings are the dataset's text_embedding/*.pickle)")
+    if v.offline_text_embedding and rl.guidance > 0:
+        out.append("model.rl.guidance: classifier-free guidance needs the empty prompt's embedding, which "
+                   "offline_text_embedding datasets do not have; set guidance = 0 or offline_text_embedding = false")
     if (v.num_frames - 1) % 4:
         out.append(f"dataloader_train.video_dataloader.num_frames = {v.num_frames}: must be 1 + 4k (the VAE "
                    "compresses time 4x after the first frame), e.g. 5, 9, 93")
@@ -420,12 +414,16 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
             out.append(f"reward.fns: {', '.join(unknown)} not a local reward function (known: "
                        f"{', '.join(sorted(LOCAL_REWARDS))}); or set reward.backend = \"service\"")
     elif cfg.reward.local_service:
-        from cosmos_train.reward_service.handlers import handler_names
+        from cosmos_train.reward_service.handlers import HANDLERS, handler_names
 
         unknown = sorted(set(cfg.reward.fns) - set(handler_names()))
         if unknown:
             out.append(f"reward.fns: {', '.join(unknown)} not a reward-service handler (known: "
                        f"{', '.join(handler_names())})")
+        wrong = sorted(n for n in set(cfg.reward.fns) & set(HANDLERS) if cfg.reward.payload not in HANDLERS[n].media_types)
+        if wrong:
+            out.append(f"reward.payload = \"{cfg.reward.payload}\": the run's service scores {', '.join(wrong)} from "
+                       f"{' / '.join(HANDLERS[wrong[0]].media_types)} only; send payload = \"video\"")
     if not cfg.model.model_name_or_path:
         out.append("model.model_name_or_path: required (a diffusers folder; `cosmos-train make-tiny-wfm DIR` writes "
                    "a tiny one)")

@@ -56,13 +56,14 @@ class WfmDatasetReport:
         return text
 
 
-def _frame_count(path: Path) -> int:
-    """Frames in the file (decoded: container counts are unreliable), 0 for an unreadable one."""
+def _has_frames(path: Path) -> bool:
+    """The file opens and its first video frame decodes (a probe: the frames themselves are read when the clip is
+    first used, where a video shorter than num_frames is a MediaError naming it)."""
     try:
         with av.open(str(path)) as container:
-            return sum(1 for _ in container.decode(video=0))
+            return next(container.decode(video=0), None) is not None
     except (av.FFmpegError, IndexError, OSError):
-        return 0
+        return False
 
 
 def _caption(path: Path) -> tuple[str | None, str | None]:
@@ -98,7 +99,7 @@ def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = Fals
             problems.append(f"{metas[name]}: no video videos/{name}.mp4")
             continue
         prompt, problem = _caption(metas[name])
-        if problem is None and check_media and _frame_count(videos[name]) == 0:
+        if problem is None and check_media and not _has_frames(videos[name]):
             problem = f"{videos[name]}: no decodable video frames"
         emb = root / "text_embedding" / f"{name}.pickle"
         if problem is None and offline_text_embedding and not emb.is_file():

@@ -34,7 +34,7 @@ from torch import nn
 
 from cosmos_train.config import CheckpointConfig
 from cosmos_train.distributed import DistInfo, all_reduce_sum
-from cosmos_train.errors import TrainingDiverged
+from cosmos_train.errors import DataError, TrainingDiverged
 from cosmos_train.wfm.config import WfmConfig
 from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
@@ -100,7 +100,9 @@ class WfmTrainer:
         self._embeddings: dict[str, torch.Tensor] = {}
         self._clips: dict[str, torch.Tensor] = {}
         self.train_rows, self.heldout_rows, self.data_report = self._data()
-        self.eval_prompts = [r["prompt"] for r in (self.heldout_rows or self.train_rows)][:cfg.evaluation.num_prompts]
+        # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
+        self.eval_rows = (self.heldout_rows or self.train_rows)[:cfg.evaluation.num_prompts]
+        self.eval_prompts = [r["prompt"] for r in self.eval_rows]
         self.iteration = 0
         self.resumed_from: str | None = None
         self.exit_request = install_exit_handlers()
@@ -136,13 +138,24 @@ class WfmTrainer:
 
         missing = [r for r in rows if r["prompt"] not in self._embeddings]
         if missing and self.video.offline_text_embedding:
+            width = self._embedding_width()
             for r in missing:
-                self._embeddings[r["prompt"]] = load_text_embedding(r["text_embedding"], self.video.dataset_dir)
+                emb = load_text_embedding(r["text_embedding"], self.video.dataset_dir)
+                if emb.shape[-1] != width:
+                    raise DataError(f"{r['text_embedding']}: embeddings of width {emb.shape[-1]}; this model's DiT "
+                                    f"takes {width} (its text encoder's full_concat: layers x hidden). Write them "
+                                    "with this model's text encoder (`cosmos-train make-synthetic-wfm-data "
+                                    "--text-embeddings-from MODEL` shows how) or set offline_text_embedding = false")
+                self._embeddings[r["prompt"]] = emb
         elif missing:
             prompts = list(dict.fromkeys(r["prompt"] for r in missing))
             for p, e in zip(prompts, encode_prompts(self.parts, prompts, self.cfg.model.max_prompt_length)):
                 self._embeddings[p] = e.cpu()
         return torch.stack([self._embeddings[r["prompt"]] for r in rows]).to(self.dist.device)
+
+    def _embedding_width(self) -> int:
+        c = self.parts.transformer.config
+        return int(c.crossattn_proj_in_channels if c.use_crossattn_projection else c.text_embed_dim)
 
     def clip_latents(self, rows: list[dict[str, Any]]) -> torch.Tensor:
         """[B, C, T', H', W'] normalised VAE latents of dataset videos (decoded and encoded once per video)."""
@@ -196,8 +209,8 @@ class WfmTrainer:
     def sample_ode(self, emb: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """Deterministic samples (Euler ODE), with classifier-free guidance against the empty prompt if asked."""
         x = noise
-        uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 and not \
-            self.video.offline_text_embedding else None
+        # the config refuses guidance with offline embeddings: the empty prompt has no pickle
+        uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 else None
         for k in range(len(self.eval_sigmas) - 1):
             s, s_next = float(self.eval_sigmas[k]), float(self.eval_sigmas[k + 1])
             v = self.velocity(self.policy, x, s, emb)
@@ -313,7 +326,7 @@ class WfmTrainer:
     def evaluate(self) -> dict[str, Any]:
         """Mean reward of ODE samples for the fixed prompts and noise; the held-out flow-matching loss."""
         dev = self.dist.device
-        rows = [{"prompt": p} for p in self.eval_prompts]
+        rows = self.eval_rows
         emb = self.embed(rows)
         gen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed)
         noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)

@@ -92,6 +92,16 @@ def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, w
     assert (run / "samples" / "iter_0.npy").is_file() and (run / "samples" / "iter_3.npy").is_file()
 
 
+def test_hsdp_replicas(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
+    """[model] dp_replicate_size = 2, fsdp_shard_size = 1 (HSDP: two replicas of one shard) trains and exports the
+    same weight names; the seed guide's keys are the ones that set it."""
+    run = tmp_path / "run"
+    done = _run(run, "tiny-wfm-flow-grpo.toml", _common(wfm_dir, wfm_data, tmp_path, 2) + [
+        "model.dp_replicate_size=2", "model.fsdp_shard_size=1"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _exported(run / "diffusers" / "final").keys() == _exported(wfm_dir).keys()
+
+
 def test_resume_equals_an_uninterrupted_run(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
     """DDRL with the KL term too (a reference model): 4 iterations at once, and 2 + a relaunch that resumes."""
     common = _common(wfm_dir, wfm_data, tmp_path, 4) + ["checkpoint.save_iter=2", "model.rl.kl_beta=0.01"]
@@ -133,3 +143,53 @@ def test_rewards_through_the_reward_service(wfm_dir: Path, wfm_data: Path, tmp_p
     pick = ("reward_mean", "reward_brightness", "policy_loss")
     rows = [[{k: r[k] for k in pick if k in r} for r in read_metrics(run)] for run in (remote, local)]
     assert rows[0] == rows[1]
+
+
+def test_offline_text_embeddings_and_the_latent_payload(wfm_dir: Path, tmp_path: Path) -> None:
+    """A dataset with text_embedding/*.pickle written by `make-synthetic-wfm-data --text-embeddings-from` trains
+    without the text encoder; the latent payload reaches a service handler that reads latents; embeddings of the
+    wrong width are refused naming the file."""
+    from cosmos_train.reward_service.handlers import Batch, Handler, register_handler
+    from tests.reward_server import TOKEN, ServiceThread
+
+    data = tmp_path / "data"
+    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "make-synthetic-wfm-data", str(data), "--n", "6",
+                           "--num-frames", "5", "--text-embeddings-from", str(wfm_dir)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(list((data / "text_embedding").glob("*.pickle"))) == 6
+
+    @register_handler("latent_energy")
+    class LatentEnergy(Handler):  # registered in this process: the service thread runs here
+        media_types = ("latent",)
+
+        def score(self, batch: Batch) -> list[float]:
+            assert batch.media is not None and batch.media.ndim == 5
+            return [float((x.astype("float64") ** 2).mean()) for x in batch.media]
+
+    service = ServiceThread().start()
+    try:
+        env = {"WFM_REWARD_ENQUEUE_URL": f"{service.url}/api/reward/enqueue",
+               "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull", "WFM_REWARD_TOKEN": TOKEN}
+        common = _common(wfm_dir, data, tmp_path, 2) + [
+            "dataloader_train.video_dataloader.offline_text_embedding=true", "checkpoint.export_diffusers=false",
+            "reward.backend='service'", "reward.payload='latent'", "reward.fns={latent_energy=1.0}"]
+        run = tmp_path / "run"
+        done = _run(run, "tiny-wfm-flow-grpo.toml", common, nproc=1, env=env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    finally:
+        service.stop()
+    train = [r for r in read_metrics(run) if r["kind"] == "train"]
+    assert len(train) == 2 and all(r["reward_latent_energy"] > 0 for r in train)
+
+    import pickle
+
+    import numpy as np
+
+    for f in (data / "text_embedding").glob("*.pickle"):  # the first one read is refused, whichever it is
+        f.write_bytes(pickle.dumps(np.ones((4, 7), np.float16)))
+    done = _run(tmp_path / "bad", "tiny-wfm-flow-grpo.toml",
+                _common(wfm_dir, data, tmp_path, 1) + ["dataloader_train.video_dataloader.offline_text_embedding=true"],
+                nproc=1)
+    error = json.loads((tmp_path / "bad" / "error.json").read_text())
+    assert done.returncode == 2 and error["kind"] == "data" and ".pickle: embeddings of width 7" in error["message"]

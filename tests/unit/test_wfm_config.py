@@ -82,3 +82,11 @@ def test_missing_paths_are_named() -> None:
     with pytest.raises(ConfigError) as e:
         load_wfm_config(TINY, ["model.model_name_or_path='/nonexistent/wfm'"], env={})
     assert "model.model_name_or_path: /nonexistent/wfm does not exist" in "\n".join(e.value.problems)
+
+
+def test_combinations_that_cannot_run() -> None:
+    with pytest.raises(ConfigError, match="model.rl.guidance: classifier-free guidance needs the empty prompt"):
+        _load("dataloader_train.type='local'", "dataloader_train.video_dataloader.dataset_dir='/tmp'",
+              "dataloader_train.video_dataloader.offline_text_embedding=true", "model.rl.guidance=2.0")
+    with pytest.raises(ConfigError, match='reward.payload = "latent": the run\'s service scores brightness'):
+        _load("reward.backend='service'", "reward.local_service=true", "reward.payload='latent'")
