@@ -1,179 +1,320 @@
 """The world-model dataset: Cosmos-Predict2.5's local layout, or mock prompts.
 
+    from cosmos_train.wfm.data import load_clip, load_text_embedding, mock_prompts, scan_dataset
     samples, report = scan_dataset("datasets/my_videos", on_bad_row="skip")
-    clip = load_clip(samples[0].video, num_frames=93, height=480, width=832)   # uint8 [3, T, H, W]
-    emb = load_text_embedding(samples[0].text_embedding, "datasets/my_videos")
+    print(report.summary())
+    clip = load_clip(samples[0].video, num_frames=93, height=480, width=832)  # uint8 [3, T, H, W]
+    samples, _ = scan_dataset("datasets/my_videos", offline_text_embedding=True)
+    emb = load_text_embedding(samples[0].text_embedding, "datasets/my_videos")  # float32 [n_tokens, dim]
+    prompts = mock_prompts(64, seed=0)  # mock-data mode: prompts, no videos
 
-Layout (shared/reference/formats.md): `<dataset>/videos/<stem>.mp4`, `<dataset>/metas/<stem>.txt` (the caption),
-optional `<dataset>/text_embedding/<stem>.pickle` (a float [n_tokens, dim] array: the prompt embedding the DiT
-reads, precomputed). A row that cannot be used (a video without a caption, a caption without a video, an empty
-or non-UTF-8 caption, an unreadable video, a missing embedding) is named with its file; on_bad_row = "fail" stops
-with all of them listed, "skip" leaves them out and counts them in the report.
+Layout (shared/reference/formats.md, "World-model"):
 
-A pickle runs code when it is loaded: embeddings are read only from `<dataset>/text_embedding/` of the dataset
-the job names (a path resolving elsewhere, a symlink out included, is refused). Use only datasets you trust.
+    <dataset>/videos/<stem>.mp4
+    <dataset>/metas/<stem>.txt              one caption: the video's prompt
+    <dataset>/text_embedding/<stem>.pickle  optional: float16 [n_tokens, dim], the prompt embedding
+
+A row that cannot be used is named with its file and a reason, as the chat-sample sources do
+(`cosmos_train.data.sources.common.RowError`): a video without a caption (`missing_caption`), a caption
+without a video (`missing_video`), an empty or non-UTF-8 caption (`bad_caption`), a video that does not
+open or has no frame (`bad_media`, probed by decoding its first frame only), fewer frames than asked
+(`short_video`, when `min_frames` is given), a missing or escaping embedding (`missing_embedding`,
+`embedding_outside_dataset`). on_bad_row = "fail" stops with one DataError listing them; "skip" leaves
+them out, counted by reason in the report. Hidden files (`._clip.mp4` of macOS copies) are not rows.
+
+Clips: `num_frames` frames evenly spaced over the whole video (first and last included), resized straight
+to height x width with the repo's bicubic antialiased uint8 kernel (`cosmos_train.data.video.resize_frames`),
+no crop: Cosmos-Predict2.5's own local loader resizes to video_size without cropping, and a crop would cut
+off the part of the scene its caption may describe. Pick video_size with the videos' aspect.
+
+A pickle runs code when it is loaded: embeddings are read only from `<dataset>/text_embedding/` of the
+dataset the job names (a path resolving elsewhere, a symlink out included, is refused). Use only datasets
+you trust.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import av
 import numpy as np
 import torch
 
-from cosmos_train.data.video import resize_frames
+from cosmos_train.data.sources.common import RowError
+from cosmos_train.data.sources.video_folder import read_caption
+
+# Private helpers of the VLM video reader, reused so that both readers open, count and decode frames the
+# same way (one place for PyAV's quirks); its public read_video samples as qwen-vl-utils does, WFM clips not.
+from cosmos_train.data.video import _count_packets, _decode_indices, _local_path, _open_video, resize_frames
 from cosmos_train.errors import DataError, MediaError
 
-SHOWN_PROBLEMS = 10
-EMBEDDING_KEYS = ("embeddings", "t5_text_embeddings", "text_embeddings")
+OnBadRow = Literal["fail", "skip"]
+SHOWN_PROBLEMS = 10  # a "fail" error and the summary list this many problems, then a count of the rest
+EMBEDDING_KEYS = ("embeddings", "t5_text_embeddings")  # keys cosmos-predict2.5 pickles wrap the array in
+LAYOUT = ("videos/<stem>.mp4 with a metas/<stem>.txt caption each (optional text_embedding/<stem>.pickle, "
+          "float16 [n_tokens, dim])")
+ON_BAD_ROW_KEY = "dataloader_train.video_dataloader.on_bad_row"
+NUM_FRAMES_KEY = "dataloader_train.video_dataloader.num_frames"
+REENCODE = "re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4) or remove the row"
 
 
 @dataclass(frozen=True)
 class WfmSample:
+    """One usable row: its stem, its caption and where its video and (offline) embedding are."""
+
     name: str
     prompt: str
-    video: Path | None
-    text_embedding: Path | None
+    video: Path | None  # None for mock prompts, which have no video
+    text_embedding: Path | None  # set when offline_text_embedding
 
 
 @dataclass
 class WfmDatasetReport:
+    """What scan_dataset kept and what it left out (on_bad_row = "skip"), each problem naming its file."""
+
     dataset_dir: str
     n_rows: int = 0
     n_skipped: int = 0
     problems: list[str] = field(default_factory=list)
+    by_reason: dict[str, int] = field(default_factory=dict)  # skipped rows per reason (PrepReport.skipped)
 
     def summary(self) -> str:
         text = f"{self.dataset_dir}: {self.n_rows} rows"
-        if self.n_skipped:
-            text += f", {self.n_skipped} skipped (on_bad_row = \"skip\"): " + "; ".join(self.problems[:SHOWN_PROBLEMS])
-            if len(self.problems) > SHOWN_PROBLEMS:
-                text += f"; and {len(self.problems) - SHOWN_PROBLEMS} more"
-        return text
+        if not self.n_skipped:
+            return text
+        counts = sorted(self.by_reason.items(), key=lambda kv: -kv[1])
+        reasons = ", ".join(f"{reason} {n}" for reason, n in counts)
+        skipped = f"{self.n_skipped} skipped ({reasons}; on_bad_row = \"skip\")"
+        return f"{text}, {skipped}: {_listed(self.problems)}"
 
 
-def _has_frames(path: Path) -> bool:
-    """The file opens and its first video frame decodes (a probe: the frames themselves are read when the clip is
-    first used, where a video shorter than num_frames is a MediaError naming it)."""
+def _listed(problems: list[str]) -> str:
+    shown = "; ".join(problems[:SHOWN_PROBLEMS])
+    rest = len(problems) - SHOWN_PROBLEMS
+    return shown + (f"; and {rest} more" if rest > 0 else "")
+
+
+# ------------------------------------------------------------------------------------ scanning
+def read_prompt(path: Path) -> str:
+    """A caption file's text, stripped (video_folder's reader); RowError "bad_caption" saying what to fix."""
     try:
-        with av.open(str(path)) as container:
-            return next(container.decode(video=0), None) is not None
-    except (av.FFmpegError, IndexError, OSError):
-        return False
-
-
-def _caption(path: Path) -> tuple[str | None, str | None]:
-    """(caption, problem)."""
-    try:
-        text = path.read_text(encoding="utf-8").strip()
+        return read_caption(path)
     except UnicodeDecodeError:
-        return None, f"{path}: not UTF-8 text; save the caption as UTF-8"
-    if not text:
-        return None, f"{path}: empty caption; write the video's prompt in it"
-    return text, None
+        raise RowError("bad_caption", f"{path}: not UTF-8 text; save the caption as UTF-8") from None
+    except RowError:
+        raise RowError("bad_caption", f"{path}: empty caption; write the video's prompt in it") from None
+    except OSError as e:
+        raise RowError("bad_caption", f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = False, on_bad_row: str = "fail",
-                 check_media: bool = True) -> tuple[list[WfmSample], WfmDatasetReport]:
-    """Every usable row of the dataset, sorted by name, and the report of what was left out."""
-    root = Path(dataset_dir).expanduser()
-    layout = "videos/*.mp4 with a metas/<same name>.txt caption each (optional text_embedding/<name>.pickle)"
+def _probe_video(path: Path, min_frames: int | None) -> None:
+    """RowError unless the video opens and its first frame decodes (and it has min_frames frames): a cheap
+    probe; the frames themselves are decoded when the clip is first used."""
+    try:
+        local = _local_path(path)
+        with _open_video(local) as container:
+            stream = container.streams.video[0]
+            if next(container.decode(stream), None) is None:
+                raise MediaError(local, "no decodable video frame")
+            total = (stream.frames or _count_packets(local)) if min_frames else 0
+    except MediaError as e:
+        raise RowError("bad_media", f"{path}: {e.reason}; {REENCODE}") from None
+    except av.FFmpegError as e:
+        raise RowError("bad_media", f"{path}: cannot decode ({e}); {REENCODE}") from None
+    if min_frames and total < min_frames:
+        raise RowError("short_video", f"{path}: {total} frames, fewer than num_frames = {min_frames}; "
+                                      f"lower {NUM_FRAMES_KEY} or remove the row")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """`path` lies under `folder` once `..` and symlinks are resolved."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _embedding_for(root: Path, name: str) -> Path:
+    path = root / "text_embedding" / f"{name}.pickle"
+    if not path.is_file():
+        why = "offline_text_embedding = true reads one per row (write it, or set it false)"
+        raise RowError("missing_embedding", f"{path}: missing; {why}")
+    if not _inside(path, root / "text_embedding"):
+        why = "pickles are read only from the dataset's own text_embedding/"
+        raise RowError("embedding_outside_dataset", f"{path}: resolves to {path.resolve()}; {why}")
+    return path
+
+
+def _row(root: Path, name: str, video: Path | None, meta: Path | None, offline_text_embedding: bool,
+         check_media: bool, min_frames: int | None) -> WfmSample:
+    """The sample of one stem, or RowError saying why it cannot be used."""
+    if meta is None:
+        raise RowError("missing_caption", f"{video}: no caption metas/{name}.txt; write the video's prompt "
+                                          "in it")
+    if video is None:
+        raise RowError("missing_video", f"{meta}: no video videos/{name}.mp4 (only .mp4 files are read)")
+    prompt = read_prompt(meta)
+    if check_media:
+        _probe_video(video, min_frames)
+    embedding = _embedding_for(root, name) if offline_text_embedding else None
+    return WfmSample(name, prompt, video, embedding)
+
+
+def _files(folder: Path, suffix: str) -> dict[str, Path]:
+    """stem -> file; hidden files (macOS `._x.mp4`, editors' swap files) are not rows."""
+    return {p.stem: p for p in folder.glob(f"*{suffix}") if not p.name.startswith(".")}
+
+
+def _check_layout(root: Path) -> None:
     if not root.is_dir():
-        raise DataError(f"{root}: the world-model dataset folder does not exist; it holds {layout}")
-    missing = [d for d in ("videos", "metas") if not (root / d).is_dir()]
+        raise DataError(f"{root}: the world-model dataset folder does not exist; it holds {LAYOUT}")
+    missing = [f"{d}/" for d in ("videos", "metas") if not (root / d).is_dir()]
     if missing:
-        raise DataError(f"{root}: no {' and no '.join(f'{d}/' for d in missing)} folder; a world-model dataset holds "
-                        f"{layout}")
-    videos = {p.stem: p for p in (root / "videos").glob("*.mp4")}
-    metas = {p.stem: p for p in (root / "metas").glob("*.txt")}
-    samples, problems = [], []
+        raise DataError(f"{root}: no {' and no '.join(missing)} folder; a world-model dataset holds {LAYOUT}")
+
+
+def _fail(root: Path, problems: list[str]) -> DataError:
+    return DataError(f"{root}: {len(problems)} row(s) cannot be used: {_listed(problems)}. Fix them, or set "
+                     f"{ON_BAD_ROW_KEY} = \"skip\" to leave them out (counted in the report)")
+
+
+def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = False,
+                 on_bad_row: OnBadRow = "fail", check_media: bool = True,
+                 min_frames: int | None = None) -> tuple[list[WfmSample], WfmDatasetReport]:
+    """Every usable row of the dataset, sorted by name, and the report of what was left out.
+
+    check_media: probe each video (it opens, its first frame decodes); min_frames: also refuse videos with
+    fewer frames than this (the run's num_frames, by the container's count), so a short video fails here
+    rather than mid-run in load_clip.
+    """
+    if on_bad_row not in ("fail", "skip"):
+        raise ValueError(f"on_bad_row must be \"fail\" or \"skip\", got {on_bad_row!r}")
+    root = Path(dataset_dir).expanduser()
+    _check_layout(root)
+    videos, metas = _files(root / "videos", ".mp4"), _files(root / "metas", ".txt")
+    samples: list[WfmSample] = []
+    problems: list[str] = []
+    reasons: Counter[str] = Counter()
     for name in sorted(set(videos) | set(metas)):
-        if name not in metas:
-            problems.append(f"{videos[name]}: no caption metas/{name}.txt")
-            continue
-        if name not in videos:
-            problems.append(f"{metas[name]}: no video videos/{name}.mp4")
-            continue
-        prompt, problem = _caption(metas[name])
-        if problem is None and check_media and not _has_frames(videos[name]):
-            problem = f"{videos[name]}: no decodable video frames"
-        emb = root / "text_embedding" / f"{name}.pickle"
-        if problem is None and offline_text_embedding and not emb.is_file():
-            problem = f"{emb}: missing (offline_text_embedding = true reads each row's embedding)"
-        if problem is not None:
-            problems.append(problem)
-            continue
-        assert prompt is not None
-        samples.append(WfmSample(name, prompt, videos[name], emb if offline_text_embedding else None))
-    report = WfmDatasetReport(str(root), len(samples), len(problems), problems)
-    if problems and on_bad_row != "skip":
-        shown = "; ".join(problems[:SHOWN_PROBLEMS])
-        more = f"; and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
-        raise DataError(f"{root}: {len(problems)} row(s) cannot be used: {shown}{more}. Fix them, or set "
-                        "dataloader_train.video_dataloader.on_bad_row = \"skip\" to leave them out (counted in the "
-                        "report)")
+        try:
+            samples.append(_row(root, name, videos.get(name), metas.get(name), offline_text_embedding,
+                                check_media, min_frames))
+        except RowError as e:
+            problems.append(str(e))
+            reasons[e.reason] += 1
+    if problems and on_bad_row == "fail":
+        raise _fail(root, problems)
     if not samples:
-        raise DataError(f"{root}: no usable rows ({len(problems)} left out); it needs {layout}")
-    return samples, report
+        raise DataError(f"{root}: no usable rows ({len(problems)} left out); a world-model dataset holds "
+                        f"{LAYOUT}")
+    return samples, WfmDatasetReport(str(root), len(samples), len(problems), problems, dict(reasons))
+
+
+# ------------------------------------------------------------------------------------ clips
+def even_indices(total: int, n: int) -> list[int]:
+    """n frame numbers evenly spaced over 0 .. total - 1, first and last included (total >= n)."""
+    return np.linspace(0, total - 1, n).round().astype(int).tolist()
 
 
 def load_clip(path: str | Path, num_frames: int, height: int, width: int) -> torch.Tensor:
-    """uint8 [3, num_frames, height, width]: num_frames evenly spaced over the whole video, resized (bicubic,
-    antialiased) to height x width without cropping (the aspect is the caller's choice, as video_size)."""
-    path = Path(path)
+    """uint8 [3, num_frames, height, width]: num_frames frames evenly spaced over the whole video, resized
+    (see the module docstring). Channels first: the diffusers VAE takes [B, C, T, H, W]. MediaError names
+    the file when it cannot be decoded or has fewer than num_frames frames (never padded: a repeated last
+    frame would teach a frozen scene)."""
+    if num_frames < 1 or height < 1 or width < 1:
+        raise ValueError(f"num_frames, height and width must be >= 1, got {num_frames}, {height}, {width}")
+    local = _local_path(path)
     try:
-        with av.open(str(path)) as container:
-            frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
-    except (av.FFmpegError, IndexError, OSError) as e:
-        raise MediaError(path, f"cannot decode: {e}") from e
-    if len(frames) < num_frames:
-        raise MediaError(path, f"{len(frames)} frames, fewer than num_frames = {num_frames}; lower "
-                               "dataloader_train.video_dataloader.num_frames or leave the video out")
-    index = np.linspace(0, len(frames) - 1, num_frames).round().astype(int)
-    picked = torch.from_numpy(np.stack([frames[i] for i in index])).permute(0, 3, 1, 2)  # [T, 3, H, W]
-    return resize_frames(picked, height, width).permute(1, 0, 2, 3).contiguous()
+        with _open_video(local) as container:
+            stream = container.streams.video[0]
+            total = stream.frames or _count_packets(local)
+            if total < num_frames:
+                raise MediaError(local, f"{total} frames, fewer than num_frames = {num_frames}; lower "
+                                        f"{NUM_FRAMES_KEY} or remove the video")
+            fps = float(stream.average_rate or stream.guessed_rate or 0)
+            # Only the picked frames are converted to RGB: a long 720p video never sits in memory whole.
+            rgb = _decode_indices(local, container, stream, even_indices(total, num_frames), fps, total)
+    except av.FFmpegError as e:
+        raise MediaError(local, f"cannot decode: {e}") from e
+    frames = torch.from_numpy(rgb).permute(0, 3, 1, 2)  # [T, 3, H, W], what resize_frames takes
+    return resize_frames(frames, height, width).permute(1, 0, 2, 3).contiguous()
 
 
-def _as_array(obj: Any) -> Any:
+# ------------------------------------------------------------------------------------ embeddings
+def _unwrap(obj: Any) -> Any:
+    """The one array a pickle holds: itself, a dict's "embeddings" / "t5_text_embeddings" (or its only
+    array value), or a one-element list's item; anything else as it is, for the caller to refuse."""
     if isinstance(obj, dict):
-        found = [obj[k] for k in EMBEDDING_KEYS if k in obj]
-        return found[0] if len(found) == 1 else (next(iter(obj.values())) if len(obj) == 1 else obj)
+        named = [obj[k] for k in EMBEDDING_KEYS if k in obj]
+        arrays = [v for v in obj.values() if isinstance(v, np.ndarray | torch.Tensor)]
+        if len(named) == 1:
+            return named[0]
+        return arrays[0] if not named and len(arrays) == 1 else obj
     if isinstance(obj, list | tuple) and len(obj) == 1:
         return obj[0]
     return obj
 
 
-def load_text_embedding(path: str | Path, dataset_dir: str | Path) -> torch.Tensor:
-    """float32 [n_tokens, dim] from `<dataset_dir>/text_embedding/<name>.pickle` (and nowhere else)."""
-    folder = (Path(dataset_dir).expanduser() / "text_embedding").resolve()
-    real = Path(path).expanduser().resolve()
-    if folder not in real.parents:
-        raise DataError(f"{path}: resolves to {real}, outside {folder}; text embeddings are pickles (loading one "
-                        "runs code), so they are read only from the dataset's own text_embedding/ folder")
-    with real.open("rb") as f:
-        obj = _as_array(pickle.load(f))  # noqa: S301 - the dataset the user named; see the module docstring
+def _described(obj: Any) -> str:
+    if isinstance(obj, dict):
+        return f"a dict with keys {sorted(map(str, obj))}"
+    if isinstance(obj, list | tuple):
+        return f"a {type(obj).__name__} of {len(obj)} items"
+    return f"a {type(obj).__name__}"
+
+
+def _as_float_matrix(obj: Any, path: Path) -> torch.Tensor:
+    expected = ("expected a float array [n_tokens, dim] (numpy or torch; alone, in a one-element list, or "
+                f"as {{{EMBEDDING_KEYS[0]!r}: array}})")
+    if not isinstance(obj, np.ndarray | torch.Tensor):
+        raise DataError(f"{path}: holds {_described(obj)}; {expected}")
     if isinstance(obj, torch.Tensor):
-        array = obj.detach().float()
-    elif isinstance(obj, np.ndarray):
-        array = torch.from_numpy(np.asarray(obj, dtype=np.float32))
+        is_float = obj.is_floating_point()
     else:
-        raise DataError(f"{path}: holds a {type(obj).__name__}; expected a float array [n_tokens, dim] (numpy or "
-                        f"torch, alone or as {{'embeddings': array}})")
-    if array.dim() != 2:
-        raise DataError(f"{path}: an array of shape {tuple(array.shape)}; expected [n_tokens, dim]")
-    return array
+        is_float = bool(np.issubdtype(obj.dtype, np.floating))
+    if not is_float:
+        raise DataError(f"{path}: an array of dtype {obj.dtype}; {expected} (token ids are not embeddings)")
+    if obj.ndim != 2:
+        raise DataError(f"{path}: an array of shape {tuple(obj.shape)}; {expected}")
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().float()
+    return torch.from_numpy(np.ascontiguousarray(obj, dtype=np.float32))
+
+
+def load_text_embedding(path: str | Path, dataset_dir: str | Path) -> torch.Tensor:
+    """float32 [n_tokens, dim] from `<dataset_dir>/text_embedding/<stem>.pickle`, and from nowhere else: a
+    pickle runs code when loaded, so a path resolving outside that folder (a symlink out included) is
+    refused with a DataError before it is opened."""
+    path = Path(path).expanduser()
+    folder = Path(dataset_dir).expanduser() / "text_embedding"
+    if not _inside(path, folder):
+        raise DataError(f"{path}: resolves to {path.resolve()}, outside {folder.resolve()}; text embeddings "
+                        "are pickles (loading one runs code), so they are read only from the text_embedding/ "
+                        "folder of the dataset you named (use only datasets you trust)")
+    try:
+        with path.open("rb") as f:
+            obj = pickle.load(f)  # noqa: S301 - the dataset the user named; see the module docstring
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; write the row's embedding or set offline_text_embedding = "
+                        "false") from None
+    except Exception as e:  # a corrupt or foreign pickle can fail with almost any exception type
+        raise DataError(f"{path}: not a readable pickle ({type(e).__name__}: {e}); write it again") from None
+    return _as_float_matrix(_unwrap(obj), path)
+
+
+# ------------------------------------------------------------------------------------ mock data
+_LIGHT = ("bright", "dark", "dim", "sunlit", "shadowy")
+_THINGS = ("red ball", "blue cube", "wooden cart", "white drone", "robot arm", "green bottle")
+_MOVES = ("rolls to the left", "slides to the right", "falls down", "rises up", "spins in place", "stops")
+_PLACES = ("on a tiled floor", "across a table", "in a warehouse", "on a road", "in a kitchen")
 
 
 def mock_prompts(n: int, seed: int = 0) -> list[str]:
-    """n deterministic prompts of simple physical scenes (cosmos-rl's mock-data mode: prompts, no videos)."""
+    """n deterministic prompts of simple physical scenes (cosmos-rl's mock-data mode: prompts, no videos);
+    the same seed gives the same list."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
     rng = np.random.default_rng(seed)
-    light = ("bright", "dark", "dim", "sunlit", "shadowy")
-    things = ("red ball", "blue cube", "wooden cart", "white drone", "robot arm", "green bottle")
-    moves = ("rolls to the left", "slides to the right", "falls down", "rises up", "spins in place", "stops")
-    places = ("on a tiled floor", "across a table", "in a warehouse", "on a road", "in a kitchen")
-    return [f"a {rng.choice(light)} scene: a {rng.choice(things)} {rng.choice(moves)} {rng.choice(places)}"
-            for _ in range(n)]
+    return [f"a {rng.choice(_LIGHT)} scene: a {rng.choice(_THINGS)} {rng.choice(_MOVES)} "
+            f"{rng.choice(_PLACES)}" for _ in range(n)]

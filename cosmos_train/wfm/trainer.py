@@ -24,6 +24,7 @@ import copy
 import json
 import os
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ from cosmos_train.wfm.config import WfmConfig
 from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
 
-EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
+EVAL_SIGMAS = (0.2, 0.5, 0.8)
+CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)  # the held-out diffusion loss is averaged over these noise levels
 
 
 def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
@@ -98,7 +100,8 @@ class WfmTrainer:
         w, h = self.video.video_size
         self.latent_shape = self._latent_shape(h, w)
         self._embeddings: dict[str, torch.Tensor] = {}
-        self._clips: dict[str, torch.Tensor] = {}
+        # dataset latents, most recently used last: a 93-frame 720p clip's are ~20 MB, so only the last few are kept
+        self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
         self.eval_rows = (self.heldout_rows or self.train_rows)[:cfg.evaluation.num_prompts]
@@ -163,11 +166,16 @@ class WfmTrainer:
         from cosmos_train.wfm.model import encode_video
 
         w, h = self.video.video_size
+        out = []
         for r in rows:
             if r["name"] not in self._clips:
                 clip = load_clip(r["video"], self.video.num_frames, h, w).unsqueeze(0).to(self.dist.device)
                 self._clips[r["name"]] = encode_video(self.parts, clip)[0].cpu()
-        return torch.stack([self._clips[r["name"]] for r in rows]).to(self.dist.device)
+            self._clips.move_to_end(r["name"])
+            out.append(self._clips[r["name"]])
+            while len(self._clips) > CLIP_CACHE:
+                self._clips.popitem(last=False)
+        return torch.stack(out).to(self.dist.device)
 
     def rows_for(self, iteration: int, rows: list[dict[str, Any]], n: int, salt: int = 0) -> list[dict[str, Any]]:
         """This rank's n rows of `iteration`: a permutation per pass over the rows, a function of the iteration
@@ -182,10 +190,12 @@ class WfmTrainer:
         return out
 
     # ------------------------------------------------------------------ sampling
-    def velocity(self, model: nn.Module, x: torch.Tensor, sigma: float, emb: torch.Tensor) -> torch.Tensor:
+    def velocity(self, model: nn.Module, x: torch.Tensor, sigma: float | torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """float32 velocity of `model` (policy or reference) at one sigma for all, or one per sample ([B])."""
         from cosmos_train.wfm.model import predict_velocity
 
-        return predict_velocity(model, x, torch.full((x.shape[0],), float(sigma), device=x.device), emb).float()
+        sigmas = sigma if isinstance(sigma, torch.Tensor) else torch.full((x.shape[0],), float(sigma), device=x.device)
+        return predict_velocity(model, x, sigmas, emb).float()
 
     @torch.no_grad()
     def rollout(self, emb: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -304,14 +314,9 @@ class WfmTrainer:
         emb = self.embed(rows)
         noise = torch.randn(x0.shape, generator=gen, device=x0.device)
         sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
-        loss = flow_matching_loss(self._velocity_at(noised(x0, noise, sigma), sigma, emb), x0, noise)
+        loss = flow_matching_loss(self.velocity(self.policy, noised(x0, noise, sigma), sigma, emb), x0, noise)
         (self.rl.data_beta * loss).backward()
         return float(loss.detach())
-
-    def _velocity_at(self, x: torch.Tensor, sigma: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        from cosmos_train.wfm.model import predict_velocity
-
-        return predict_velocity(self.policy, x, sigma, emb).float()
 
     def _clip_grads(self) -> float:
         clip = self.cfg.grad_clip()
@@ -347,8 +352,8 @@ class WfmTrainer:
             losses = []
             for s in EVAL_SIGMAS:
                 sigma = torch.full((x0.shape[0],), s, device=dev)
-                losses.append(float(flow_matching_loss(self._velocity_at(noised(x0, eps, sigma), sigma, hemb), x0,
-                                                       eps)))
+                v = self.velocity(self.policy, noised(x0, eps, sigma), sigma, hemb)
+                losses.append(float(flow_matching_loss(v, x0, eps)))
             out["heldout_diffusion_loss"] = float(np.mean(losses))
         return out
 
