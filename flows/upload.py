@@ -46,8 +46,8 @@ def upload_source(source: str | Path) -> tuple[Path, str]:
         inside_run = src.parent.name in ("safetensors", "diffusers") and (src.parent.parent / "config.toml").is_file()
         return src, f"{src.parent.parent.name}/{src.parent.name}/{src.name}" if inside_run else src.name
     if (src / "config.toml").is_file():
-        raise UploadError(f"{source}: this run folder has no safetensors/final (or diffusers/final) export (the run did not finish, or "
-                          "export_safetensors was off); upload a checkpoint's export folder instead")
+        raise UploadError(f"{source}: this run folder has no safetensors/final (or diffusers/final) export (the run "
+                          "did not finish, or its export was off); upload a checkpoint's export folder instead")
     raise UploadError(f"{source}: no such folder, or it is empty (a run folder or an export folder is uploaded)")
 
 

@@ -44,9 +44,9 @@ def check_wfm_data(config: str) -> dict[str, Any]:
         return {"type": cfg.dataloader_train.type, "rows": cfg.video.mock_prompts}
     v = cfg.video
     samples, report = scan_dataset(v.dataset_dir, offline_text_embedding=v.offline_text_embedding,
-                                   on_bad_row=v.on_bad_row)
-    return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "problems": report.problems,
-            "summary": report.summary()}
+                                   on_bad_row=v.on_bad_row, min_frames=v.num_frames)
+    return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
+            "problems": report.problems, "summary": report.summary()}
 
 
 @contextlib.contextmanager

@@ -86,7 +86,7 @@ class WfmDatasetReport:
         text = f"{self.dataset_dir}: {self.n_rows} rows"
         if not self.n_skipped:
             return text
-        counts = sorted(self.by_reason.items(), key=lambda kv: -kv[1])
+        counts = sorted(self.by_reason.items(), key=lambda kv: (-kv[1], kv[0]))  # most first, then by name
         reasons = ", ".join(f"{reason} {n}" for reason, n in counts)
         skipped = f"{self.n_skipped} skipped ({reasons}; on_bad_row = \"skip\")"
         return f"{text}, {skipped}: {_listed(self.problems)}"
@@ -99,7 +99,7 @@ def _listed(problems: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------ scanning
-def read_prompt(path: Path) -> str:
+def _read_prompt(path: Path) -> str:
     """A caption file's text, stripped (video_folder's reader); RowError "bad_caption" saying what to fix."""
     try:
         return read_caption(path)
@@ -154,7 +154,7 @@ def _row(root: Path, name: str, video: Path | None, meta: Path | None, offline_t
                                           "in it")
     if video is None:
         raise RowError("missing_video", f"{meta}: no video videos/{name}.mp4 (only .mp4 files are read)")
-    prompt = read_prompt(meta)
+    prompt = _read_prompt(meta)
     if check_media:
         _probe_video(video, min_frames)
     embedding = _embedding_for(root, name) if offline_text_embedding else None
@@ -212,7 +212,7 @@ def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = Fals
 
 
 # ------------------------------------------------------------------------------------ clips
-def even_indices(total: int, n: int) -> list[int]:
+def _even_indices(total: int, n: int) -> list[int]:
     """n frame numbers evenly spaced over 0 .. total - 1, first and last included (total >= n)."""
     return np.linspace(0, total - 1, n).round().astype(int).tolist()
 
@@ -234,7 +234,7 @@ def load_clip(path: str | Path, num_frames: int, height: int, width: int) -> tor
                                         f"{NUM_FRAMES_KEY} or remove the video")
             fps = float(stream.average_rate or stream.guessed_rate or 0)
             # Only the picked frames are converted to RGB: a long 720p video never sits in memory whole.
-            rgb = _decode_indices(local, container, stream, even_indices(total, num_frames), fps, total)
+            rgb = _decode_indices(local, container, stream, _even_indices(total, num_frames), fps, total)
     except av.FFmpegError as e:
         raise MediaError(local, f"cannot decode: {e}") from e
     frames = torch.from_numpy(rgb).permute(0, 3, 1, 2)  # [T, 3, H, W], what resize_frames takes

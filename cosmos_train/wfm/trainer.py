@@ -126,12 +126,12 @@ class WfmTrainer:
             prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
             return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
         samples, report = scan_dataset(self.video.dataset_dir, offline_text_embedding=self.video.offline_text_embedding,
-                                       on_bad_row=self.video.on_bad_row)
+                                       on_bad_row=self.video.on_bad_row, min_frames=self.video.num_frames)
         rows = [{"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding}
                 for s in samples]
         n_held = min(self.video.heldout_videos, len(rows) - 1)
-        info = {"type": "local", "rows": len(rows), "skipped": report.n_skipped, "heldout": n_held,
-                "problems": report.problems[:20]}
+        info = {"type": "local", "rows": len(rows), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
+                "heldout": n_held, "problems": report.problems[:20]}
         return rows[:len(rows) - n_held], rows[len(rows) - n_held:], info
 
     def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:

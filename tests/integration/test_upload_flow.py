@@ -185,3 +185,15 @@ def test_upload_task_retries_only_what_a_retry_can_help(monkeypatch: pytest.Monk
         with pytest.raises(error):
             run(url)
         assert calls == [url]  # not retried
+
+
+def test_upload_source_of_a_world_model_run(tmp_path: Path) -> None:
+    """A world-model run folder sends its diffusers/final (what `cosmos-train upload RUN` uploads)."""
+    from flows.upload import upload_source
+
+    run = tmp_path / "run"
+    (run / "diffusers" / "final" / "transformer").mkdir(parents=True)
+    (run / "diffusers" / "final" / "model_index.json").write_text("{}")
+    (run / "config.toml").write_text("")
+    assert upload_source(run) == (run.resolve() / "diffusers" / "final", "run/diffusers/final")
+    assert upload_source(run / "diffusers" / "final")[1] == "run/diffusers/final"
