@@ -705,7 +705,29 @@ class LaunchConfig(Section):
 NO_EFFECT_HEADER = "# accepted with no effect here (cosmos-rl keys / settings), with why:"
 
 
-class Config(Section):
+class JobSection(Section):
+    """A whole job file (the VLM job, the world-model job): the keys it set that had no effect here (said, never
+    dropped), and its resolved form written into the run folder."""
+
+    _no_effect: list[NoEffect] = PrivateAttr(default_factory=list)
+
+    @property
+    def no_effect(self) -> list[NoEffect]:
+        """The keys the config set that were accepted with no effect here, with why."""
+        return self._no_effect
+
+    def to_toml(self) -> str:
+        """The resolved config as TOML (None values, which TOML cannot hold, are left out)."""
+        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
+
+    def write(self, path: str | Path) -> Path:
+        """The run folder's config.toml: the resolved config, then the keys accepted with no effect (comments,
+        so the record of what the user asked for is whole and the file still loads)."""
+        notes = "".join(f"# {n.line()}\n" for n in self._no_effect)
+        return write_atomic(path, self.to_toml() + (f"\n{NO_EFFECT_HEADER}\n{notes}" if notes else ""))
+
+
+class Config(JobSection):
     """The whole job. `Config()` alone is valid: the reference framework's defaults."""
 
     train: TrainConfig = Field(
@@ -719,8 +741,6 @@ class Config(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metric sinks.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
     custom: dict[str, Any] = Field(default_factory=dict, description="Free-form, for users' dataset scripts.")
-    # cosmos-rl keys the file set that have no effect here (cosmos_train.config_compat), said, never dropped
-    _no_effect: list[NoEffect] = PrivateAttr(default_factory=list)
 
     @property
     def policy_type(self) -> Literal["sft", "grpo"]:
@@ -744,20 +764,6 @@ class Config(Section):
         r = self.rollout
         return max(r.batch_size, self.train.train_batch_per_replica // r.n_generation)
 
-    @property
-    def no_effect(self) -> list[NoEffect]:
-        """The cosmos-rl keys the config set that were accepted with no effect here, with why."""
-        return self._no_effect
-
-    def to_toml(self) -> str:
-        """The resolved config as TOML (None values, which TOML cannot hold, are left out)."""
-        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
-
-    def write(self, path: str | Path) -> Path:
-        """The run folder's config.toml: the resolved config, then the keys accepted with no effect (comments,
-        so the record of what the user asked for is whole and the file still loads)."""
-        notes = "".join(f"# {n.line()}\n" for n in self._no_effect)
-        return write_atomic(path, self.to_toml() + (f"\n{NO_EFFECT_HEADER}\n{notes}" if notes else ""))
 
 
 # ------------------------------------------------------------------------------------- aliases
@@ -847,6 +853,15 @@ def env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     return out
 
 
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], env: Mapping[str, str]) -> None:
+    """COSMOS_TRAIN__* variables of `env`, then `--set key.path=value` texts (later wins), into `raw`."""
+    for key_path, value in env_overrides(env):
+        set_path(raw, key_path, value)
+    for text in overrides:
+        key_path, value = parse_override(text)
+        set_path(raw, key_path, value)
+
+
 def set_path(raw: dict[str, Any], path: list[str], value: Any) -> None:
     node = raw
     for part in path[:-1]:
@@ -901,11 +916,7 @@ def config_from_dict(
     tp_raw = raw.get("train", {}).get("train_policy", {})
     rl_alias = "grpo" in raw or (isinstance(tp_raw, dict) and "rollout_batch_size" in tp_raw)
     _apply_aliases(raw, problems)
-    for key_path, value in env_overrides(env or {}):
-        set_path(raw, key_path, value)
-    for text in overrides:
-        key_path, value = parse_override(text)
-        set_path(raw, key_path, value)
+    apply_overrides(raw, overrides, env or {})
     _apply_aliases(raw, problems)  # an override may use an alias name too
     _infer_policy_type(raw, rl_alias)
     no_effect: list[NoEffect] = []

@@ -19,25 +19,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import tomli_w
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, ValidationError
 
-from cosmos_train.atomic import write_atomic
 from cosmos_train.config import (
-    ENV_PREFIX,
-    NO_EFFECT_HEADER,
+    JobSection,
     LaunchConfig,
     LoggingConfig,
     MinusOneOrPositive,
     ParallelismConfig,
     Section,
-    _drop_none,
     _looks_local,
-    env_overrides,
+    apply_overrides,
     explain_errors,
-    parse_override,
     read_toml,
-    set_path,
     unknown_keys,
 )
 from cosmos_train.config_compat import NoEffect
@@ -246,7 +240,7 @@ NO_EFFECT_TABLES: dict[str, str] = {
 }
 
 
-class WfmConfig(Section):
+class WfmConfig(JobSection):
     """A world-model RL job."""
 
     model: WfmModelConfig = Field(default_factory=WfmModelConfig, description="The model and its sharding.")
@@ -263,11 +257,6 @@ class WfmConfig(Section):
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The reward.")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Before/after scoring.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
-    _no_effect: list[NoEffect] = PrivateAttr(default_factory=list)
-
-    @property
-    def no_effect(self) -> list[NoEffect]:
-        return self._no_effect
 
     @property
     def video(self) -> VideoDataloaderConfig:
@@ -301,13 +290,6 @@ class WfmConfig(Section):
                 return float(cb["args"]["clip_norm"])
         return self.trainer.grad_clip_norm
 
-    def to_toml(self) -> str:
-        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
-
-    def write(self, path: str | Path) -> Path:
-        notes = "".join(f"# {n.line()}\n" for n in self._no_effect)
-        return write_atomic(path, self.to_toml() + (f"\n{NO_EFFECT_HEADER}\n{notes}" if notes else ""))
-
 
 def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (),
                     env: Mapping[str, str] | None = None, check_paths: bool = True) -> WfmConfig:
@@ -319,11 +301,7 @@ def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (
 def wfm_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), env: Mapping[str, str] | None = None,
                          source: str | None = None, check_paths: bool = False) -> WfmConfig:
     raw = copy.deepcopy(raw)
-    for key_path, value in env_overrides({k: v for k, v in (env or {}).items() if k.startswith(ENV_PREFIX)}):
-        set_path(raw, key_path, value)
-    for text in overrides:
-        key_path, value = parse_override(text)
-        set_path(raw, key_path, value)
+    apply_overrides(raw, overrides, env or {})
     problems = unknown_keys(raw, WfmConfig)
     if problems:
         raise ConfigError(problems, source)

@@ -22,9 +22,9 @@ from cosmos_train.reward_service.config import ServiceConfig
 from cosmos_train.reward_service.handlers import HANDLERS, Batch
 from cosmos_train.rewards.remote import RemoteRewardClient
 
-# the handlers that score pixels with no model: usable in the trainer
+# the handlers that score pixels (not completions): usable in the trainer
 LOCAL_REWARDS = tuple(sorted(name for name, cls in HANDLERS.items()
-                             if "video" in cls.media_types and not cls.needs_completions and name != "judge"))
+                             if "video" in cls.media_types and not cls.needs_completions))
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

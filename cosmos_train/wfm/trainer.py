@@ -105,7 +105,6 @@ class WfmTrainer:
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
         self.eval_rows = (self.heldout_rows or self.train_rows)[:cfg.evaluation.num_prompts]
-        self.eval_prompts = [r["prompt"] for r in self.eval_rows]
         self.iteration = 0
         self.resumed_from: str | None = None
         self.exit_request = install_exit_handlers()
@@ -332,18 +331,19 @@ class WfmTrainer:
         """Mean reward of ODE samples for the fixed prompts and noise; the held-out flow-matching loss."""
         dev = self.dist.device
         rows = self.eval_rows
+        prompts = [r["prompt"] for r in rows]
         emb = self.embed(rows)
         gen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed)
         noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)
         latents = self.sample_ode(emb, noise)
-        rewards, parts, videos = self.score(latents, self.eval_prompts)
+        rewards, parts, videos = self.score(latents, prompts)
         out: dict[str, Any] = {"reward_mean": float(rewards.mean()),
                                **{f"reward_{k}": float(v.mean()) for k, v in parts.items()}}
         if self.dist.is_main:
             samples = self.run_dir / "samples"
             samples.mkdir(exist_ok=True)
             np.save(samples / f"iter_{self.iteration}.npy", videos)
-            (samples / "prompts.json").write_text(json.dumps(self.eval_prompts))
+            (samples / "prompts.json").write_text(json.dumps(prompts))
         if self.heldout_rows:
             x0 = self.clip_latents(self.heldout_rows)
             hemb = self.embed(self.heldout_rows)
