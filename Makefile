@@ -22,7 +22,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40 tests
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
 test-fast: setup

@@ -154,3 +154,25 @@ def start_server(home: Path) -> Iterator[PrefectServer]:
         except httpx.HTTPError:
             pass  # the server never came up: it started no flow runs
         kill_group(proc)
+
+
+def flow_run_artifacts(flow_run_id: object) -> dict:
+    """The newest version of each of a flow run's artifacts, by key. Curves and metrics are published
+    again while a trainer runs and once more at its end: the API returns every version, in no order a
+    test may rely on, so the version is picked by its creation time."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> dict:
+        async with get_client() as c:
+            arts = await c.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        newest: dict = {}
+        for a in arts:
+            if a.key and (a.key not in newest or a.created > newest[a.key].created):
+                newest[a.key] = a
+        return newest
+
+    return asyncio.run(read())

@@ -7,15 +7,14 @@ resumes from the newest checkpoint.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, kill_a_rank_after_step_2
+from tests.integration.prefect_server import flow_run_artifacts as _artifacts
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -31,20 +30,6 @@ def _overrides(model: Path, data: Path, out: Path, steps: int, *more: str) -> li
             # one optimizer update per rollout batch of 2 x 4 completions; completions sampled every step
             "train.train_batch_per_replica=8", "train.train_policy.micro_batch=8",
             "logging.completion_sample_freq=1", *more]
-
-
-def _artifacts(flow_run_id: Any) -> dict[str, Any]:
-    """The flow run's artifacts by key (data: markdown text, or a table's rows as JSON)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async def read() -> dict[str, Any]:
-        async with get_client() as c:
-            arts = await c.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-            return {a.key: a for a in arts if a.key}
-
-    return asyncio.run(read())
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, _toml_value, kill_a_rank_after_step_2
-from tests.integration.test_grpo_flow import _artifacts, _jsonl
+from tests.integration.prefect_server import flow_run_artifacts as _artifacts
+from tests.integration.test_grpo_flow import _jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 

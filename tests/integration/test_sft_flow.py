@@ -9,22 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import kill_a_rank_after_step_2, write_tiny_sft_config
+from tests.integration.prefect_server import flow_run_artifacts
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 
-def _artifact_keys(flow_run_id) -> set[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async def keys():
-        async with get_client() as c:
-            arts = await c.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-            return {a.key for a in arts if a.key}
-
-    import asyncio
-
-    return asyncio.run(keys())
+def _artifact_keys(flow_run_id: object) -> set[str]:
+    return set(flow_run_artifacts(flow_run_id))
 
 
 def test_sft_flow_trains_exports_and_reports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:

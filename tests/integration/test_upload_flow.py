@@ -19,7 +19,7 @@ from cosmos_train.checkpoint_paths import complete_checkpoints
 from cosmos_train.config import load_config
 from cosmos_train.storage import MANIFEST
 from tests.conftest import ROOT, write_tiny_sft_config
-from tests.integration.test_grpo_flow import _artifacts
+from tests.integration.prefect_server import flow_run_artifacts as _artifacts
 from tests.s3_server import S3Server, s3_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]

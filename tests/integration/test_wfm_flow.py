@@ -17,32 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, kill_a_rank_after_step_2
+from tests.integration.prefect_server import flow_run_artifacts as _artifacts
 from tests.integration.test_grpo_flow import PNG_MAGIC
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 RECIPE = ROOT / "configs" / "tiny-wfm-flow-grpo.toml"
-
-
-def _artifacts(flow_run_id: object) -> dict:
-    """The newest version of each of the flow run's artifacts by key (curves and metrics are also published
-    while the trainer runs)."""
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async def read() -> dict:
-        async with get_client() as c:
-            arts = await c.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-        newest: dict = {}
-        for a in arts:
-            if a.key and (a.key not in newest or a.created > newest[a.key].created):
-                newest[a.key] = a
-        return newest
-
-    return asyncio.run(read())
 
 
 def _overrides(model: Path, data: Path, out: Path, iters: int, *more: str) -> list[str]:
