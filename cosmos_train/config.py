@@ -446,6 +446,16 @@ class TrainConfig(Section):
         False, description="Async tensor parallel (accepted; not implemented yet: said by config check)."
     )
     sequence_packing: bool = Field(False, description="Pack samples padding-free into one sequence.")
+    fused_linear_ce: bool = Field(
+        False, description="SFT: the LM head and the cross entropy run fused, fused_linear_ce_chunk label tokens at "
+        "a time with their gradients (train/linear_ce.py): the [label tokens x vocabulary] logits are never held "
+        "whole, for the same loss and gradients. Refused for GRPO (its loss reads per-token log-probs)."
+    )
+    fused_linear_ce_chunk: int = Field(
+        2048, ge=1, le=1_048_576,
+        description="Label tokens per chunk of the fused head + loss; the step's peak holds chunk x vocabulary "
+        "fp32 logits (2048 x 151,936 = 1.2 GiB for Qwen2.5-VL).",
+    )
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
     sync_weight_interval: int = Field(1, ge=1, description="GRPO: steps between weight syncs to rollout.")
     skip_nonfinite_steps: int = Field(
@@ -547,6 +557,13 @@ class PolicyConfig(Section):
     model_max_length: int = Field(4096, ge=1, description="Max tokens per sample, vision tokens included.")
     model_gradient_checkpointing: bool = Field(
         True, description="Recompute activations in backward: less memory, about a third more compute."
+    )
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"] = Field(
+        "auto", description="Attention kernel of the trained model. auto: flash_attention_2 for SFT on a GPU where "
+        "the flash-attn package is installed and the compute dtype is 16-bit (padded and packed rows run varlen), "
+        "else sdpa (packed rows then attend per sample, train/packed_attention.py). flash_attention_2 / 3 named "
+        "here are refused where flash-attn (flash_attn_interface for 3) is not installed, on a CPU, and for GRPO "
+        "(its shared-prompt rows need a 4D mask flash attention cannot take)."
     )
     freeze_pattern: list[str] | str | None = Field(None, description="Regexes of parameter names to freeze.")
     trainable_pattern: list[str] | str | None = Field(None, description="Regexes: train only these.")
@@ -1300,6 +1317,13 @@ def unsupported_settings(cfg: Config) -> list[str]:
         if cfg.rollout.backend == "hf" and cfg.rollout.parallelism.tp_size > 1:
             out.append("rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
                        "set tp_size = 1 or rollout.backend = \"vllm\"")
+    if cfg.policy_type == "grpo" and cfg.train.fused_linear_ce:
+        out.append("train.fused_linear_ce: the fused LM head + cross entropy serves SFT's loss; GRPO's loss reads "
+                   "per-token log-probs from the logits: set fused_linear_ce = false")
+    if cfg.policy_type == "grpo" and cfg.policy.attn_implementation.startswith("flash"):
+        out.append(f"policy.attn_implementation: {cfg.policy.attn_implementation} cannot take the 4D attention mask "
+                   "of GRPO's shared-prompt rows (a group's completions after one copy of its prompt); set it to "
+                   "\"auto\" or \"sdpa\"")
     if cfg.policy.lora is not None and cfg.policy.parallelism.tp_size > 1:
         out.append("policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
                    "shard with FSDP (dp_shard_size) instead, adapters are small")

@@ -39,6 +39,7 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     problems = unsupported_settings(cfg)
     if problems:
         raise ConfigError(problems, str(config))
+    check_attention(cfg)
     check_model_family(cfg.policy.model_name_or_path,
                        vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
     if dataset_script is not None and not Path(dataset_script).expanduser().is_file():
@@ -57,6 +58,18 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
 
         resolve_resume(cfg.train.resume, cfg.train.output_dir)
     return cfg
+
+
+def check_attention(cfg: Config) -> None:
+    """policy.attn_implementation can run on this machine's device (the trainer's: CUDA where present), as the
+    trainer's ranks will find before loading the weights; said here before anything starts."""
+    import torch
+
+    from cosmos_train.models.load import resolve_attention
+    from cosmos_train.models.parallelize import compute_dtype
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolve_attention(cfg.policy.attn_implementation, device, compute_dtype(cfg, device), cfg.policy_type)
 
 
 def check_model_family(model: str, vllm: bool = False) -> None:

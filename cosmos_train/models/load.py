@@ -42,7 +42,7 @@ from transformers import (
 from transformers.processing_utils import ProcessorMixin
 from transformers.utils import cached_file, is_torchvision_available
 
-from cosmos_train.errors import ModelError, UserError
+from cosmos_train.errors import ConfigError, ModelError, UserError
 
 # What a folder needs, as (what it is, alternatives: each a set of files that together suffice).
 TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
@@ -252,6 +252,37 @@ def get_tokenizer(processor_or_tokenizer: Any) -> PreTrainedTokenizerBase:
     if not isinstance(tokenizer, PreTrainedTokenizerBase):
         raise TypeError(f"expected a processor or tokenizer, got {type(processor_or_tokenizer).__name__}")
     return tokenizer
+
+
+# the package each flash attention kernel of transformers imports
+_FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+def resolve_attention(requested: str, device: torch.device, compute_dtype: torch.dtype, policy_type: str) -> str:
+    """The attention implementation the trained model loads with, from policy.attn_implementation.
+
+    auto: flash_attention_2 for SFT on a GPU with flash-attn installed and a 16-bit compute dtype (its kernels
+    take no fp32), sdpa otherwise. A flash kernel named outright where it cannot run is a ConfigError naming the
+    key, raised before the weights load (transformers would fail inside from_pretrained)."""
+    import importlib.util
+
+    half = compute_dtype in (torch.bfloat16, torch.float16)
+    if requested == "auto":
+        usable = (device.type == "cuda" and half and policy_type == "sft"
+                  and importlib.util.find_spec("flash_attn") is not None)
+        return "flash_attention_2" if usable else "sdpa"
+    package = _FLASH_PACKAGES.get(requested)
+    if package is None:
+        return requested
+    why = ("the policy trains on a CPU" if device.type != "cuda"
+           else f"the compute dtype is {str(compute_dtype).removeprefix('torch.')} (train.param_dtype: flash "
+                "attention takes bfloat16 or float16)" if not half
+           else f"the {package} package is not installed (pip install {package.replace('_', '-')})"
+           if importlib.util.find_spec(package) is None else None)
+    if why:
+        raise ConfigError([f"policy.attn_implementation = \"{requested}\" cannot run here: {why}; set it to "
+                           "\"auto\" (flash attention where it can run, else sdpa) or \"sdpa\""])
+    return requested
 
 
 def load_model(

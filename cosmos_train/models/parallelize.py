@@ -21,6 +21,12 @@ from cosmos_train.models.families import family_of
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def compute_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+    """The dtype the policy's forward and backward run in: train.param_dtype on a GPU (FSDP2's mixed precision);
+    float32 on a CPU, whose kernels are slow and imprecise in bf16 (the TOML stays the GPU recipe)."""
+    return _DTYPES[cfg.train.param_dtype] if device.type == "cuda" else torch.float32
+
+
 def _blocks(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
     """(language decoder layers, vision blocks) as the model's family spec finds them; a model whose blocks
     are not found is refused rather than sharded as one root module."""
@@ -66,9 +72,9 @@ def parallelize(model: nn.Module, dist: DistInfo, cfg: Config) -> nn.Module:
         for block in vision_blocks + layers:
             block.compile()
     if dist.device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=_DTYPES[t.param_dtype], reduce_dtype=_DTYPES[t.fsdp_reduce_dtype])
+        mp = MixedPrecisionPolicy(param_dtype=compute_dtype(cfg, dist.device),
+                                  reduce_dtype=_DTYPES[t.fsdp_reduce_dtype])
     else:
-        # CPU kernels are slow and imprecise in bf16: train fp32 there (the TOML stays the GPU recipe).
         mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     if dist.world_size == 1 and dist.device.type == "cpu" and not t.fsdp_offload:
         # One CPU rank: nothing to shard and no mixed precision to apply, and FSDP2's DTensor

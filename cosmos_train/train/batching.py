@@ -139,7 +139,7 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
     if mb.position_ids is not None:
         kw["position_ids"] = mb.position_ids
         mask = mb.attention_mask
-        if mask is not None and mask.dtype == torch.bool and _attention(model) == "eager":
+        if mask is not None and mask.dtype == torch.bool and attention_of(model) == "eager":
             # eager attention adds the mask to the scores; sdpa takes the boolean one as it is
             mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(
                 ~mask, torch.finfo(torch.float32).min)
@@ -147,7 +147,7 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
     elif mb.packed_lengths is not None:
         core = model.model if hasattr(model, "model") else model
         kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
-        if _attention(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
+        if attention_of(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
             kw.update(packed_attention.segment_bounds(mb.packed_lengths))
     else:
         kw["attention_mask"] = mb.attention_mask
@@ -159,7 +159,7 @@ def split_micro_batches(samples: list[Any], mini_batch: int) -> list[list[Any]]:
     return [samples[i:i + mini_batch] for i in range(0, len(samples), mini_batch)]
 
 
-def _attention(model: Any) -> str:
+def attention_of(model: Any) -> str:
     """The language model's attention implementation."""
     config = getattr(model, "config", None)
     config = getattr(config, "text_config", None) or config

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo, all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.train.batching import collate_packed, collate_padded, split_micro_batches
 from cosmos_train.train.data import SFTDataset, load_train_samples
+from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm
@@ -85,14 +87,18 @@ class SFTTrainer(Trainer):
                             "the rows have assistant turns, and train.train_policy.overlength)")
         ce_sums: list[float] = []
 
-        def loss_fn(i: int, mb: Any, logits: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-            ce_sum, _ = kept_ce_sum(logits, mb.labels, keep)
+        def share(ce_sum: torch.Tensor) -> torch.Tensor:
             ce_sums.append(float(ce_sum.detach()))
             # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
             # step's gradient is d(sum of token CE over the global batch) / global_tokens.
             return ce_sum * (self.dist.dp_size / global_tokens)
 
-        backward_micro_batches(self.model, micro, self.dist, loss_fn)
+        if self.cfg.train.fused_linear_ce:
+            backward_micro_batches(self.model, micro, self.dist, head_loss_fn=lambda i, mb, hidden, lm_head, keep:
+                                   share(self._head_ce_sum(mb, hidden, lm_head, keep)[0]))
+        else:
+            backward_micro_batches(self.model, micro, self.dist, loss_fn=lambda i, mb, logits, keep:
+                                   share(kept_ce_sum(logits, mb.labels, keep)[0]))
         grad_norm = clip_grad_norm(self.model, self.cfg.train.optm_grad_norm_clip)
         loss = float(all_reduce_sum(sum(ce_sums), self.dist.device)) / self.dist.tp / global_tokens
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
@@ -107,6 +113,13 @@ class SFTTrainer(Trainer):
             "label_tokens": int(global_tokens), "epoch": self.pos.epoch,
             **self.flop_rates(flops, step_time),
         }
+
+    def _head_ce_sum(self, mb: Any, hidden: torch.Tensor, lm_head: nn.Module,
+                     keep: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """kept_ce_sum with the LM head fused into the loss: `hidden` [B, K, H] at positions `keep`."""
+        targets = mb.labels[:, keep + 1]
+        return linear_ce_sum(hidden.reshape(-1, hidden.shape[-1]), head_weight(lm_head), targets.reshape(-1),
+                             self.cfg.train.fused_linear_ce_chunk)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -123,8 +136,13 @@ class SFTTrainer(Trainer):
             mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
             keep = label_positions(mb.labels)
             # no gradients here: a blank vision call on a text-only batch costs less than agreeing on one
-            out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
-            s, k = kept_ce_sum(out.logits, mb.labels, keep)
+            if self.cfg.train.fused_linear_ce:  # the loss the training steps compute, the same way
+                (s, k), _ = forward_micro_batch(
+                    self.model, mb, True, use_cache=False,
+                    head=lambda hidden, lm_head, mb=mb, keep=keep: self._head_ce_sum(mb, hidden[:, keep], lm_head, keep))
+            else:
+                out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
+                s, k = kept_ce_sum(out.logits, mb.labels, keep)
             if mine[b * bs:(b + 1) * bs]:
                 ce, tokens = ce + float(s), tokens + k
         total = float(all_reduce_sum(tokens, self.dist.device)) / self.dist.tp

@@ -25,6 +25,9 @@ from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micr
 
 # (index of the micro-batch, the micro-batch on the device, logits at `positions`, positions) -> loss
 LossFn = Callable[[int, MicroBatch, torch.Tensor, torch.Tensor], torch.Tensor]
+# the same from the last hidden states at `positions` [B, K, H] and the model's lm_head (whose weight is gathered
+# while it runs): the loss computes the head itself, e.g. fused with the cross entropy (train/linear_ce.py)
+HeadLossFn = Callable[[int, MicroBatch, torch.Tensor, nn.Module, torch.Tensor], torch.Tensor]
 
 
 def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -36,20 +39,39 @@ def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[
     return out.logits, keep, blank
 
 
-def backward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: DistInfo, loss_fn: LossFn) -> None:
+def forward_head_loss(model: nn.Module, i: int, mb: MicroBatch, run_vision: bool,
+                      head_loss_fn: HeadLossFn) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(`head_loss_fn`'s loss on micro-batch `i`, the blank-vision loss term or None): `forward_logits`'s
+    forward with the LM head left to the loss, which sees the hidden states at the same positions."""
+    keep = mb.logit_positions if mb.logit_positions is not None else label_positions(mb.labels)
+
+    def head(hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        return head_loss_fn(i, mb, hidden[:, keep.to(hidden.device)], lm_head, keep)
+
+    return forward_micro_batch(model, mb, run_vision, head=head, use_cache=False)
+
+
+def backward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: DistInfo, loss_fn: LossFn | None = None,
+                           head_loss_fn: HeadLossFn | None = None) -> None:
     """Forward and backward every micro-batch; gradients accumulate in the parameters.
 
     Every rank must pass the same number of micro-batches (FSDP's collectives pair up across ranks).
-    `loss_fn` returns the micro-batch's share of the step's loss, already divided by the step's global
-    normaliser, so the accumulated gradient is the full batch's whatever the split."""
+    `loss_fn` (from the logits) or `head_loss_fn` (from the hidden states and the LM head) returns the
+    micro-batch's share of the step's loss, already divided by the step's global normaliser, so the
+    accumulated gradient is the full batch's whatever the split."""
+    if (loss_fn is None) == (head_loss_fn is None):
+        raise ValueError("backward_micro_batches: give exactly one of loss_fn and head_loss_fn")
     run_vision = media_in_micro_batches(micro, dist.device)
     for i, mb in enumerate(micro):
         # reduce-scatter gradients once per step, not once per micro-batch
         if hasattr(model, "set_requires_gradient_sync"):
             model.set_requires_gradient_sync(i == len(micro) - 1)
         mb = mb.to(dist.device)
-        logits, keep, blank = forward_logits(model, mb, run_vision[i])
-        loss = loss_fn(i, mb, logits, keep)
+        if head_loss_fn is not None:
+            loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn)
+        else:
+            logits, keep, blank = forward_logits(model, mb, run_vision[i])
+            loss = loss_fn(i, mb, logits, keep)
         (loss if blank is None else loss + blank).backward()
 
 

@@ -53,12 +53,14 @@ def peak_memory_gb(device: torch.device) -> float:
 def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn.Module, int, int]:
     """(the model on the mesh, trainable parameter count, total count). trainable=False: a frozen copy
     (GRPO's reference model), sharded the same way, never given gradients."""
-    from cosmos_train.models.load import load_model
-    from cosmos_train.models.parallelize import parallelize
+    from cosmos_train.models.load import load_model, resolve_attention
+    from cosmos_train.models.parallelize import compute_dtype, parallelize
 
     # the weights the optimizer updates are held in train.master_dtype (compute dtype: FSDP's param_dtype)
     master = torch.bfloat16 if cfg.train.master_dtype == "bfloat16" else torch.float32
-    model = load_model(cfg.policy.model_name_or_path, dtype=master, device="cpu")
+    attention = resolve_attention(cfg.policy.attn_implementation, dist.device, compute_dtype(cfg, dist.device),
+                                  cfg.policy_type)
+    model = load_model(cfg.policy.model_name_or_path, dtype=master, device="cpu", attn_implementation=attention)
     if trainable and cfg.policy.lora is not None:  # adapters go in before sharding: FSDP2 shards them per block
         from cosmos_train.models.lora import apply_lora
 
@@ -193,7 +195,12 @@ class Trainer(ABC):
     # ------------------------------------------------------------------ what a subclass supplies to the loop
     def describe(self) -> str:
         """The line logged before the first step."""
-        return f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps"
+        from cosmos_train.train.batching import attention_of
+
+        head = f", LM head fused with the loss in chunks of {self.cfg.train.fused_linear_ce_chunk}" \
+            if self.cfg.train.fused_linear_ce else ""
+        return (f"training {self.trainable:,}/{self.total_params:,} parameters for {self.total_steps} steps "
+                f"(attention: {attention_of(self.model)}{head})")
 
     @abstractmethod
     def batches(self, pos: DataPosition) -> Iterator[tuple[Any, DataPosition]]:

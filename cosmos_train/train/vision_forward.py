@@ -22,6 +22,7 @@ root's parameters (patch embedding, merger, token embeddings, lm_head) are gathe
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ from cosmos_train.models.families import family_of
 from cosmos_train.train.batching import MicroBatch, model_inputs
 
 _METHOD = "forward_shared_vision"
+# (the language model's last hidden states [B, L, H], the model's lm_head) -> what the forward returns
+Head = Callable[[torch.Tensor, nn.Module], Any]
 
 
 def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> list[bool]:
@@ -43,10 +46,14 @@ def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> lis
     return [bool(f > 0) for f in flags.tolist()]
 
 
-def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool,
+def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head: Head | None = None,
                         **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
     """(the model's output on `mb`, a loss term or None): the output equals that of
     `model(**model_inputs(model, mb), **kwargs)`; images and videos go through the vision tower in one call.
+
+    head: instead of the LM head's logits, `head(last hidden states [B, L, H], the model's lm_head)` is
+    returned, computed inside the root's FSDP forward where lm_head's weight is gathered (the fused linear +
+    cross entropy, `train/linear_ce.py`); `kwargs` then go to the language model (`model.model`).
 
     run_vision: some rank has media in this micro-batch (`media_in_micro_batches`), so this rank runs
     the tower even without media of its own, on a blank grid; the loss term (zero-valued, not None only
@@ -56,16 +63,16 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool,
         # gather the root's parameters around it as around `forward` (a no-op without FSDP).
         setattr(model, _METHOD, types.MethodType(_forward_shared_vision, model))
         register_fsdp_forward_method(model, _METHOD)
-    return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, **kwargs)
+    return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, head, **kwargs)
 
 
-def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: bool,
+def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: bool, head: Head | None,
                            **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
     """`forward_micro_batch` inside the root's FSDP forward: `self` is the model, `inputs` its
     keyword arguments. It calls `self.forward`, not `self(...)`: FSDP's hooks already ran around it."""
     pixels = [inputs.pop(k) for k in ("pixel_values", "pixel_values_videos") if k in inputs]
     if not pixels and not run_vision:
-        return self.forward(**inputs, **kwargs), None
+        return _run(self, head, inputs, kwargs), None
     if not pixels:
         # the smallest grid the spatial merge accepts: one temporal patch of merge x merge patches
         layout = family_of(self).vision_layout
@@ -77,7 +84,7 @@ def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: 
         # made before the language model runs: autograd runs later-made nodes first, so this rank
         # reaches the tower in backward after the language model, as ranks with real media do
         zero = sum(f.sum() for f in _feature_tensors(out)) * 0
-        return self.forward(**inputs, **kwargs), zero
+        return _run(self, head, inputs, kwargs), zero
     image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
     grids = torch.cat([g for g in (image_grid, video_grid) if g is not None])
     out = self.model.get_image_features(torch.cat(pixels), grids, return_dict=True)
@@ -86,7 +93,15 @@ def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: 
     for kind, grid, picked in (("image", image_grid, slice(0, n_image)), ("video", video_grid, slice(n_image, None))):
         if grid is not None:
             encoded[kind] = _select_grids(out, picked)
-    return self.forward(**inputs, mm_encoder_outputs=encoded, **kwargs), None
+    return _run(self, head, {**inputs, "mm_encoder_outputs": encoded}, kwargs), None
+
+
+def _run(self: nn.Module, head: Head | None, inputs: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """The model's forward, or (with `head`) its language model's and `head` on the last hidden states: every
+    supported family's forward is `self.model(...)` then `self.lm_head` on the kept positions, so the two agree."""
+    if head is None:
+        return self.forward(**inputs, **kwargs)
+    return head(self.model(**inputs, **kwargs).last_hidden_state, self.lm_head)
 
 
 def _feature_tensors(out: BaseModelOutputWithPooling) -> list[torch.Tensor]:

@@ -75,6 +75,8 @@ CASES = [
     Case("upload to s3 without a bucket", setting("train.ckpt.upload_s3", "true", SFT), "train.ckpt.s3_bucket"),
     Case("lora with tensor parallelism", [*setting("policy.lora.r", "8", SFT), "--set", "policy.parallelism.tp_size=2"],
          "LoRA with tensor parallelism"),
+    Case("flash attention on a CPU", setting("policy.attn_implementation", '"flash_attention_2"', SFT),
+         "policy.attn_implementation"),
     # ---- the command and the config's trainer disagree (the other settings valid for it)
     Case("grpo in the sft command", [*SFT, "--set", 'train.train_policy.type="grpo"', "--set",
                                      "rollout.max_response_length=4"], "cosmos-train grpo"),

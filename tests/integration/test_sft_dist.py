@@ -134,14 +134,19 @@ def test_resume_same_world_size_is_bit_exact(tiny_model_dir: Path, synthetic_dir
         assert torch.equal(a[k], b[k]), k
 
 
-def test_compiled_blocks_train_as_eager(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    """train.compile: every block torch.compile'd in place before FSDP2 (2 processes): the same losses as eager,
-    and the export keeps the eager model's names."""
+def test_compiled_fused_blocks_train_as_eager(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """The GPU path's options on 2 processes: every block torch.compile'd in place before FSDP2, the LM head fused
+    into the cross entropy in chunks of 5 label tokens (the lm_head weight gathered by FSDP2 inside the root's
+    forward), eager attention named by policy.attn_implementation: the same losses as the defaults, and the
+    export keeps the eager model's names."""
     losses = {}
     for compiled in (False, True):
         run = tmp_path / f"compile-{compiled}"
+        options = {"compile": True, "fused_linear_ce": True, "fused_linear_ce_chunk": 5} if compiled else {}
         cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{compiled}",
-                                    max_num_steps=3, compile=compiled)
+                                    max_num_steps=3, **options)
+        if compiled:
+            cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
         p = torchrun(cfg, 2)
         out = finish(p, timeout=600)
         assert p.returncode == 0, out[-3000:]

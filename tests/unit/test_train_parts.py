@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cosmos_train.config import config_from_dict
+from cosmos_train.errors import ConfigError
 from cosmos_train.train.losses import token_ce_sum
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, lr_factor, warmup_steps
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
@@ -153,3 +154,35 @@ def test_schedule_start_factor_and_decay_ratio_by_hand() -> None:
     cfg = config_from_dict({"train": {"optm_decay_ratio": 0.4, "optm_decay_type": "cosine"}})
     assert decay_steps(cfg.train, 10, 2) == 4 and decay_steps(cfg.train, 10, 8) == 2  # at most what warmup leaves
     assert decay_steps(config_from_dict({}).train, 10, 2) is None
+
+
+def test_gpu_path_options_refused_where_they_cannot_run() -> None:
+    """Flash attention and the fused head + CE: SFT takes them; GRPO's layout and loss refuse them by key; a flash
+    kernel named where it cannot run (a CPU, fp32 compute, the package absent) is refused before loading."""
+    from cosmos_train.config import unsupported_settings
+    from cosmos_train.models.load import resolve_attention
+
+    sft = config_from_dict({"train": {"fused_linear_ce": True}, "policy": {"attn_implementation": "flash_attention_2"}})
+    assert unsupported_settings(sft) == []
+    grpo = config_from_dict({"train": {"fused_linear_ce": True, "train_policy": {"kl_beta": 0.1}},
+                             "policy": {"attn_implementation": "flash_attention_2"}})
+    problems = unsupported_settings(grpo)
+    assert [p.split(":")[0] for p in problems] == ["train.fused_linear_ce", "policy.attn_implementation"]
+    assert "4D attention mask" in problems[1]
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert resolve_attention("auto", cpu, torch.float32, "sft") == "sdpa"
+    assert resolve_attention("auto", gpu, torch.float32, "sft") == "sdpa"  # flash kernels take no fp32
+    assert resolve_attention("auto", gpu, torch.bfloat16, "grpo") == "sdpa"
+    assert resolve_attention("eager", cpu, torch.float32, "sft") == "eager"
+    with pytest.raises(ConfigError, match="cannot run here: the policy trains on a CPU"):
+        resolve_attention("flash_attention_2", cpu, torch.float32, "sft")
+    with pytest.raises(ConfigError, match="the compute dtype is float32"):
+        resolve_attention("flash_attention_3", gpu, torch.float32, "sft")
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:  # this machine: auto falls back, the name is refused
+        assert resolve_attention("auto", gpu, torch.bfloat16, "sft") == "sdpa"
+        with pytest.raises(ConfigError, match="flash_attn package is not installed \\(pip install flash-attn\\)"):
+            resolve_attention("flash_attention_2", gpu, torch.bfloat16, "sft")
+    else:
+        assert resolve_attention("auto", gpu, torch.bfloat16, "sft") == "flash_attention_2"
