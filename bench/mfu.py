@@ -3,11 +3,14 @@ hub), video rows at the Cosmos-Reason settings, FSDP2 over the GPUs present (or 
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/mfu.py [--size 3b|tiny] [--nproc N] [--steps 10] [--warmup 3]
                                                     [--batch-per-rank 4] [--packing | --no-packing] [--workdir DIR]
+                                                    [--compile] [--fused-ce | --no-fused-ce] [--attn auto|sdpa|...]
 
 What runs: `cosmos_train.train.sft` under torchrun with `train.param_dtype = "bfloat16"` (GPU; float32 on CPU),
 `fsdp_reduce_dtype = "float32"`, float32 master weights, activation checkpointing per block, sequence packing,
 on synthetic 224 px clips of 12 frames at 4 fps read at the Cosmos-Reason SFT vision settings (fps 4,
-max_pixels 81920). The trainer logs each step's model FLOPs (`cosmos_train.train.flops`: 6 x matmul
+max_pixels 81920); the LM head fused with the loss (train.fused_linear_ce, --no-fused-ce: off), attention
+policy.attn_implementation = --attn (auto: flash_attention_2 where flash-attn is installed), train.compile
+with --compile. The trainer logs each step's model FLOPs (`cosmos_train.train.flops`: 6 x matmul
 parameters per token + attention within each sample + vision patches) and, with the device's peak known
 (GPU table, or COSMOS_PEAK_TFLOPS), MFU. Printed: the medians after the warm-up steps of tokens/s per device,
 TFLOP/s per device, MFU and peak memory, with the machine and versions.
@@ -72,18 +75,19 @@ def build_model(out: Path, size: str) -> Path:
 
 
 def write_config(path: Path, model: Path, data: Path, out: Path, *, nproc: int, batch_per_rank: int, steps: int,
-                 packing: bool, cuda: bool) -> Path:
+                 packing: bool, cuda: bool, compile: bool = False, fused_ce: bool = True, attn: str = "auto") -> Path:
     lines = [
         "[train]", f'output_dir = "{out}"', f"max_num_steps = {steps}", "epoch = 1000",
         f"train_batch_per_replica = {batch_per_rank * nproc}", "optm_lr = 1e-5", "optm_warmup_steps = 1",
         f'param_dtype = "{"bfloat16" if cuda else "float32"}"', 'fsdp_reduce_dtype = "float32"',
         'master_dtype = "float32"', "seed = 0", f"sequence_packing = {str(packing).lower()}",
+        f"compile = {str(compile).lower()}", f"fused_linear_ce = {str(fused_ce).lower()}",
         "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
         "[train.train_policy]", 'type = "sft"', f"micro_batch = {batch_per_rank}", "dataloader_num_workers = 2",
         "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train"',
         "[train.train_policy.dataset.vision]", "fps = 4", "max_pixels = 81920",
         "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 8192",
-        "model_gradient_checkpointing = true",
+        "model_gradient_checkpointing = true", f'attn_implementation = "{attn}"',
         "[policy.parallelism]", f"dp_shard_size = {nproc}",
         "[logging]", "logger = []",
     ]
@@ -101,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-per-rank", type=int, default=4)
     ap.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--compile", action="store_true", help="train.compile: each block torch.compile'd.")
+    ap.add_argument("--fused-ce", action=argparse.BooleanOptionalAction, default=True,
+                    help="train.fused_linear_ce: the LM head fused with the cross entropy.")
+    ap.add_argument("--attn", default="auto", choices=["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"],
+                    help="policy.attn_implementation.")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         run = work / "run"
         cfg = write_config(run / "config.toml", model, data, work / "out", nproc=nproc,
                            batch_per_rank=args.batch_per_rank, steps=args.warmup + args.steps, packing=args.packing,
-                           cuda=cuda)
+                           cuda=cuda, compile=args.compile, fused_ce=args.fused_ce, attn=args.attn)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "cosmos_train.train.sft", "--config", str(cfg)]
         env = {**os.environ} if cuda else {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -140,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
           f"| {median('peak_mem_gb'):.2f} |")
     import transformers
 
-    print(f"{len(train)} steps after {args.warmup} warm-up; packing {args.packing}; batch {args.batch_per_rank} "
+    print(f"{len(train)} steps after {args.warmup} warm-up; packing {args.packing}; compile {args.compile}; fused "
+          f"LM head + CE {args.fused_ce}; attention {args.attn}; batch {args.batch_per_rank} "
           f"per rank; torch {torch.__version__}, transformers {transformers.__version__}, python "
           f"{platform.python_version()}; loadavg {os.getloadavg()}")
     return 0

@@ -37,14 +37,14 @@ def resolve_wfm_config(config: str, overrides: list[str], run_dir: str | None = 
 def check_wfm_data(config: str) -> dict[str, Any]:
     """Every row of a local dataset checked before any process starts (bad rows named, or counted and skipped as
     on_bad_row says); mock prompts need no check."""
-    from cosmos_train.wfm.data import scan_dataset
+    from cosmos_train.wfm.data import SCAN_FILE, save_scan, scan_dataset
 
     cfg = load_wfm_config(config, env={})
     if cfg.dataloader_train.type != "local":
         return {"type": cfg.dataloader_train.type, "rows": cfg.video.mock_prompts}
-    v = cfg.video
-    samples, report = scan_dataset(v.dataset_dir, offline_text_embedding=v.offline_text_embedding,
-                                   on_bad_row=v.on_bad_row, min_frames=v.num_frames)
+    settings = cfg.video.scan_settings
+    samples, report = scan_dataset(**settings)
+    save_scan(Path(config).parent / SCAN_FILE, settings, samples, report)  # the ranks reuse it
     return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
             "problems": report.problems, "summary": report.summary()}
 

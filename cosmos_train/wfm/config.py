@@ -162,6 +162,12 @@ class VideoDataloaderConfig(Section):
     heldout_videos: int = Field(4, ge=0, le=100_000, description="Dataset rows kept out of training for the "
                                 "held-out diffusion loss (local type).")
 
+    @property
+    def scan_settings(self) -> dict[str, Any]:
+        """`wfm.data.scan_dataset`'s keyword arguments for this dataset (short videos refused at the scan)."""
+        return {"dataset_dir": self.dataset_dir, "offline_text_embedding": self.offline_text_embedding,
+                "on_bad_row": self.on_bad_row, "min_frames": self.num_frames}
+
 
 class DataloaderTrainConfig(Section):
     """[dataloader_train]."""

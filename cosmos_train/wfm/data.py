@@ -211,6 +211,38 @@ def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = Fals
     return samples, WfmDatasetReport(str(root), len(samples), len(problems), problems, dict(reasons))
 
 
+SCAN_FILE = "data_scan.json"  # in the run folder: the flow's check-data scan, which the trainer's ranks reuse
+
+
+def save_scan(path: Path, settings: dict[str, Any], samples: list[WfmSample], report: WfmDatasetReport) -> None:
+    """Record a scan_dataset result and the keyword arguments it was made with (`settings`, dataset_dir among
+    them) at `path`, so the trainer's ranks need not probe every video again."""
+    from dataclasses import asdict
+
+    from cosmos_train.atomic import write_json_atomic
+
+    rows = [{"name": s.name, "prompt": s.prompt, "video": s.video and str(s.video),
+             "text_embedding": s.text_embedding and str(s.text_embedding)} for s in samples]
+    write_json_atomic(path, {"settings": {k: str(v) for k, v in settings.items()}, "rows": rows,
+                             "report": asdict(report)})
+
+
+def load_scan(path: Path, settings: dict[str, Any]) -> tuple[list[WfmSample], WfmDatasetReport] | None:
+    """The scan `save_scan` recorded at `path` with these same `settings`; None when there is none (a trainer
+    started by hand) or it was made with others (the config changed since): then scan again."""
+    import json
+
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if saved.get("settings") != {k: str(v) for k, v in settings.items()}:
+        return None
+    samples = [WfmSample(r["name"], r["prompt"], r["video"] and Path(r["video"]),
+                         r["text_embedding"] and Path(r["text_embedding"])) for r in saved["rows"]]
+    return samples, WfmDatasetReport(**saved["report"])
+
+
 # ------------------------------------------------------------------------------------ clips
 def _even_indices(total: int, n: int) -> list[int]:
     """n frame numbers evenly spaced over 0 .. total - 1, first and last included (total >= n)."""

@@ -118,14 +118,15 @@ class WfmTrainer:
 
     def _data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         """Rows {name, prompt, video, text_embedding}: the train rows and the held-out ones (local type)."""
-        from cosmos_train.wfm.data import mock_prompts, scan_dataset
+        from cosmos_train.wfm.data import SCAN_FILE, load_scan, mock_prompts, scan_dataset
 
         dl = self.cfg.dataloader_train
         if dl.type == "mock":
             prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
             return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
-        samples, report = scan_dataset(self.video.dataset_dir, offline_text_embedding=self.video.offline_text_embedding,
-                                       on_bad_row=self.video.on_bad_row, min_frames=self.video.num_frames)
+        # the flow's check-data task scanned (probing every video) moments ago: reuse it when its settings match
+        settings = self.video.scan_settings
+        samples, report = load_scan(self.run_dir / SCAN_FILE, settings) or scan_dataset(**settings)
         rows = [{"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding}
                 for s in samples]
         n_held = min(self.video.heldout_videos, len(rows) - 1)

@@ -42,6 +42,8 @@ def test_wfm_flow_with_its_own_reward_service(tiny_wfm_dir: Path, wfm_data_dir: 
     result = state.result()
     run = Path(result["run_dir"])
     assert result["step"] == 3 and result["data"]["rows"] == 12
+    # check-data's scan, recorded for the ranks to reuse instead of probing every video again
+    assert len(json.loads((run / "data_scan.json").read_text())["rows"]) == 12
     assert (run / "logs" / "reward_service.log").is_file()  # the service ran for this run and is gone
     train = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
     assert all(r["reward_mean"] == pytest.approx(r["reward_brightness"] + 0.5 * r["reward_smoothness"])

@@ -170,6 +170,24 @@ def test_bad_rows_are_skipped_counted_and_reported(synthetic: Path, tmp_path: Pa
     assert quick.by_reason == {"missing_caption": 1, "missing_video": 1, "bad_caption": 2}
 
 
+def test_a_recorded_scan_is_reused_only_with_the_same_settings(synthetic: Path, tmp_path: Path) -> None:
+    """The flow's check-data scan (RUN/data_scan.json) is what the trainer's ranks read instead of probing every
+    video again; another dataset or other settings (the config changed) scan afresh."""
+    from cosmos_train.wfm.data import load_scan, save_scan
+
+    root = _dataset_with_bad_rows(synthetic, tmp_path / "d")
+    settings = {"dataset_dir": str(root), "offline_text_embedding": False, "on_bad_row": "skip", "min_frames": 5}
+    samples, report = scan_dataset(**settings)
+    record = tmp_path / "run" / "data_scan.json"
+    assert load_scan(record, settings) is None  # nothing recorded yet
+    save_scan(record, settings, samples, report)
+    assert load_scan(record, settings) == (samples, report)
+    assert load_scan(record, {**settings, "min_frames": 9}) is None
+    assert load_scan(record, {**settings, "dataset_dir": str(synthetic)}) is None
+    record.write_text("{not json")
+    assert load_scan(record, settings) is None
+
+
 def test_embeddings_and_frame_counts_are_checked_when_asked(synthetic: Path, tmp_path: Path) -> None:
     root = _copy(synthetic, tmp_path / "d")
     with pytest.raises(DataError, match=r"text_embedding/clip_0000.pickle: missing; offline_text_embedding"):
