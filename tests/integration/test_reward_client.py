@@ -18,13 +18,16 @@ from cosmos_train.rewards.remote import ClientSettings, RemoteRewardClient
 from tests.reward_server import TOKEN, ServiceThread, npy_bytes
 
 SCORED: Counter[str] = Counter()
+OPEN = threading.Event()  # scoring waits for it: a test holds work in the queue by clearing it
+OPEN.set()
 
 
 @register_handler("test_tally")
 class Tally(Handler):
-    """Scores len(prompt) per item and tallies every prompt it scores, slowly enough to be caught mid-run."""
+    """Scores len(prompt) per item and tallies every prompt it scores, once OPEN is set."""
 
     def score(self, batch: Batch) -> list[float]:
+        OPEN.wait(timeout=60)
         time.sleep(0.02)
         SCORED.update(batch.prompts)
         return [float(len(p)) for p in batch.prompts]
@@ -44,11 +47,15 @@ def test_client_retries_through_a_restart_and_nothing_is_scored_twice(tmp_path) 
     restarted = threading.Event()
 
     def restart() -> None:
+        # Scoring is held until the stop is under way, so the restart surely finds queued work: the stop cancels
+        # the worker at once, then waits for the batch being scored, which finishes when OPEN is set.
+        threading.Timer(1.0, OPEN.set).start()
         st.stop()
         time.sleep(0.5)  # down for a while: calls in between fail to connect and back off
         st.start()
         restarted.set()
 
+    OPEN.clear()
     try:
         jobs, restarter = [], None
         for i, p in enumerate(prompts):
@@ -65,6 +72,7 @@ def test_client_retries_through_a_restart_and_nothing_is_scored_twice(tmp_path) 
         # the restart caught work queued: the new instance took it over from state_dir
         assert st.service.metrics()["counters"].get("restored", 0) > 0
     finally:
+        OPEN.set()
         st.stop()
         client.close()
     assert scores == [[float(len(p))] for p in prompts]
