@@ -453,8 +453,8 @@ class TrainConfig(Section):
     )
     fused_linear_ce_chunk: int = Field(
         2048, ge=1, le=1_048_576,
-        description="Label tokens per chunk of the fused head + loss; the step's peak holds chunk x vocabulary "
-        "fp32 logits (2048 x 151,936 = 1.2 GiB for Qwen2.5-VL).",
+        description="Label tokens per chunk of the fused head + loss; its peak is one chunk x vocabulary fp32 "
+        "buffer (2048 x 151,936 = 1.2 GiB for Qwen2.5-VL) plus the head's fp32 gradient.",
     )
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
     sync_weight_interval: int = Field(1, ge=1, description="GRPO: steps between weight syncs to rollout.")

@@ -9,8 +9,9 @@ the same size: for Qwen2.5-VL's 151,936-token vocabulary and 8,192 label tokens 
 often the largest tensor of an SFT step. Here each chunk of `chunk_rows` tokens computes its logits, its loss
 and, in the same pass, its gradient with respect to the hidden states and the head's weight (softmax - one-hot,
 the closed form of d CE / d logits), then frees them; backward only scales those gradients by the incoming
-one. The peak is one chunk's logits (chunk_rows x vocab in fp32) whatever the number of tokens, at the cost of
-no recompute: the head's matmuls are done once forward and twice for the gradients, as autograd would.
+one. The peak is one chunk's logits (chunk_rows x vocab in fp32, worked on in place) whatever the number of
+tokens, with no recompute: the head's matmuls run once forward and twice for the gradients, as autograd's do.
+bench/linear_ce_memory.py measures it (bench/RESULTS.md).
 Liger-Kernel's fused linear cross entropy works the same way in Triton (GPU only); this is plain torch, so it
 runs on every device the trainer does and is tested on CPU against the unfused loss and gradients.
 
@@ -54,29 +55,40 @@ def _chunked(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, 
     # accumulated over chunks in fp32 (a bf16 running sum would round every chunk's share)
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
     for start in range(0, hidden.shape[0], chunk_rows):
-        h = hidden[start:start + chunk_rows]
-        t = targets[start:start + chunk_rows]
-        counted = t != IGNORE
-        if not counted.any():
-            if grad_hidden is not None:
-                grad_hidden[start:start + chunk_rows] = 0
-            continue
-        logits = (h @ weight.T).float()  # [n, V]: the only vocabulary-wide tensor, one chunk's worth
-        lse = torch.logsumexp(logits, dim=-1)
-        safe_t = t.clamp(min=0)
-        picked = logits.gather(1, safe_t[:, None]).squeeze(1)
-        loss += ((lse - picked) * counted).sum()
-        if grad_hidden is None and grad_weight is None:
-            continue
-        # d CE / d logits = softmax - one_hot(target), zero for ignored rows; written into `logits` in place
-        grad_logits = logits.sub_(lse[:, None]).exp_()
-        grad_logits[torch.arange(t.shape[0], device=t.device), safe_t] -= 1.0
-        grad_logits *= counted[:, None]
-        if grad_hidden is not None:
-            grad_hidden[start:start + chunk_rows] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
-        if grad_weight is not None:
-            grad_weight += grad_logits.T @ h.float()
+        rows = slice(start, start + chunk_rows)
+        loss += _chunk(hidden[rows], weight, targets[rows], None if grad_hidden is None else grad_hidden[rows],
+                       grad_weight)
     return loss, grad_hidden, grad_weight
+
+
+def _chunk(h: torch.Tensor, weight: torch.Tensor, t: torch.Tensor, grad_h: torch.Tensor | None,
+           grad_weight: torch.Tensor | None) -> torch.Tensor:
+    """One chunk's CE sum; its d loss / d h written into `grad_h`, its d loss / d weight added to `grad_weight`.
+    A function of its own so the chunk's [n, V] buffer is freed before the next chunk allocates one."""
+    counted = t != IGNORE
+    if not counted.any():
+        if grad_h is not None:
+            grad_h.zero_()
+        return torch.zeros((), dtype=torch.float32, device=h.device)
+    # [n, V]: the only vocabulary-wide buffer; everything below works in it in place
+    logits = (h @ weight.T).float()
+    safe_t = t.clamp(min=0)
+    picked = logits.gather(1, safe_t[:, None]).squeeze(1)
+    top = logits.amax(dim=-1)
+    probs = logits.sub_(top[:, None]).exp_()  # exp(logit - max): logsumexp's shift, without its temporary
+    total = probs.sum(dim=-1)
+    loss = ((top + total.log() - picked) * counted).sum()
+    if grad_h is None and grad_weight is None:
+        return loss
+    # d CE / d logits = softmax - one_hot(target), zero for ignored rows
+    grad_logits = probs.div_(total[:, None])
+    grad_logits[torch.arange(t.shape[0], device=t.device), safe_t] -= 1.0
+    grad_logits *= counted[:, None]
+    if grad_h is not None:
+        grad_h.copy_(grad_logits.to(weight.dtype) @ weight)
+    if grad_weight is not None:
+        grad_weight.addmm_(grad_logits.T, h.float())  # in place: no [V, H] temporary
+    return loss
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
