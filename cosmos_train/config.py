@@ -449,7 +449,8 @@ class TrainConfig(Section):
     fused_linear_ce: bool = Field(
         False, description="SFT: the LM head and the cross entropy run fused, fused_linear_ce_chunk label tokens at "
         "a time with their gradients (train/linear_ce.py): the [label tokens x vocabulary] logits are never held "
-        "whole, for the same loss and gradients. Refused for GRPO (its loss reads per-token log-probs)."
+        "whole, for the same loss and gradients. Refused for GRPO (its loss reads per-token log-probs) and with a "
+        "LoRA adapter on lm_head."
     )
     fused_linear_ce_chunk: int = Field(
         2048, ge=1, le=1_048_576,
@@ -1324,10 +1325,25 @@ def unsupported_settings(cfg: Config) -> list[str]:
         out.append(f"policy.attn_implementation: {cfg.policy.attn_implementation} cannot take the 4D attention mask "
                    "of GRPO's shared-prompt rows (a group's completions after one copy of its prompt); set it to "
                    "\"auto\" or \"sdpa\"")
+    if cfg.train.fused_linear_ce and cfg.policy.lora is not None and _lora_adapts_lm_head(cfg.policy.lora):
+        out.append("train.fused_linear_ce: policy.lora.target_modules gives lm_head an adapter, whose low-rank "
+                   "branch the fused head + loss (one plain weight) would leave out; drop lm_head from "
+                   "target_modules (modules_to_save = [\"lm_head\"] trains it whole) or set fused_linear_ce = false")
     if cfg.policy.lora is not None and cfg.policy.parallelism.tp_size > 1:
         out.append("policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
                    "shard with FSDP (dp_shard_size) instead, adapters are small")
     return out
+
+
+def _lora_adapts_lm_head(lora: LoraConfig) -> bool:
+    """target_modules matches the LM head as peft matches it: a name list by the module path's last part, a regex
+    by re.fullmatch of the whole path (lm_head's is "lm_head"); unset and 'all-linear' leave lm_head out."""
+    targets = lora.target_modules
+    if targets is None or targets == "all-linear":
+        return False
+    if isinstance(targets, str):
+        return re.fullmatch(targets, "lm_head") is not None
+    return "lm_head" in targets
 
 
 def _looks_local(name: str) -> bool:

@@ -120,7 +120,8 @@ def head_weight(lm_head: torch.nn.Module) -> torch.Tensor:
     from cosmos_train.errors import ConfigError
 
     if type(lm_head) is not torch.nn.Linear or lm_head.bias is not None:
-        raise ConfigError([f"train.fused_linear_ce: the model's lm_head is {type(lm_head).__name__}"
+        kind = f"{type(lm_head).__module__}.{type(lm_head).__qualname__}"  # peft's LoRA layer is also "Linear"
+        raise ConfigError([f"train.fused_linear_ce: the model's lm_head is {kind}"
                            f"{' with a bias' if getattr(lm_head, 'bias', None) is not None else ''}; the fused loss "
                            "computes a bias-free linear head: set fused_linear_ce = false"])
     return lm_head.weight

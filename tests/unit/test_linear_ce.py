@@ -94,5 +94,11 @@ def test_bad_shapes_and_heads_are_refused() -> None:
     with pytest.raises(ValueError, match="chunk_rows"):
         linear_ce_sum(hidden, weight, targets, chunk_rows=0)
     assert head_weight(torch.nn.Linear(8, 37, bias=False)).shape == (37, 8)
-    with pytest.raises(ConfigError, match="train.fused_linear_ce: the model's lm_head is Linear with a bias"):
+    with pytest.raises(ConfigError, match="the model's lm_head is torch.nn.modules.linear.Linear with a bias"):
         head_weight(torch.nn.Linear(8, 37))
+
+    class Linear(torch.nn.Linear):  # named like the plain layer, as peft's LoRA layer is: the message tells them apart
+        pass
+
+    with pytest.raises(ConfigError, match="lm_head is test_linear_ce.test_bad_shapes_and_heads_are_refused.<locals>"):
+        head_weight(Linear(8, 37, bias=False))

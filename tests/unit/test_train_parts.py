@@ -169,6 +169,15 @@ def test_gpu_path_options_refused_where_they_cannot_run() -> None:
     problems = unsupported_settings(grpo)
     assert [p.split(":")[0] for p in problems] == ["train.fused_linear_ce", "policy.attn_implementation"]
     assert "4D attention mask" in problems[1]
+    # LoRA on the head: an adapter branch the fused loss would leave out (a name or a regex naming it); trained whole
+    # (modules_to_save) or left alone (unset, all-linear, names without it) it is taken
+    for targets in (["q_proj", "lm_head"], "lm_head", r".*(q_proj|lm_head)"):
+        lora = config_from_dict({"train": {"fused_linear_ce": True}, "policy": {"lora": {"target_modules": targets}}})
+        assert [p.split(":")[0] for p in unsupported_settings(lora)] == ["train.fused_linear_ce"], targets
+    for targets in (None, "all-linear", ["q_proj", "v_proj"], r".*\.q_proj"):
+        lora = config_from_dict({"train": {"fused_linear_ce": True},
+                                 "policy": {"lora": {"target_modules": targets, "modules_to_save": ["lm_head"]}}})
+        assert unsupported_settings(lora) == [], targets
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_attention("auto", cpu, torch.float32, "sft") == "sdpa"
     assert resolve_attention("auto", gpu, torch.float32, "sft") == "sdpa"  # flash kernels take no fp32
