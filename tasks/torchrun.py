@@ -145,8 +145,8 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
                    env: dict[str, str] | None = None, on_new_steps: Callable[[], None] | None = None,
                    refresh_s: float = 30.0) -> int:
     """Run `cmd`, its output into the run's log and RUN/logs/train.log, the progress artifact following
-    RUN/metrics.jsonl; `on_new_steps()` (the live curves) when steps were logged since its last call, first
-    after `refresh_s` seconds, then at doubling intervals up to REFRESH_MAX_S."""
+    RUN/metrics.jsonl; `on_new_steps()` (the live curves) when steps were logged since its last call: at the
+    first logged step, then `refresh_s` seconds later, then at doubling intervals up to REFRESH_MAX_S."""
     logger = get_run_logger()
     logger.info("launch: %s", " ".join(cmd))
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
             if progress_id and rows and total:
                 update_progress_artifact(progress_id, progress=min(100.0, 100.0 * rows[-1]["step"] / total))
             if on_new_steps and rows and rows[-1]["step"] != refreshed_at and time.monotonic() >= next_refresh:
-                # each refresh is a new artifact version holding a PNG: every 30 s at first, then at doubling
+                # each refresh is a new artifact version holding a PNG: at the first step, 30 s later, then at doubling
                 # intervals up to 10 min, so a day-long run stores ~150 versions, not thousands
                 refreshed_at, next_refresh = rows[-1]["step"], time.monotonic() + refresh_s
                 refresh_s = min(2 * refresh_s, REFRESH_MAX_S)
