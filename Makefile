@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint clean vllm-cpu-env test-vllm
+.PHONY: setup demo test test-fast lint clean vllm-cpu-env test-vllm oracle
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,15 +17,26 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# cosmos-rl itself, the oracle of the parity tests (tests/cosmos_rl_oracle.py): installed without its
+# dependencies into a side folder, because its transformers<5 pin and CUDA packages do not fit .venv.
+ORACLE_DIR ?= .cosmos-rl-oracle
+COSMOS_RL_ORACLE_SPEC ?= cosmos-rl==0.4.7
+$(ORACLE_DIR)/.installed: $(VENV)/.installed
+	rm -rf $(ORACLE_DIR)
+	$(PIP) install -q --no-deps --target $(ORACLE_DIR) "$(COSMOS_RL_ORACLE_SPEC)"
+	touch $@
+
+oracle: $(ORACLE_DIR)/.installed
+
 demo: setup
 	$(VENV)/bin/cosmos-train demo
 
-test: setup
+test: setup oracle
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40 tests
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
-test-fast: setup
+test-fast: setup oracle
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests/unit
 
