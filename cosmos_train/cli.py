@@ -2,7 +2,7 @@
 
     cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
     cosmos-train config docs > docs/CONFIG.md
-    cosmos-train make-tiny-model outputs/tiny-model [--family qwen3_vl]
+    cosmos-train make-tiny-model outputs/tiny-model [--family qwen3_vl|qwen2|qwen3|llama|...]
     cosmos-train make-synthetic-data outputs/synthetic --n-train 400
     cosmos-train prepare-data --config configs/tiny-sft.toml [my_dataset.py]
     cosmos-train sft --config configs/tiny-sft.toml [--set k=v ...] [my_dataset.py]
@@ -76,17 +76,29 @@ def _config_check(args: argparse.Namespace) -> int:
 
         wfm = load_wfm_config(args.config, args.overrides)
         print(wfm.to_toml(), end="")
+        if wfm.cosmos_rl_defaults:  # cosmos-rl's form: what the recipe left out is cosmos-rl's default
+            print(f"# cosmos-rl's form (no model.model_name_or_path): cosmos-rl's defaults taken for "
+                  f"{', '.join(wfm.cosmos_rl_defaults)}", file=sys.stderr)
         if wfm.no_effect:
             print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in wfm.no_effect), sep="\n", file=sys.stderr)
         print(f"# ok: {args.config} (wfm_rl: {wfm.model.rl.algorithm})", file=sys.stderr)
         return 0
+    from cosmos_train.preflight import check_model_family
+
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
     if problems := unsupported_settings(cfg):  # what a run would refuse before starting, said now
         raise ConfigError(problems, str(args.config))
+    model = cfg.policy.model_name_or_path
+    # a model type no family loads is refused now where its config.json is at hand (a folder, the HF cache)
+    model_type = check_model_family(model, vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
     if cfg.no_effect:
         print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in cfg.no_effect), sep="\n", file=sys.stderr)
-    print(f"# ok: {args.config} ({cfg.policy_type})", file=sys.stderr)
+    if model_type is None:
+        print(f"# policy.model_name_or_path = {model!r}: not a local folder and not in the Hugging Face cache, so its "
+              "model type (family) is checked when the model loads", file=sys.stderr)
+    print(f"# ok: {args.config} ({cfg.policy_type}"
+          f"{'' if model_type is None else f', model type {model_type}'})", file=sys.stderr)
     return 0
 
 
@@ -278,8 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = sub.add_parser("make-tiny-model", help="Build an offline tiny model folder (Qwen2.5-VL by default).")
     tiny.add_argument("out", type=Path)
-    tiny.add_argument("--family", default="qwen2_5_vl", choices=["qwen2_5_vl", "qwen3_vl", "cosmos3_edge"],
-                      help="Architecture: Qwen2.5-VL (Cosmos-Reason1), Qwen3-VL (Cosmos-Reason2), Cosmos3-Edge.")
+    tiny.add_argument("--family", default="qwen2_5_vl",
+                      choices=["qwen2_5_vl", "qwen3_vl", "cosmos3_edge", "qwen2", "qwen3", "llama", "mistral"],
+                      help="Architecture: Qwen2.5-VL (Cosmos-Reason1), Qwen3-VL (Cosmos-Reason2), Cosmos3-Edge, or a "
+                           "text-only language model: qwen2 (Qwen2.5), qwen3 (dense), llama, mistral.")
     tiny.add_argument("--size", default="tiny", choices=["tiny", "small"])
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_make_tiny_model)

@@ -257,14 +257,41 @@ class TrainPolicyConfig(Section):
     lower_bound_ratio: float = Field(
         3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages."
     )
-    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
-        "token-mean", description="Loss aggregation: over all tokens of the batch, or per sequence first."
+    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"] = Field(
+        "token-mean", description="Loss aggregation over each micro-batch (cosmos-rl's mini-batch): the mean over "
+        "its completion tokens, the mean over its completions of each one's token mean or token sum, or the sum."
+    )
+    unbiased_loss_max_tokens: int | None = Field(
+        None, ge=1, description="Dr.GRPO: with loss_type = 'seq-mean-token-mean', divide each completion's token "
+        "sum by this constant instead of its length (unset: its length)."
+    )
+    loss_denominator: Literal["micro_batch", "update"] = Field(
+        "micro_batch",
+        description="micro_batch (cosmos-rl's): each micro-batch's loss is normalised by its own tokens (or "
+        "completions), weighted by its share of the rank's completions, and ranks are averaged. update (ours): "
+        "one denominator for the whole optimizer update on every rank, so every token (token-mean) or "
+        "completion weighs the same whichever micro-batch or rank holds it (DAPO's token-level loss); for "
+        "seq-mean-token-sum the denominator is completions x rollout.max_response_length.",
+    )
+    balance_dp_token: bool | None = Field(
+        None,
+        description="GRPO with loss_type = 'token-mean': normalise each micro-batch by its tokens summed over every "
+        "data-parallel rank, so every rank's tokens weigh the same (cosmos-rl's key; unset: false for GRPO, true "
+        "for SFT, cosmos-rl's defaults). SFT always normalises over the step's tokens on all ranks.",
     )
     kl_beta: float = Field(
-        0.0, ge=0, description="k3 KL to the frozen reference (0.1 held Cosmos-Reason1-7B)."
+        0.0, ge=0, description="Weight of the k3 KL to the frozen reference, each token's term clamped to "
+        "[-10, 10] (0.1 held Cosmos-Reason1-7B)."
+    )
+    unbiased_kl_estimate: bool = Field(
+        False, description="Weight each token's k3 KL by the ratio exp(logp - old logp) (an unbiased estimate "
+        "when the policy has moved from the sampler's)."
     )
     mu_iterations: int = Field(1, ge=1, description="Optimizer passes over each rollout batch.")
-    entropy_coeff: float = Field(0.0, ge=0, description="Weight of the entropy bonus in the loss (0: none).")
+    entropy_coeff: float = Field(
+        0.0, ge=0, description="Weight of the entropy bonus: the loss minus this times the mean entropy of each "
+        "micro-batch's completion tokens (with gradient; 0: logged only)."
+    )
     allowed_outdated_steps: int = Field(
         4, ge=0,
         description="Drop rollouts older than this many weight versions (0: only the current weights)."
@@ -297,8 +324,19 @@ class TrainPolicyConfig(Section):
         True, description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO). "
         "cosmos-rl's unbiased_advantage = true is scale_rewards = false."
     )
-    advantage_low: float = Field(-5.0, le=0, description="Advantages below this are raised to it.")
-    advantage_high: float = Field(5.0, ge=0, description="Advantages above this are lowered to it.")
+    advantage_std: Literal["population", "sample"] = Field(
+        "population",
+        description="The group std advantages are divided by: population (numpy's np.std, cosmos-rl's) or sample "
+        "(torch.std, TRL's: sqrt(n / (n - 1)) larger, so advantages are that much smaller).",
+    )
+    clip_advantages: bool = Field(
+        False, description="Clip advantages to [advantage_low, advantage_high] (ours; cosmos-rl's language-model "
+        "GRPO trainer does not clip, its diffusion trainers do). A group of n can reach sqrt(n - 1).",
+    )
+    advantage_low: float = Field(
+        -5.0, le=0, description="With clip_advantages: advantages below this are raised to it.")
+    advantage_high: float = Field(
+        5.0, ge=0, description="With clip_advantages: advantages above this are lowered to it.")
     min_filter_prefix_tokens: int | None = Field(
         None, ge=1,
         description="Within a group, completions that share a longest common prefix of at least this many "
@@ -313,18 +351,21 @@ class TrainPolicyConfig(Section):
     dynamic_sampling_max_rounds: int = Field(
         2, ge=0,
         description="variant = 'dapo': groups whose rewards are all equal are dropped and new prompts "
-        "sampled, at most this many extra rounds per step (what stays short is logged).",
+        "sampled, at most this many extra rounds per step (what stays short is logged). cosmos-rl's "
+        "max_retry_for_on_policy sets it (<= 0: until the batch is full).",
     )
     mask_truncated_completions: bool = Field(
         False, description="Leave completions cut at rollout.max_response_length out of the loss (DAPO)."
     )
     behav_imp_weight_cap: float | None = Field(
         None, gt=0,
-        description="Truncated IS cap on the sampler/trainer probability ratio (e.g. 2-3; unset: off)."
+        description="With use_decoupled_loss: tokens whose trainer/sampler probability ratio exceeds this cap are "
+        "left out of the loss (weight 0; e.g. 2-3; unset: no cap). No effect without use_decoupled_loss."
     )
     use_decoupled_loss: bool = Field(
         False,
-        description="Decoupled PPO loss: clip against the sampler's log-probs and reweight by the IS ratio."
+        description="Decoupled PPO loss: the ratio is against the trainer's old log-probs and each token is "
+        "weighted by exp(old - sampler log-prob), the engine/trainer importance ratio."
     )
 
 
@@ -393,17 +434,19 @@ class TrainConfig(Section):
     )
     optm_weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (0: none).")
     optm_betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam (beta1, beta2), each in [0, 1).")
-    optm_warmup_steps: float = Field(
-        20, ge=0, description="Linear warmup steps, or a fraction (<1) of total steps (0: none)."
+    optm_warmup_steps: int | float = Field(
+        20, ge=0, description="Linear warmup in trainer steps (an integer), or a fraction of the run's steps (a "
+        "float <= 1.0, rounded down); at most the run (0: none)."
     )
     optm_warmup_start_factor: float = Field(
         0.0, ge=0, le=1,
-        description="Warmup ramps the factor from this towards 1: step s of w gets f + (1 - f) * (s + 1) / w.",
+        description="Warmup ramps the factor from this to 1: step s of w gets f + (1 - f) * s / (w - 1), so the "
+        "first step trains at f * optm_lr (cosmos-rl's schedule).",
     )
     optm_decay_ratio: float | None = Field(
         None, ge=0, le=1,
-        description="Decay over only this fraction of total steps at the end, the steps between warmup and "
-        "decay at the peak (warmup-stable-decay); unset: decay over every step after warmup.",
+        description="Decay over only this fraction of the run's steps (rounded) at the end, the steps between "
+        "warmup and decay at the peak (warmup-stable-decay); unset: decay over every step after warmup.",
     )
     optm_decay_type: Literal["none", "linear", "cosine", "sqrt"] = Field(
         "none", description="Learning-rate decay after warmup, down to optm_min_lr_factor."
@@ -617,7 +660,10 @@ class RolloutConfig(Section):
 
     backend: Literal["vllm", "hf"] = Field("vllm", description="vllm on GPU; hf (transformers) anywhere.")
     n_generation: int = Field(16, ge=1, description="Completions per prompt (the GRPO group size).")
-    batch_size: int = Field(1, ge=1, description="Prompts per rollout batch.")
+    batch_size: int = Field(
+        1, ge=1, description="cosmos-rl's engine prompt batch; no effect here: a step samples train_batch_per_replica "
+        "/ n_generation prompts per replica and gives a rank's share to its engine at once."
+    )
     max_response_length: int = Field(2048, ge=1, description="Max new tokens per completion.")
     gpu_memory_utilization: float = Field(
         0.8, gt=0, le=1, description="vLLM: fraction of device memory for weights and KV cache."
@@ -670,6 +716,10 @@ class ValidationConfig(Section):
     reward_function: str | list[str] | dict[str, float] = Field(
         default_factory=list,
         description="Reward name(s) scoring answers, or {name = weight} (empty: train.train_policy.reward_function)."
+    )
+    use_remote_reward: bool | None = Field(
+        None, description="Score validation answers with the training's remote reward service as well "
+        "(train.train_policy.remote_reward); unset: as train.train_policy.use_remote_reward (cosmos-rl's default)."
     )
 
 
@@ -776,11 +826,18 @@ class Config(JobSection):
 
     @property
     def prompts_per_step(self) -> int:
-        """GRPO: prompts one step samples: rollout.batch_size, or train_batch_per_replica / n_generation when
-        that is more (cosmos-rl's meaning: a step trains on train_batch_per_replica completions and
-        rollout.batch_size is the engine's prompt batch)."""
-        r = self.rollout
-        return max(r.batch_size, self.train.train_batch_per_replica // r.n_generation)
+        """GRPO: prompts one step samples over every replica: train_batch_per_replica / n_generation per replica
+        (cosmos-rl's meaning: a step trains on train_batch_per_replica completions per replica; rollout.batch_size
+        is only its engine's prompt batch). At least 1; config check refuses a remainder."""
+        replicas = max(1, self.policy.parallelism.dp_replicate_size)
+        return max(1, self.train.train_batch_per_replica // self.rollout.n_generation) * replicas
+
+    @property
+    def rl_steps_per_step(self) -> int:
+        """GRPO: cosmos-rl's steps one step here makes: 1, or n_generation / train_batch_per_replica when a group
+        is more completions than cosmos-rl's step takes (each part then makes mu_iterations optimizer updates and
+        one schedule tick, in order, as cosmos-rl's consecutive steps would)."""
+        return max(1, self.rollout.n_generation // self.train.train_batch_per_replica)
 
 
 
@@ -805,12 +862,18 @@ ALIASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+# dynamic_sampling_max_rounds for cosmos-rl's "retry until the batch is full"
+UNTIL_FULL = 1_000_000
+
 # (cosmos-rl key, our key, our value for its value): the same setting, said the other way round.
 CONVERTED: list[tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any]]] = [
     (("train", "train_policy", "unbiased_advantage"), ("train", "train_policy", "scale_rewards"),
      lambda v: not v if isinstance(v, bool) else v),
     (("train", "train_policy", "use_rollout_logprobs_for_loss"), ("train", "train_policy", "old_logprobs"),
      lambda v: ("engine" if v else "recompute") if isinstance(v, bool) else v),
+    # cosmos-rl: > 0 refill rounds at most, <= 0 refill until the batch is full (here: a bound no run reaches)
+    (("train", "train_policy", "max_retry_for_on_policy"), ("train", "train_policy", "dynamic_sampling_max_rounds"),
+     lambda v: (v if v > 0 else UNTIL_FULL) if isinstance(v, int) and not isinstance(v, bool) else v),
 ]
 
 
@@ -871,13 +934,28 @@ def env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     return out
 
 
-def apply_overrides(raw: dict[str, Any], overrides: Iterable[str], env: Mapping[str, str]) -> None:
-    """COSMOS_TRAIN__* variables of `env`, then `--set key.path=value` texts (later wins), into `raw`."""
-    for key_path, value in env_overrides(env):
+def apply_overrides(
+    raw: dict[str, Any], overrides: Iterable[str], env: Mapping[str, str], *, canonical_names: bool = False
+) -> None:
+    """COSMOS_TRAIN__* variables of `env`, then `--set key.path=value` texts (later wins), into `raw`.
+
+    canonical_names: an override naming a key by its other name (ALIASES, CONVERTED: cosmos-rl's
+    `mini_batch` for our `micro_batch`) is set under ours, so it replaces the file's value whichever of the
+    two names the file used, as every override does (job configs; the world-model schema has its own names).
+    """
+    pairs = [*env_overrides(env), *(parse_override(text) for text in overrides)]
+    for key_path, value in pairs:
+        if canonical_names:
+            key_path, value = _canonical_key(key_path, value)
         set_path(raw, key_path, value)
-    for text in overrides:
-        key_path, value = parse_override(text)
-        set_path(raw, key_path, value)
+
+
+def _canonical_key(path: list[str], value: Any) -> tuple[list[str], Any]:
+    """(our key path, our value) for a key path given under its alias name; other paths as they are."""
+    for alias, canonical, convert in [(a, c, None) for a, c in ALIASES] + CONVERTED:
+        if tuple(path) == alias:
+            return list(canonical), convert(value) if convert is not None else value
+    return path, value
 
 
 def set_path(raw: dict[str, Any], path: list[str], value: Any) -> None:
@@ -928,14 +1006,16 @@ def config_from_dict(
         raise ConfigError([world_model_refusal(world_model)], source)
     policy_raw = raw.get("policy")
     if isinstance(policy_raw, dict) and policy_raw.get("is_diffusers"):
-        raise ConfigError([world_model_refusal(["policy.is_diffusers = true"])], source)
+        tp_any = raw.get("train", {}).get("train_policy", {}) if isinstance(raw.get("train"), dict) else {}
+        trainer_type = tp_any.get("trainer_type") if isinstance(tp_any, dict) else None
+        raise ConfigError([world_model_refusal(["policy.is_diffusers = true"], trainer_type)], source)
     raw = copy.deepcopy(raw)
     # The seed guides' RL recipe says GRPO only through these aliases (no `type`).
     tp_raw = raw.get("train", {}).get("train_policy", {})
     rl_alias = "grpo" in raw or (isinstance(tp_raw, dict) and "rollout_batch_size" in tp_raw)
     _apply_aliases(raw, problems)
-    apply_overrides(raw, overrides, env or {})
-    _apply_aliases(raw, problems)  # an override may use an alias name too
+    apply_overrides(raw, overrides, env or {}, canonical_names=True)
+    _apply_aliases(raw, problems)  # an override may set a table holding an alias name
     _infer_policy_type(raw, rl_alias)
     no_effect: list[NoEffect] = []
     problems += take_foreign_keys(raw, no_effect)
@@ -978,11 +1058,22 @@ def fold_context_and_pipeline(par: ParallelismConfig) -> list[NoEffect]:
 
 
 def speed_only_settings(cfg: Config) -> list[NoEffect]:
-    """Keys of ours set to a value that would only change speed, which the trainers do not act on yet."""
+    """Keys of ours set to a value that would only change speed, which the trainers do not act on yet, or that
+    another key's value leaves without effect (as in cosmos-rl)."""
     out = []
     if cfg.train.async_tp_enabled:
         out.append(NoEffect("train.async_tp_enabled", True, "tensor-parallel communication is not overlapped "
                             "yet: the same math, in sequence"))
+    tp = cfg.train.train_policy
+    if tp.behav_imp_weight_cap is not None and not tp.use_decoupled_loss:
+        out.append(NoEffect("train.train_policy.behav_imp_weight_cap", tp.behav_imp_weight_cap,
+                            "caps the decoupled loss's importance weights; use_decoupled_loss is false (as in "
+                            "cosmos-rl, the cap then does nothing)"))
+    for key, default in (("advantage_low", -5.0), ("advantage_high", 5.0)):
+        if not tp.clip_advantages and getattr(tp, key) != default:
+            out.append(NoEffect(f"train.train_policy.{key}", getattr(tp, key),
+                                "cosmos-rl's language-model GRPO trainer does not clip advantages; set "
+                                "train.train_policy.clip_advantages = true to clip them here"))
     return out
 
 
@@ -1023,15 +1114,20 @@ def is_world_model_recipe(path: str | Path) -> bool:
     return bool(world_model_sections(raw))
 
 
-def world_model_refusal(sections: list[str]) -> str:
+def world_model_refusal(sections: list[str], trainer_type: str | None = None) -> str:
     """One paragraph for a world-model recipe: its own layout (sections) or cosmos-rl's diffusers trainer
-    (['policy.is_diffusers = true'])."""
+    (['policy.is_diffusers = true'], with its train.train_policy.trainer_type: "diffusion_nft" is named)."""
     if any(s.startswith("policy.") for s in sections):
+        nft = (f'; its train.train_policy.trainer_type = "{trainer_type}" (DiffusionNFT: LoRA adapters, no '
+               "per-step likelihood) is not implemented here" if trainer_type == "diffusion_nft" else
+               f'; its train.train_policy.trainer_type = "{trainer_type}" is not a trainer here' if trainer_type
+               else "")
         return (f"this is a recipe of cosmos-rl's diffusers trainer ({', '.join(sections)}), not a vision-language "
-                "job ([train], [policy], [rollout], [validation]); world-model RL (Flow-GRPO / DDRL on a "
-                "Cosmos-Predict DiT) runs here from the world-model layout ([model], [model.rl], [trainer], "
-                "[dataloader_train], ...: configs/wfm/*.toml, configs/tiny-wfm-*.toml) with `cosmos-train wfm-rl "
-                "--config FILE`. See docs/MIGRATING_FROM_COSMOS_RL.md")
+                f"job ([train], [policy], [rollout], [validation]){nft}; world-model RL (Flow-GRPO / DDRL on a "
+                "Cosmos-Predict DiT, the same diffusers model: model.model_name_or_path = policy.model_name_or_path, "
+                "model.model_revision = policy.model_revision) runs here from the world-model layout ([model], "
+                "[model.rl], [trainer], [dataloader_train], ...: configs/wfm/*.toml, configs/tiny-wfm-*.toml) with "
+                "`cosmos-train wfm-rl --config FILE`. See docs/MIGRATING_FROM_COSMOS_RL.md")
     return (f"this is a world-model (Cosmos-Predict) recipe ({', '.join(f'[{k}]' for k in sections)}), not a "
             "vision-language job: run it with `cosmos-train wfm-rl --config FILE` (or cosmos-rl's form "
             "`cosmos-train --config FILE`); `cosmos-train config check FILE` checks it")
@@ -1225,6 +1321,10 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
             f"train.train_policy.micro_batch: {mb} must divide train.train_batch_per_replica "
             f"({t.train_batch_per_replica}) (micro-batches of equal size)"
         )
+    if cfg.policy_type == "sft" and t.train_policy.balance_dp_token is False:
+        out.append("train.train_policy.balance_dp_token = false: SFT here always normalises the loss over the step's "
+                   "label tokens on every rank (cosmos-rl's SFT default, true); a per-rank mean is not implemented "
+                   "for SFT: remove the key or set it true")
     if cfg.policy_type == "grpo":
         out += _grpo_problems(cfg)
     if cfg.policy_type == "grpo" and cfg.policy.parallelism.dp_replicate_size != 1:
@@ -1259,18 +1359,23 @@ def _grpo_problems(cfg: Config) -> list[str]:
         out.append("train.train_policy.remote_reward: local_service = true starts a service for the run and "
                    "points the trainer at it; remove enqueue_url / fetch_url, or set local_service = false "
                    "to use the service they name")
-    prompts = cfg.prompts_per_step
-    completions = prompts * r.n_generation
-    if completions % t.train_batch_per_replica:
+    tbpr, n = t.train_batch_per_replica, r.n_generation
+    if (tbpr % n if tbpr >= n else n % tbpr):
         out.append(
-            f"train.train_batch_per_replica: {t.train_batch_per_replica} completions per optimizer step must "
-            f"divide a step's {prompts} prompts x rollout.n_generation {r.n_generation} = {completions} (a step "
-            "samples rollout.batch_size prompts, or train_batch_per_replica / n_generation when that is more)"
+            f"train.train_batch_per_replica: a step trains on {tbpr} completions per replica; with "
+            f"rollout.n_generation = {n} that splits a group unevenly (each rank samples whole groups here): set it "
+            "to a multiple or a divisor of n_generation"
         )
     tp = t.train_policy
+    if tp.use_decoupled_loss and tp.old_logprobs == "engine":
+        out.append("train.train_policy.use_decoupled_loss weights each token by the trainer/sampler ratio, which "
+                   "is 1 when the old log-probs are the sampler's (use_rollout_logprobs_for_loss / old_logprobs = "
+                   "\"engine\"); set one of them (cosmos-rl refuses both too)")
+    if tp.unbiased_loss_max_tokens is not None and tp.loss_type != "seq-mean-token-mean":
+        out.append(f"train.train_policy.unbiased_loss_max_tokens applies to loss_type = \"seq-mean-token-mean\" "
+                   f"only (it is {tp.loss_type!r}); remove it or change loss_type")
     engine_logprobs = [k for k, on in (("old_logprobs = \"engine\"", tp.old_logprobs == "engine"),
-                                       ("use_decoupled_loss", tp.use_decoupled_loss),
-                                       ("behav_imp_weight_cap", tp.behav_imp_weight_cap is not None)) if on]
+                                       ("use_decoupled_loss", tp.use_decoupled_loss)) if on]
     if tp.temperature != r.sampling_config.temperature and engine_logprobs:
         out.append(
             f"train.train_policy.temperature ({tp.temperature}) and rollout.sampling_config.temperature "
@@ -1295,12 +1400,8 @@ def _grpo_problems(cfg: Config) -> list[str]:
     remote_names = [f.name for f in rr.reward_fns] if tp.use_remote_reward else []
     if len(set(remote_names)) != len(remote_names):
         out.append("train.train_policy.remote_reward.reward_fns: a name is listed twice")
-    # equal is allowed (cosmos-rl's recipes do it): the engines stop a completion at model_max_length in all
-    if r.max_response_length > cfg.policy.model_max_length:
-        out.append(
-            f"rollout.max_response_length ({r.max_response_length}) must be <= policy.model_max_length "
-            f"({cfg.policy.model_max_length}): prompt and completion together are at most model_max_length"
-        )
+    # max_response_length may reach or pass model_max_length (cosmos-rl's recipes do both): the engines stop a
+    # completion where prompt and completion fill model_max_length (vLLM's max_model_len, the HF engine's budget)
     ol = t.train_policy.overlong_reward
     if ol.enable_overlong_penalty and ol.buffer_length > r.max_response_length:
         out.append(

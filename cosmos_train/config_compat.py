@@ -89,13 +89,15 @@ RULES: tuple[Rule, ...] = (
          _section_off("enable"),
          "on-policy distillation from a teacher is not implemented here; set distillation.enable = false to "
          "train with GRPO's rewards"),
-    Rule("vla", "vision-language-action (OpenVLA) settings: read only by cosmos-rl's VLA trainers",
-         lambda v: True),
+    Rule("vla", "vision-language-action (OpenVLA) settings: read only by cosmos-rl's VLA trainers, never by its "
+         "language-model SFT / GRPO trainers that run here"),
     # ---------------------------------------------------------------------------------- train
     Rule("train.timestamp", "the run folder is named by the flow (<output_dir>/<time>, or launch.rdzv_id)",
          _at(""), "set launch.rdzv_id = \"NAME\" to give the run folder a fixed name (<output_dir>/NAME)"),
     Rule("train.transfer_dtype", "weights go to the rollout engine in the engine's own dtype (bfloat16 on GPU)",
-         _at(None, "bfloat16", "float32")),
+         _at(None, "bfloat16", "float32"),
+         "float16 weight transfer (fp16 rollouts) is not implemented: the engine runs in bfloat16 or float32; "
+         "remove transfer_dtype or set it to \"bfloat16\""),
     Rule("train.activation_offload", "activation memory is saved by policy.model_gradient_checkpointing here",
          _OFF, "activation offloading is not implemented; keep model_gradient_checkpointing = true instead"),
     Rule("train.fa_version", _KERNELS),
@@ -128,8 +130,6 @@ RULES: tuple[Rule, ...] = (
          "every batch; tensor-parallel ranks share theirs"),
     Rule("train.train_policy.dataloader_broadcast", "every rank of a tensor-parallel group reads the same rows "
          "itself"),
-    Rule("train.train_policy.balance_dp_token", "losses are normalised over the whole optimizer step's tokens on "
-         "all ranks, so every rank's tokens weigh the same"),
     Rule("train.train_policy.enable_dp_load_balancing", "load-balanced dynamic batching is off", _OFF,
          "token-balanced dynamic batching is not implemented (it changes which samples share an optimizer step); "
          "set enable_dp_load_balancing = false, or train.sequence_packing = true to cut padding"),
@@ -141,8 +141,6 @@ RULES: tuple[Rule, ...] = (
          "(there is no controller)"),
     Rule("train.train_policy.outdated_rollout_fetch_batch_size", "the controller's fetch size for stale "
          "rollouts; staleness is bounded by allowed_outdated_steps and max_inflight_steps"),
-    Rule("train.train_policy.max_retry_for_on_policy", "DAPO's refill rounds are "
-         "train.train_policy.dynamic_sampling_max_rounds here"),
     Rule("train.train_policy.rollout_as_token_ids", "rollouts always reach the trainer as token ids"),
     Rule("train.train_policy.collect_rollout_logprobs", "the engine's log-probs are always collected"),
     Rule("train.train_policy.reset_optimizer_with_reference", "the reference model is never reset "
@@ -158,10 +156,6 @@ RULES: tuple[Rule, ...] = (
          "remote reward service)"),
     Rule("train.train_policy.positive_nll_coef", "no positive-example LM loss (VAPO) is added", _OFF,
          "the positive-example NLL loss (VAPO) is not implemented; remove positive_nll_coef"),
-    Rule("train.train_policy.unbiased_loss_max_tokens", "no Dr.GRPO constant normaliser is set", _OFF,
-         "use loss_type = \"seq-mean-token-sum\" (Dr.GRPO: a constant normaliser) instead"),
-    Rule("train.train_policy.unbiased_kl_estimate", "the KL term is the k3 estimate", _OFF,
-         "the importance-weighted (unbiased) k3 KL is not implemented; remove unbiased_kl_estimate"),
     Rule("train.train_policy.off_policy_masking_delta", "no off-policy sequence masking", _OFF,
          "off-policy sequence masking is not implemented; bound staleness with allowed_outdated_steps and "
          "behav_imp_weight_cap instead"),
@@ -223,7 +217,9 @@ RULES: tuple[Rule, ...] = (
          "use policy.trainable_pattern / freeze_pattern (regexes of parameter names) instead of trainable_map"),
     Rule("policy.enable_liger_kernel", _KERNELS),
     Rule("policy.enable_liger_cross_entropy", _KERNELS),
-    Rule("policy.enable_liger_fused_cross_entropy", _KERNELS),
+    Rule("policy.enable_liger_fused_cross_entropy", "the fused LM head + cross entropy is off", _OFF,
+         "Liger's kernels are not used here; set train.fused_linear_ce = true (SFT: our own fused LM head + cross "
+         "entropy, the same loss and gradients in a fraction of the logits' memory) and remove this key"),
     Rule("policy.aux_loss_coeff", "the mixture-of-experts router loss: the supported models are dense"),
     Rule("policy.lora.lora_names", "one adapter is trained here, peft's 'default'", _at(None, ["default"]),
          "several named adapters (cosmos-rl's diffusion trainers keep an 'old' copy) are not implemented; train one "
@@ -236,12 +232,10 @@ RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------------------------- logging, validation
     Rule("logging.multi_modal_log_interval", "images and videos are not logged to wandb; sampled completions "
          "are (logging.completion_sample_freq)"),
-    Rule("logging.report_mfu", "no MFU metric here: tokens/s and step time are logged", _OFF,
-         "MFU is not reported yet; set logging.report_mfu = false (throughput is in metrics.jsonl)"),
-    Rule("validation.use_remote_reward", "validation answers are scored by validation.reward_function", _OFF,
-         "validation scores with the local reward functions in validation.reward_function; set "
-         "validation.use_remote_reward = false"),
-    Rule("validation.remote_reward", "validation answers are scored by validation.reward_function"),
+    Rule("logging.report_mfu", "MFU is always logged here (SFT `mfu`, GRPO `update_mfu`, with "
+         "tflops_per_device) where the device's peak is known (COSMOS_PEAK_TFLOPS otherwise); it costs nothing"),
+    Rule("validation.remote_reward", "validation answers are scored by the training's remote reward service "
+         "(train.train_policy.remote_reward) when validation.use_remote_reward is on"),
 )
 
 _BY_KEY = {r.key: r for r in RULES}
@@ -335,10 +329,29 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "logging.log_interval": "every step is logged (metrics are cheap at this scale)",
     "logging.project_name": "wandb runs go to this project's name unless set",
     "validation.batch_size": "8 prompts per validation batch; the scores are the same",
+    "train.train_policy.balance_dp_token": "unset means cosmos-rl's own default for the run type: false for GRPO, "
+    "true for SFT",
     "validation.dataset.split": "a dataset's validation split is named: 'train' unless set, with test_size "
     "holding rows out",
 }
-_SAME = {("unset", '""'), ("unset", "(required)"), ('"none"', "unset"), ("1.0", "unset"), ("8.0", "8")}
+# Keys whose meaning tests/unit/test_cosmos_rl_parity.py checks against cosmos-rl's own code (the installed
+# package), with the function it is run beside; the key table's fourth column. Every key's default is checked
+# against cosmos-rl's Config() as well. The test keeps this equal to what it covers.
+_LOSS = ("loss_type", "variant", "epsilon_low", "epsilon_high", "lower_bound_ratio", "kl_beta", "unbiased_kl_estimate",
+         "use_decoupled_loss", "behav_imp_weight_cap", "unbiased_loss_max_tokens", "balance_dp_token", "mini_batch",
+         "temperature")
+PARITY_CHECKED: dict[str, str] = {
+    **{f"train.train_policy.{k}": "compute_loss" for k in _LOSS},
+    "train.train_policy.entropy_coeff": "compute_logprobs",
+    **{f"train.train_policy.{k}": "GRPO.compute_advantage" for k in ("unbiased_advantage", "advantage_low",
+                                                                     "advantage_high")},
+    **{f"train.{k}": "build_lr_schedulers" for k in ("optm_warmup_steps", "optm_warmup_start_factor",
+                                                     "optm_decay_ratio", "optm_decay_type", "optm_min_lr_factor")},
+    **{k: "recompute_total_steps" for k in ("train.train_batch_per_replica", "train.train_policy.mu_iterations",
+                                      "rollout.n_generation", "rollout.batch_size", "train.max_num_steps",
+                                      "train.epoch")},
+}
+_SAME = {("[]", "{}"), ("unset", '""'), ("unset", "(required)"), ('"none"', "unset"), ("1.0", "unset"), ("8.0", "8")}
 
 
 def default_note(key: str, ours: str, theirs: str) -> str | None:

@@ -162,7 +162,7 @@ def recorded_default(field: dict[str, Any]) -> str:
 def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
     """docs/COSMOS_RL_KEYS.md: every key of cosmos-rl's schema (the recorded field list,
     tests/data/cosmos_rl_fields.json) with its state here and, where they differ, both defaults."""
-    from cosmos_train.config_compat import default_note, key_state
+    from cosmos_train.config_compat import PARITY_CHECKED, default_note, key_state
 
     ours, aliases = schema_keys(), alias_map()
     rows = []
@@ -178,7 +178,10 @@ def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
             note = "; ".join(filter(None, [note, f"default: {why or 'NOT EXPLAINED'}"]))
         elif key in ours:
             default = ours[key]
-        rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} |")
+        checked = f"`{PARITY_CHECKED[key]}`" if key in PARITY_CHECKED else ""
+        if key in ours:
+            checked = ", ".join(filter(None, ["default", checked]))
+        rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} | {checked} |")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     return "\n".join([
         "# cosmos-rl's config keys here",
@@ -196,8 +199,13 @@ def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
         "",
         f"{len(rows)} keys: {summary}.",
         "",
-        "| key | state | default here (cosmos-rl's) | what to know |",
-        "|---|---|---|---|",
+        "- **checked against cosmos-rl's code**: tests/unit/test_cosmos_rl_parity.py runs ours beside the installed "
+        "cosmos-rl 0.4.7 (`make oracle`) on the same inputs: `default` against its `Config()`, and the named "
+        "function (`compute_loss`, `compute_logprobs`, `GRPO.compute_advantage`, `build_lr_schedulers`, "
+        "`recompute_total_steps`: the controller's step count) for the key's meaning.",
+        "",
+        "| key | state | default here (cosmos-rl's) | what to know | checked against cosmos-rl's code |",
+        "|---|---|---|---|---|",
         *rows,
         "",
     ])

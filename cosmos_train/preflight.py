@@ -72,23 +72,52 @@ def check_attention(cfg: Config) -> None:
     resolve_attention(cfg.policy.attn_implementation, device, compute_dtype(cfg, device), cfg.policy_type)
 
 
-def check_model_family(model: str, vllm: bool = False) -> None:
-    """A local model folder's architecture has a family spec (ModelError naming the supported ones), and, when
-    the vLLM engine will serve it (`vllm`), one that vLLM loads from such a folder (ConfigError)."""
+def local_model_config(model: str) -> Path | None:
+    """The config.json of `model` found without the network: in the local folder it names, or, for a hub id, in
+    the Hugging Face cache (HF_HOME / HF_HUB_CACHE); None where neither has it."""
+    from huggingface_hub import try_to_load_from_cache
+
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        config = folder / "config.json"
+        return config if config.is_file() else None
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        return None
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def check_model_family(model: str, vllm: bool = False, key: str = "policy.model_name_or_path") -> str | None:
+    """The model's architecture has a family spec (ModelError naming `key`, the model, its model_type and the
+    supported families), and, when the vLLM engine will serve it (`vllm`), one that vLLM loads from such a folder
+    (ConfigError). Returns the model_type, or None where its config.json is neither a local file nor in the
+    Hugging Face cache (the family is then checked when the model loads)."""
     import json
 
     from cosmos_train.generation.vllm_requests import check_vllm_family
-    from cosmos_train.models.families import family_of
+    from cosmos_train.models.families import FAMILIES, UNSUPPORTED_TYPES
 
-    config = Path(model).expanduser() / "config.json"
-    if config.is_file():
-        try:
-            model_type = json.loads(config.read_text()).get("model_type")
-        except (OSError, ValueError) as e:
-            raise ModelError(f"policy.model_name_or_path: {config} is not readable JSON ({e})") from None
-        family = family_of(model_type)
-        if vllm:
-            check_vllm_family(family.name, model)
+    config = local_model_config(model)
+    if config is None:
+        return None
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{key}: {config} is not readable JSON ({e})") from None
+    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    if family is None:
+        why = f" ({UNSUPPORTED_TYPES[model_type]})" if model_type in UNSUPPORTED_TYPES else ""
+        supported = ", ".join(t for f in FAMILIES for t in f.model_types)
+        raise ModelError(f"{key} = {model!r} is a {model_type!r} model{why}, which no family here loads: the "
+                         f"supported model types are {supported} (vision-language: Cosmos-Reason1 / Qwen2.5-VL, "
+                         "Cosmos-Reason2 / Qwen3-VL, Cosmos3-Edge; text-only: Qwen2.5, Qwen3 dense, Llama, Mistral). "
+                         f"Point {key} at a model of one of these families")
+    if vllm:
+        check_vllm_family(family.name, model)
+    return str(model_type)
 
 
 def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -> None:
@@ -121,7 +150,7 @@ def check_eval(config: str | Path, overrides: list[str] | None = None,
         if looks_local and not path.exists():
             raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
                              "or a hub id org/name)")
-        check_model_family(model, vllm=cfg.engine == "vllm")
+        check_model_family(model, vllm=cfg.engine == "vllm", key="--model" if models else "model.model_name")
     return cfg
 
 

@@ -51,6 +51,18 @@ def family_model_dirs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: 
     return {f: tiny_model_dir if f == "qwen2_5_vl" else make_tiny_model(root / f, family=f) for f in FAMILIES}
 
 
+TEXT_FAMILIES = ("qwen2", "qwen3", "llama", "mistral")
+
+
+@pytest.fixture(scope="session")
+def text_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny model of every text-only family (`make-tiny-model --family qwen2|qwen3|llama|mistral`)."""
+    from cosmos_train.models.tiny import make_tiny_model
+
+    root = tmp_path_factory.mktemp("text-models")
+    return {f: make_tiny_model(root / f, family=f) for f in TEXT_FAMILIES}
+
+
 @pytest.fixture(scope="session")
 def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from cosmos_train.data.synthetic import make_synthetic_dataset

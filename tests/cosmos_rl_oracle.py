@@ -19,9 +19,11 @@ import os
 import sys
 import types
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 ORACLE_VERSION = "0.4.7"
@@ -67,26 +69,46 @@ def oracle_source(module: str) -> Path:
 
 
 def oracle_function(module: str, name: str, **globals_: Any) -> Any:
-    """Top-level function `name` of cosmos-rl's `module`, compiled from the installed source.
+    """Top-level function `name` (or "Class.method", as a plain function of self, decorators dropped) of
+    cosmos-rl's `module`, compiled from the installed source.
 
-    The module's `import` statements are run one by one and those that fail are left out: the
-    function must only need what resolves, plus `globals_` (a NameError in a test says which).
+    The module's `import` statements and top-level assignments are run one by one and those that fail are
+    left out: the function must only need what resolves, the module's functions it calls (compiled with it,
+    transitively) and `globals_` (a NameError in a test says what is missing).
     """
     path = oracle_source(module)
     tree = ast.parse(path.read_text(), filename=str(path))
     namespace: dict[str, Any] = {"__name__": f"oracle:{module}"}
     for node in tree.body:
-        if isinstance(node, ast.Import | ast.ImportFrom):
+        if isinstance(node, ast.Import | ast.ImportFrom | ast.Assign | ast.AnnAssign):
             code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
             try:
-                exec(code, namespace)  # noqa: S102 - the oracle's own import line
+                exec(code, namespace)  # noqa: S102 - the oracle's own import or constant
             except Exception:  # a dependency this environment lacks: the function must not need it
                 continue
     namespace.update(globals_)
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    assert found, f"{path} has no top-level function {name}"
-    helpers = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_")]
-    code = compile(ast.Module(body=[*helpers, found[0]], type_ignores=[]), str(path), "exec")
+    defs: dict[str, ast.FunctionDef] = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    cls_name, _, method = name.rpartition(".")
+    if cls_name:
+        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
+        assert cls is not None, f"{path} has no class {cls_name}"
+        found = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+        assert found is not None, f"{path}: {cls_name} has no method {method}"
+        found.decorator_list = []
+        defs[name] = found
+        found.name = name = f"{cls_name}_{method}"
+        defs[name] = found
+    assert name in defs, f"{path} has no top-level function {name}"
+    # the function and every top-level function it calls, transitively (helpers such as the chunked entropy)
+    needed: list[str] = []
+    todo = [name]
+    while todo:
+        fn = todo.pop()
+        if fn in needed:
+            continue
+        needed.append(fn)
+        todo += [n.id for n in ast.walk(defs[fn]) if isinstance(n, ast.Name) and n.id in defs]
+    code = compile(ast.Module(body=[defs[n] for n in reversed(needed)], type_ignores=[]), str(path), "exec")
     exec(code, namespace)  # noqa: S102 - the oracle's function, read from the installed package
     return namespace[name]
 
@@ -95,3 +117,22 @@ def oracle_config(overrides: dict[str, Any] | None = None) -> Any:
     """cosmos-rl's own `Config()` (pydantic), optionally from a nested dict as its TOML loader builds it."""
     config_cls = oracle_module("cosmos_rl.policy.config").Config
     return config_cls.from_dict(overrides) if overrides else config_cls()
+
+
+def oracle_learning_rates(steps: int, lr: float = 1.0, **train: Any) -> list[float]:
+    """The learning rate at step 0, 1, ..., `steps` (the last: after the run's final tick) under cosmos-rl's own
+    build_lr_schedulers for a run of `steps` steps, with its [train] keys set to `train`."""
+    cfg = oracle_config()
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    # the shape of its OptimizersContainer that LRSchedulersContainer reads: model parts and optimizers
+    container = type("Optimizers", (SimpleNamespace,), {"__len__": lambda self: 1})(
+        model_parts=[None], optimizers=[[opt]])
+    sched = oracle_module("cosmos_rl.policy.trainer.optm").build_lr_schedulers(container, cfg, steps)
+    out = [opt.param_groups[0]["lr"]]
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        out.append(opt.param_groups[0]["lr"])
+    return out

@@ -72,11 +72,15 @@ def teacher_forced(model: Any, encoded: Any, completion: list[int], s: Any) -> A
 def greedy_reference(model: Any, processor: Any, chat: list[dict[str, Any]], max_new: int) -> list[int]:
     import torch
 
+    from cosmos_train.models.families import family_of
+
     eos = eos_ids(processor)
     encoded = encode(processor, chat)
+    inputs = encoded.model_inputs()
+    if family_of(model).text_only:  # a causal LM's generate refuses the (all-text) mm_token_type_ids
+        inputs.pop("mm_token_type_ids", None)
     with torch.inference_mode():
-        out = model.generate(**encoded.model_inputs(), max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
-                             pad_token_id=eos[0])
+        out = model.generate(**inputs, max_new_tokens=max_new, do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
     row = out[0, len(encoded) :].tolist()
     return row[: next((i + 1 for i, t in enumerate(row) if t in eos), len(row))]
 

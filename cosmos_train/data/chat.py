@@ -12,7 +12,8 @@ whole <|vision_start|><|video_pad|><|vision_end|> (`VisionLayout.keep_video_wrap
 before it is tokenised, so the timestamp tokens are those the processor gives.
 
 Labels: -100 everywhere except the tokens of each assistant turn's content and its closing
-<|im_end|>. The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
+<|im_end|> (a template without ChatML's turns, e.g. Llama's or Mistral's: the content as rendered and the
+tokenizer's eos token when the template writes it right after). The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
 at <|im_end|> (the eos), so the newline is never sampled and training on it teaches nothing.
 
 Tokenisation matches inference: the text is cut at each assistant content boundary and the pieces
@@ -228,6 +229,14 @@ def _timestamp_videos(
     return [(pattern.sub(expand, text) if not labelled else text, labelled) for text, labelled in chunks]
 
 
+_MEDIA_IN_TEMPLATE = re.compile(r"image|video")
+
+
+def _has_media(messages: Sequence[dict]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(
+        isinstance(part, dict) and _part_kind(part) in ("image", "video") for part in m["content"]) for m in messages)
+
+
 def _chat_template(processor_or_tokenizer: Any, tokenizer: PreTrainedTokenizerBase) -> str:
     template = getattr(processor_or_tokenizer, "chat_template", None) or tokenizer.chat_template
     if not template:
@@ -238,7 +247,8 @@ def _chat_template(processor_or_tokenizer: Any, tokenizer: PreTrainedTokenizerBa
 def _render_chunks(
     tokenizer: PreTrainedTokenizerBase, template: str, messages: Sequence[dict], add_generation_prompt: bool
 ) -> list[tuple[str, bool]]:
-    """Split the rendered chat into (text, labelled) pieces; labelled = assistant content + <|im_end|>.
+    """Split the rendered chat into (text, labelled) pieces; labelled = assistant content + <|im_end|> (a ChatML
+    template), or the content as rendered + the eos token right after it (another template: Llama's, Mistral's).
 
     Renders growing prefixes of the conversation, so each message's text is found exactly where the
     template put it (including any default system prompt the template adds before the first turn).
@@ -263,11 +273,14 @@ def _render_chunks(
             continue
         end = seg.rfind(IM_END)
         start = seg.rfind(header, 0, end) if end >= 0 else -1
-        if start < 0:
-            raise ValueError(
-                f"messages[{i}]: the template did not render the assistant turn as {header!r}...{IM_END}"
-            )
-        body_start, body_end = start + len(header), end + len(IM_END)
+        if start >= 0:
+            body_start, body_end = start + len(header), end + len(IM_END)
+        else:  # another template (Llama's, Mistral's): the content as rendered, and the eos token right after it
+            span = _assistant_span(seg, msg, tokenizer.eos_token)
+            if span is None:
+                raise ValueError(f"messages[{i}]: the template rendered the assistant turn neither as "
+                                 f"{header!r}...{IM_END} nor with its content as written")
+            body_start, body_end = span
         chunks += [(seg[:body_start], False), (seg[body_start:body_end], True), (seg[body_end:], False)]
     if add_generation_prompt:
         text = render(messages, True)
@@ -281,6 +294,25 @@ def _render_chunks(
         elif text:
             merged.append((text, labelled))
     return merged
+
+
+def _assistant_span(seg: str, msg: dict, eos: str | None) -> tuple[int, int] | None:
+    """(start, end) in `seg` of an assistant turn's content as a non-ChatML template renders it (its last
+    occurrence as written, else whitespace-trimmed as some templates trim it), with the tokenizer's eos token when
+    the template writes it right after; None when the content is not found."""
+    content = msg.get("content")
+    if isinstance(content, list):
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    text = str(content or "")
+    if text not in seg:
+        text = text.strip()
+    start = seg.rfind(text) if text else -1
+    if start < 0:
+        return None
+    end = start + len(text)
+    if eos and seg.startswith(eos, end):
+        end += len(eos)
+    return start, end
 
 
 def _expand_pads(
@@ -406,11 +438,17 @@ def encode_chat(
     layout = vision_layout_of(processor_or_tokenizer)
     merge = layout.merge_size
 
+    try:
+        template = _chat_template(processor_or_tokenizer, tokenizer)
+    except ValueError as err:
+        raise ValueError(f"{where}{err}") from None
+    if _has_media(messages) and not _MEDIA_IN_TEMPLATE.search(template):
+        raise DataError(f"{where}the chat has image / video parts, but the model's chat template has no place for "
+                        "them: a text-only language model (a tokenizer, no processor) takes text rows only; use a "
+                        "vision-language model, or rows without media")
     items = _load_vision(messages, where, vision_defaults, clip_cache, layout)
     try:
-        chunks = _render_chunks(
-            tokenizer, _chat_template(processor_or_tokenizer, tokenizer), messages, add_generation_prompt
-        )
+        chunks = _render_chunks(tokenizer, template, messages, add_generation_prompt)
     except ValueError as err:
         raise ValueError(f"{where}{err}") from None
     if layout.frame_timestamps:

@@ -8,8 +8,10 @@
 
 Each chat sample is checked for:
 - a well-formed conversation: non-empty, roles system/user/assistant, system first only, user and
-  assistant alternating from a user turn, no empty turn; SFT rows need an assistant turn, GRPO
-  prompts end with a user turn (and carry a `reference` when a reward needs one);
+  assistant alternating from a user turn, no empty turn; SFT rows need an assistant turn; a GRPO
+  row is a prompt (ending with a user turn) or an SFT row (its last assistant turn is then the
+  reference and the prompt is what comes before it: `cosmos_train.data.prompt`), with a reference
+  (a `reference` / response column, or that last turn) when a reward needs one;
 - media that exists and decodes (`cosmos_train.data.video`, through `encode_chat`);
 - a token length (chat template + vision tokens, `cosmos_train.data.chat.encode_chat`) within
   `policy.model_max_length`, handled by `train_policy.overlength` (error / truncate / skip).
@@ -17,8 +19,8 @@ Each chat sample is checked for:
 A failing row follows `dataset.on_bad_row`: "fail" collects up to `max_problems` problems and
 raises DataValidationError naming each file:row and reason; "skip" drops it and counts it by
 reason, keeping the first examples. Outputs in the run folder (val files carry a `_val` suffix):
-`manifest.jsonl` (kept samples plus `n_tokens` and `frames`), `prep_report.json` (counts,
-skipped-by-reason examples, length / frame statistics) and `prep_histograms.png`.
+`manifest.jsonl` (kept samples plus `n_tokens` and `frames`), `prep_report.json` (the split read and
+the rows each file gave it, counts, skipped-by-reason examples, length / frame statistics) and `prep_histograms.png`.
 With `dataset.cache_dir` set, the clips decoded for the check are stored in the clip cache
 (`cosmos_train.data.clip_cache`) under the same keys the trainer's `SFTDataset` looks up, so
 training reads every clip from the cache instead of decoding it a second time.
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config
+from cosmos_train.data.prompt import prompt_messages, reference_answer
 from cosmos_train.data.sources.common import reward_names
 from cosmos_train.errors import DataError, from_os_error
 
@@ -91,6 +94,8 @@ class CheckResult:
 class PrepReport:
     split_role: str
     dataset: str
+    split: str = ""  # the dataset's split these rows are (`split_read`)
+    files: dict[str, int] = field(default_factory=dict)  # file (or table) -> rows of it read: which fed this split
     rows_read: int = 0
     rows_kept: int = 0
     truncated: int = 0
@@ -170,8 +175,8 @@ def check_conversation(messages: Any, policy_type: str) -> tuple[str, str] | Non
     has_assistant = any(role == "assistant" for _, role in turns)
     if policy_type == "sft" and not has_assistant:
         return "no_assistant_turn", "an SFT row needs at least one assistant turn to learn from"
-    if policy_type == "grpo" and turns[-1][1] != "user":
-        return "bad_alternation", "a GRPO prompt must end with a user turn (the model answers it)"
+    # GRPO: a row ending with the assistant's turn is an SFT row reused for RL: the prompt is the turns before
+    # it (they end with a user turn: the alternation above) and that turn is the reference (data/prompt.py).
     return None
 
 
@@ -222,7 +227,7 @@ def check_sample(
     found = check_conversation(messages, policy)
     if found:
         return bad(*found)
-    if policy == "grpo" and sample.get("reference") is None:
+    if policy == "grpo" and reference_answer(sample) is None:
         needs = [r for r in reward_names(tp.reward_function) if r in REFERENCE_REWARDS]
         if needs:
             return bad("missing_reference", f"no reference answer, which the {needs[0]} reward compares with")
@@ -244,6 +249,8 @@ def check_sample(
                     load_image(path, settings)
             return res
         gen = policy == "grpo"
+        if gen:  # what the engine is asked: an SFT row's answer (the reference) is not part of it
+            messages = prompt_messages(messages)
         enc = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin, clip_cache=clip_cache)
         res.n_tokens = len(enc)
         if res.n_tokens > limit and tp.overlength == "truncate":
@@ -296,7 +303,8 @@ def validate_samples(
     on_bad = ds.on_bad_row
     # One cache object for all threads (it is thread-safe): a file is hashed once per process.
     clip_cache = open_clip_cache(ds.cache_dir)
-    report = PrepReport(split_role=split_role, dataset=ds.name or str(ds.annotation_path or ""))
+    report = PrepReport(split_role=split_role, dataset=ds.name or str(ds.annotation_path or ""),
+                        split=split_read(cfg, split_role), files=rows_by_file(samples))
     problems: list[RowProblem] = []
     total = len(samples)
     workers = workers or min(4, os.cpu_count() or 1)
@@ -354,6 +362,34 @@ def validate_samples(
     if run_dir is not None:
         write_outputs(report, Path(run_dir))
     return report
+
+
+def split_read(cfg: Config, split_role: str) -> str:
+    """Which split of which dataset config the `split_role` rows are, in words (the report's `split`)."""
+    ds = cfg.train.train_policy.dataset
+    if split_role == "val" and cfg.validation.dataset is not None:
+        return f"{_split_names(cfg.validation.dataset.split)} ([validation.dataset])"
+    if ds.test_size is not None:
+        held = f"the rows dataset.test_size = {ds.test_size} holds out"
+        return f"{held} of {_split_names(ds.split)}" if split_role == "val" else f"{_split_names(ds.split)} less {held}"
+    if split_role == "val":
+        return "the train dataset's own validation split (no [validation.dataset] set)"
+    return _split_names(ds.split)
+
+
+def _split_names(split: str | list[str]) -> str:
+    return repr(split) if isinstance(split, str) else " + ".join(repr(s) for s in split)
+
+
+def rows_by_file(samples: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """file (or table) -> rows of it among `samples` (by their origin `file:row`; a row with several samples,
+    qa_pairs, counts once), in order of first appearance."""
+    origins = dict.fromkeys(str(s.get("origin", "?")) for s in samples)
+    out: dict[str, int] = {}
+    for origin in origins:
+        name = origin.rsplit(":", 1)[0] if ":" in origin else origin
+        out[name] = out.get(name, 0) + 1
+    return out
 
 
 # ------------------------------------------------------------------------------------ outputs
@@ -436,8 +472,10 @@ def report_markdown(report: PrepReport, embed_png: bool = True) -> str:
     lines = [
         f"# Data preparation ({report.split_role})",
         "",
-        f"Dataset: `{report.dataset}`",
+        f"Dataset: `{report.dataset}`, split {report.split}",
         "",
+        *(["| file | rows read |", "|---|---|", *(f"| `{f}` | {n} |" for f, n in report.files.items()), ""]
+          if report.files else []),
         "| rows read | kept | skipped | truncated |",
         "|---|---|---|---|",
         f"| {report.rows_read} | {report.rows_kept} | {report.rows_skipped} | {report.truncated} |",

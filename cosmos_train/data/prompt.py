@@ -16,7 +16,8 @@ Four rules live here and nowhere else:
 - Media go first in the user turn, then the text: the Cosmos-Reason / qwen-vl-utils convention the
   models were trained with (dataset rows that place media themselves, with <video> placeholders,
   keep their placement; see data/sources/common.py).
-- The prompt of a training row is everything before its last assistant turn: what rollout asks the
+- The prompt of a training row is everything before its last assistant turn (when the row ends with it:
+  SFT rows, and SFT rows reused for RL, whose answer is then the reference): what rollout asks the
   engine to complete, and, encoded with the generation prompt, exactly the ids SFT trains the
   answer after (tests/unit/test_prompt.py pins SFT, rollout and evaluation to the same ids).
 """
@@ -73,12 +74,21 @@ def question_messages(text: str, media_parts: Sequence[Message] = (), system_pro
     return with_system_prompt([user_turn(text, media_parts)], system_prompt)
 
 
+def _answer_index(messages: Sequence[Message]) -> int | None:
+    """The index of the row's answer: its last turn when that is the assistant's (an SFT row, or an SFT row
+    reused for RL, where it is the reference); None when the row ends with another turn (a prompt already:
+    an earlier assistant turn of a multi-turn prompt is part of the question, not its answer)."""
+    if messages and messages[-1].get("role") == "assistant":
+        return len(messages) - 1
+    return None
+
+
 def prompt_messages(messages: Sequence[Message], system_prompt: str | None = None, origin: str | None = None) -> list[Message]:
-    """The prompt of a training row: its messages before the last assistant turn, system turn written
-    out. A row without an assistant turn is a prompt already. DataError when nothing but a system
-    turn would be left (origin names the row)."""
-    cut = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), len(messages))
-    prompt = list(messages[:cut])
+    """The prompt of a training row: its messages before its last turn when that is the assistant's answer,
+    system turn written out. A row ending with a user turn is a prompt already. DataError when nothing but
+    a system turn would be left (origin names the row)."""
+    answer = _answer_index(messages)
+    prompt = list(messages[:answer])
     if not any(m.get("role") == "user" for m in prompt):
         where = f"{origin}: " if origin else ""
         raise DataError(f"{where}the row has no user turn before its answer, so there is no prompt to ask; "
@@ -100,16 +110,17 @@ def user_text(messages: Sequence[Message]) -> str:
 
 
 def reference_answer(sample: Mapping[str, Any]) -> str | None:
-    """What rewards compare a completion to: an RL row's `reference` (the answer of its qa_pairs), else
-    the text of the sample's last assistant turn, which in RL is the reference, not a training target.
+    """What rewards compare a completion to: the row's `reference` (the answer of its qa_pairs, or the
+    reference column: train.train_policy.response_column_name), else the text of the sample's last turn when
+    that is the assistant's (an SFT row reused for RL: its answer is the reference, not a training target).
     None when the sample has neither."""
     if sample.get("reference") is not None:
         return str(sample["reference"])
-    for message in reversed(sample.get("messages") or []):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            texts = [p.get("text", "") for p in content or [] if isinstance(p, dict) and "text" in p]
-            return "".join(texts)
-    return None
+    messages = sample.get("messages") or []
+    answer = _answer_index(messages)
+    if answer is None:
+        return None
+    content = messages[answer].get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or [] if isinstance(p, dict) and "text" in p)

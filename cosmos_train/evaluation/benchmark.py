@@ -3,6 +3,8 @@
 Each row is {"video": "clips/<id>.mp4", "qa_pairs": {...} | [{...}, ...]} with every qa pair
 {"question", "index2ans": {"A": ..., ...}, "answer" | "correct_answer"}. Rows naming the same
 video are merged into one `BenchmarkVideo` (the reference writes one prediction file per video).
+A row without "video" is a text-only question (for text-only models): its "id" (else "q<row>") names it,
+and its `video_path` is None.
 Any dataset name works; nothing here knows robovqa from av. Problems raise `BenchmarkError`
 naming the file and row: a missing clip, a missing key, an answer that is not one of the options,
 and a benchmark with no question to ask (an empty file, or limit = 0).
@@ -41,7 +43,7 @@ class BenchmarkVideo:
 
     dataset: str
     video_id: str
-    video_path: Path
+    video_path: Path | None  # None: text-only questions (a row without "video")
     questions: list[Question] = field(default_factory=list)
 
 
@@ -86,16 +88,21 @@ def load_benchmark(
         if not isinstance(row, dict):
             raise BenchmarkError(f"{where}: expected an object, got {type(row).__name__}")
         video = row.get("video")
-        if not isinstance(video, str) or not video:
-            raise BenchmarkError(f"{where}: missing 'video' (e.g. \"clips/<id>.mp4\")")
-        path = Path(video) if Path(video).is_absolute() else folder / video
-        if not path.is_file():
-            raise BenchmarkError(f"{where}: video file {path} does not exist")
-        video_id = Path(video).name
-        for suffix in VIDEO_SUFFIXES:
-            if video_id.lower().endswith(suffix):
-                video_id = video_id[: -len(suffix)]
-                break
+        path: Path | None = None
+        if "video" not in row:  # a text-only question
+            video_id = str(row.get("id", f"q{row_idx}"))
+        elif not isinstance(video, str) or not video:
+            raise BenchmarkError(f"{where}: 'video' must name a clip (e.g. \"clips/<id>.mp4\"; leave the key out for "
+                                 "a text-only question)")
+        else:
+            path = Path(video) if Path(video).is_absolute() else folder / video
+            if not path.is_file():
+                raise BenchmarkError(f"{where}: video file {path} does not exist")
+            video_id = Path(video).name
+            for suffix in VIDEO_SUFFIXES:
+                if video_id.lower().endswith(suffix):
+                    video_id = video_id[: -len(suffix)]
+                    break
         qa = row.get("qa_pairs")
         if isinstance(qa, dict):
             qa = [qa]

@@ -39,17 +39,20 @@ def question_text(question: str, options: dict[str, str], answer_type: str) -> s
 
 def build_messages(
     question: Question,
-    video_path: str,
+    video_path: str | None,
     answer_type: str,
     fps: float,
     vision: dict[str, Any] | None = None,
     system_prompt: str = SYSTEM_PROMPT,
 ) -> list[dict[str, Any]]:
-    """The chat for one question: system prompt, then a user turn with the video part and the text.
+    """The chat for one question: system prompt, then a user turn with the video part and the text (the text
+    alone, a plain string, for a text-only question: `video_path` None).
 
     vision: extra per-video settings (max_pixels, max_frames, ...) put on the video part.
     """
+    text = question_text(question.question, question.options, answer_type)
+    if video_path is None:
+        return question_messages(text, [], system_prompt)
     video_part: dict[str, Any] = {"type": "video", "video": str(video_path), "fps": fps}
     video_part.update({k: v for k, v in (vision or {}).items() if v is not None})
-    text = question_text(question.question, question.options, answer_type)
     return question_messages(text, [video_part], system_prompt)

@@ -125,7 +125,7 @@ def _generate(
                 )
             return todo, [g[0].text for g in groups]
         except MediaError as error:
-            bad = [p for p in todo if _same_file(p.video.video_path, error.path)]
+            bad = [p for p in todo if p.video.video_path is not None and _same_file(p.video.video_path, error.path)]
             if cfg.evaluation.on_bad_media == "fail" or not bad:
                 raise MediaError(
                     error.path, f"{error.reason} (evaluation.on_bad_media = \"skip\" leaves its questions out)"
@@ -242,7 +242,8 @@ def evaluate_model(
                     skipped += 1
                     continue
             for q in video.questions:
-                chat = build_messages(q, str(video.video_path), answer_type, fps, _vision_extras(cfg),
+                clip = None if video.video_path is None else str(video.video_path)
+                chat = build_messages(q, clip, answer_type, fps, _vision_extras(cfg),
                                       cfg.evaluation.system_prompt)
                 pending.append(_Pending(video, q, chat))
         n_q = sum(len(v.questions) for v in videos)

@@ -13,7 +13,8 @@ processed_logprobs), per-sample stop strings, and samples that finish leave the 
 
 Positions: Qwen2.5-VL's 3D RoPE positions come from `get_rope_index` at the prefill, and each new
 token's position is its text position plus the prompt's rope delta, as transformers' generate
-computes them, but passed explicitly rather than through the model's cached `rope_deltas`.
+computes them, but passed explicitly rather than through the model's cached `rope_deltas`. A text-only model
+(qwen2, qwen3, llama, mistral) takes its 1D text positions [B, L], and no images or videos.
 Greedy decoding gives the same tokens as `model.generate` (tests/unit/test_generation_hf.py).
 
 update_weights copies tensors into the loaded parameters in place (no reload from disk); names may
@@ -37,6 +38,7 @@ from cosmos_train.errors import DataError, ModelError
 from cosmos_train.generation.base import Chat, Completion, SamplingParams, WeightSource
 from cosmos_train.generation.config import GenerationConfig
 from cosmos_train.generation.weights import iter_weights, unknown_names_error
+from cosmos_train.models.families import family_of
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
@@ -150,6 +152,8 @@ class HFEngine:
         self.processor = processor if processor is not None else load_processor(cfg.tokenizer_path or cfg.model_path)
         self.model = model if model is not None else load_model(cfg.model_path, dtype=self.dtype, device=self.device)
         self.model.eval()
+        # a text-only model (1D RoPE): positions [B, L], no mm_token_type_ids
+        self.text_only = family_of(self.model).text_only
         self.tokenizer = get_tokenizer(self.processor)
         self.vision_defaults = VisionSettings(**cfg.vision_defaults) if cfg.vision_defaults else None
         self.frames = FrameMemo(max_bytes=frame_memo_bytes)  # several questions about one clip decode it once
@@ -196,7 +200,8 @@ class HFEngine:
                 mm_token_type_ids=batch["mm_token_type_ids"],
             )
         text = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        return text.unsqueeze(0).expand(3, -1, -1), torch.zeros(mask.shape[0], 1, dtype=torch.long, device=mask.device)
+        zero = torch.zeros(mask.shape[0], 1, dtype=torch.long, device=mask.device)
+        return (text if self.text_only else text.unsqueeze(0).expand(3, -1, -1)), zero
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[Chat], sampling: SamplingParams) -> list[list[Completion]]:
@@ -220,6 +225,8 @@ class HFEngine:
                             f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
                             "(fewer frames or pixels)")
         batch = collate_left(encoded, self.pad_id)
+        if self.text_only:
+            batch.pop("mm_token_type_ids")
         batch = {k: v.to(self.device, dtype=self.dtype) if k in FLOAT_KEYS else v.to(self.device) for k, v in batch.items()}
         mask = batch["attention_mask"]
         positions, deltas = self._positions(batch)
@@ -284,7 +291,9 @@ class HFEngine:
                     seen_any, generated_counts = seen_any[index], generated_counts[index]
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
             text_pos = text_pos + 1
-            position = (text_pos + deltas).unsqueeze(0).expand(3, -1, -1)
+            position = text_pos + deltas
+            if not self.text_only:
+                position = position.unsqueeze(0).expand(3, -1, -1)
             out = self.model(
                 input_ids=tokens.unsqueeze(-1), attention_mask=mask, position_ids=position,
                 past_key_values=cache, use_cache=True,

@@ -3,7 +3,8 @@
 A colocated `vllm.LLM` (tensor parallel over cfg.tp_size workers), built with
 logprobs_mode="processed_logprobs" so each token's log-prob is the one under the distribution it
 was drawn from, greedy ones at temperature 1 (`vllm_requests` says how vLLM 0.32 computes them).
-Requests, sampling and outputs are mapped by the plain functions of `vllm_requests`.
+Requests, sampling and outputs are mapped by the plain functions of `vllm_requests`; a text-only model's
+(qwen2, qwen3, llama, mistral) request is encode_chat's prompt ids alone, no multimodal data.
 
 Weight pushes (`update_weights`), without a restart:
 - an exported folder: its names are checked from the safetensors headers, then vLLM's own
@@ -44,12 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.errors import DataError, ModelError
 from cosmos_train.generation.base import Chat, Completion, SamplingParams, WeightSource
 from cosmos_train.generation.config import GenerationConfig
 from cosmos_train.generation.vllm_requests import (
     build_request,
+    build_text_request,
     check_vllm_family,
     completions,
     llm_kwargs,
@@ -76,7 +79,7 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         from cosmos_train.data.vision_settings import VisionSettings
-        from cosmos_train.models.families import vision_layout_of
+        from cosmos_train.models.families import family_of, vision_layout_of
         from cosmos_train.models.load import family_name, get_tokenizer, load_processor
 
         # Long videos need a length cap past the model config's (the reference tool does this too).
@@ -87,9 +90,12 @@ class VLLMEngine:
         self.sleep_mode = cfg.enable_sleep_mode and current_platform.is_sleep_mode_available()
         self.torch_dtype = getattr(torch, resolve_dtype(cfg.dtype, cuda))
         self._sampling_cls = VLLMSamplingParams
-        check_vllm_family(family_name(cfg.model_path), cfg.model_path)  # before an engine start of minutes
+        family = family_name(cfg.model_path)
+        check_vllm_family(family, cfg.model_path)  # before an engine start of minutes
+        # a text-only model (qwen2, qwen3, llama, mistral): prompt token ids only, no multimodal data
+        self.text_only = family_of(family).text_only
         self.llm: Any = LLM(**llm_kwargs(cfg, cuda=cuda, cpu=current_platform.is_cpu(), sleep_mode=self.sleep_mode,
-                                            worker_extension=WORKER_EXTENSION))
+                                            worker_extension=WORKER_EXTENSION, text_only=self.text_only))
         self.processor = load_processor(cfg.tokenizer_path or cfg.model_path)
         tokenizer = get_tokenizer(self.processor)
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -112,8 +118,13 @@ class VLLMEngine:
     def _load_video(self, part: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return load_video_frames(part, self.vision_defaults, frames_from=self.frames, layout=self.vision_layout)
 
+    def _prompt_ids(self, chat: Chat) -> list[int]:
+        return encode_chat(self.processor, chat, add_generation_prompt=True).input_ids.tolist()
+
     def request(self, chat: Chat) -> dict[str, Any]:
-        """The vLLM prompt dict of one chat (frames decoded)."""
+        """The vLLM prompt dict of one chat (frames decoded; a text-only model's: its prompt ids)."""
+        if self.text_only:
+            return build_text_request(chat, self._prompt_ids)
         return build_request(chat, self.render, self._load_video)
 
     def _requests(self, chats: Sequence[Chat]) -> list[dict[str, Any]]:

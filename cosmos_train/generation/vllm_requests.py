@@ -13,7 +13,8 @@ and metadata saying the rate they were sampled at, so the model's temporal posit
 which is sent too). Families whose prompt carries frame timestamps (Qwen3-VL, Cosmos3-Edge) get the source
 video's metadata instead (its frame rate, frame count and the sampled frame numbers), from which their
 processors compute the same `<t seconds>` the trainer's `encode_chat` writes; their frames are sized in the
-family's layout (multiples of 32 px).
+family's layout (multiples of 32 px). A text-only model (qwen2, qwen3, llama, mistral) gets the chat's prompt token
+ids as `encode_chat` writes them and no multimodal data (`build_text_request`).
 
 Sampling: `logprobs=0` returns the log-prob of each sampled token only; the engine is built with
 `logprobs_mode="processed_logprobs"`, so it is the log-prob under the distribution the token was
@@ -128,6 +129,19 @@ def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLo
     return request
 
 
+def build_text_request(chat: Chat, encode: Callable[[Chat], Sequence[int]]) -> dict[str, Any]:
+    """The vLLM prompt dict of a chat for a text-only model: {"prompt_token_ids": ids}, no multimodal data.
+
+    `encode`: the chat's prompt ids as `cosmos_train.data.chat.encode_chat` writes them (the ids the trainer and
+    the HF engine see), so vLLM never tokenizes the rendered text itself. A chat with an image or video part is
+    refused here, before vLLM sees it."""
+    videos, images = media_parts(chat)
+    if videos or images:
+        raise DataError(f"this is a text-only language model, and the chat has {len(videos)} video and {len(images)} "
+                        "image part(s): give it text rows only")
+    return {"prompt_token_ids": [int(i) for i in encode(chat)]}
+
+
 def sampling_kwargs(sampling: SamplingParams, end_ids: Sequence[int], request_index: int = 0) -> dict[str, Any]:
     """Keyword arguments of vllm.SamplingParams for request `request_index` of a generate call.
 
@@ -154,10 +168,12 @@ def sampling_kwargs(sampling: SamplingParams, end_ids: Sequence[int], request_in
     }
 
 
-# Families vLLM (0.32) loads from a transformers folder (the tiny models, our exports, hub checkpoints). Its
-# Cosmos3-Edge model reads only the unified Diffusers checkpoint layout (transformer/ and vision_encoder/
-# subfolders), so a transformers-format Cosmos3-Edge folder has no weights for it.
-VLLM_FAMILIES = ("qwen2_5_vl", "qwen3_vl")
+# Families vLLM (0.32) loads from a transformers folder (the tiny models, our exports, hub checkpoints): the
+# vision-language ones and the text-only causal LMs (Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM,
+# MistralForCausalLM; tests/integration/test_vllm_families.py). Its Cosmos3-Edge model reads only the unified
+# Diffusers checkpoint layout (transformer/ and vision_encoder/ subfolders), so a transformers-format Cosmos3-Edge
+# folder has no weights for it.
+VLLM_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen2", "qwen3", "llama", "mistral")
 
 
 def check_vllm_family(family: str, model_path: str) -> None:
@@ -182,8 +198,10 @@ def resolve_dtype(dtype: str, cuda: bool) -> str:
     return dtype
 
 
-def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool, worker_extension: str) -> dict[str, Any]:
-    """Keyword arguments of vllm.LLM for `cfg` (one video and no image per prompt).
+def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool, worker_extension: str,
+               text_only: bool = False) -> dict[str, Any]:
+    """Keyword arguments of vllm.LLM for `cfg` (one video and no image per prompt; text_only: a language model,
+    no multimodal limits).
 
     sleep_mode: cfg.enable_sleep_mode where the platform has it (CUDA); worker_extension: the
     qualified name of the class mixed into each worker for weight pushes.
@@ -198,7 +216,6 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
         "dtype": resolve_dtype(cfg.dtype, cuda),
         "tensor_parallel_size": cfg.tp_size,
         "max_model_len": cfg.max_length,
-        "limit_mm_per_prompt": {"video": 1, "image": 0},
         "seed": cfg.seed,
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "logprobs_mode": "processed_logprobs",
@@ -206,6 +223,8 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
         "worker_extension_cls": worker_extension,
         "enforce_eager": cfg.enforce_eager,
     }
+    if not text_only:
+        kwargs["limit_mm_per_prompt"] = {"video": 1, "image": 0}
     if cpu:
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = cfg.max_length  # vLLM requires >= max_model_len without chunking

@@ -11,6 +11,9 @@ prompt (`vision_layout`, used by `cosmos_train.data.video` and `cosmos_train.dat
 which processor classes belong to it (so a processor alone tells its layout).
 A model whose type has no spec is refused with the supported types listed (`ModelError`), before any
 process shards it: FSDP2 on a model whose blocks it cannot find would shard only the root module, silently.
+Text-only families (qwen2, qwen3, llama, mistral: `FamilySpec.text_only`) load as causal LMs with a tokenizer and
+no processor; types cosmos-rl's configs name that are known not to load here (MoE, Gemma-3, Phi) are listed in
+UNSUPPORTED_TYPES with the reason, which `config check` and preflight name before anything starts.
 
 Adding a family: a `FamilySpec` below, its tiny offline model (`cosmos_train.models.tiny`: a config builder
 in TINY_CONFIGS and, if its processor needs torchvision, a video-less processor class in
@@ -46,6 +49,10 @@ def _qwen_vl_vision_blocks(model: nn.Module) -> list[nn.Module]:
     return list(getattr(visual, "blocks", [])) if visual is not None else []
 
 
+def _no_vision_blocks(model: nn.Module) -> list[nn.Module]:
+    return []
+
+
 def _cosmos3_vision_blocks(model: nn.Module) -> list[nn.Module]:
     visual = getattr(_core(model), "visual", None)
     encoder = getattr(visual, "encoder", None)
@@ -74,6 +81,11 @@ class FamilySpec:
     vision_layout: VisionLayout
     processor_classes: tuple[str, ...]
 
+    @property
+    def text_only(self) -> bool:
+        """A language model without a vision tower (a causal LM class, a tokenizer and no processor)."""
+        return not self.vision_prefixes
+
 
 _QWEN_TP_PLAN = {
     "self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
@@ -81,6 +93,8 @@ _QWEN_TP_PLAN = {
 }
 
 _QWEN_LORA = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+# a causal LM's blocks are model.layers.N (no language_model part in the path)
+_TEXT_LORA = r"(.*\.)?model\.layers\.\d+\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 # Qwen3-VL and Cosmos3-Edge processor configs: 16 px patches, mean = std = 0.5 (IMAGENET_STANDARD), and a
 # `<t seconds>` before each temporal patch of a video.
 _HALF = (0.5, 0.5, 0.5)
@@ -122,7 +136,32 @@ FAMILIES: tuple[FamilySpec, ...] = (
         ),
         processor_classes=("Cosmos3EdgeProcessor",),
     ),
+    # Text-only language models (cosmos-rl's text recipes): the causal LM class, `model.layers` as blocks, no
+    # vision tower, a tokenizer in place of a processor; rows with images or videos are refused for them.
+    *(FamilySpec(
+        name=name, description=description, model_types=(name,),
+        language_layers=_qwen_vl_language_layers, vision_blocks=_no_vision_blocks, tp_plan=_QWEN_TP_PLAN,
+        vision_prefixes=(), lora_targets=_TEXT_LORA, vision_layout=QWEN2_VL_LAYOUT, processor_classes=(),
+    ) for name, description in (
+        ("qwen2", "Qwen2 / Qwen2.5, text only"),
+        ("qwen3", "Qwen3 dense, text only"),
+        ("llama", "Llama 2 / 3, text only"),
+        ("mistral", "Mistral, text only"),
+    )),
 )
+
+# Model types cosmos-rl's public configs name that no spec here covers: refused by name before anything starts
+# (`cosmos_train.preflight.check_model_family`), with the reason.
+UNSUPPORTED_TYPES: dict[str, str] = {
+    "qwen3_moe": "mixture-of-experts blocks (expert parallelism) are not implemented",
+    "qwen2_moe": "mixture-of-experts blocks (expert parallelism) are not implemented",
+    "mixtral": "mixture-of-experts blocks (expert parallelism) are not implemented",
+    "deepseek_v3": "mixture-of-experts blocks (expert parallelism) are not implemented",
+    "gpt_oss": "mixture-of-experts blocks (expert parallelism) are not implemented",
+    "gemma3": "Gemma-3 has no family spec here (its vision tower and blocks are not mapped)",
+    "phi3": "Phi-3 / Phi-4 fuse q, k, v (qkv_proj) and gate, up (gate_up_proj): no tensor-parallel plan or "
+            "LoRA targets are written for that layout",
+}
 
 
 def supported() -> str:
@@ -169,6 +208,7 @@ def family_of(model_or_config: Any) -> FamilySpec:
     for family in FAMILIES:
         if model_type in family.model_types:
             return family
-    raise ModelError(f"model type {model_type!r} is not supported: the trainer knows the blocks, tensor-parallel "
+    why = f" ({UNSUPPORTED_TYPES[model_type]})" if model_type in UNSUPPORTED_TYPES else ""
+    raise ModelError(f"model type {model_type!r} is not supported{why}: the trainer knows the blocks, tensor-parallel "
                      f"plan and vision layout of {supported()}. Use a model of one of these families, or add its "
                      "spec (cosmos_train/models/families.py)")

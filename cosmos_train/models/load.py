@@ -1,5 +1,6 @@
 """Load a vision-language model of a supported family and its processor from a folder or hub id (a tiny
-model, nvidia/Cosmos-Reason1-7B, nvidia/Cosmos-Reason2-8B, ...).
+model, nvidia/Cosmos-Reason1-7B, nvidia/Cosmos-Reason2-8B, ...), or a text-only family's causal LM and its
+tokenizer, which stands in for the processor (Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen3-8B, a Llama or Mistral).
 
 Nothing here knows about the tiny models: the same calls load `make_tiny_model`'s folders and the hub
 checkpoints. The family (`cosmos_train.models.families`) comes from the folder's config.json model_type.
@@ -30,6 +31,7 @@ from typing import Any, Literal, TypeVar
 import torch
 from transformers import (
     AutoImageProcessor,
+    AutoModelForCausalLM,
     AutoModelForImageTextToText,
     AutoProcessor,
     AutoTokenizer,
@@ -43,6 +45,7 @@ from transformers.processing_utils import ProcessorMixin
 from transformers.utils import cached_file, is_torchvision_available
 
 from cosmos_train.errors import ConfigError, ModelError, UserError
+from cosmos_train.models.families import family_of
 
 # What a folder needs, as (what it is, alternatives: each a set of files that together suffice).
 TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
@@ -138,8 +141,9 @@ _WITHOUT_VIDEO: dict[str, type[_WithoutVideo]] = {
 }
 
 
-def check_model_source(path: str | Path, need: Literal["processor", "model"]) -> Path | None:
-    """The local folder `path` names, checked to hold what `need` reads; None for a hub id.
+def check_model_source(path: str | Path, need: Literal["processor", "tokenizer", "model"]) -> Path | None:
+    """The local folder `path` names, checked to hold what `need` reads (a text-only model's processor is its
+    tokenizer); None for a hub id.
 
     Raises ModelError naming the folder, the missing files and what to do; a path that is neither an
     existing folder nor a hub id (org/name) is a ModelError too.
@@ -151,7 +155,7 @@ def check_model_source(path: str | Path, need: Literal["processor", "model"]) ->
         raise ModelError(f"model {path}: no such folder, and not a hub id (org/name)")
     if not folder.is_dir():
         raise ModelError(f"model {folder}: not a folder (a model folder holds config.json, weights and tokenizer files)")
-    wanted = TOKENIZER_FILES + PROCESSOR_FILES if need == "processor" else MODEL_FILES
+    wanted = {"processor": TOKENIZER_FILES + PROCESSOR_FILES, "tokenizer": TOKENIZER_FILES, "model": MODEL_FILES}[need]
     missing = [
         f"{what} ({' or '.join(' + '.join(group) for group in options)})"
         for what, options in wanted
@@ -191,10 +195,21 @@ def _from_hub_or_folder(path: str | Path, folder: Path | None, what: str, load: 
         ) from e
 
 
-def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
-    """The processor of the model at `path` (folder or hub id); see the module docstring for torchvision."""
+def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin | PreTrainedTokenizerBase:
+    """The processor of the model at `path` (folder or hub id); see the module docstring for torchvision.
+    A text-only model (`FamilySpec.text_only`) has no processor: its tokenizer, which every caller takes alike
+    (`get_tokenizer`, `cosmos_train.data.chat.encode_chat`)."""
+    folder = check_model_source(path, "tokenizer")  # a folder that exists, or a hub id
+    if is_text_only(path, **kwargs):
+        return _from_hub_or_folder(path, folder, "tokenizer files",
+                                   lambda: AutoTokenizer.from_pretrained(str(path), **kwargs))
     folder = check_model_source(path, "processor")
     return _from_hub_or_folder(path, folder, "tokenizer / processor files", lambda: _load_processor(path, **kwargs))
+
+
+def is_text_only(path: str | Path, **kwargs: Any) -> bool:
+    """The model at `path` is a text-only language model (its config.json's family; False where it has none)."""
+    return family_of(family_name(path, **kwargs)).text_only
 
 
 def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
@@ -213,8 +228,6 @@ def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
 
 def family_name(path: str | Path, **kwargs: Any) -> str:
     """The family of the model at `path` from its config.json (Qwen2.5-VL where a processor folder has none)."""
-    from cosmos_train.models.families import family_of
-
     resolved = cached_file(
         str(path), "config.json", _raise_exceptions_for_missing_entries=False,
         _raise_exceptions_for_connection_errors=False,
@@ -292,20 +305,17 @@ def load_model(
     attn_implementation: str | None = None,
     **kwargs: Any,
 ) -> PreTrainedModel:
-    """Load the vision-language model at `path` in `dtype` onto `device`.
+    """Load the model at `path` in `dtype` onto `device` (a vision-language model, or a text-only family's
+    causal LM).
 
     attn_implementation: None lets transformers choose (sdpa where available); "flash_attention_2" on GPUs.
     """
     folder = check_model_source(path, "model")
-    if folder is not None:  # an unknown model type is refused before the weights are read
-        family_name(folder)
+    # an unknown model type is refused before the weights are read; a text-only one loads as a causal LM
+    auto = AutoModelForCausalLM if family_of(family_name(path)).text_only else AutoModelForImageTextToText
     model = _from_hub_or_folder(
         path, folder, "config and weights",
-        lambda: AutoModelForImageTextToText.from_pretrained(
-            str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs
-        ),
+        lambda: auto.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs),
     )
-    from cosmos_train.models.families import family_of
-
     family_of(model)
     return model.to(device)

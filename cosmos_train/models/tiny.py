@@ -1,6 +1,7 @@
-"""Offline, randomly initialised vision-language models of each supported family, small enough for CPU tests.
+"""Offline, randomly initialised models of each supported family, small enough for CPU tests.
 
-    cosmos-train make-tiny-model OUT [--family qwen2_5_vl|qwen3_vl|cosmos3_edge] [--size tiny|small] [--seed N]
+    cosmos-train make-tiny-model OUT [--family qwen2_5_vl|qwen3_vl|cosmos3_edge|qwen2|qwen3|llama|mistral]
+                                     [--size tiny|small] [--seed N]
     python -c "from cosmos_train.models.tiny import make_tiny_model; make_tiny_model('/tmp/tiny')"
 
 Families (`cosmos_train.models.families`): qwen2_5_vl (Cosmos-Reason1, the default and the demo's model),
@@ -14,6 +15,11 @@ Cosmos3-Edge: its hub tokenizer and chat template are not available offline (tra
 code only), so its tiny model uses the same Qwen-style tokenizer and the Qwen3-VL chat template, with the
 token ids written into its config; the architecture, vision layout (16 px patches, one frame per temporal
 patch) and timestamps are Cosmos3-Edge's own.
+
+Text-only families (qwen2 = Qwen2.5, qwen3 dense, llama, mistral): the family's causal LM class (config.json,
+model.safetensors, generation_config.json), the language half of the preset, and the same tokenizer with a
+ChatML template (Qwen2.5-Instruct's or Qwen3's; the same ChatML for llama / mistral, whose hub templates need their
+own tokenizers); no preprocessor files, since a language model has no processor.
 
 torchvision: transformers' Qwen2-VL *video* processor needs it, and AutoProcessor.from_pretrained on
 any Qwen2.5-VL folder (this one or the 7B) fails without it. `cosmos_train.models.load.load_processor`
@@ -34,15 +40,21 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoModelForCausalLM,
     AutoModelForImageTextToText,
     Cosmos3EdgeConfig,
     GenerationConfig,
+    LlamaConfig,
+    MistralConfig,
     PreTrainedConfig,
     PreTrainedTokenizerFast,
     Qwen2_5_VLConfig,
+    Qwen2Config,
+    Qwen3Config,
     Qwen3VLConfig,
 )
 
+from cosmos_train.models.load import load_model
 from cosmos_train.models.tokenizer import ADDITIONAL_SPECIAL_TOKENS, build_qwen_style_tokenizer
 
 # The content parts both templates render alike: images and videos as a vision block each, then text.
@@ -79,7 +91,23 @@ QWEN3_VL_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-FAMILY_NAMES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
+# Qwen2.5-Instruct / Qwen3's own chat templates for system / user / assistant turns with string content (their
+# tool-call and reasoning branches left out): ChatML, a default system prompt in Qwen2.5's only.
+QWEN25_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN3_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+VISION_FAMILY_NAMES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
+# text-only language models: a causal LM class, our tokenizer and a ChatML template (module docstring)
+TEXT_FAMILY_NAMES = ("qwen2", "qwen3", "llama", "mistral")
+FAMILY_NAMES = VISION_FAMILY_NAMES + TEXT_FAMILY_NAMES
 
 # OpenAI CLIP normalisation, as in Qwen2.5-VL's preprocessor_config.json.
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -120,6 +148,8 @@ def build_config(
         return _qwen3_vl_config(size, vocab_size, special_ids)
     if family == "cosmos3_edge":
         return _cosmos3_edge_config(size, vocab_size, special_ids)
+    if family in TEXT_FAMILY_NAMES:
+        return _text_only_config(family, size, vocab_size, special_ids)
     if family != "qwen2_5_vl":
         raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILY_NAMES)}")
     return _qwen2_5_vl_config(size, vocab_size, special_ids)
@@ -149,6 +179,18 @@ def _text_config(s: TinySize, vocab_size: int, special_ids: dict[str, int]) -> d
         "pad_token_id": special_ids["<|endoftext|>"],
         "tie_word_embeddings": False,
     }
+
+
+def _text_only_config(family: str, size: str, vocab_size: int, special_ids: dict[str, int]) -> PreTrainedConfig:
+    """A text-only causal LM of `family` at preset `size` (the language half of the VL presets)."""
+    s = SIZES[size]
+    cls = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[family]
+    keys = _text_config(s, vocab_size, special_ids) | {
+        "max_position_embeddings": 32768, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    }
+    if family == "qwen2":  # Qwen2.5's config.json derives head_dim and has no sliding window in use
+        keys = {k: v for k, v in keys.items() if k != "head_dim"} | {"use_sliding_window": False}
+    return cls(**keys)
 
 
 def _qwen_vision_config(s: TinySize, patch_size: int) -> dict:
@@ -318,10 +360,11 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
     vocab_size = -(-len(tokenizer) // 64) * 64
     config = build_config(size, vocab_size, special_ids, family)
 
+    text_only = family in TEXT_FAMILY_NAMES
     # Random init draws from the global generator; fork it so callers' RNG state is left untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForImageTextToText.from_config(config)
+        model = (AutoModelForCausalLM if text_only else AutoModelForImageTextToText).from_config(config)
     model.generation_config = GenerationConfig(
         bos_token_id=special_ids["<|endoftext|>"],
         pad_token_id=special_ids["<|endoftext|>"],
@@ -331,8 +374,8 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
     )
     model.save_pretrained(out)
 
-    template = QWEN25_VL_CHAT_TEMPLATE if family == "qwen2_5_vl" else QWEN3_VL_CHAT_TEMPLATE
-    processor_class = _image_processor_config(family)["processor_class"]
+    template = {"qwen2_5_vl": QWEN25_VL_CHAT_TEMPLATE, "qwen2": QWEN25_CHAT_TEMPLATE, "llama": QWEN25_CHAT_TEMPLATE,
+                "mistral": QWEN25_CHAT_TEMPLATE, "qwen3": QWEN3_CHAT_TEMPLATE}.get(family, QWEN3_VL_CHAT_TEMPLATE)
     tokenizer.chat_template = template
     tokenizer.save_pretrained(out)
     # Hub Qwen2.5-VL checkpoints name their tokenizer class Qwen2Tokenizer; transformers' Qwen2Tokenizer
@@ -340,10 +383,13 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
     tok_cfg_path = out / "tokenizer_config.json"
     tok_cfg = json.loads(tok_cfg_path.read_text())
     tok_cfg["tokenizer_class"] = "Qwen2Tokenizer"
-    tok_cfg["processor_class"] = processor_class
+    if not text_only:
+        tok_cfg["processor_class"] = _image_processor_config(family)["processor_class"]
     _write_json(tok_cfg_path, tok_cfg)
 
     (out / "chat_template.jinja").write_text(template)
+    if text_only:  # a language model has a tokenizer and no processor
+        return out
     _write_json(out / "preprocessor_config.json", _image_processor_config(family))
     _write_json(out / "video_preprocessor_config.json", _video_processor_config(family))
     return out
@@ -353,7 +399,7 @@ def count_parameters(path_or_model: str | Path | torch.nn.Module) -> dict[str, i
     """Parameter counts {"total", "vision", "language"} of a model or a saved folder."""
     model = path_or_model
     if not isinstance(model, torch.nn.Module):
-        model = AutoModelForImageTextToText.from_pretrained(path_or_model)
+        model = load_model(path_or_model)
     total = sum(p.numel() for p in model.parameters())
     vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}")
     return {"total": total, "vision": vision, "language": total - vision}

@@ -12,7 +12,9 @@ score the same text alike):
 - format: 1 when the whole completion is <think>...</think> then <answer>...</answer>, else 0;
 - single_choice: 1 when the option letter read from the completion is the reference letter;
 - exact_match: 1 when the <answer> content (else the text after the reasoning) equals the
-  reference, ignoring case, punctuation and spacing.
+  reference, ignoring case, punctuation and spacing;
+- boxed_math, gsm8k, direct_math: cosmos-rl's math rewards of its text recipes (`cosmos_train.rewards.math`:
+  the last \\boxed{} or number, GSM8K's "#### N", an "Answer: ..." line).
 `register_reward(name)` adds one; a dataset script's REWARD_FUNCTIONS (`fn(completion, reference,
 sample)`) go in through `register_script_rewards(path)`.
 
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 
 from cosmos_train.data.prompt import reference_answer
 from cosmos_train.errors import ConfigError
+from cosmos_train.rewards.math import boxed_math_reward, direct_math_reward, gsm8k_reward
 
 RewardFn = Callable[[str, Mapping[str, Any]], float]
 REWARDS: dict[str, RewardFn] = {}
@@ -81,6 +84,20 @@ def exact_match_reward(completion: str, sample: Mapping[str, Any]) -> float:
     if reference is None:
         return 0.0
     return 1.0 if freeform_equal(parse_freeform(completion, {}).answer, reference) else 0.0
+
+
+def _math(rule: Callable[[str, str], float]) -> RewardFn:
+    """A `cosmos_train.rewards.math` rule as a reward of the row's reference (0 for a row without one)."""
+    def reward(completion: str, sample: Mapping[str, Any]) -> float:
+        reference = reference_answer(sample)
+        return 0.0 if reference is None else rule(completion, reference)
+
+    return reward
+
+
+register_reward("boxed_math")(_math(boxed_math_reward))
+register_reward("gsm8k")(_math(gsm8k_reward))
+register_reward("direct_math")(_math(direct_math_reward))
 
 
 def register_script_rewards(path: str | Path) -> list[str]:

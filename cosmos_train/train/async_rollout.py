@@ -70,8 +70,8 @@ def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rew
         return [all_rows[i] for i in torch.randint(len(all_rows), (k,), generator=g).tolist()]
 
     metric = tp.filter_reward_metric
-    shaping = Shaping(scale_by_std=tp.scale_rewards, overlong=overlong,
-                      advantage_clip=(tp.advantage_low, tp.advantage_high),
+    shaping = Shaping(scale_by_std=tp.scale_rewards, std=tp.advantage_std, overlong=overlong,
+                      advantage_clip=(tp.advantage_low, tp.advantage_high) if tp.clip_advantages else None,
                       min_filter_prefix_tokens=tp.min_filter_prefix_tokens,
                       filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric))
     return collect_rollouts(engine, rows, rewards, sampling_for(cfg, step_seed), shaping=shaping,

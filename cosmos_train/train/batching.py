@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from cosmos_train.data.chat import EncodedChat
+from cosmos_train.models.families import family_of
 from cosmos_train.train import packed_attention
 
 IGNORE = -100
@@ -134,7 +135,17 @@ def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:
 
 
 def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
-    """Keyword arguments for the model's forward."""
+    """Keyword arguments for the model's forward. A text-only model (`FamilySpec.text_only`) takes the text
+    position row alone ([1, L] of the [4, 1, L] rows) and no mm_token_type_ids: it has 1D RoPE."""
+    kw = _model_inputs(model, mb)
+    if family_of(model).text_only:
+        kw.pop("mm_token_type_ids", None)
+        if "position_ids" in kw and kw["position_ids"].dim() == 3:
+            kw["position_ids"] = kw["position_ids"][0]
+    return kw
+
+
+def _model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
     kw: dict[str, Any] = {"input_ids": mb.input_ids, **mb.vision}
     if mb.position_ids is not None:
         kw["position_ids"] = mb.position_ids
@@ -146,7 +157,8 @@ def model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
         kw["attention_mask"] = mask
     elif mb.packed_lengths is not None:
         core = model.model if hasattr(model, "model") else model
-        kw["position_ids"] = packed_position_ids(core.get_rope_index, mb)
+        # a text-only model has no get_rope_index; its packed rows have no media to call it for
+        kw["position_ids"] = packed_position_ids(getattr(core, "get_rope_index", None), mb)
         if attention_of(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
             kw.update(packed_attention.segment_bounds(mb.packed_lengths))
     else:

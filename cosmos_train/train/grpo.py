@@ -3,16 +3,19 @@
     python -m torch.distributed.run --nproc_per_node=2 -m cosmos_train.train.grpo --config RUN/config.toml
     cosmos-train grpo --config configs/tiny-grpo.toml          # the same through the Prefect flow
 
-A step, on every rank for its share of the step's prompts (`Config.prompts_per_step`: rollout.batch_size, or
-train.train_batch_per_replica / n_generation when that is more, as in cosmos-rl):
+A step, on every rank for its share of the step's prompts (`Config.prompts_per_step`: train.train_batch_per_replica /
+n_generation, as in cosmos-rl, where a step trains on train_batch_per_replica completions per replica):
 1. rollout: the rank's engine (HF on CPU, vLLM on GPU, colocated) samples `rollout.n_generation`
    completions per prompt; the reward set scores them; advantages are normalised per group
    (`train/rollout.py`; variant "dapo" drops all-equal groups and samples more prompts);
-2. the completions become sequences (`train/rl_batch.py`) split into mini-batches, one optimizer update
-   each (`prompts_per_step * n_generation / train.train_batch_per_replica` of them), `mu_iterations`
-   passes, each mini-batch in micro-batches of `micro_batch` completions (`train/step.py`, shared with SFT);
-   old log-probs are the trainer's own (recomputed when the policy moves within the step) or the
-   engine's; the reference model (kl_beta > 0) is a frozen copy sharded like the policy;
+2. the completions become sequences (`train/rl_batch.py`), one optimizer update per `mu_iterations` pass over
+   all of them, in micro-batches of `micro_batch` completions (cosmos-rl's mini-batches; `train/step.py`,
+   shared with SFT): each micro-batch's loss is normalised over its own tokens (`rl_losses.aggregate`)
+   and weighted by its share of the rank's completions, and data-parallel ranks are averaged, as
+   cosmos-rl's `compute_loss` does (balance_dp_token and our loss_denominator = "update" change the
+   denominator); old log-probs are the trainer's own (recomputed when the policy moves within the step)
+   or the engine's; the reference model (kl_beta > 0) is a frozen copy sharded like the policy; the
+   learning-rate schedule ticks once a step, however many updates it made (cosmos-rl's);
 3. every `train.sync_weight_interval` steps the policy's weights go into the engine (in place, version =
    step); every `validation.freq` steps the engine answers the validation rows and the best weights by
    validation accuracy (or reward) are exported to safetensors/best.
@@ -30,6 +33,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +47,7 @@ from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.generation import create_engine, from_rollout
 from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
-from cosmos_train.rewards import combine, register_script_rewards
+from cosmos_train.rewards import combine, register_script_rewards, weights_of
 from cosmos_train.train.async_rollout import SEED_MOD, RolloutWorker, run_rollout, validation_sampling
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
@@ -72,11 +76,23 @@ class _Micro:
         ignore = torch.tensor([s.ignore_prefix for s in samples])
         after_prefix = torch.arange(self.layout.width).unsqueeze(0) >= ignore.unsqueeze(1)
         self.mask = self.layout.token_mask() & in_loss.unsqueeze(1) & after_prefix
+        self.count = len(samples) if weight > 0 else 0  # completions of the rank's update it holds
         self.advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
         self.behav = self.layout.grid(torch.cat([s.behav_logprobs.float() for s in samples]))
         self.completions_in_loss = int(in_loss.sum())
         self.old: torch.Tensor | None = None
         self.ref: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _LossScales:
+    """How the micro-batches of one optimizer update enter its loss (`GRPOTrainer._loss_scales`)."""
+
+    normalisers: list[float | None]  # per micro-batch: the loss's denominator (None: its own tokens / completions)
+    shares: list[float]  # per micro-batch: its completions / the rank's completions in the update
+    dp_factor: float  # the loss x this: dp_size where the denominator spans the ranks (FSDP then averages)
+    whole_update: bool = False  # loss_denominator = "update"
+    total: float = 0.0  # completion tokens of the update on every rank (0: nothing to learn)
 
 
 class GRPOTrainer(Trainer):
@@ -88,35 +104,44 @@ class GRPOTrainer(Trainer):
         if dataset_script:
             register_script_rewards(dataset_script)
         self.rewards = combine(tp.reward_function, remote=tp.remote_reward if tp.use_remote_reward else None)
-        self.val_rewards = combine(cfg.validation.reward_function or tp.reward_function)
+        val_remote = cfg.validation.use_remote_reward
+        val_remote = tp.use_remote_reward if val_remote is None else val_remote
+        # cosmos-rl validates through the remote service too when training does (it picks which weights are best):
+        # the service scores its rewards, the local functions the others
+        val_local = weights_of(cfg.validation.reward_function or tp.reward_function)
+        if val_remote:
+            remote_names = {f.name for f in tp.remote_reward.reward_fns}
+            val_local = {k: v for k, v in val_local.items() if k not in remote_names}
+        self.val_rewards = combine(val_local, remote=tp.remote_reward if val_remote else None)
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         prompts = cfg.prompts_per_step
         if prompts % dist.dp_size:
             raise ConfigError([
-                f"the {prompts} prompts of a step (rollout.batch_size, or train.train_batch_per_replica / "
-                f"rollout.n_generation when more) must be divisible by the {dist.dp_size} data-parallel "
-                f"rank(s) ({dist.world_size} processes / tp_size {dist.tp}): each rank samples an equal share "
-                "of the prompts"
+                f"the {prompts} prompt(s) of a step (train.train_batch_per_replica / rollout.n_generation, at least "
+                f"1) must be divisible by the {dist.dp_size} data-parallel rank(s) ({dist.world_size} processes / "
+                f"tp_size {dist.tp}): each rank samples whole groups for an equal share of the prompts; raise "
+                "train.train_batch_per_replica or run fewer data-parallel ranks"
             ])
         self.sampler = GlobalBatchSampler(len(self.rows), prompts, dist.dp_size, dist.dp_rank,
                                           shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=True)
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:
-            raise DataError(f"{len(self.rows)} training row(s) make no rollout batch of {prompts} prompts: add "
-                            "rows or lower rollout.batch_size (and train.train_batch_per_replica)")
+            raise DataError(f"{len(self.rows)} training row(s) make no step of {prompts} prompts: add rows or lower "
+                            "train.train_batch_per_replica")
         total_steps = per_epoch * t.epoch
         if t.max_num_steps is not None:
             total_steps = min(total_steps, t.max_num_steps)
-        self.mini_batches = prompts * r.n_generation // t.train_batch_per_replica
-        self.init_schedule(total_steps, total_steps * self.mini_batches * tp.mu_iterations)
+        # cosmos-rl's steps in one step here: 1, or n_generation / train_batch_per_replica when a group is more
+        # than a step's completions; each makes mu_iterations optimizer updates and one schedule tick
+        self.mini_batches = cfg.rl_steps_per_step
+        self.init_schedule(total_steps, total_steps * self.mini_batches)
         self.reference = load_policy(cfg, dist, trainable=False)[0] if tp.kl_beta > 0 else None
         self.loss_cfg = PolicyLossConfig(
             epsilon_low=tp.epsilon_low, epsilon_high=tp.epsilon_high, dual_clip=tp.lower_bound_ratio,
-            sequence_ratio=tp.variant == "gspo", kl_beta=tp.kl_beta, loss_type=tp.loss_type,
-            # decoupled PPO reweights by the full sampler/trainer ratio; the cap truncates it
-            is_cap=tp.behav_imp_weight_cap if tp.behav_imp_weight_cap is not None
-            else (math.inf if tp.use_decoupled_loss else None),
+            sequence_ratio=tp.variant == "gspo", kl_beta=tp.kl_beta, unbiased_kl=tp.unbiased_kl_estimate,
+            decoupled=tp.use_decoupled_loss, is_cap=tp.behav_imp_weight_cap, loss_type=tp.loss_type,
+            max_tokens=tp.unbiased_loss_max_tokens,
         )
         # the trainer's log-probs are of softmax(logits / train_policy.temperature), as in cosmos-rl; the engine
         # samples at rollout.sampling_config.temperature (config checks they agree where engine log-probs count)
@@ -249,7 +274,7 @@ class GRPOTrainer(Trainer):
         most = [int(c) for c in all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
         out = []
         for part, n in zip(parts, most):
-            rope_index = self.model.model.get_rope_index
+            rope_index = getattr(self.model.model, "get_rope_index", None)  # None: a text-only model
             micro = [_Micro(m, rope_index) for m in split_micro_batches(part, tp.micro_batch)]
             while len(micro) < n:
                 micro.append(_Micro([filler], rope_index, weight=0.0))
@@ -266,15 +291,37 @@ class GRPOTrainer(Trainer):
             setattr(m, attr, m.layout.to(logits.device).logprobs(logits, self.temperature))
 
     def _normaliser(self, micro: list[_Micro]) -> float:
-        """The global denominator of one optimizer update's loss (module docstring of rl_losses)."""
+        """loss_denominator = "update": one denominator for the whole update on every rank (tokens for token-mean,
+        completions otherwise, x rollout.max_response_length for seq-mean-token-sum)."""
         tp = self.cfg.train.train_policy
         if tp.loss_type == "token-mean":
             local = sum(float(m.mask.sum()) for m in micro)
         else:
             local = sum(float(m.completions_in_loss) for m in micro)
-            if tp.loss_type == "seq-mean-token-sum":  # Dr.GRPO: a constant per completion, the length budget
+            if tp.loss_type == "seq-mean-token-sum":
                 local *= self.cfg.rollout.max_response_length
         return float(all_reduce_sum(local, self.dist.device)) / self.dist.tp
+
+    def _loss_scales(self, micro: list[_Micro]) -> _LossScales:
+        """How each micro-batch's loss enters one update (`_LossScales`), as cosmos-rl's compute_loss and
+        step_training weigh its mini-batches: normalised over its own tokens (or completions), times its share
+        of the rank's completions, ranks averaged by FSDP. balance_dp_token (token-mean): each micro-batch's
+        tokens summed over the data-parallel ranks, the loss x dp so the average becomes that global mean."""
+        tp = self.cfg.train.train_policy
+        n = len(micro)
+        if tp.loss_denominator == "update":
+            total = self._normaliser(micro)
+            return _LossScales([total] * n, [1.0] * n, float(self.dist.dp_size), whole_update=True, total=total)
+        held = sum(m.count for m in micro)
+        shares = [m.count / held if held else 0.0 for m in micro]
+        tokens = all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64),
+                                self.dist.device) / self.dist.tp
+        total = float(tokens.sum())
+        balance = tp.balance_dp_token if tp.balance_dp_token is not None else False
+        if tp.loss_type == "token-mean" and balance:
+            return _LossScales([float(t) or None for t in tokens.tolist()], shares, float(self.dist.dp_size),
+                               total=total)
+        return _LossScales([None] * n, shares, 1.0, total=total)
 
     def train_on(self, samples: list[RLSample], filler: RLSample) -> dict[str, float]:
         tp = self.cfg.train.train_policy
@@ -287,36 +334,41 @@ class GRPOTrainer(Trainer):
             self._score_tokens(self.reference, every, "ref")
             flops += forward
         engine_old = tp.old_logprobs == "engine"
-        # The policy moves within this step only with several updates; otherwise the trainer's own forward
-        # gives the old log-probs (ratio 1, as TRL does for one iteration).
-        if not engine_old and (tp.mu_iterations > 1 or self.mini_batches > 1):
-            self._score_tokens(self.model, every, "old")
-            flops += forward
+        # Old log-probs: the trainer's own forward in a part's first iteration (ratio 1), kept for its later
+        # iterations, as cosmos-rl does; a part trains mu_iterations times before the next starts (each part is
+        # one of cosmos-rl's steps), so its old log-probs are of the weights the earlier parts left.
         sums: dict[str, float] = {}
         losses, norms, applied = [], [], True
-        for _ in range(tp.mu_iterations):
-            for micro in parts:
+        for micro in parts:
+            scales = self._loss_scales(micro)
+            for _ in range(tp.mu_iterations):
                 self.model.train()
-                norm = self._normaliser(micro)
-                if norm == 0:  # every completion of this update is masked out (all truncated): nothing to learn
-                    self.scheduler.step()  # the schedule stays on update numbers
+                if scales.total == 0:  # every completion of this update is masked out (all truncated): nothing to learn
                     continue
                 loss_sum = [0.0]
 
                 def loss_fn(i: int, mb: MicroBatch, logits: torch.Tensor, keep: torch.Tensor,
-                            micro: list[_Micro] = micro, norm: float = norm, loss_sum: list[float] = loss_sum) -> torch.Tensor:
+                            micro: list[_Micro] = micro, scales: _LossScales = scales,
+                            loss_sum: list[float] = loss_sum) -> torch.Tensor:
                     m = micro[i]
+                    norm = scales.normalisers[i]
                     layout = m.layout.to(logits.device)
                     logp = layout.logprobs(logits, self.temperature)
                     mask, behav = m.mask.to(logp.device), m.behav.to(logp.device)
-                    old = behav if engine_old else (m.old if m.old is not None else logp.detach())
+                    if m.old is None and not engine_old:
+                        m.old = logp.detach()
+                    old = behav if engine_old else m.old
                     loss, values = policy_loss(
                         logp, old, m.advantages.to(logp.device), mask, self.loss_cfg, ref_logprobs=m.ref,
-                        behav_logprobs=None if engine_old else behav, normaliser=norm)
+                        behav_logprobs=behav, normaliser=norm)
+                    loss = loss * scales.dp_factor
                     with torch.set_grad_enabled(bool(tp.entropy_coeff)):  # logged always, trained on when asked
                         entropy = layout.per_position(token_entropy(logits[0].float() / (self.temperature or 1.0)))
-                    if tp.entropy_coeff:
-                        loss = loss - tp.entropy_coeff * aggregate(entropy, mask, tp.loss_type, norm)
+                    if tp.entropy_coeff:  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
+                        bonus = (aggregate(entropy, mask, tp.loss_type, norm) * scales.dp_factor if scales.whole_update
+                                 else aggregate(entropy, mask, "token-mean"))
+                        loss = loss - tp.entropy_coeff * bonus
+                    loss = loss * scales.shares[i]
                     n = float(mask.sum())
                     values["entropy"] = float((entropy.detach() * mask).sum() / max(n, 1.0))
                     for key in _TOKEN_METRICS:
@@ -324,15 +376,16 @@ class GRPOTrainer(Trainer):
                             sums[key] = sums.get(key, 0.0) + values[key] * n
                     sums["tokens"] = sums.get("tokens", 0.0) + n
                     loss_sum[0] += float(loss.detach())
-                    # FSDP averages gradients over dp ranks; x dp_size makes it the sum the normaliser divides
-                    return loss * self.dist.dp_size
+                    # FSDP averages gradients over the dp ranks (dp_factor undoes it where the denominator is global)
+                    return loss
 
                 backward_micro_batches(self.model, [m.batch for m in micro], self.dist, loss_fn)
                 grad_norm = clip_grad_norm(self.model, self.cfg.train.optm_grad_norm_clip)
-                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.dist.tp
-                applied &= apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm))
+                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.dist.tp / self.dist.dp_size
+                applied &= apply_update(self.optimizer, None, math.isfinite(loss) and math.isfinite(grad_norm))
                 losses.append(loss)
                 norms.append(grad_norm)
+            self.scheduler.step()  # one tick per part: each part is one of cosmos-rl's steps
         sums["model_flops"] = flops
         keys = sorted(sums)
         total = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64), self.dist.device)
@@ -381,7 +434,7 @@ class GRPOTrainer(Trainer):
         t1 = time.perf_counter()
         if stats["groups"] == 0:  # no rank has a group with signal (all rewards equal everywhere): no update
             values: dict[str, Any] = {"loss": 0.0, "grad_norm": 0.0, "updates": 0.0, "skipped": False}
-            for _ in range(self.mini_batches * self.cfg.train.train_policy.mu_iterations):
+            for _ in range(self.mini_batches):
                 self.scheduler.step()  # the schedule stays on step numbers
         else:
             values = self.train_on(samples, filler)

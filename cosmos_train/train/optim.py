@@ -1,9 +1,11 @@
-"""AdamW from the [train] optm_* keys, and the warmup + decay learning-rate schedule."""
+"""AdamW from the [train] optm_* keys, and the warmup + decay learning-rate schedule (cosmos-rl's, checked
+against its build_lr_schedulers by tests/unit/test_cosmos_rl_parity.py)."""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -54,45 +56,58 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
     return cls(groups, **kwargs)
 
 
-def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
+@dataclass(frozen=True)
+class Schedule:
+    """A run's learning-rate phases in trainer steps: linear warmup, the peak, then decay (cosmos-rl's
+    warmup-stable-decay, with its virtual last step so the final update's rate is not 0)."""
+
+    warmup: int
+    stable: int
+    decay: int
+
+
+def schedule_of(cfg: TrainConfig, total_steps: int) -> Schedule:
+    """The phases for a run of `total_steps` steps. optm_warmup_steps: a float <= 1 is a fraction of the run
+    (rounded down), else steps, at most the run; optm_decay_ratio: the decay's fraction of the run (rounded),
+    at most what warmup leaves; unset: every step after warmup."""
     w = cfg.optm_warmup_steps
-    return int(round(w * total_steps)) if 0 < w < 1 else int(w)
+    warm = int(w * total_steps) if isinstance(w, float) and w <= 1.0 else int(w)
+    warm = min(warm, total_steps)
+    if cfg.optm_decay_ratio is not None:
+        decay = min(round(total_steps * cfg.optm_decay_ratio), total_steps - warm)
+    else:
+        decay = total_steps - warm
+    return Schedule(warm, total_steps + 1 - warm - decay, decay)
 
 
-def lr_factor(step: int, total_steps: int, warmup: int, decay: str, min_factor: float,
-              start_factor: float = 0.0, decay_steps: int | None = None) -> float:
-    """Multiplier of optm_lr for the update at 0-based `step`: linear warmup from start_factor (step s of w
-    gets f + (1 - f) * (s + 1) / w), the peak, then decay to min_factor over the last `decay_steps` (None:
-    every step after warmup)."""
-    if warmup > 0 and step < warmup:
-        return start_factor + (1.0 - start_factor) * (step + 1) / warmup
-    if decay == "none" or decay_steps == 0:  # optm_decay_ratio = 0: the peak to the end
+def lr_factor(step: int, sched: Schedule, decay_type: str, min_factor: float, start_factor: float = 0.0) -> float:
+    """Multiplier of optm_lr at 0-based trainer `step`: warmup from start_factor to 1 over its steps (step s
+    of w gets f + (1 - f) * s / (w - 1); a 1-step warmup is the peak), the peak, then decay to min_factor
+    (progress (s + 1 - warmup - stable) / decay)."""
+    if step < sched.warmup:
+        if sched.warmup == 1:
+            return 1.0
+        return start_factor + (1.0 - start_factor) * step / (sched.warmup - 1)
+    if step < sched.warmup + sched.stable:
         return 1.0
-    span = max(1, total_steps - warmup) if decay_steps is None else max(1, decay_steps)
-    start = total_steps - span if decay_steps is not None else warmup
-    if step < start:
+    if sched.decay == 0:  # past a run without decay (a tick beyond its last step): the peak
         return 1.0
-    progress = min(1.0, (step - start) / span)
-    if decay == "linear":
+    progress = min(1.0, (step + 1 - sched.warmup - sched.stable) / sched.decay)
+    if decay_type == "none":
+        f = 1.0
+    elif decay_type == "linear":
         f = 1.0 - progress
-    elif decay == "cosine":
+    elif decay_type == "cosine":
         f = 0.5 * (1.0 + math.cos(math.pi * progress))
-    elif decay == "sqrt":
+    elif decay_type == "sqrt":
         f = 1.0 - math.sqrt(progress)
     else:
-        raise ValueError(f"train.optm_decay_type: unknown {decay!r}")
+        raise ValueError(f"train.optm_decay_type: unknown {decay_type!r}")
     return min_factor + (1.0 - min_factor) * f
 
 
-def decay_steps(cfg: TrainConfig, total_steps: int, warmup: int) -> int | None:
-    """Steps the decay spans with optm_decay_ratio (at most the steps after warmup); None without it."""
-    if cfg.optm_decay_ratio is None:
-        return None
-    return min(round(cfg.optm_decay_ratio * total_steps), max(0, total_steps - warmup))
-
-
 def build_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
-    warm = warmup_steps(cfg, total_steps)
-    span = decay_steps(cfg, total_steps, warm)
-    return LambdaLR(opt, lambda s: lr_factor(s, total_steps, warm, cfg.optm_decay_type, cfg.optm_min_lr_factor,
-                                             cfg.optm_warmup_start_factor, span))
+    """One tick per trainer step (SFT and GRPO alike, however many optimizer updates a step makes)."""
+    sched = schedule_of(cfg, total_steps)
+    return LambdaLR(opt, lambda s: lr_factor(s, sched, cfg.optm_decay_type, cfg.optm_min_lr_factor,
+                                             cfg.optm_warmup_start_factor))

@@ -8,7 +8,8 @@ SFT trains after and evaluation asks); the engine gives `n` completions per row;
 scores each against the row (its `reference` / `options`); advantages are group-normalised
 (`rl_losses.group_advantages`). A DAPO soft overlong penalty is added to the reward when set.
 
-Advantages are clipped to [advantage_low, advantage_high]. With min_filter_prefix_tokens, completions of a
+Advantages are clipped to [advantage_low, advantage_high] with clip_advantages (cosmos-rl's language-model
+GRPO does not clip). With min_filter_prefix_tokens, completions of a
 group that share a longest common prefix of at least that many tokens but got different rewards leave the
 prefix out of the loss (`shared_prefix_ignore`), as cosmos-rl does: the reward cannot tell whether the
 shared tokens were good.
@@ -31,7 +32,7 @@ import torch
 from cosmos_train.data.prompt import prompt_messages
 from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
 from cosmos_train.rewards import RewardSet
-from cosmos_train.train.rl_losses import group_advantages, overlong_penalty
+from cosmos_train.train.rl_losses import AdvantageStd, group_advantages, overlong_penalty
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Shaping:
     """How a group's rewards become its advantages and loss masks (train_policy keys)."""
 
     scale_by_std: bool = True
+    std: AdvantageStd = "population"
     overlong: Overlong | None = None
     advantage_clip: tuple[float, float] | None = None
     min_filter_prefix_tokens: int | None = None
@@ -129,7 +131,8 @@ def _score(
             lengths = torch.tensor([len(c.token_ids) for c in completions])
             penalty = overlong_penalty(lengths, overlong.max_length, overlong.buffer_length, overlong.penalty_factor)
             totals = [t + float(p) for t, p in zip(totals, penalty)]
-        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std)
+        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std,
+                               std=shaping.std)
         if shaping.advantage_clip is not None:
             adv = adv.clamp(*shaping.advantage_clip)
         ignore = ([0] * len(completions) if shaping.min_filter_prefix_tokens is None else

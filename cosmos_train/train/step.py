@@ -103,10 +103,12 @@ def clip_grad_norm(model: nn.Module, clip: float) -> float:
 
 def apply_update(optimizer: torch.optim.Optimizer, scheduler: Any, finite: bool) -> bool:
     """Step the optimizer when the step's loss and grad norm are finite (both global values, so every
-    rank agrees), always the scheduler (a skipped update keeps the schedule on step numbers, as AMP's
-    scaler does), then clear the gradients. Returns whether the update was applied."""
+    rank agrees), always the scheduler unless None (the caller ticks it: GRPO once a step; a skipped update
+    keeps the schedule on step numbers, as AMP's scaler does), then clear the gradients. Returns whether the
+    update was applied."""
     if finite:
         optimizer.step()
-    scheduler.step()
+    if scheduler is not None:
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return finite

@@ -111,11 +111,12 @@ class Trainer(ABC):
         self.exit_request = install_exit_handlers()
         self.stopped = False
 
-    def init_schedule(self, total_steps: int, scheduler_steps: int | None = None) -> None:
-        """total_steps: the run's length in trainer steps; scheduler_steps: optimizer updates over the
-        run when a step makes several (GRPO's mini-batches), else total_steps."""
+    def init_schedule(self, total_steps: int, schedule_steps: int | None = None) -> None:
+        """total_steps: the run's length in trainer steps; schedule_steps: the ticks of the learning-rate schedule
+        over the run, cosmos-rl's steps (GRPO: a step here is several when a group is more than
+        train_batch_per_replica completions), else total_steps. It never counts optimizer updates."""
         self.total_steps = total_steps
-        self.scheduler = build_scheduler(self.optimizer, self.cfg.train, scheduler_steps or total_steps)
+        self.scheduler = build_scheduler(self.optimizer, self.cfg.train, schedule_steps or total_steps)
 
     # ------------------------------------------------------------------ what a checkpoint carries
     def checkpoint_extra(self) -> dict[str, Any]:

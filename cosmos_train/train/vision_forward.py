@@ -31,6 +31,7 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from cosmos_train.distributed import all_reduce_sum
+from cosmos_train.errors import DataError
 from cosmos_train.models.families import family_of
 from cosmos_train.train.batching import MicroBatch, model_inputs
 
@@ -58,6 +59,12 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head
     run_vision: some rank has media in this micro-batch (`media_in_micro_batches`), so this rank runs
     the tower even without media of its own, on a blank grid; the loss term (zero-valued, not None only
     then) carries that output, and training adds it to the loss before backward."""
+    if family_of(model).text_only:  # no tower to run (no rank has one), and no rows with media
+        if mb.has_media:
+            raise DataError(f"{model.config.model_type} is a text-only model (policy.model_name_or_path): a row of "
+                            "this micro-batch has images or videos; train it on text-only rows, or use a "
+                            "vision-language model")
+        run_vision = False
     if not hasattr(model, _METHOD):
         # The model is the FSDP root built by `parallelize`; registering the method there makes FSDP
         # gather the root's parameters around it as around `forward` (a no-op without FSDP).

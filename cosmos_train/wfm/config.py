@@ -5,10 +5,14 @@
     cosmos-train config check configs/tiny-wfm-flow-grpo.toml --set model.rl.sample_steps=8
     cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml
 
-cosmos-rl's recipes also carry tables of its imaginaire trainer ([[model.conditioner]], [[trainer.callbacks]],
-[dataloader_val], [model.net], ...): they load, and each is listed as accepted with no effect, with why. The
-callbacks' grad_clip clip_norm is honoured (it is the gradient clip). Settings that would change the result and
-are not implemented (context parallelism, video2world conditioning frames, webdataset) are refused by name.
+cosmos-rl's own recipes (configs/cosmos-predict2-5/*.toml) load as they are. A recipe that names no
+model.model_name_or_path is read in cosmos-rl's form: its model is [checkpoint] load_path, and every result-changing
+key it leaves out takes cosmos-rl's default (COSMOS_RL_DEFAULTS: e.g. kl_beta 0.01, num_rollout 8, train_on 0..7,
+one conditioning frame), so the run is the one cosmos-rl would make or is refused. Each entry of the imaginaire
+tables is in one stated state (CALLBACK_STATES, conditioner_states): implemented (grad_clip's clip_norm and
+force_finite, the text conditioner's dropout_rate), accepted with no effect and listed with why (logging callbacks,
+the fps / padding-mask remaps), or refused by name with what to do (ema_model, conditioning frames, context
+parallelism, webdataset, cosmos-rl's .pt checkpoints: convert them to a diffusers folder).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from cosmos_train.config import (
     JobSection,
@@ -63,11 +67,35 @@ class RLConfig(Section):
                             "(0: none). Training rollouts never use guidance.")
     update_ref_every_iter: int = Field(0, ge=0, description="Copy the policy into the reference every N "
                                        "iterations (0: never).")
-    min_num_conditional_frames: int = Field(0, ge=0, description="Video2world conditioning frames; only 0 "
-                                            "(text2world) is implemented.")
+    min_num_conditional_frames: int = Field(0, ge=0, le=64, description="Video2world conditioning frames (fewest "
+                                            "per rollout); only 0 (text2world) is implemented.")
+    max_num_conditional_frames: int = Field(0, ge=0, le=64, description="Video2world conditioning frames (most per "
+                                            "rollout; cosmos-rl draws between min and max); only 0 is implemented.")
+    train_on: list[int] | None = Field(None, min_length=1, max_length=1000, description="cosmos-rl's trained "
+                                       "steps: these denoising-step indices (0 .. sample_steps-1) every iteration, "
+                                       "each -1 a random other step; unset: a random timestep_fraction of them.")
+    use_same_seed: bool = Field(True, description="true: a prompt's num_generations samples share one initial "
+                                "noise (cosmos-rl's rollout-group seed); false: each sample draws its own.")
     mu_iterations: int = Field(1, ge=1, le=64, description="Optimizer passes over each rollout batch.")
     train_micro_batch: int = Field(8, ge=1, le=4096, description="Samples per forward/backward while training (at most a rank's batch_size x "
                                    "num_generations are used).")
+
+
+class ConditionerEntry(Section):
+    """One [[model.conditioner]] entry of cosmos-rl (imaginaire's conditioner)."""
+
+    name: str = Field(max_length=128, description="The entry's name (text, fps, padding_mask, use_video_condition).")
+    type: Literal["remap_key", "text_attr", "boolean_flag"] = Field(
+        "remap_key", description="remap_key: a batch key into the condition; text_attr: the prompt embedding; "
+        "boolean_flag: a flag (use_video_condition).")
+    output_key: str | None = Field(None, max_length=128, description="The condition's key (default: the name).")
+    input_key: str | list[str] | None = Field(None, description="The batch key(s) read.")
+    dropout_rate: float = Field(0.0, ge=0, le=1, description="text_attr: share of samples whose prompt embedding "
+                                "is zeroed in DDRL's data term (classifier-free-guidance training).")
+
+    @property
+    def key(self) -> str:
+        return self.output_key or self.name
 
 
 class WfmModelConfig(Section):
@@ -89,8 +117,17 @@ class WfmModelConfig(Section):
                                    "pipeline does (it uses 512).")
     rl: RLConfig = Field(default_factory=RLConfig, description="The RL algorithm.")
     # cosmos-rl / imaginaire tables: loaded, said to have no effect (see NO_EFFECT_TABLES)
-    conditioner: list[dict[str, Any]] | None = Field(None, description="cosmos-rl conditioner list (no effect).")
+    conditioner: list[ConditionerEntry] | None = Field(None, max_length=64, description="cosmos-rl conditioner "
+                                                       "list (text_attr dropout_rate is honoured; see "
+                                                       "conditioner_states).")
     net: dict[str, Any] | None = Field(None, description="cosmos-rl network overrides (no effect).")
+    resolution: str | None = Field(None, max_length=16, description="cosmos-rl resolution name (no effect: the "
+                                   "size is dataloader_train.video_dataloader.video_size).")
+    use_rf_ckpts: bool | None = Field(None, description="cosmos-rl: its .pt checkpoint is rectified flow (no "
+                                      "effect: a diffusers folder is).")
+    tokenizer: dict[str, Any] | None = Field(None, description="cosmos-rl VAE chunking (no effect).")
+    ema: dict[str, Any] | None = Field(None, description="cosmos-rl EMA weights (kept only by the ema_model "
+                                       "callback, which is refused).")
     text_encoder_class: str | None = Field(None, description="cosmos-rl text encoder name (no effect).")
     text_encoder_config: dict[str, Any] | None = Field(None, description="cosmos-rl text encoder (no effect).")
 
@@ -110,10 +147,12 @@ class TrainerConfig(Section):
     max_iter: int = Field(100, ge=1, description="RL iterations (one rollout batch + its updates each).")
     seed: int = Field(0, ge=0, description="Seed of the noise and the timestep choice (the rank is added).")
     logging_iter: int = Field(1, ge=1, description="Log every this many iterations.")
-    grad_clip_norm: float = Field(1.0, ge=0, description="Clip the total gradient norm (0: off); cosmos-rl's "
-                                  "grad_clip callback's clip_norm sets it too.")
-    callbacks: list[dict[str, Any]] | None = Field(None, description="cosmos-rl trainer callbacks (grad_clip is "
-                                                   "read; the others have no effect).")
+    grad_clip_norm: float = Field(1.0, ge=0, le=1e6, description="Clip the total gradient norm (0: off); "
+                                  "cosmos-rl's grad_clip callback's clip_norm sets it too.")
+    grad_force_finite: bool = Field(False, description="Zero NaN / inf gradient elements before clipping (cosmos-rl's "
+                                    "grad_clip force_finite sets it); false: a non-finite norm stops the run.")
+    callbacks: list[dict[str, Any]] | None = Field(None, max_length=256, description="cosmos-rl trainer callbacks "
+                                                   "({name, args}; each in the state CALLBACK_STATES gives).")
     grad_scaler_args: dict[str, Any] | None = Field(None, description="cosmos-rl fp16 scaler (no effect).")
 
 
@@ -161,6 +200,8 @@ class VideoDataloaderConfig(Section):
     mock_prompts: int = Field(64, ge=1, le=1_000_000, description="Mock type: how many built-in prompts.")
     heldout_videos: int = Field(4, ge=0, le=100_000, description="Dataset rows kept out of training for the "
                                 "held-out diffusion loss (local type).")
+    dataloader: dict[str, Any] | None = Field(None, description="cosmos-rl's webdataset loader (type = \"web\", "
+                                              "refused: not read here).")
 
     @property
     def scan_settings(self) -> dict[str, Any]:
@@ -198,9 +239,11 @@ class CheckpointConfig(Section):
     resume: bool | str = Field(False, description="true: newest checkpoint in the run folder; or a path.")
     export_diffusers: bool = Field(True, description="Write RUN/diffusers/final (and per save) as a diffusers "
                                    "folder.")
-    type: str | None = Field(None, description="cosmos-rl checkpoint type (no effect).")
-    load_path: str | None = Field(None, description="cosmos-rl's base model id; use model.model_name_or_path.")
-    model_id: str | None = Field(None, description="cosmos-rl checkpoint file in load_path (no effect).")
+    type: str | None = Field(None, max_length=64, description="cosmos-rl checkpoint type (no effect).")
+    load_path: str | None = Field(None, max_length=4096, description="cosmos-rl's model: a diffusers folder or "
+                                  "Hub id (the model trained when model.model_name_or_path is unset).")
+    model_id: str | None = Field(None, max_length=4096, description="cosmos-rl's .pt checkpoint inside load_path: "
+                                 "refused, with the command that converts it to a diffusers folder.")
     save_to_object_store: dict[str, Any] | None = Field(None, description="cosmos-rl S3 save (enabled must be "
                                                         "false; `cosmos-train upload` uploads a run).")
     load_from_object_store: dict[str, Any] | None = Field(None, description="cosmos-rl S3 load (enabled must "
@@ -233,17 +276,76 @@ class EvaluationConfig(Section):
 
 # the no-effect tables, each with why
 NO_EFFECT_TABLES: dict[str, str] = {
-    "model.conditioner": "imaginaire's conditioner list: conditioning here is the prompt embedding (and no "
-                         "conditioning frames)",
     "model.net": "network overrides: the DiT's architecture is its folder's transformer/config.json",
+    "model.resolution": "the size is dataloader_train.video_dataloader.video_size",
+    "model.use_rf_ckpts": "says how to read cosmos-rl's .pt checkpoint; a diffusers folder is rectified flow",
+    "model.tokenizer": "how the VAE chunks frames while encoding: memory, not the latents",
+    "model.ema": "cosmos-rl updates its EMA copy only with the ema_model callback (refused here); without it the "
+                 "copy stays the starting weights, which the export need not hold",
     "model.text_encoder_class": "the text encoder is the folder's text_encoder/",
     "model.text_encoder_config": "the text encoder is the folder's text_encoder/",
     "trainer.grad_scaler_args": "no fp16 loss scaling (float32 / bfloat16 only)",
     "dataloader_val": "evaluation uses [evaluation] (fixed prompts and noise) and held-out dataset rows",
     "dataloader_train.image_dataloader": "video only",
+    "dataloader_train.video_dataloader.dataloader": "cosmos-rl's webdataset loader settings: read only by type = "
+                                                    "\"web\", which is refused",
     "checkpoint.type": "checkpoints are torch.distributed.checkpoint folders",
-    "checkpoint.model_id": "the model is a diffusers folder (model.model_name_or_path)",
 }
+
+# cosmos-rl's [[trainer.callbacks]] by name (cosmos_rl/utils/wfm/callback.py CALLBACK_CLS_MAPPING): implemented,
+# accepted with no effect (why), or refused (what to do). A name not here is refused: cosmos-rl refuses it too.
+GRAD_CLIP_ARGS = ("clip_norm", "force_finite")
+CALLBACK_IMPLEMENTED = {"grad_clip": "clip_norm is trainer.grad_clip_norm, force_finite is trainer.grad_force_finite"}
+CALLBACK_NO_EFFECT: dict[str, str] = {
+    "iter_speed": "timing log: step_time and rollout_time are in metrics.jsonl",
+    "param_count": "parameter-count log: the trainer logs the DiT's parameter count when it starts",
+    "heart_beat": "liveness upload to S3: the flow's task state and metrics.jsonl show a live run",
+    "device_monitor": "GPU memory / utilisation log",
+    "manual_gc": "when Python collects garbage: memory housekeeping, the same math",
+    "compile_tokenizer": "torch.compile of the VAE: speed, the same latents",
+    "low_prec": "copies float32 master weights into low-precision ones: here the weights and optimizer state stay "
+                "float32 and model.param_dtype is only the compute dtype",
+    "frame_loss_log": "per-frame loss log",
+    "every_n_sample_reg": "sample videos for viewing: [evaluation] samples fixed prompts from the trained weights "
+                          "(before, every_iter, after: RUN/samples/)",
+    "every_n_sample_ema": "sample videos of cosmos-rl's EMA copy for viewing; without the ema_model callback that "
+                          "copy is the starting weights, which [evaluation]'s before-training samples show",
+    "wandb": "wandb logging: [job] wandb_mode sends the metrics to wandb",
+    "wandb_10x": "wandb logging: [job] wandb_mode sends the metrics to wandb",
+    "dataloader_speed": "data-loading timing log",
+    "reward_callback": "reward log: reward_mean and reward_<name> are in metrics.jsonl",
+    "verify_data_batch_keys": "checks the first batches' keys: the dataset scan checks every row before training",
+    "progress_bar": "console progress: the trainer logs every trainer.logging_iter iterations",
+    "iteration_logger": "console log: the trainer logs every trainer.logging_iter iterations",
+}
+CALLBACK_REFUSED: dict[str, str] = {
+    "ema_model": "keeps an EMA copy of the weights (model.ema); EMA weights are not kept here (the export is the "
+                 "trained weights): remove this callback",
+    "every_n": "cosmos-rl's base class, not a callback a recipe runs: remove it",
+}
+CALLBACK_STATES: dict[str, str] = {**dict.fromkeys(CALLBACK_IMPLEMENTED, "implemented"),
+                                   **dict.fromkeys(CALLBACK_NO_EFFECT, "no effect"),
+                                   **dict.fromkeys(CALLBACK_REFUSED, "refused")}
+
+# cosmos-rl's defaults (cosmos_rl/policy/config/wfm CosmosVisionGenConfig) for the keys that change the result, in
+# this schema's names: a recipe in cosmos-rl's form gets these where it leaves a key out, not ours.
+COSMOS_RL_DEFAULTS: dict[str, Any] = {
+    "model": {
+        "param_dtype": "bfloat16",  # ModelConfig.precision, with float32 master weights (the low_prec callback)
+        "rl": {"sample_steps": 10, "num_generations": 8, "train_on": list(range(8)), "update_ref_every_iter": 16,
+               "guidance": 0.0, "min_num_conditional_frames": 1, "max_num_conditional_frames": 1,
+               "clip_range": 1e-4, "kl_beta": 0.01, "data_beta": 0.0, "use_same_seed": True},
+    },
+    "trainer": {"max_iter": 25},
+    "optimizer": {"lr": 1e-5, "weight_decay": 1e-4, "betas": [0.9, 0.99], "eps": 1e-8},
+    "scheduler": {"f_start": [1e-6], "f_max": [1.0], "f_min": [1.0], "warm_up_steps": [1000],
+                  "cycle_lengths": [10_000_000_000_000]},
+    "checkpoint": {"save_iter": 1000},
+    # cosmos-rl scores with its remote reward (RemoteRewardConfig: reward_fn "dance_grpo") at the service URLs
+    "reward": {"backend": "service", "fns": {"dance_grpo": 1.0}},
+}
+# cosmos-rl's [model.rl] names for keys this schema names otherwise
+RL_ALIASES = {"num_rollout": "num_generations", "clip_ratio": "clip_range"}
 
 
 class WfmConfig(JobSection):
@@ -263,6 +365,14 @@ class WfmConfig(JobSection):
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The reward.")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Before/after scoring.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
+
+    # the keys a recipe in cosmos-rl's form left out and got cosmos-rl's default for (COSMOS_RL_DEFAULTS)
+    _cosmos_rl_defaults: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def cosmos_rl_defaults(self) -> list[str]:
+        """The dotted keys that took cosmos-rl's default (the recipe is in cosmos-rl's form and left them out)."""
+        return self._cosmos_rl_defaults
 
     @property
     def video(self) -> VideoDataloaderConfig:
@@ -289,12 +399,28 @@ class WfmConfig(JobSection):
     def policy_type(self) -> str:
         return "wfm_rl"
 
+    def _grad_clip_arg(self, key: str) -> Any:
+        for cb in self.trainer.callbacks or []:
+            if cb.get("name") == "grad_clip" and key in (cb.get("args") or {}):
+                return cb["args"][key]
+        return None
+
     def grad_clip(self) -> float:
         """trainer.grad_clip_norm, or the grad_clip callback's clip_norm when the recipe has one."""
-        for cb in self.trainer.callbacks or []:
-            if cb.get("name") == "grad_clip" and "clip_norm" in (cb.get("args") or {}):
-                return float(cb["args"]["clip_norm"])
-        return self.trainer.grad_clip_norm
+        clip = self._grad_clip_arg("clip_norm")
+        return self.trainer.grad_clip_norm if clip is None else float(clip)
+
+    def grad_force_finite(self) -> bool:
+        """trainer.grad_force_finite, or the grad_clip callback's force_finite (cosmos-rl's default: true)."""
+        if any(cb.get("name") == "grad_clip" for cb in self.trainer.callbacks or []):
+            flag = self._grad_clip_arg("force_finite")
+            return True if flag is None else bool(flag)
+        return self.trainer.grad_force_finite
+
+    def text_dropout_rate(self) -> float:
+        """The text_attr conditioner's dropout_rate (0 without one): the share of DDRL data-term samples trained
+        with a zeroed prompt embedding, as cosmos-rl's conditioner drops the text in training."""
+        return next((c.dropout_rate for c in self.model.conditioner or [] if c.type == "text_attr"), 0.0)
 
 
 def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (),
@@ -307,19 +433,140 @@ def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (
 def wfm_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), env: Mapping[str, str] | None = None,
                          source: str | None = None, check_paths: bool = False) -> WfmConfig:
     raw = copy.deepcopy(raw)
+    cosmos_rl_form = is_cosmos_rl_form(raw)  # what the file says, before overrides
     apply_overrides(raw, overrides, env or {})
-    problems = unknown_keys(raw, WfmConfig)
+    problems = _rename_rl_aliases(raw)
+    defaulted = _apply_cosmos_rl_defaults(raw) if cosmos_rl_form and not problems else []
+    problems += unknown_keys(raw, WfmConfig)
     if problems:
         raise ConfigError(problems, source)
     try:
         cfg = WfmConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(explain_errors(e, WfmConfig), source) from None
+    cfg._cosmos_rl_defaults = defaulted
     cfg._no_effect = _no_effect(cfg)
     problems = wfm_problems(cfg, check_paths)
     if problems:
         raise ConfigError(problems, source)
     return cfg
+
+
+def is_cosmos_rl_form(raw: Mapping[str, Any]) -> bool:
+    """A recipe in cosmos-rl's form names no model.model_name_or_path (cosmos-rl's schema has none: its model is
+    [checkpoint] load_path); ours always does."""
+    model = raw.get("model")
+    return not (isinstance(model, dict) and model.get("model_name_or_path"))
+
+
+def _rename_rl_aliases(raw: dict[str, Any]) -> list[str]:
+    """cosmos-rl's [model.rl] names (num_rollout, clip_ratio) to this schema's; both set is a problem."""
+    rl = raw.get("model", {}).get("rl") if isinstance(raw.get("model"), dict) else None
+    if not isinstance(rl, dict):
+        return []
+    out = []
+    for alias, name in RL_ALIASES.items():
+        if alias in rl:
+            if name in rl:
+                out.append(f"model.rl.{alias} and model.rl.{name}: the same setting (cosmos-rl's name and ours); "
+                           "keep one")
+            else:
+                rl[name] = rl.pop(alias)
+    return out
+
+
+def _apply_cosmos_rl_defaults(raw: dict[str, Any]) -> list[str]:
+    """Fill the keys a cosmos-rl recipe left out with cosmos-rl's defaults; returns those keys. The model is
+    [checkpoint] load_path; the algorithm is DDRL when data_beta > 0 (cosmos-rl has one trainer: the policy term +
+    kl_beta x KL + data_beta x the data term)."""
+    applied: list[str] = []
+
+    def fill(node: dict[str, Any], defaults: Mapping[str, Any], prefix: str) -> None:
+        for key, value in defaults.items():
+            if isinstance(value, dict) and key != "fns":
+                child = node.setdefault(key, {})
+                if isinstance(child, dict):
+                    fill(child, value, f"{prefix}{key}.")
+            elif key not in node:
+                node[key] = copy.deepcopy(value)
+                applied.append(f"{prefix}{key}")
+
+    if "reward" not in raw:
+        raw["reward"] = copy.deepcopy(COSMOS_RL_DEFAULTS["reward"])
+        applied.append("reward")
+    fill(raw, {k: v for k, v in COSMOS_RL_DEFAULTS.items() if k != "reward"}, "")
+    model, ckpt = raw["model"], raw.get("checkpoint", {})
+    if isinstance(model, dict) and isinstance(ckpt, dict) and ckpt.get("load_path") and \
+            not model.get("model_name_or_path"):
+        model["model_name_or_path"] = ckpt["load_path"]
+    rl = model.get("rl") if isinstance(model, dict) else None
+    if isinstance(rl, dict) and "algorithm" not in rl:
+        rl["algorithm"] = "ddrl" if isinstance(rl.get("data_beta"), int | float) and rl["data_beta"] > 0 \
+            else "flow_grpo"
+        applied.append("model.rl.algorithm")
+    return applied
+
+
+def conditioner_states(cfg: WfmConfig) -> list[tuple[str, str, str]]:
+    """Each [[model.conditioner]] entry as (key, state, why): "implemented", "no effect" or "refused"."""
+    out = []
+    texts = [c for c in cfg.model.conditioner or [] if c.type == "text_attr"]
+    for c in cfg.model.conditioner or []:
+        key = f"model.conditioner[{c.name}]"
+        if c.type == "text_attr":
+            if len(texts) > 1:
+                out.append((key, "refused", "one text_attr entry only: the prompt embedding is one condition"))
+            elif c.dropout_rate and cfg.model.rl.algorithm != "ddrl":
+                out.append((key, "no effect", f"dropout_rate = {c.dropout_rate:g} zeroes prompts in DDRL's data "
+                            "term only (as cosmos-rl: rollouts and the policy term always use the prompt); this "
+                            "run has no data term"))
+            else:
+                out.append((key, "implemented", "the prompt embedding (the text encoder's, or the dataset's "
+                            f"text_embedding/ with offline_text_embedding); dropout_rate = {c.dropout_rate:g} of "
+                            "DDRL's data-term samples get a zeroed embedding"))
+        elif c.type == "remap_key" and c.key == "fps":
+            out.append((key, "no effect", "fps only modulates the DiT's RoPE with net.rope_enable_fps_modulation, "
+                        "off in Cosmos-Predict2.5"))
+        elif c.type == "remap_key" and c.key == "padding_mask":
+            out.append((key, "no effect", "the DiT gets the all-zero padding mask of unpadded clips, as cosmos-rl's "
+                        "local loader gives"))
+        elif c.type == "boolean_flag" and c.key == "use_video_condition":
+            out.append((key, "no effect", "switches on the video2world conditioning frames that model.rl "
+                        "min/max_num_conditional_frames ask for; only text2world (0 frames) runs here, and more "
+                        "frames are refused there"))
+        else:
+            out.append((key, "refused", f"a {c.type} condition '{c.key}' is not one this trainer builds (the "
+                        "prompt embedding, fps, padding_mask, use_video_condition): remove the entry"))
+    if cfg.model.conditioner and not texts:
+        out.append(("model.conditioner", "refused", "no text_attr entry: cosmos-rl would generate without the "
+                    "prompt, and the prompt always conditions here; add {name = \"text\", type = \"text_attr\"}"))
+    return out
+
+
+def callback_states(cfg: WfmConfig) -> list[tuple[str, str, str]]:
+    """Each [[trainer.callbacks]] entry as (key, state, why), by CALLBACK_STATES."""
+    out = []
+    for cb in cfg.trainer.callbacks or []:
+        name = str(cb.get("name"))
+        key = f"trainer.callbacks[{name}]"
+        extra = sorted(set(cb) - {"name", "args"})
+        if name == "grad_clip":
+            bad = sorted(set(cb.get("args") or {}) - set(GRAD_CLIP_ARGS)) + extra
+            clip = (cb.get("args") or {}).get("clip_norm", 1.0)
+            if bad:
+                out.append((key, "refused", f"{', '.join(bad)}: not grad_clip arguments (clip_norm, force_finite)"))
+            elif not isinstance(clip, int | float) or isinstance(clip, bool) or not 0 <= clip <= 1e6:
+                out.append((key, "refused", f"args.clip_norm = {clip!r}: a number in [0, 1e6]"))
+            else:
+                out.append((key, "implemented", CALLBACK_IMPLEMENTED[name]))
+        elif name in CALLBACK_NO_EFFECT:
+            out.append((key, "no effect", CALLBACK_NO_EFFECT[name]))
+        elif name in CALLBACK_REFUSED:
+            out.append((key, "refused", CALLBACK_REFUSED[name]))
+        else:
+            out.append((key, "refused", f"not one of cosmos-rl's callbacks ({', '.join(sorted(CALLBACK_STATES))}); "
+                        "remove it or fix the name"))
+    return out
 
 
 def _no_effect(cfg: WfmConfig) -> list[NoEffect]:
@@ -330,11 +577,11 @@ def _no_effect(cfg: WfmConfig) -> list[NoEffect]:
             node = getattr(node, part, None)
         if node is not None:
             out.append(NoEffect(key, node, why))
-    for cb in cfg.trainer.callbacks or []:
-        if cb.get("name") != "grad_clip":
-            out.append(NoEffect(f"trainer.callbacks[{cb.get('name')}]", cb.get("args", {}),
-                                "imaginaire trainer callback: metrics go to metrics.jsonl / wandb, samples to the "
-                                "run's artifacts"))
+    entries = {f"model.conditioner[{c.name}]": c.model_dump(exclude_none=True) for c in cfg.model.conditioner or []}
+    entries |= {f"trainer.callbacks[{cb.get('name')}]": cb.get("args", {}) for cb in cfg.trainer.callbacks or []}
+    for key, state, why in conditioner_states(cfg) + callback_states(cfg):
+        if state == "no effect":
+            out.append(NoEffect(key, entries.get(key, {}), why))
     v = cfg.video
     if v.num_workers or v.pin_memory:
         out.append(NoEffect("dataloader_train.video_dataloader.num_workers / pin_memory",
@@ -355,9 +602,27 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         if getattr(mp, key) > 1:
             out.append(f"model_parallel.{key} = {getattr(mp, key)}: only data parallelism (FSDP / HSDP) is "
                        "implemented for the DiT; set it to 1")
-    if rl.min_num_conditional_frames:
-        out.append("model.rl.min_num_conditional_frames: video2world conditioning frames are not implemented; set "
-                   "it to 0 (text2world)")
+    if rl.min_num_conditional_frames or rl.max_num_conditional_frames:
+        lo, hi = rl.min_num_conditional_frames, rl.max_num_conditional_frames
+        took = [k for k in ("min_num_conditional_frames", "max_num_conditional_frames")
+                if f"model.rl.{k}" in cfg.cosmos_rl_defaults]
+        said = f" ({' and '.join(took)}: cosmos-rl's default, the recipe leaves it out)" if took else ""
+        out.append(f"model.rl.min_num_conditional_frames / max_num_conditional_frames = {lo} / {hi}{said}: "
+                   "video2world conditioning frames (cosmos-rl's trainer conditions each rollout on that many of "
+                   "the dataset clip's first latent frames) are not implemented; only text2world runs here: set both "
+                   "to 0 (--set model.rl.min_num_conditional_frames=0 --set model.rl.max_num_conditional_frames=0)")
+    if rl.train_on is not None:
+        fixed = [k for k in rl.train_on if k != -1]
+        wrong = sorted({k for k in fixed if not 0 <= k < rl.sample_steps})
+        if wrong:
+            out.append(f"model.rl.train_on: {wrong} not denoising-step indices 0 .. {rl.sample_steps - 1} "
+                       f"(sample_steps = {rl.sample_steps}); -1 draws a random other step")
+        elif len(set(fixed)) != len(fixed):
+            out.append("model.rl.train_on: a step is listed twice; list each step once")
+        elif len(rl.train_on) > rl.sample_steps:
+            out.append(f"model.rl.train_on: {len(rl.train_on)} entries, more than sample_steps = {rl.sample_steps}")
+    out += [f"{key}: {why}" for key, state, why in conditioner_states(cfg) + callback_states(cfg)
+            if state == "refused"]
     dl = cfg.dataloader_train
     if dl.type == "web":
         out.append("dataloader_train.type = \"web\": webdataset shards on S3 are not read here; download them into "
@@ -387,9 +652,7 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         if (getattr(cfg.checkpoint, key) or {}).get("enabled"):
             out.append(f"checkpoint.{key}.enabled: checkpoints are written to the run folder; upload a run with "
                        "`cosmos-train upload RUN --to s3://bucket/prefix` (or the wfm_rl flow's upload)")
-    if cfg.checkpoint.load_path and cfg.checkpoint.load_path != cfg.model.model_name_or_path:
-        out.append("checkpoint.load_path: the model here is the diffusers folder model.model_name_or_path; set that "
-                   "instead (cosmos-rl's .pt checkpoints are not read)")
+    out += _checkpoint_problems(cfg)
     if cfg.reward.backend == "local":
         from cosmos_train.wfm.rewards import LOCAL_REWARDS
 
@@ -409,11 +672,39 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
             out.append(f"reward.payload = \"{cfg.reward.payload}\": the run's service scores {', '.join(wrong)} from "
                        f"{' / '.join(HANDLERS[wrong[0]].media_types)} only; send payload = \"video\"")
     if not cfg.model.model_name_or_path:
-        out.append("model.model_name_or_path: required (a diffusers folder; `cosmos-train make-tiny-wfm DIR` writes "
-                   "a tiny one)")
+        out.append("model.model_name_or_path / checkpoint.load_path: the recipe names no model (cosmos-rl's form "
+                   "without load_path would start the DiT from random weights); set checkpoint.load_path (cosmos-rl's "
+                   "key) or model.model_name_or_path to a diffusers folder or Hub id (`cosmos-train make-tiny-wfm "
+                   "DIR` writes a tiny one), e.g. --set checkpoint.load_path=DIR")
     elif check_paths and _looks_local(cfg.model.model_name_or_path) and \
             not Path(cfg.model.model_name_or_path).expanduser().exists():
         out.append(f"model.model_name_or_path: {cfg.model.model_name_or_path} does not exist")
     if check_paths and dl.type == "local" and v.dataset_dir and not Path(v.dataset_dir).expanduser().is_dir():
         out.append(f"dataloader_train.video_dataloader.dataset_dir: {v.dataset_dir} is not a folder")
+    return out
+
+
+def _checkpoint_problems(cfg: WfmConfig) -> list[str]:
+    """[checkpoint] load_path / model_id: a diffusers folder or Hub id is the model; cosmos-rl's imaginaire .pt
+    checkpoints are not read, and the refusal gives the command that converts one."""
+    ck, out = cfg.checkpoint, []
+    load_path = ck.load_path or ""
+    pt = ck.model_id or (load_path if load_path.endswith(".pt") else "")
+    if pt:
+        repo = load_path if ck.model_id else "the folder"
+        size = next((s for s in ("14B", "2B") if s in load_path), "2B or 14B")
+        where = (f"`hf download {load_path} {ck.model_id}` (the file's path under the download)" if ck.model_id and
+                 not _looks_local(load_path) else pt)
+        out.append(f"checkpoint.{'model_id' if ck.model_id else 'load_path'} = {pt!r}: cosmos-rl's imaginaire .pt "
+                   f"checkpoint in {repo}; it is not read here (the model trained is a diffusers folder). Convert it "
+                   "once with diffusers' scripts/convert_cosmos_to_diffusers.py --transformer_type "
+                   f"Cosmos-2.5-Predict-Base-{size} --transformer_ckpt_path {where} --vae_type wan2.1 "
+                   "--save_pipeline --output_path DIR, then set checkpoint.load_path = \"DIR\" and "
+                   "checkpoint.model_id = \"\" (or train the Hub's diffusers layout, a different starting point: "
+                   f"load_path = \"{load_path if ck.model_id else 'nvidia/Cosmos-Predict2.5-2B'}\" with "
+                   "model.model_revision = \"diffusers/base/post-trained\" and no model_id)")
+    elif load_path and cfg.model.model_name_or_path and load_path != cfg.model.model_name_or_path:
+        out.append(f"checkpoint.load_path = {load_path!r} and model.model_name_or_path = "
+                   f"{cfg.model.model_name_or_path!r}: two models; the model is one diffusers folder or Hub id: set "
+                   "one of them (cosmos-rl's recipes: checkpoint.load_path)")
     return out

@@ -20,8 +20,8 @@ from cosmos_train.train.rl_losses import LOG_RATIO_BOUND, group_advantages
 
 def advantages(rewards: torch.Tensor, group_size: int, clip: float) -> torch.Tensor:
     """GRPO's group-normalised advantages (groups = consecutive runs sharing a prompt and initial noise),
-    clipped to [-clip, clip] (Flow-GRPO: 5)."""
-    return group_advantages(rewards, group_size).clamp(-clip, clip)
+    clipped to [-clip, clip] (Flow-GRPO: 5), over the sample std (torch.std, Flow-GRPO's own)."""
+    return group_advantages(rewards, group_size, std="sample").clamp(-clip, clip)
 
 
 def policy_step_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, adv: torch.Tensor, clip_range: float,

@@ -4,10 +4,11 @@
     (normally through `cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml`, the wfm_rl flow)
 
 An iteration: each rank takes `batch_size` prompts, samples `num_generations` videos per prompt from ONE initial
-noise per prompt with the SDE sampler (every step's log-prob recorded), decodes them with the VAE, scores them
-(local handlers or the reward service), turns rewards into group advantages, and trains on a random
-`timestep_fraction` of the denoising steps with the clipped policy term (plus kl_beta x the KL to the frozen
-reference); DDRL adds data_beta x the flow-matching loss on this rank's dataset videos. One optimizer step per
+noise per prompt (one per sample with use_same_seed = false) with the SDE sampler (every step's log-prob recorded),
+decodes them with the VAE, scores them (local handlers or the reward service), turns rewards into group advantages,
+and trains on a random `timestep_fraction` of the denoising steps (or cosmos-rl's `train_on` steps) with the clipped
+policy term (plus kl_beta x the KL to the frozen reference); DDRL adds data_beta x the flow-matching loss on this
+rank's dataset videos (the text conditioner's dropout_rate of them with a zeroed prompt). One optimizer step per
 pass (mu_iterations passes). The DiT is FSDP2-sharded per block over (dp_replicate, dp_shard); VAE and text
 encoder are frozen, replicated.
 
@@ -64,6 +65,15 @@ def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable:
         transformer.requires_grad_(False)
         transformer.eval()
     return transformer
+
+
+def drop_text(emb: torch.Tensor, rate: float, gen: torch.Generator) -> torch.Tensor:
+    """Each sample's prompt embedding [B, L, D] zeroed with probability `rate` (cosmos-rl's text_attr conditioner
+    dropout: classifier-free-guidance training); rate 0 returns emb untouched and draws nothing."""
+    if rate <= 0:
+        return emb
+    keep = torch.rand(emb.shape[0], generator=gen, device=emb.device) >= rate
+    return emb * keep.to(emb.dtype).view(-1, *([1] * (emb.dim() - 1)))
 
 
 class WfmTrainer:
@@ -199,8 +209,9 @@ class WfmTrainer:
 
     @torch.no_grad()
     def rollout(self, emb: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        """Group-shared initial noise, SDE sampling; returns the trajectory [B, K+1, ...] and log-probs [B, K]."""
-        g = self.rl.num_generations
+        """Group-shared initial noise (use_same_seed; else one per sample), SDE sampling; returns the trajectory
+        [B, K+1, ...] and log-probs [B, K]."""
+        g = self.rl.num_generations if self.rl.use_same_seed else 1
         noise = torch.randn((emb.shape[0] // g, *self.latent_shape), generator=generator, device=emb.device)
         x = noise.repeat_interleave(g, dim=0)
         xs, logps = [x], []
@@ -250,13 +261,12 @@ class WfmTrainer:
         adv = advantages(torch.as_tensor(rewards, dtype=torch.float32), rl.num_generations, rl.adv_clip_max).to(dev)
         t_rollout = time.perf_counter() - t0
 
-        n_train = max(1, round(rl.timestep_fraction * rl.sample_steps))
         cap = float(self.sigmas[1])
         stats: dict[str, list[float]] = {"clip_frac": [], "ratio": [], "kl": [], "policy_loss": [], "data_loss": []}
         grad_norms = []
         finite = True
         for _ in range(rl.mu_iterations):
-            steps = torch.randperm(rl.sample_steps, generator=gen, device=dev)[:n_train].tolist()
+            steps = self.trained_steps(gen)
             self.optimizer.zero_grad(set_to_none=True)
             micro = range(0, len(group_rows), rl.train_micro_batch)
             for start in micro:
@@ -307,11 +317,25 @@ class WfmTrainer:
                 values[key] = float(np.mean(vals))
         return values
 
+    def trained_steps(self, gen: torch.Generator) -> list[int]:
+        """The denoising steps trained this pass: model.rl.train_on's (each -1 a random step not listed), or a
+        random timestep_fraction of them."""
+        rl, dev = self.rl, self.dist.device
+        if rl.train_on is None:
+            n_train = max(1, round(rl.timestep_fraction * rl.sample_steps))
+            return torch.randperm(rl.sample_steps, generator=gen, device=dev)[:n_train].tolist()
+        fixed = [k for k in rl.train_on if k != -1]
+        rest = [k for k in range(rl.sample_steps) if k not in fixed]
+        pick = torch.randperm(len(rest), generator=gen, device=dev)[:len(rl.train_on) - len(fixed)].tolist()
+        return fixed + [rest[i] for i in pick]
+
     def _data_loss_backward(self, gen: torch.Generator) -> float:
-        """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward."""
+        """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward; the text
+        conditioner's dropout_rate of the samples get a zeroed prompt embedding (as cosmos-rl's conditioner)."""
         rows = self.rows_for(self.iteration, self.train_rows, self.video.batch_size, salt=1)
         x0 = self.clip_latents(rows)
         emb = self.embed(rows)
+        emb = drop_text(emb, self.cfg.text_dropout_rate(), gen)
         noise = torch.randn(x0.shape, generator=gen, device=x0.device)
         sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
         loss = flow_matching_loss(self.velocity(self.policy, noised(x0, noise, sigma), sigma, emb), x0, noise)
@@ -321,6 +345,10 @@ class WfmTrainer:
     def _clip_grads(self) -> float:
         clip = self.cfg.grad_clip()
         params = [p for p in self.policy.parameters() if p.grad is not None]
+        if self.cfg.grad_force_finite():  # cosmos-rl's grad_clip force_finite: NaN / inf elements become 0
+            for p in params:
+                local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                torch.nan_to_num_(local, nan=0.0, posinf=0.0, neginf=0.0)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
             norm = norm.full_tensor()

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import ROOT, write_tiny_grpo_config
+from tests.cosmos_rl_oracle import oracle_learning_rates
 
 pytestmark = pytest.mark.slow
 # metrics that are rates over measured time (and memory): they differ between two runs of the same steps
@@ -87,7 +88,8 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
     """4 steps straight == 2 steps, then resume from step_2 for 2 more: the same completions, rewards and
     weights, tolerance 0 on CPU (sampling seeds derive from the step; the data position is checkpointed)."""
     keys = {"train.max_num_steps": 4, "rollout.sampling_config.top_k": 4, "train.train_policy.kl_beta": 0.05,
-            "train.train_policy.mu_iterations": 2, "train.train_batch_per_replica": 8}
+            "train.train_policy.mu_iterations": 2, "train.train_batch_per_replica": 8,
+            "train.optm_warmup_steps": 2, "train.optm_warmup_start_factor": 0.5, "train.optm_decay_type": "linear"}
     straight = tmp_path / "straight"
     grpo(write_tiny_grpo_config(straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", **keys))
     resumed = tmp_path / "resumed"
@@ -100,7 +102,14 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
     again = [{k: v for k, v in m.items() if not k.endswith("time") and k not in TIMED}
              for m in rows(resumed) if m["kind"] == "train"]
     assert tail == again
-    assert "kl" in tail[-1] and tail[-1]["updates"] == 4  # 16 completions / 8 per update x 2 passes
+    # a step is train_batch_per_replica = 8 completions (2 prompts x 4): one update per pass, 2 passes
+    assert "kl" in tail[-1] and tail[-1]["updates"] == 2 and tail[-1]["completions"] == 8
+    # the learning rate after each step is cosmos-rl's own schedule (build_lr_schedulers) ticked once a step,
+    # not once an update
+    theirs = oracle_learning_rates(4, lr=1e-3, optm_warmup_steps=2, optm_warmup_start_factor=0.5,
+                                   optm_decay_type="linear")
+    # "lr" is logged after each step's tick: the rates of steps 1..4 of the run's 4-step schedule
+    assert [m["lr"] for m in rows(straight) if m["kind"] == "train"] == pytest.approx(theirs[1:], rel=1e-9)
     assert [r["completion"] for r in rows(straight, "completions.jsonl") if r["step"] > 2] == \
         [r["completion"] for r in rows(resumed, "completions.jsonl")]
 
@@ -132,14 +141,15 @@ def test_tensor_parallel_policy(tiny_model_dir: Path, synthetic_dir: Path, tmp_p
 
 
 def test_micro_batch_split_does_not_change_the_update(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    """token-mean over the update's global token count: one update of 16 completions (8 a rank) computed in
-    micro-batches of 8 or of 2 has the same loss and gradient norm (first step: same weights, same rollout)."""
+    """loss_denominator = "update" (ours): token-mean over the update's global token count, so one update of 16
+    completions (8 a rank) computed in micro-batches of 8 or of 2 has the same loss and gradient norm (first
+    step: same weights, same rollout). cosmos-rl's default normalises each micro-batch by its own tokens."""
     first = {}
     for micro in (8, 2):
         run = tmp_path / f"mb{micro}"
         grpo(write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{micro}", **{
             "train.max_num_steps": 1, "train.train_policy.micro_batch": micro, "rollout.sampling_config.top_k": 4,
-            "train.train_policy.kl_beta": 0.1}))
+            "train.train_policy.kl_beta": 0.1, "train.train_policy.loss_denominator": "update"}))
         first[micro] = next(m for m in rows(run) if m["kind"] == "train")
     a, b = first[8], first[2]
     assert a["reward_mean"] == b["reward_mean"] and a["completions"] == b["completions"] == 16

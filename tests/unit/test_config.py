@@ -112,19 +112,39 @@ def test_mini_batch_is_the_micro_batch() -> None:
         config_from_dict({"train": {"train_policy": {"mini_batch": 4, "micro_batch": 2}}})
 
 
+@pytest.mark.parametrize(("in_file", "override"), [("micro_batch", "mini_batch"), ("mini_batch", "micro_batch")])
+def test_an_override_under_either_name_wins_over_the_file(tmp_path: Path, in_file: str, override: str) -> None:
+    """--set (and COSMOS_TRAIN__*) under one name of a key replaces the file's value under its other name, as
+    every override replaces the file's value; both names in the file itself still conflict."""
+    f = tmp_path / "job.toml"
+    f.write_text(f"[train]\ntrain_batch_per_replica = 8\n[train.train_policy]\n{in_file} = 4\n")
+    assert load_config(f, [f"train.train_policy.{override}=2"], env={}).train.train_policy.micro_batch == 2
+    env = {f"COSMOS_TRAIN__TRAIN__TRAIN_POLICY__{override.upper()}": "1"}
+    assert load_config(f, [], env=env).train.train_policy.micro_batch == 1
+    assert load_config(f, [f"train.train_policy.{override}=2"], env=env).train.train_policy.micro_batch == 2
+    # cosmos-rl's unbiased_advantage = true is our scale_rewards = false, from an override too
+    f.write_text("[train]\ntrain_batch_per_replica = 16\n[rollout]\nn_generation = 2\nbatch_size = 8\n"
+                 "[train.train_policy]\ntype = \"grpo\"\nscale_rewards = true\n")
+    cfg = load_config(f, ["train.train_policy.unbiased_advantage=true"], env={})
+    assert cfg.train.train_policy.scale_rewards is False
+
+
 def test_grpo_batch_checks() -> None:
     grpo = {"type": "grpo"}
     cfg = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo},
                             "rollout": {"batch_size": 4, "n_generation": 8}})
     assert cfg.policy_type == "grpo"
-    with pytest.raises(ConfigError, match="must divide a step's 4 prompts x rollout.n_generation 8 = 32"):
+    with pytest.raises(ConfigError, match="a step trains on 24 completions per replica; with rollout.n_generation = 16"):
         config_from_dict({"train": {"train_batch_per_replica": 24, "train_policy": grpo},
-                          "rollout": {"batch_size": 4, "n_generation": 8}})
-    # cosmos-rl's meaning: a step trains on train_batch_per_replica completions (rollout.batch_size is then the
-    # engine's prompt batch): 48 completions = 6 prompts x 8, one optimizer update
+                          "rollout": {"batch_size": 4, "n_generation": 16}})
+    # cosmos-rl's meaning: a step trains on train_batch_per_replica completions (rollout.batch_size is only the
+    # engine's prompt batch): 48 completions = 6 prompts x 8, one optimizer update; 16 = 2 prompts
     big = config_from_dict({"train": {"train_batch_per_replica": 48, "train_policy": grpo},
                             "rollout": {"batch_size": 4, "n_generation": 8}})
-    assert big.prompts_per_step == 6 and cfg.prompts_per_step == 4
+    assert big.prompts_per_step == 6 and cfg.prompts_per_step == 2 and cfg.rl_steps_per_step == 1
+    # a group of 16 over steps of 8 (cosmos-rl's defaults): one prompt a step here, two of cosmos-rl's steps
+    default = config_from_dict({"train": {"train_policy": grpo}})
+    assert (default.prompts_per_step, default.rl_steps_per_step) == (1, 2)
     with pytest.raises(ConfigError, match="rollout.n_generation: GRPO compares"):
         config_from_dict({"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}})
     with pytest.raises(ConfigError, match="more than train.train_policy.allowed_outdated_steps"):
@@ -136,7 +156,7 @@ def test_grpo_batch_checks() -> None:
     # allowed, unless the loss reads the engine's log-probs, which are of the other distribution
     warm = {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}}
     assert config_from_dict({"train": warm, "rollout": {"n_generation": 16}}).train.train_policy.temperature == 0.7
-    for key, value in (("old_logprobs", "engine"), ("use_decoupled_loss", True), ("behav_imp_weight_cap", 2.0)):
+    for key, value in (("old_logprobs", "engine"), ("use_decoupled_loss", True)):
         with pytest.raises(ConfigError, match=f"differ while the loss uses the engine's log-probs .*{key}"):
             config_from_dict({"train": {**warm, "train_policy": {**warm["train_policy"], key: value}},
                               "rollout": {"n_generation": 16}})

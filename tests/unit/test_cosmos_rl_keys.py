@@ -104,7 +104,8 @@ def test_fixture_configs_use_every_key_the_public_configs_use() -> None:
 def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: Path) -> None:
     cfg = load_config(path, env={})
     rule_keys = {r.key for r in RULES} | {"policy.parallelism.cp_size", "policy.parallelism.pp_size",
-                                          "train.compile", "rollout.backend"}
+                                          "train.compile", "rollout.backend", "train.train_policy.advantage_low",
+                                          "train.train_policy.advantage_high", "train.train_policy.behav_imp_weight_cap"}
     assert cfg.no_effect and {n.key for n in cfg.no_effect} <= rule_keys
     # the run folder's copy keeps the list (as comments) and still loads to the same config
     written = cfg.write(tmp_path / "config.toml").read_text()
@@ -146,6 +147,8 @@ def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str) -> Non
     ("policy.trainable_map={visual=false}", "use policy.trainable_pattern"),
     ("train.train_policy.positive_nll_coef=0.1", "positive-example NLL loss"),
     ("train.ckpt.save_freq_in_epoch=1", "set train.ckpt.save_freq"),
+    ("train.transfer_dtype='float16'", "float16 weight transfer (fp16 rollouts) is not implemented"),
+    ("policy.enable_liger_fused_cross_entropy=true", "set train.fused_linear_ce = true"),
 ])
 def test_values_that_would_change_the_result_are_refused(override: str, words: str) -> None:
     key = override.split("=")[0]
@@ -157,9 +160,22 @@ def test_values_that_would_change_the_result_are_refused(override: str, words: s
     default = {"profiler.enable_profiler": "false", "distillation.enable": "false", "train.fp8.enable_fp8": "false",
                "train.ema_enable": "false", "train.train_policy.trainer_type": "'sft'", "train.train_policy.algo": "'grpo'",
                "train.timestamp": "''", "policy.trainable_map": "{}", "train.train_policy.positive_nll_coef": "0.0",
-               "train.ckpt.save_freq_in_epoch": "0"}[key]
+               "train.ckpt.save_freq_in_epoch": "0", "train.transfer_dtype": "'bfloat16'",
+               "policy.enable_liger_fused_cross_entropy": "false"}[key]
     cfg = load_config(None, [f"{key}={default}"], env={}, check_paths=False)
     assert [n.key for n in cfg.no_effect] in ([key], [key.rsplit(".", 1)[0]])
+
+
+def test_balance_dp_token_reads_as_in_cosmos_rl() -> None:
+    """GRPO takes either value (tests/unit/test_cosmos_rl_parity.py checks its loss); SFT always normalises over
+    the step's tokens on every rank, cosmos-rl's SFT default, so false is refused there."""
+    for value in ("true", "false"):
+        grpo = load_config(None, ["train.train_policy.type='grpo'", f"train.train_policy.balance_dp_token={value}"],
+                           env={}, check_paths=False)
+        assert grpo.train.train_policy.balance_dp_token is (value == "true")
+    assert load_config(None, ["train.train_policy.balance_dp_token=true"], env={}, check_paths=False).policy_type == "sft"
+    with pytest.raises(ConfigError, match="a per-rank mean is not implemented for SFT"):
+        load_config(None, ["train.train_policy.balance_dp_token=false"], env={}, check_paths=False)
 
 
 def test_a_typo_of_an_accepted_key_is_still_an_error_with_a_suggestion() -> None:

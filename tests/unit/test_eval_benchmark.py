@@ -56,7 +56,8 @@ def test_rows_dict_and_list(tmp_path: Path) -> None:
     [
         ({"video": "clips/missing.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
          r"row 0: video file .*missing\.mp4 does not exist"),
-        ({"qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}}, r"row 0: missing 'video'"),
+        ({"video": "", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
+         r"row 0: 'video' must name a clip .*leave the key out for a text-only question"),
         ({"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS}}, r"row 0 qa_pairs\[0\]: missing 'answer'"),
         ({"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "C"}},
          r"answer 'C' is not one of the options"),

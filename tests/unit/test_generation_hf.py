@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
-from cosmos_train.errors import ConfigError
+from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation import (
     ENGINES,
     GenerationConfig,
@@ -243,3 +244,26 @@ def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_d
                              "rollout": {"max_response_length": 8}})
     sampled = engine.generate(chats, validation_sampling(free, seed=5))
     assert any(len({tuple(c.token_ids) for c in g}) > 1 for g in sampled)  # a random tiny model varies
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_greedy_equals_transformers_generate_on_a_text_only_model(family: str, text_model_dirs: dict[str, Path]) -> None:
+    """A text-only model (1D positions, no mm_token_type_ids): the decode loop gives `model.generate`'s tokens, over
+    left-padded prompts of different lengths."""
+    eng = HFEngine(GenerationConfig(model_path=str(text_model_dirs[family]), engine="hf", dtype="float32", device="cpu"))
+    chats = [[{"role": "user", "content": "What is 2 + 2?"}],
+             [{"role": "user", "content": "Name a colour, then say why you like it."}]]
+    groups = eng.generate(chats, SamplingParams(temperature=0, max_new_tokens=10))
+    batch = collate_left([eng.encode(c) for c in chats], eng.pad_id)
+    batch.pop("mm_token_type_ids")
+    with torch.inference_mode():
+        ref = eng.model.generate(**batch, max_new_tokens=10, do_sample=False, eos_token_id=eng.eos_ids,
+                                 pad_token_id=eng.pad_id)
+    for (c,), row in zip(groups, ref[:, batch["input_ids"].shape[1]:].tolist()):
+        stop = next((i + 1 for i, t in enumerate(row) if t in eng.eos_ids), len(row))
+        assert c.token_ids == row[:stop] and len(c.token_ids) > 1
+    with pytest.raises(DataError, match="text-only language model"):
+        eng.generate([[{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (28, 28))},
+                                                    {"type": "text", "text": "What is it?"}]}]],
+                     SamplingParams(max_new_tokens=2))
+    eng.close()

@@ -13,6 +13,8 @@ from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation import GenerationConfig, SamplingParams
 from cosmos_train.generation.vllm_requests import (
     build_request,
+    build_text_request,
+    check_vllm_family,
     completions,
     frames_metadata,
     llm_kwargs,
@@ -51,6 +53,28 @@ def test_requests_the_engine_cannot_take_are_refused_before_vllm() -> None:
     two = [{"role": "user", "content": [{"video": "/a.mp4"}, {"video": "/b.mp4"}]}]
     with pytest.raises(DataError, match="one video per chat"):
         build_request(two, lambda c: "p", lambda p: (torch.zeros(2, 3, 28, 28), frames_metadata(2, 1.0)))
+
+
+def test_text_only_requests_are_prompt_ids_without_media() -> None:
+    """A text-only model's request is encode_chat's prompt ids alone (vLLM neither renders nor tokenizes it); a chat
+    with a video or image part is refused before vLLM sees it."""
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    assert build_text_request(chat, lambda c: torch.tensor([5, 6, 7])) == {"prompt_token_ids": [5, 6, 7]}
+    with pytest.raises(DataError, match="text-only language model.*1 video and 0 image"):
+        build_text_request(CHAT, lambda c: [1])
+    image = [{"role": "user", "content": [{"type": "image", "image": "/c/a.png"}]}]
+    with pytest.raises(DataError, match="0 video and 1 image"):
+        build_text_request(image, lambda c: [1])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen2", "qwen3", "llama", "mistral"])
+def test_vllm_serves_the_vision_language_and_text_families(family: str) -> None:
+    check_vllm_family(family, "/m")  # no error
+
+
+def test_vllm_refuses_cosmos3_edge_from_a_transformers_folder() -> None:
+    with pytest.raises(ConfigError, match=r"cannot load /m \(cosmos3_edge\).*Diffusers.*rollout.backend = \"hf\""):
+        check_vllm_family("cosmos3_edge", "/m")
 
 
 def test_video_parts_take_the_engine_vision_defaults() -> None:
@@ -143,6 +167,9 @@ def test_llm_kwargs_and_dtype() -> None:
     cpu = llm_kwargs(cfg, cuda=False, cpu=True, sleep_mode=False, worker_extension="pkg.Ext")
     assert cpu["enable_chunked_prefill"] is False and cpu["max_num_batched_tokens"] == 128000
     assert cpu["dtype"] == "float32"
+    # a text-only model: no multimodal limits (vLLM builds no multimodal config for a causal LM)
+    text = llm_kwargs(cfg, cuda=True, cpu=False, sleep_mode=True, worker_extension="pkg.Ext", text_only=True)
+    assert "limit_mm_per_prompt" not in text and {**text, "limit_mm_per_prompt": kw["limit_mm_per_prompt"]} == kw
     assert resolve_dtype("auto", cuda=False) == "float32" and resolve_dtype("float16", cuda=True) == "float16"
     with pytest.raises(ConfigError, match="dtype 'fp8'"):
         resolve_dtype("fp8", cuda=True)

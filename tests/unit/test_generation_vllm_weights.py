@@ -66,6 +66,29 @@ def test_tied_embeddings_keep_hub_names(tiny_model_dir: Path) -> None:
     assert tied.resolve("lm_head.weight") == "lm_head.weight"  # accepted; vLLM skips it when tied
 
 
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "mistral"])
+def test_text_family_names_are_the_hub_names(family: str, text_model_dirs: dict[str, Path]) -> None:
+    """A causal LM's state-dict names are its checkpoint names (model.layers.N..., no language_model part) and
+    vLLM's Qwen2/Qwen3/Llama/MistralForCausalLM load them: each resolves to itself, in whole fused layers."""
+    from cosmos_train.models.load import load_model
+
+    folder = text_model_dirs[family]
+    names = NameMap.from_pretrained(folder)
+    state = load_model(str(folder), dtype=torch.float32, device=torch.device("cpu")).state_dict()
+    assert all(names.resolve(k) == k for k in state) and set(names.canonical.values()) == set(state)
+    assert not any("language_model" in k or "visual" in k for k in state)
+    assert names.resolve("_orig_mod.model.norm.weight") == "model.norm.weight"
+    assert names.resolve("model.language_model.norm.weight") is None  # a VL name is not this model's
+    qkv = names.layers["model.layers.0.self_attn.qkv_proj"]
+    assert {n.split(".")[-2] for n in qkv} == {"q_proj", "k_proj", "v_proj"}
+    assert names.layers["model.layers.0.mlp.gate_up_proj"] == {"model.layers.0.mlp.gate_proj.weight",
+                                                              "model.layers.0.mlp.up_proj.weight"}
+    plan = PushPlan(names, chunk_bytes=64 << 10)
+    assert sorted(n for c in plan.chunks(iter(state.items())) for n, _ in c) == sorted(state) and plan.error() is None
+    if family == "qwen3":  # q_norm / k_norm: layers of their own, outside the fused qkv_proj
+        assert names.layers["model.layers.0.self_attn.q_norm"] == {"model.layers.0.self_attn.q_norm.weight"}
+
+
 def test_a_state_dict_goes_in_chunks_of_whole_layers(names: NameMap, state: dict[str, torch.Tensor]) -> None:
     plan = PushPlan(names, chunk_bytes=64 << 10)
     chunks = list(plan.chunks(iter(state.items())))

@@ -99,7 +99,7 @@ def cfg_for(on_bad_row: str = "skip", **policy) -> object:
          "sft", "bad_alternation"),
         ([{"role": "user", "content": "q"}, {"role": "system", "content": "s"}], "sft", "bad_alternation"),
         ([{"role": "user", "content": "  "}, {"role": "assistant", "content": "a"}], "sft", "empty_turn"),
-        ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "grpo", "bad_alternation"),
+        ([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}], "grpo", "bad_alternation"),
         ([{"role": "user", "content": "q"}, {"role": "assistant", "content": 3}], "sft", "bad_conversation"),
     ],
 )
@@ -113,6 +113,7 @@ def test_well_formed_conversations_pass() -> None:
              {"role": "user", "content": [{"type": "text", "text": "q2"}]}, {"role": "assistant", "content": "b"}]
     assert check_conversation(multi, "sft") is None
     assert check_conversation([sys_, {"role": "user", "content": "q"}], "grpo") is None
+    assert check_conversation(multi, "grpo") is None  # an SFT row reused for RL: its last turn is the reference
 
 
 # ------------------------------------------------------------------------------ skip and fail
@@ -205,6 +206,53 @@ def test_grpo_prompts_need_a_reference_for_single_choice(processor, media: dict[
     assert [r["id"] for r in report.kept] == ["r"] and report.skipped == {"missing_reference": 1}
     fmt_only = cfg_for("skip", train_policy={"type": "grpo", "reward_function": "format"})
     assert validate_samples(rows, fmt_only, processor).rows_kept == 2
+
+
+def test_grpo_takes_sft_rows_their_answer_is_the_reference(tmp_path: Path, processor, media: dict[str, str]) -> None:
+    """SFT-format rows reused for GRPO: the prompt is everything before the last assistant turn (its length is
+    the prompt's), the reference is that turn's text unless a reference column is named."""
+    from cosmos_train.data.chat import encode_chat
+    from cosmos_train.data.prompt import prompt_messages, reference_answer
+
+    batches = {"train": {"train_batch_per_replica": 8}, "rollout": {"n_generation": 2, "batch_size": 4}}
+    grpo = config_from_dict({**batches, "train": {**batches["train"], "train_policy": {
+        "type": "grpo", "reward_function": ["single_choice"], "dataset": {"name": "x", "on_bad_row": "fail"}}}})
+    row = sample("s", media["good"], answer="B")
+    report = validate_samples([row, sample("p", media["good"], answer=None, reference="C")], grpo, processor)
+    assert [r["id"] for r in report.kept] == ["s", "p"]
+    prompt = prompt_messages(row["messages"])
+    assert prompt[-1]["role"] == "user" and reference_answer(row) == "B"
+    assert report.kept[0]["n_tokens"] == len(encode_chat(processor, prompt, add_generation_prompt=True))
+
+    # Through the GRPO data path: SFT conversations in a json file -> load_samples -> data prep -> rollout.
+    from cosmos_train.generation import Completion, SamplingParams
+    from cosmos_train.rewards import combine
+    from cosmos_train.train.rollout import collect_rollouts
+
+    rows = [{"id": str(i), "video": media["good"], "nframes": 4, **SMALL, "pick": "A",
+             "conversations": [{"from": "human", "value": f"Which way {i}?"}, {"from": "gpt", "value": "B"}]}
+            for i in range(2)]
+    (tmp_path / "sft.json").write_text(json.dumps(rows))
+    for column, want in ((None, "B"), ("pick", "A")):
+        tp = {"type": "grpo", "reward_function": ["single_choice"], "response_column_name": column}
+        cfg = config_from_dict({**batches, "train": {**batches["train"], "train_policy": {
+            "dataset": {"name": str(tmp_path / "sft.json"), "on_bad_row": "fail", "media_path": str(Path(media["good"]).parent)}, **{k: v for k, v in tp.items() if v}}}})
+        kept = validate_samples(load_samples(cfg, "train", keep_errors=True), cfg, processor).kept
+        assert [reference_answer(r) for r in kept] == [want, want]
+
+        class Engine:
+            asked: list = []
+
+            def generate(self, requests, sampling):
+                self.asked += list(requests)
+                return [[Completion(t, [0], [0.0], "stop", [], 0) for t in ("A", "B")] for _ in requests]
+
+        engine = Engine()
+        rollout = collect_rollouts(engine, kept, combine(["single_choice"]), SamplingParams(n=2))
+        assert all(chat[-1]["role"] == "user" for chat in engine.asked)
+        assert "Which way 0?" in json.dumps(engine.asked[0])
+        assert not any(m["role"] == "assistant" for chat in engine.asked for m in chat)  # the answer is not asked
+        assert [g.rewards for g in rollout.groups] == [[float(want == "A"), float(want == "B")]] * 2
 
 
 def test_without_processor_media_is_still_decoded(media: dict[str, str]) -> None:

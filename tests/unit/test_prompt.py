@@ -45,6 +45,10 @@ def test_media_go_before_the_text_and_the_answer_is_cut() -> None:
     assert reference_answer({"messages": row}) == "Yes"
     assert reference_answer({"messages": [USER], "reference": "B"}) == "B"
     assert reference_answer({"messages": [USER]}) is None
+    # A multi-turn prompt ending with a user turn is asked whole; its earlier assistant turn is not an answer.
+    assert prompt_messages(row[:3]) == with_system_prompt(row[:3])
+    assert reference_answer({"messages": row[:3]}) is None
+    assert reference_answer({"messages": row, "reference": "No"}) == "No"  # the reference column wins
 
 
 def test_choice_question_text() -> None:

@@ -79,7 +79,7 @@ def test_unknown_reward_names_the_key_and_the_known_ones() -> None:
     with pytest.raises(ConfigError) as e:
         combine(["format", "single_choise"])
     assert "train.train_policy.reward_function: 'single_choise' is not a registered reward" in str(e.value)
-    assert "exact_match, format, single_choice" in str(e.value)
+    assert "boxed_math, direct_math, exact_match, format, gsm8k, single_choice" in str(e.value)
     with pytest.raises(ConfigError, match="names no reward"):
         combine([])
 

@@ -21,9 +21,12 @@ from cosmos_train.train.rl_losses import (
 
 def test_group_advantages_grpo_and_dr_grpo() -> None:
     rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1])
-    # group 1: mean 0.25; unbiased std = sqrt((0.75^2 + 3 * 0.25^2) / 3) = sqrt(0.25) = 0.5
+    # group 1: mean 0.25; population std (np.std, cosmos-rl's) = sqrt((0.75^2 + 3 * 0.25^2) / 4) = sqrt(3) / 4
     adv = group_advantages(rewards, 4)
-    assert adv[:4].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
+    assert adv[:4].tolist() == pytest.approx([3 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3),
+                                              -1 / math.sqrt(3)], abs=1e-5)
+    # the sample std (TRL's, advantage_std = "sample") = sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5
+    assert group_advantages(rewards, 4, std="sample")[:4].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
     assert adv[4:].tolist() == [0, 0, 0, 0]  # all equal: no signal
     assert group_advantages(rewards, 4, scale_by_std=False)[:4].tolist() == [0.75, -0.25, -0.25, -0.25]
     assert zero_std_groups(rewards, 4).tolist() == [False, True]
@@ -67,19 +70,21 @@ def test_aggregations_by_hand() -> None:
     assert aggregate(per_token, mask, "token-mean").item() == pytest.approx(10 / 4)
     assert aggregate(per_token, mask, "token-mean", normaliser=8).item() == pytest.approx(10 / 8)
     assert aggregate(per_token, mask, "seq-mean-token-mean").item() == pytest.approx((2 + 4) / 2)
-    assert aggregate(per_token, mask, "seq-mean-token-sum").item() == pytest.approx(10 / 6)
-    assert aggregate(per_token, mask, "seq-mean-token-sum", normaliser=3).item() == pytest.approx(10 / 3)
+    assert aggregate(per_token, mask, "seq-mean-token-mean", max_tokens=4).item() == pytest.approx((6 / 4 + 4 / 4) / 2)
+    assert aggregate(per_token, mask, "seq-mean-token-sum").item() == pytest.approx(10 / 2)
+    assert aggregate(per_token, mask, "token-sum").item() == pytest.approx(10)
 
 
-@pytest.mark.parametrize("loss_type", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("loss_type", ["token-mean"])
 def test_micro_batches_with_the_global_normaliser_sum_to_the_full_batch(loss_type: str) -> None:
+    """loss_denominator = "update" (ours): token-mean with the update's token count splits exactly."""
     gen = torch.Generator().manual_seed(0)
     logp = (torch.randn(4, 5, generator=gen) * 0.1).requires_grad_(True)
     old = torch.randn(4, 5, generator=gen) * 0.1
     adv = torch.tensor([1.0, -0.5, 2.0, -1.0])
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
     cfg = PolicyLossConfig(loss_type=loss_type)  # type: ignore[arg-type]
-    norm = {"token-mean": float(mask.sum()), "seq-mean-token-mean": 4.0, "seq-mean-token-sum": 5.0 * 4}[loss_type]
+    norm = float(mask.sum())
     full, _ = policy_loss(logp, old, adv, mask, cfg, normaliser=norm)
     (full_grad,) = torch.autograd.grad(full, logp)
     total = 0.0
@@ -102,15 +107,24 @@ def test_k3_kl_and_kl_term() -> None:
     loss, m = policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 1), cfg, ref_logprobs=ref)
     assert m["kl"] == pytest.approx(0.5 + math.log(2) - 1)
     assert loss.item() == pytest.approx(base.item() + 0.1 * (0.5 + math.log(2) - 1))
+    # each token's term is clamped to 10 (cosmos-rl): ref - logp = 20 would give e^20 - 21
+    far, m = policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 1), cfg, ref_logprobs=logp + 20)
+    assert m["kl"] == 10.0 and far.item() == pytest.approx(base.item() + 0.1 * 10)
 
 
-def test_truncated_importance_sampling_weight() -> None:
+def test_decoupled_importance_weight_and_its_cap() -> None:
     logp = torch.zeros(1, 2)
-    behav = torch.log(torch.tensor([[1 / 3, 1 / 1.5]]))  # old/behav = 3 (capped at 2) and 1.5
+    behav = torch.log(torch.tensor([[1 / 3, 1 / 1.5]]))  # old/behav = 3 (over the cap 2: zeroed) and 1.5
     loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
+                          PolicyLossConfig(decoupled=True, is_cap=2.0), behav_logprobs=behav)
+    assert loss.item() == pytest.approx(-(0 + 1.5) / 2)
+    assert m["is_capped_fraction"] == 0.5 and m["is_weight_mean"] == pytest.approx(0.75)
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
+                          PolicyLossConfig(decoupled=True), behav_logprobs=behav)
+    assert loss.item() == pytest.approx(-(3 + 1.5) / 2)  # no cap: the whole weight
+    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
                           PolicyLossConfig(is_cap=2.0), behav_logprobs=behav)
-    assert loss.item() == pytest.approx(-(2 + 1.5) / 2)
-    assert m["is_capped_fraction"] == 0.5 and m["is_weight_mean"] == pytest.approx(1.75)
+    assert loss.item() == pytest.approx(-1.0)  # without the decoupled loss the cap does nothing (cosmos-rl)
 
 
 def test_gspo_sequence_ratio() -> None:
@@ -171,7 +185,7 @@ def _trl_loss(loss_type: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.
         ("dapo", dict(loss_type="token-mean")),
         ("bnpo", dict(loss_type="token-mean")),
         ("grpo", dict(loss_type="seq-mean-token-mean")),
-        ("dr_grpo", dict(loss_type="seq-mean-token-sum")),
+        ("dr_grpo", dict(loss_type="seq-mean-token-mean", max_tokens=6)),
         ("grpo-kl", dict(loss_type="seq-mean-token-mean", kl_beta=0.1)),
         ("gspo", dict(loss_type="seq-mean-token-mean", sequence_ratio=True)),
     ],
@@ -191,7 +205,7 @@ def test_loss_equals_trl_on_the_same_tensors(trl_type: str, ours: dict) -> None:
         expected = _trl_loss("grpo", logp, old, adv, mask, level="sequence", **kw)
     else:
         expected = _trl_loss(trl_type, logp, old, adv, mask, max_completion_length=6, **kw)
-    normaliser = 4 * 6 if trl_type == "dr_grpo" else None
+    normaliser = None
     cfg = PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.28, dual_clip=None, **ours)
     got, _ = policy_loss(logp, old, adv, mask, cfg, ref_logprobs=ref if "kl" in trl_type else None, normaliser=normaliser)
     assert got.item() == pytest.approx(expected.item(), abs=1e-6)

@@ -45,8 +45,8 @@ def test_rewards_advantages_and_stats() -> None:
     assert engine.asked[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q0"}]
     g0, g1 = rollout.groups
     assert g0.rewards == [1.0, 0.0, 1.0, 0.0] and g1.rewards == [0.0] * 4 and g1.zero_std and not g0.zero_std
-    # mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735
-    assert g0.advantages == pytest.approx([0.866025, -0.866025, 0.866025, -0.866025], abs=1e-5)
+    # mean 0.5, population std (np.std, cosmos-rl's) sqrt(4 * 0.25 / 4) = 0.5: +-0.5 / (0.5 + 1e-6)
+    assert g0.advantages == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-5)
     assert g1.advantages == [0.0] * 4
     assert rollout.stats["reward_mean"] == pytest.approx(0.25) and rollout.stats["zero_std_fraction"] == 0.5
     assert rollout.stats["reward/single_choice"] == pytest.approx(0.25)
@@ -133,8 +133,8 @@ def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() ->
     engine = ScriptedEngine({"Q0": ["B", "A", "A", "A", "A", "A", "A", "A"], "Q1": ["BA", "BAC"]})
     rows = [_row(0, "B"), _row(1, "BA")]
     plain = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8))
-    # one right of 8: mean 1/8, unbiased variance (49/64 + 7/64) / 7 = 1/8, so (7/8) / sqrt(1/8) = 2.47
-    assert max(plain.groups[0].advantages) == pytest.approx(7 / 8 / (1 / 8) ** 0.5, rel=1e-4)
+    # one right of 8: mean 1/8, population variance (49/64 + 7/64) / 8 = 7/64, so (7/8) / sqrt(7/64) = sqrt(7)
+    assert max(plain.groups[0].advantages) == pytest.approx(7 ** 0.5, rel=1e-4)
     clipped = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8),
                                shaping=Shaping(advantage_clip=(-0.3, 2.0)))
     assert max(clipped.groups[0].advantages) == 2.0 and min(clipped.groups[0].advantages) == pytest.approx(-0.3)

@@ -10,7 +10,7 @@ import torch
 from cosmos_train.config import config_from_dict
 from cosmos_train.errors import ConfigError
 from cosmos_train.train.losses import token_ce_sum
-from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, lr_factor, warmup_steps
+from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, lr_factor, schedule_of
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 
 
@@ -39,24 +39,28 @@ def test_accumulated_loss_equals_full_batch_token_mean() -> None:
 
 @pytest.mark.parametrize("decay", ["none", "linear", "cosine", "sqrt"])
 def test_schedule_warmup_and_decay(decay: str) -> None:
-    total, warm = 10, 2
-    f = [lr_factor(s, total, warm, decay, 0.1) for s in range(total)]
-    assert f[0] == pytest.approx(0.5) and f[1] == pytest.approx(1.0)
+    """cosmos-rl's warmup-stable-decay by hand: 10 steps, 2 of warmup from 0 (step s of w: s / (w - 1)), one
+    stable step (its virtual last step), then 8 of decay at progress (s + 1 - 3) / 8."""
+    sched = schedule_of(config_from_dict({"train": {"optm_warmup_steps": 2}}).train, 10)
+    assert (sched.warmup, sched.stable, sched.decay) == (2, 1, 8)
+    f = [lr_factor(s, sched, decay, 0.1) for s in range(10)]
+    assert f[0] == 0.0 and f[1] == 1.0 and f[2] == 1.0
     if decay == "none":
-        assert f[2:] == [1.0] * 8
+        assert f[1:] == [1.0] * 9
     else:
-        assert f[2] == pytest.approx(1.0)
         assert all(a >= b for a, b in zip(f[2:], f[3:]))
-        assert lr_factor(total, total, warm, decay, 0.1) == pytest.approx(0.1)
-    if decay == "cosine":  # halfway through the decay: min + (1-min)/2
-        assert lr_factor(6, total, warm, decay, 0.1) == pytest.approx(0.55)
+        assert lr_factor(10, sched, decay, 0.1) == pytest.approx(0.1)  # the virtual step after the run
+    if decay == "linear":
+        assert f[3] == pytest.approx(0.1 + 0.9 * 7 / 8) and f[9] == pytest.approx(0.1 + 0.9 / 8)
+    if decay == "cosine":  # halfway through the decay (step 6: progress 4 / 8): min + (1 - min) / 2
+        assert f[6] == pytest.approx(0.55)
 
 
 def test_fractional_warmup() -> None:
-    cfg = config_from_dict({"train": {"optm_warmup_steps": 0.1}})
-    assert warmup_steps(cfg.train, 200) == 20
-    cfg = config_from_dict({"train": {"optm_warmup_steps": 5}})
-    assert warmup_steps(cfg.train, 200) == 5
+    """A float <= 1.0 is a fraction of the run (rounded down), an integer is steps; never more than the run."""
+    for value, expected in ((0.1, 20), (5, 5), (1.0, 200), (1, 1), (0.0333, 6), (300, 200)):
+        cfg = config_from_dict({"train": {"optm_warmup_steps": value}})
+        assert schedule_of(cfg.train, 200).warmup == expected, value
 
 
 def test_sampler_covers_epoch_once_and_resume_is_world_size_free() -> None:
@@ -141,19 +145,18 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
 
 
 def test_schedule_start_factor_and_decay_ratio_by_hand() -> None:
-    """optm_warmup_start_factor: warmup from f (step s of w: f + (1 - f)(s + 1)/w); optm_decay_ratio: the peak
-    holds until the last ratio x total steps, which decay (cosmos-rl's warmup-stable-decay)."""
-    total, warm = 10, 2
-    assert lr_factor(0, total, warm, "none", 0.0, start_factor=0.2) == pytest.approx(0.6)
-    assert lr_factor(1, total, warm, "none", 0.0, start_factor=0.2) == pytest.approx(1.0)
-    f = [lr_factor(s, total, warm, "linear", 0.0, decay_steps=4) for s in range(total)]
-    assert f == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25])
-    assert [lr_factor(s, total, warm, "linear", 0.0, decay_steps=0) for s in range(2, total)] == [1.0] * 8
-    from cosmos_train.train.optim import decay_steps
-
-    cfg = config_from_dict({"train": {"optm_decay_ratio": 0.4, "optm_decay_type": "cosine"}})
-    assert decay_steps(cfg.train, 10, 2) == 4 and decay_steps(cfg.train, 10, 8) == 2  # at most what warmup leaves
-    assert decay_steps(config_from_dict({}).train, 10, 2) is None
+    """optm_warmup_start_factor: warmup from f (step s of w: f + (1 - f) s / (w - 1)); optm_decay_ratio: the peak
+    holds until the last round(ratio x total) steps, which decay (cosmos-rl's warmup-stable-decay)."""
+    cfg = config_from_dict({"train": {"optm_warmup_steps": 2, "optm_warmup_start_factor": 0.2,
+                                      "optm_decay_ratio": 0.4, "optm_decay_type": "linear"}})
+    sched = schedule_of(cfg.train, 10)
+    assert (sched.warmup, sched.stable, sched.decay) == (2, 5, 4)
+    f = [lr_factor(s, sched, "linear", 0.0, start_factor=0.2) for s in range(10)]
+    assert f == pytest.approx([0.2, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25])
+    short = schedule_of(cfg.train, 3)  # warmup 2 leaves 1 step: the decay takes at most that
+    assert (short.warmup, short.decay) == (2, 1)
+    flat = schedule_of(config_from_dict({"train": {"optm_warmup_steps": 2, "optm_decay_ratio": 0.0}}).train, 10)
+    assert [lr_factor(s, flat, "linear", 0.0) for s in range(1, 10)] == [1.0] * 9
 
 
 def test_gpu_path_options_refused_where_they_cannot_run() -> None:

@@ -50,14 +50,16 @@ def test_refusals_name_the_key_and_the_fix(override: str, key: str, words: str) 
 
 
 def test_imaginaire_tables_load_with_no_effect_and_grad_clip_is_read() -> None:
-    raw = {"model": {"model_name_or_path": "/tmp", "conditioner": [{"name": "fps"}]},
+    raw = {"model": {"model_name_or_path": "/tmp", "conditioner": [{"name": "text", "type": "text_attr"},
+                                                                   {"name": "fps"}]},
            "trainer": {"callbacks": [{"name": "grad_clip", "args": {"clip_norm": 0.5}},
                                      {"name": "manual_gc", "args": {"every_n": 5}}]},
            "dataloader_val": {"type": "web"}}
     cfg = wfm_config_from_dict(raw)
     assert cfg.grad_clip() == 0.5
     keys = [n.key for n in cfg.no_effect]
-    assert "model.conditioner" in keys and "dataloader_val" in keys and "trainer.callbacks[manual_gc]" in keys
+    assert "model.conditioner[fps]" in keys and "dataloader_val" in keys and "trainer.callbacks[manual_gc]" in keys
+    assert "model.conditioner[text]" not in keys  # the prompt embedding: implemented
     assert not any("grad_clip" in k for k in keys)
 
 

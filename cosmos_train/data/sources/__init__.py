@@ -20,7 +20,7 @@ a dataset that cannot be read at all raises `DatasetError`.
 
 ``split_role == "train"`` asks for the rows the dataset config names (its ``split``);
 ``split_role == "val"`` asks for the source's own held-out rows (synthetic ``sft/val.json``, a
-script's ``get_val_dataset``); a source without one raises `DatasetError`. When
+script's ``get_val_dataset``, a local folder's ``val.json``); a source without one raises `DatasetError`. When
 ``dataset.test_size`` is set, `load_samples` instead reads the "train" rows once and holds out a
 fixed, seeded part of them (the same rows every run), so train and val never overlap.
 
@@ -28,7 +28,10 @@ Sources (``dataset.source``)
 ----------------------------
 - ``hf``: a hub id (subset / split / revision; ``split`` may be a list, concatenated), a
   ``datasets.save_to_disk`` folder, or json / jsonl / parquet / arrow file(s) (a file, a folder of
-  them or a glob). The conversation column is a list of turns or that list as a JSON string.
+  them or a glob). A folder's files are split as the datasets library splits them (`splits.py`:
+  ``train.json`` / ``val.json``, ``train/`` / ``val/``, ``data/train-00000-of-00001.parquet``), and
+  its validation split is role "val"'s rows. The conversation column is a list of turns or that list
+  as a JSON string.
 - ``cosmos``: the Cosmos-Reason SFT / RL hub datasets (``nvidia/Cosmos-Reason1-*``); clips are
   downloaded as ``<subset>/clips/*.tar.gz`` and extracted once into ``$COSMOS_CACHE``.
 - ``llava``: ``dataset.annotation_path`` + ``dataset.media_path``; single and multi-turn;
@@ -62,6 +65,7 @@ from typing import Any, Literal
 from cosmos_train.config import Config, DatasetConfig, TrainPolicyConfig
 from cosmos_train.data.prompt import with_system_prompt
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
+from cosmos_train.data.sources.splits import SplitNotFound, data_files
 
 SplitRole = Literal["train", "val"]
 SourceFn = Callable[[DatasetConfig, TrainPolicyConfig, SplitRole, dict], Iterable[dict]]
@@ -120,6 +124,8 @@ def detect_source(ds: DatasetConfig) -> str:
             return "hf"
         if cosmos_subsets(path):
             return "cosmos"
+        if data_files(path):  # row files in subfolders only: a hub download (data/train-00000-of-00001.parquet)
+            return "hf"
         raise DatasetError(
             f"dataset.name {name}: a folder that is none of: a datasets.save_to_disk folder, a synthetic "
             "dataset (dataset_info.json + sft/), a video folder (videos/ + metas/), json/jsonl/parquet/arrow "
@@ -216,7 +222,10 @@ def load_samples(
         source = get_source(detect_source(ds))
         reader = lambda role: source(ds, tp, role, dict(cfg.custom))  # noqa: E731
     read_role: SplitRole = "train" if ds.test_size is not None or ds is not tp.dataset else split_role
-    samples = list(reader(read_role))
+    try:
+        samples = list(reader(read_role))
+    except SplitNotFound as e:
+        raise e.named(where) from None
     if not samples:
         raise DatasetError(f"{where}: {_describe(ds, script, read_role)} yielded no rows; check the file is not "
                            "empty and that subset / split name the rows you mean")

@@ -3,9 +3,16 @@
     [train.train_policy.dataset]
     name = "data/train.parquet"       # or "org/name" (+ subset, split, revision), or a save_to_disk folder
 
+A folder of data files is split as the Hugging Face datasets library splits it (`splits.py`):
+`train.json` + `val.json` is a "train" and a "validation" split, `dataset.split` picks one (`"val"`,
+`"valid"`, `"dev"` name "validation"), and a split no file is named after is an error listing the
+folder's files by split. A folder whose files name no split is the one split "train". With validation
+on and no `[validation.dataset]`, the folder's (or a save_to_disk DatasetDict's) validation split is
+the validation set. A single file or a glob is read whole, whatever `dataset.split` says.
+
 Relative media paths in rows are resolved against `dataset.media_path` when set, then the
-folder of the data file, then `dataset.local_dir`. Images held in the rows (an `Image` column:
-PIL images, or {"bytes", "path"} structs in parquet) are written once to
+folder of the data file, then the dataset folder, then `dataset.local_dir`. Images held in the
+rows (an `Image` column: PIL images, or {"bytes", "path"} structs in parquet) are written once to
 `dataset.cache_dir/embedded_media` (default `$COSMOS_CACHE/embedded_media`) and used by path;
 `messages` rows may leave media parts empty ({"type": "image"}) and give the images in an
 `images` column, as TRL datasets do. For a hub dataset, media the rows name by a relative path
@@ -17,6 +24,8 @@ of those folders is a bad row (`media_outside_root`) unless `dataset.allow_media
 from __future__ import annotations
 
 import glob
+import json
+import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +42,9 @@ from cosmos_train.data.sources.common import (
     map_rows,
     read_rows,
 )
+from cosmos_train.data.sources.splits import RULES, SPLIT_KEYWORDS, VALIDATION_SPLIT, folder_splits
+
+logger = logging.getLogger(__name__)
 
 
 def split_names(ds: DatasetConfig) -> list[str]:
@@ -43,6 +55,9 @@ def _media_roots(ds: DatasetConfig, data_dir: Path | None) -> list[Path]:
     roots = [Path(ds.media_path).expanduser()] if ds.media_path else []
     if data_dir is not None:
         roots.append(data_dir)
+        folder = Path(ds.name).expanduser()
+        if folder.is_dir() and folder != data_dir:  # a data file in a split folder (train/rows.json)
+            roots.append(folder)
     if ds.local_dir:
         roots.append(Path(ds.local_dir).expanduser())
     return roots
@@ -54,25 +69,65 @@ def _embedded_store(ds: DatasetConfig) -> Path:
 
 
 def _data_files(name: str) -> list[Path]:
+    """A file, or the files a glob matches (a folder is read by split: `_folder_files`)."""
     path = Path(name).expanduser()
     if path.is_file():
         return [path]
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in ROW_FILE_SUFFIXES)
-    else:
-        files = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).suffix.lower() in ROW_FILE_SUFFIXES)
+    files = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).suffix.lower() in ROW_FILE_SUFFIXES)
     if not files:
         raise DatasetError(f"dataset.name {name}: no json/jsonl/parquet/arrow files found")
     return files
 
 
-def _from_disk(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def _folder_files(folder: Path, splits: list[str]) -> list[Path]:
+    """The data files of `splits` in a folder, split as the datasets library splits it (no file twice)."""
+    layout = folder_splits(folder)
+    files: list[Path] = []
+    for split in splits:
+        mine = layout.files_for(split)
+        logger.info("dataset %s: split %r reads %s (the folder's files by split, %s: %s)", folder, split,
+                    ", ".join(str(f.relative_to(folder)) for f in mine), RULES[layout.rule], layout.describe())
+        files += [f for f in mine if f not in files]
+    return files
+
+
+def _is_save_to_disk(path: Path) -> bool:
+    return path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file())
+
+
+def held_out_split(ds: DatasetConfig) -> str | None:
+    """The validation split of a local dataset folder (a file or folder named val / valid / validation / dev,
+    or a save_to_disk DatasetDict's split of such a name): what validation reads when no [validation.dataset]
+    is set. None when it has none. DatasetError when `dataset.split` itself names it (train = validation)."""
+    path = Path(ds.name).expanduser()
+    if not path.is_dir():
+        return None
+    if _is_save_to_disk(path):
+        if not (path / "dataset_dict.json").is_file():
+            return None
+        have = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        found = next((s for s in SPLIT_KEYWORDS[VALIDATION_SPLIT] if s in have), None)
+        trained = set(split_names(ds))
+    else:
+        layout = folder_splits(path)
+        found = VALIDATION_SPLIT if VALIDATION_SPLIT in layout.splits else None
+        trained = {layout.resolve(s) for s in split_names(ds)}
+    if found is not None and found in trained:
+        raise DatasetError(
+            f"train.train_policy.dataset.split = {ds.split!r} of {ds.name} is its validation split, so validation "
+            "would read the training rows: train on the training split, or set a [validation.dataset] (or "
+            "dataset.test_size)"
+        )
+    return found
+
+
+def _from_disk(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(origin label, rows) per split of a datasets.save_to_disk folder."""
     import datasets
 
     loaded = datasets.load_from_disk(str(Path(ds.name).expanduser()))
     if isinstance(loaded, datasets.DatasetDict):
-        for split in split_names(ds):
+        for split in splits:
             if split not in loaded:
                 raise DatasetError(
                     f"dataset.split {split!r} is not in {ds.name} (splits: {', '.join(loaded)})"
@@ -82,10 +137,10 @@ def _from_disk(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         yield ds.name, list(loaded)
 
 
-def _from_hub(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def _from_hub(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     import datasets
 
-    for split in split_names(ds):
+    for split in splits:
         try:
             rows = datasets.load_dataset(ds.name, ds.subset, split=split, revision=ds.revision)
         except Exception as e:  # the hub raises many types; the user needs the name and the cause
@@ -97,17 +152,23 @@ def _from_hub(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         yield label, list(rows)
 
 
-def iter_tables(ds: DatasetConfig) -> Iterator[tuple[str, list[dict[str, Any]], Path | None]]:
-    """(origin label, rows, folder of the file) for each table the dataset config names."""
+def iter_tables(
+    ds: DatasetConfig, splits: list[str] | None = None
+) -> Iterator[tuple[str, list[dict[str, Any]], Path | None]]:
+    """(origin label, rows, folder of the file) for each table of `splits` (default: the dataset's `split`)."""
     path = Path(ds.name).expanduser()
-    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
-        for label, rows in _from_disk(ds):
+    splits = split_names(ds) if splits is None else splits
+    if _is_save_to_disk(path):
+        for label, rows in _from_disk(ds, splits):
             yield label, rows, path
+    elif path.is_dir():
+        for f in _folder_files(path, splits):
+            yield str(f), read_rows(f), f.parent
     elif path.exists() or any(c in ds.name for c in "*?["):
         for f in _data_files(ds.name):
             yield str(f), read_rows(f), f.parent
     else:
-        for label, rows in _from_hub(ds):
+        for label, rows in _from_hub(ds, splits):
             yield label, rows, None
 
 
@@ -147,12 +208,17 @@ def _hub_media(ds: DatasetConfig, files: list[str]) -> Path:
 
 @register_source("hf")
 def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+    splits = None
     if split_role == "val":
-        raise DatasetError(
-            f"dataset {ds.name!r} has no held-out split of its own: set dataset.test_size, or a "
-            "[validation.dataset] naming the validation split"
-        )
-    for label, rows, folder in iter_tables(ds):
+        held_out = held_out_split(ds)
+        if held_out is None:
+            raise DatasetError(
+                f"dataset {ds.name!r} has no held-out split of its own (a local folder's val / valid / validation "
+                "/ dev file or folder): set dataset.test_size, or a [validation.dataset] naming the validation split"
+            )
+        logger.info("validation rows: split %r of %s (no [validation.dataset] set)", held_out, ds.name)
+        splits = [held_out]
+    for label, rows, folder in iter_tables(ds, splits):
         ctx = context_for(
             train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder),
             embedded_store=_embedded_store(ds), allow_outside_root=ds.allow_media_outside_root,
