@@ -216,7 +216,8 @@ class TrainPolicyConfig(Section):
     micro_batch: int = Field(
         2, ge=1,
         description="Samples (GRPO: completions) per micro-batch: gradient accumulation splits each "
-        "optimizer step's batch into these. Alias: mini_batch (cosmos-rl's name).",
+        "optimizer step's batch into these (GRPO: each normalised by its own tokens, as cosmos-rl's mini-batches; "
+        "see loss_denominator). Alias: mini_batch (cosmos-rl's name).",
     )
     conversation_column_name: str = Field("conversations", description="Column holding the chat.")
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
@@ -287,7 +288,9 @@ class TrainPolicyConfig(Section):
         False, description="Weight each token's k3 KL by the ratio exp(logp - old logp) (an unbiased estimate "
         "when the policy has moved from the sampler's)."
     )
-    mu_iterations: int = Field(1, ge=1, description="Optimizer passes over each rollout batch.")
+    mu_iterations: int = Field(
+        1, ge=1, description="Optimizer updates per step, each a pass over the step's completions (old log-probs "
+        "from the first pass).")
     entropy_coeff: float = Field(
         0.0, ge=0, description="Weight of the entropy bonus: the loss minus this times the mean entropy of each "
         "micro-batch's completion tokens (with gradient; 0: logged only)."
@@ -471,7 +474,9 @@ class TrainConfig(Section):
     logprob_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of GRPO log-probs.")
     train_batch_per_replica: int = Field(
         8, ge=1,
-        description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: rollouts."
+        description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: completions per "
+        "replica per step (cosmos-rl's meaning: train_batch_per_replica / rollout.n_generation prompts), a multiple "
+        "or a divisor of n_generation; below it a group trains as n_generation / train_batch_per_replica steps."
     )
     epoch: int = Field(1, ge=1, description="Passes over the training dataset.")
     max_num_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
