@@ -35,7 +35,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from cosmos_train.atomic import write_atomic
-from cosmos_train.config_compat import NoEffect, rule_names_under, take_foreign_keys
+from cosmos_train.config_compat import INERT, NoEffect, rule_names_under, take_foreign_keys
 from cosmos_train.data.vision_settings import VisionSettings
 from cosmos_train.errors import ConfigError
 
@@ -1069,6 +1069,8 @@ def speed_only_settings(cfg: Config) -> list[NoEffect]:
     if cfg.train.async_tp_enabled:
         out.append(NoEffect("train.async_tp_enabled", True, "tensor-parallel communication is not overlapped "
                             "yet: the same math, in sequence"))
+    if cfg.policy_type == "grpo" and "batch_size" in cfg.rollout.model_fields_set:
+        out.append(NoEffect("rollout.batch_size", cfg.rollout.batch_size, INERT["rollout.batch_size"]))
     tp = cfg.train.train_policy
     if tp.behav_imp_weight_cap is not None and not tp.use_decoupled_loss:
         out.append(NoEffect("train.train_policy.behav_imp_weight_cap", tp.behav_imp_weight_cap,

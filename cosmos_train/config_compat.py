@@ -308,6 +308,14 @@ PARTLY: dict[str, str] = {
 }
 
 
+# Keys of ours that are kept (configs set them) but have no effect here: what the key table and `config check` say.
+INERT: dict[str, str] = {
+    "rollout.batch_size": "cosmos-rl's engine prompt batch: a step samples train.train_batch_per_replica / "
+    "n_generation prompts per replica and gives each rank's share to its engine at once (vLLM schedules them "
+    "itself); the same prompts and samples",
+}
+
+
 # Keys of ours whose default is not cosmos-rl's, and why (tests/unit/test_cosmos_rl_keys.py fails on a
 # difference not listed here, so a new one is a decision, not an accident). "" / unset pairs that mean the
 # same (no system prompt, no subset) are not differences.
@@ -367,6 +375,8 @@ def key_state(key: str, known: set[str], aliases: dict[str, str]) -> tuple[str, 
     not covered (a gap tests/unit/test_cosmos_rl_keys.py reports). known: our schema's dotted keys;
     aliases: cosmos-rl key -> ours (config.ALIASES and CONVERTED)."""
     rule = rule_for(key)
+    if key in INERT:
+        return "no effect", INERT[key]
     if key in known:
         return "implemented", PARTLY.get(key, "")
     if key in aliases:

@@ -25,9 +25,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def _overrides(model: Path, data: Path, out: Path, steps: int, *more: str) -> list[str]:
     """The recipe on the session's tiny model and data, small enough for a few CPU steps."""
     return [f'policy.model_name_or_path="{model}"', f'train.train_policy.dataset.name="{data}"',
-            f'train.output_dir="{out}"', f"train.max_num_steps={steps}", "rollout.batch_size=2",
+            f'train.output_dir="{out}"', f"train.max_num_steps={steps}",
             "rollout.n_generation=4", "rollout.max_response_length=4",
-            # one optimizer update per rollout batch of 2 x 4 completions; completions sampled every step
+            # one optimizer update per step of 2 prompts x 4 completions; completions sampled every step
             "train.train_batch_per_replica=8", "train.train_policy.micro_batch=8",
             "logging.completion_sample_freq=1", *more]
 

@@ -24,7 +24,7 @@ def write_pipeline(path: Path, model: Path, data: Path, out: Path, grpo_steps: i
     6 benchmark questions per model."""
     sft = [f'train.train_policy.dataset.name="{data}"', "train.max_num_steps=2", "train.train_batch_per_replica=4",
            "train.train_policy.micro_batch=2", "train.ckpt.save_freq=2", "train.ckpt.save_mode=\"sync\""]
-    grpo = [f'train.train_policy.dataset.name="{data}"', f"train.max_num_steps={grpo_steps}", "rollout.batch_size=2",
+    grpo = [f'train.train_policy.dataset.name="{data}"', f"train.max_num_steps={grpo_steps}",
             "rollout.n_generation=4", "rollout.max_response_length=4", "train.train_batch_per_replica=8",
             "train.train_policy.micro_batch=8", "train.ckpt.save_freq=2", "train.ckpt.save_mode=\"sync\"",
             "validation.freq=2"]

@@ -105,7 +105,8 @@ def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: P
     cfg = load_config(path, env={})
     rule_keys = {r.key for r in RULES} | {"policy.parallelism.cp_size", "policy.parallelism.pp_size",
                                           "train.compile", "rollout.backend", "train.train_policy.advantage_low",
-                                          "train.train_policy.advantage_high", "train.train_policy.behav_imp_weight_cap"}
+                                          "train.train_policy.advantage_high", "train.train_policy.behav_imp_weight_cap",
+                                          "rollout.batch_size"}
     assert cfg.no_effect and {n.key for n in cfg.no_effect} <= rule_keys
     # the run folder's copy keeps the list (as comments) and still loads to the same config
     written = cfg.write(tmp_path / "config.toml").read_text()
