@@ -53,7 +53,7 @@ def demo(output_dir: str = "outputs/demo", n_train: int = 768, n_test: int = 200
          families: list[str] | None = None, sft_steps: int = 300, grpo_steps: int = 300,
          sft_overrides: list[str] | None = None, grpo_overrides: list[str] | None = None) -> dict:
     """families: default ["direction"], which the ~1M-parameter model learns within the demo's few
-    minutes on a CPU. Measured (shared/reference/grpo.md): SFT sits at chance for ~250 steps, then reads
+    minutes on a CPU. Measured (docs/FACTS.md, "GRPO on the demo"): SFT sits at chance for ~250 steps, then reads
     the motion from the pixels (0.3 at step 300, ~1.0 at 400); SFT stops at `sft_steps` = 300 so GRPO has
     room to show what it adds (+10 points within 10-50 GRPO steps from there, ~0.7 by step 120).
     From the base model GRPO has no signal (every group all wrong), hence SFT first."""

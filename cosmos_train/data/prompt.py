@@ -5,7 +5,7 @@
 Four rules live here and nowhere else:
 - A multiple-choice question reads: the question, one "(A) option" line per option, the letter
   instruction, and with reasoning the <think>/<answer> instruction (the Cosmos-Reason GRPO and
-  benchmark prompts; shared/reference/formats.md), whether it is a synthetic SFT row, an RL row or a
+  benchmark prompts; docs/FACTS.md), whether it is a synthetic SFT row, an RL row or a
   benchmark question.
 - The system turn is always written out. A row's own system turn wins; else the configured one
   (`train.train_policy.system_prompt`, `evaluation.system_prompt`); else DEFAULT_SYSTEM_PROMPT.

@@ -8,7 +8,7 @@
             Answer with the option's letter from the given choices directly.
             [reasoning: Please answer the question in the following format: <think> ... </answer>.]
 
-The reasoning instruction is the one the GRPO prompts use (shared/reference/formats.md), so a model
+The reasoning instruction is the one the GRPO prompts use (docs/FACTS.md), so a model
 post-trained here is evaluated on the wording it was trained with. Free-form questions (no options,
 or answer_type "freeform") get the question text alone. The chat itself (system turn, media before
 the text) is built by `cosmos_train.data.prompt`, the one prompt builder SFT and rollout use too.

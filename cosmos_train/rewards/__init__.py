@@ -7,7 +7,7 @@
 A reward is `fn(completion: str, sample: dict) -> float`, where the sample is the RL row the
 completion answers (its `reference`, `options` and messages; `cosmos_train.data.prompt.
 reference_answer(sample)` reads the reference). Built-ins (reference semantics in
-shared/reference/formats.md, answers read with the evaluation's parser so a reward and a benchmark
+docs/FACTS.md, answers read with the evaluation's parser so a reward and a benchmark
 score the same text alike):
 - format: 1 when the whole completion is <think>...</think> then <answer>...</answer>, else 0;
 - single_choice: 1 when the option letter read from the completion is the reference letter;

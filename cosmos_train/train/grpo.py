@@ -317,8 +317,7 @@ class GRPOTrainer(Trainer):
         tokens = all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64),
                                 self.dist.device) / self.dist.tp
         total = float(tokens.sum())
-        balance = tp.balance_dp_token if tp.balance_dp_token is not None else False
-        if tp.loss_type == "token-mean" and balance:
+        if tp.loss_type == "token-mean" and tp.balance_dp_token:  # unset: false for GRPO (cosmos-rl's default)
             return _LossScales([float(t) or None for t in tokens.tolist()], shares, float(self.dist.dp_size),
                                total=total)
         return _LossScales([None] * n, shares, 1.0, total=total)

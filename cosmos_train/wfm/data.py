@@ -8,7 +8,7 @@
     emb = load_text_embedding(samples[0].text_embedding, "datasets/my_videos")  # float32 [n_tokens, dim]
     prompts = mock_prompts(64, seed=0)  # mock-data mode: prompts, no videos
 
-Layout (shared/reference/formats.md, "World-model"):
+Layout (docs/FACTS.md, "World-model"):
 
     <dataset>/videos/<stem>.mp4
     <dataset>/metas/<stem>.txt              one caption: the video's prompt
