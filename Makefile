@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint clean vllm-cpu-env test-vllm oracle
+.PHONY: setup demo test test-fast lint typecheck clean vllm-cpu-env test-vllm oracle
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -53,7 +53,11 @@ test-vllm: vllm-cpu-env
 
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check . || true
+	$(VENV)/bin/ruff format --check .
+
+# mypy with pyproject.toml's [tool.mypy] (files = cosmos_train and what it imports)
+typecheck: setup
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf outputs .pytest_cache

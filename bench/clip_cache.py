@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from video_pipeline import standard_clips  # noqa: E402  (the same synthetic clips)
 
 from cosmos_train.data.clip_cache import ClipCache  # noqa: E402
-from cosmos_train.data.video import VisionSettings, prepare_video, preprocess_video  # noqa: E402
+from cosmos_train.data.media import VisionSettings, prepare_video, preprocess_video  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:

@@ -18,7 +18,7 @@ no KL (beta 0, so no reference model), token-mean loss (TRL's default "dapo"), f
   layer builds from that file (list-style contents, the image as a PIL image); the script checks the
   prompt token ids TRL's processor gives equal ours before timing.
 - Reward: ours is the registry's `single_choice`; TRL's is a function calling the same parser
-  (`cosmos_train.evaluation.parsing.parse_letter`) with the row's reference and options.
+  (`cosmos_train.rewards.parsing.parse_letter`) with the row's reference and options.
 - Ours: `python -m cosmos_train.train.grpo --config RUN/config.toml` as its own process (what the CLI
   runs on one rank), step time = the median `step_time` of its metrics.jsonl rows after --warmup steps;
   the wall time between consecutive metrics rows is reported too (everything its loop does).
@@ -181,8 +181,8 @@ def check_same_prompts(model: Path, samples: list[dict[str, Any]], rows: list[di
     """Both sides must see the same tokens: TRL's processor on its row vs our encode_chat on our sample.
     Returns the prompt length (tokens, vision pads included)."""
     from cosmos_train.data.chat import encode_chat
+    from cosmos_train.data.media import VisionSettings
     from cosmos_train.data.prompt import prompt_messages
-    from cosmos_train.data.video import VisionSettings
     from cosmos_train.models.load import load_processor
 
     processor = load_processor(model)
@@ -203,7 +203,7 @@ def check_same_prompts(model: Path, samples: list[dict[str, Any]], rows: list[di
 # ---------------------------------------------------------------------------------------------- TRL
 def letter_reward(completions: list[Any], reference: list[str], options: list[str], **_: Any) -> list[float]:
     """TRL's reward: 1 when our evaluation parser reads the reference letter (what `single_choice` does)."""
-    from cosmos_train.evaluation.parsing import parse_letter
+    from cosmos_train.rewards.parsing import parse_letter
 
     out = []
     for completion, ref, opts in zip(completions, reference, options):

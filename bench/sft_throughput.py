@@ -136,7 +136,7 @@ def vary_lengths(samples: list[dict], seed: int = 1) -> None:
     text-only (their video parts dropped), in place and seeded."""
     import math
 
-    from cosmos_train.models.tokenizer import training_corpus
+    from cosmos_train.models.tiny_tokenizer import training_corpus
 
     words = sorted({w for line in training_corpus() for w in line.split() if w.isalpha()})
     rng = random.Random(seed)

@@ -4,7 +4,7 @@
 
 Both pipelines produce the same model input (same sampled frames, same target size, same
 normalise + patchify); they differ in decoding and resizing:
-- ours (cosmos_train.data.video.prepare_video): RGB-convert only the sampled frames, stop after
+- ours (cosmos_train.data.media.prepare_video): RGB-convert only the sampled frames, stop after
   the last one, seek for video_start, one batched torch bicubic resize.
 - naive: decode and RGB-convert every frame, keep the sampled ones, PIL bicubic per frame.
 Clips are synthesised (moving texture, libx264) in a temporary folder.
@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from cosmos_train.data.video import (
+from cosmos_train.data.media import (
     VisionInput,
     VisionSettings,
     normalize_frames,

@@ -82,8 +82,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data
     from cosmos_train.wfm.model import make_tiny_wfm
+    from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data
 
     work = args.workdir.resolve()
     model = make_tiny_wfm(work / "tiny-wfm")

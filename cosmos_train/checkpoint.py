@@ -170,7 +170,9 @@ def _fsync_dir(path: Path) -> None:
 # ------------------------------------------------------------------------------ RNG state
 def rng_state() -> dict[str, Any]:
     """This process's RNG states as plain tensors/ints (loadable with torch.load(weights_only=True))."""
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)  # legacy=True is the default, though numpy's stub types it False
+    assert isinstance(np_state, tuple)  # the global generator is an MT19937, whose legacy state is a tuple
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np_state
     py_version, py_internal, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
@@ -310,6 +312,7 @@ class CheckpointManager:
             # DCP reports every rank's failure on every rank, so all ranks arrive here together.
             self._raise_failed(step, tmp, final, e, self._group)
         if self.cfg.save_mode == "async" and not blocking:
+            assert isinstance(future, Future)  # an AsyncSaveResponse comes only with async staging (off by default)
             self._pending = _PendingSave(step, tmp, final, future, t_write)
             self.last_blocking_s = time.perf_counter() - t0
             log.info("checkpoint step %d: async save started (%.2fs blocking)", step, self.last_blocking_s)

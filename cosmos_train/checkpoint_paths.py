@@ -132,7 +132,7 @@ def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
 
 def newest_export(root: Path, name: str = "final") -> Path | None:
     """The most recently written `<run>/safetensors/<name>` export at any depth under `root` (an export
-    is complete once its folder exists: export.py renames it into place whole), or None."""
+    is complete once its folder exists: models/hf_folder.py renames it into place whole), or None."""
     root = Path(root).expanduser()
     if not root.is_dir():
         return None

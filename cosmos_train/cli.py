@@ -36,6 +36,21 @@ import sys
 import traceback
 from pathlib import Path
 
+from cosmos_train.config import (
+    NO_EFFECT_HEADER,
+    is_world_model_recipe,
+    load_config,
+)
+from cosmos_train.data.synthetic import build_arg_parser, run_from_args
+from cosmos_train.errors import EXIT_USER_ERROR, UserError
+from cosmos_train.process_tree import start_reaper, watch_parent
+from cosmos_train.reward_service.config import load_service_config
+from cosmos_train.storage import parse_target
+
+# why HEAVY: a command's own module (torch, transformers, diffusers under it) is imported inside the command, so
+# `--help` and `config check` answer in a fraction of a second instead of ~5 s; nothing imports cli, so these
+# lazy imports cannot hide an import cycle (tests/unit/test_import_direction.py allows them here only).
+
 # Prefect's temporary API server gives up after 20 s by default, which a loaded machine exceeds.
 EPHEMERAL_STARTUP_TIMEOUT_S = "180"
 
@@ -52,14 +67,7 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from cosmos_train.config import (
-        NO_EFFECT_HEADER,
-        ConfigError,
-        is_world_model_recipe,
-        load_config,
-        unsupported_settings,
-    )
-    from cosmos_train.pipeline import is_pipeline_file, load_pipeline_config
+    from cosmos_train.pipeline import is_pipeline_file, load_pipeline_config  # why: HEAVY
 
     if is_pipeline_file(args.config):  # a post-train pipeline: its own schema and each stage's config
         pipeline = load_pipeline_config(args.config, args.overrides)
@@ -72,7 +80,7 @@ def _config_check(args: argparse.Namespace) -> int:
         print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
         return 0
     if is_world_model_recipe(args.config):  # the world-model RL layout: its own schema
-        from cosmos_train.wfm.config import load_wfm_config
+        from cosmos_train.wfm.config import load_wfm_config  # why: HEAVY
 
         wfm = load_wfm_config(args.config, args.overrides)
         print(wfm.to_toml(), end="")
@@ -83,12 +91,10 @@ def _config_check(args: argparse.Namespace) -> int:
             print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in wfm.no_effect), sep="\n", file=sys.stderr)
         print(f"# ok: {args.config} (wfm_rl: {wfm.model.rl.algorithm})", file=sys.stderr)
         return 0
-    from cosmos_train.preflight import check_model_family
+    from cosmos_train.preflight import check_model_family  # why: HEAVY
 
     cfg = load_config(args.config, args.overrides)
     print(cfg.to_toml(), end="")
-    if problems := unsupported_settings(cfg):  # what a run would refuse before starting, said now
-        raise ConfigError(problems, str(args.config))
     model = cfg.policy.model_name_or_path
     # a model type no family loads is refused now where its config.json is at hand (a folder, the HF cache)
     model_type = check_model_family(model, vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
@@ -103,14 +109,16 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def _config_docs(args: argparse.Namespace) -> int:
-    from cosmos_train.config_docs import config_reference
+    from cosmos_train.config.docs import config_reference
+    from cosmos_train.evaluation.config import EvalConfig  # why: HEAVY
+    from cosmos_train.wfm.config import WfmConfig  # why: HEAVY
 
-    print(config_reference(), end="")
+    print(config_reference(EvalConfig, WfmConfig), end="")
     return 0
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
-    from cosmos_train.models.tiny import make_tiny_model
+    from cosmos_train.models.tiny import make_tiny_model  # why: HEAVY
 
     out = make_tiny_model(args.out, size=args.size, seed=args.seed, family=args.family)
     print(out)
@@ -118,42 +126,39 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _synthetic_args(p: argparse.ArgumentParser) -> None:
-    from cosmos_train.data.synthetic import build_arg_parser
-
     build_arg_parser(p)
 
 
 def _make_synthetic(args: argparse.Namespace) -> int:
-    from cosmos_train.data.synthetic import run_from_args
-
     print(run_from_args(args))
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
     """`sft` and `grpo`: the same inputs and checks, a different flow."""
-    from cosmos_train.preflight import check_job
+    from cosmos_train.preflight import check_job  # why: HEAVY
 
     script = args.dataset_script or args.script
     check_job(args.config, args.overrides, script, args.run_dir, policy_type=args.command)
     if args.command == "grpo":
-        from flows.grpo import GRPOParams as Params
-        from flows.grpo import grpo as run
+        from flows.grpo import GRPOParams, grpo
+
+        _quiet_prefect_console()
+        result = grpo(GRPOParams(config=str(args.config), overrides=args.overrides, dataset_script=script,
+                                 run_dir=args.run_dir))
     else:
-        from flows.sft import SFTParams as Params
-        from flows.sft import sft as run
+        from flows.sft import SFTParams, sft
 
-    _quiet_prefect_console()
-
-    result = run(Params(config=str(args.config), overrides=args.overrides, dataset_script=script,
-                        run_dir=args.run_dir))
+        _quiet_prefect_console()
+        result = sft(SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=script,
+                               run_dir=args.run_dir))
     print(result["run_dir"])
     return 0
 
 
 def _wfm_rl(args: argparse.Namespace) -> int:
     """World-model RL: the config checked (and the model folder found) before Prefect starts."""
-    from cosmos_train.wfm.config import load_wfm_config
+    from cosmos_train.wfm.config import load_wfm_config  # why: HEAVY
 
     load_wfm_config(args.config, args.overrides)
     if args.wfm_mode:
@@ -169,19 +174,19 @@ def _wfm_rl(args: argparse.Namespace) -> int:
 
 
 def _make_tiny_wfm(args: argparse.Namespace) -> int:
-    from cosmos_train.wfm.model import make_tiny_wfm
+    from cosmos_train.wfm.model import make_tiny_wfm  # why: HEAVY
 
     print(make_tiny_wfm(args.out, seed=args.seed))
     return 0
 
 
 def _make_synthetic_wfm(args: argparse.Namespace) -> int:
-    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data, write_text_embeddings
+    from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data, write_text_embeddings  # why: HEAVY
 
     out = make_synthetic_wfm_data(args.out, n=args.n, num_frames=args.num_frames, height=args.size,
                                   width=args.size, seed=args.seed)
     if args.text_embeddings_from:  # precomputed embeddings, as the seed's offline_text_embedding datasets have
-        from cosmos_train.wfm.model import encode_prompts, load_wfm
+        from cosmos_train.wfm.model import encode_prompts, load_wfm  # why: HEAVY
 
         parts = load_wfm(args.text_embeddings_from)
         write_text_embeddings(out, lambda prompts: encode_prompts(parts, prompts, args.max_prompt_length))
@@ -190,7 +195,7 @@ def _make_synthetic_wfm(args: argparse.Namespace) -> int:
 
 
 def _prepare_data(args: argparse.Namespace) -> int:
-    from cosmos_train.preflight import check_job
+    from cosmos_train.preflight import check_job  # why: HEAVY
 
     check_job(args.config, args.overrides, args.script, args.run_dir)
     from flows.prepare_data import PrepareDataParams, prepare_data
@@ -203,7 +208,7 @@ def _prepare_data(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from cosmos_train.preflight import check_eval
+    from cosmos_train.preflight import check_eval  # why: HEAVY
 
     check_eval(args.config, args.overrides, args.models)
     from flows.evaluate import EvaluateParams, evaluate
@@ -217,14 +222,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from cosmos_train.export import export_checkpoint
+    from cosmos_train.export import export_checkpoint  # why: HEAVY
 
     print(export_checkpoint(args.checkpoint, args.out))
     return 0
 
 
 def _upload(args: argparse.Namespace) -> int:
-    from cosmos_train.storage import parse_target
     from flows.upload import UploadParams, upload, upload_source
 
     folder, what = upload_source(args.source)  # input errors before Prefect starts
@@ -237,7 +241,7 @@ def _upload(args: argparse.Namespace) -> int:
 
 
 def _post_train(args: argparse.Namespace) -> int:
-    from cosmos_train.pipeline import load_pipeline_config
+    from cosmos_train.pipeline import load_pipeline_config  # why: HEAVY
 
     load_pipeline_config(args.config, args.overrides)  # every input error before Prefect starts
     from flows.post_train import PostTrainParams, post_train
@@ -259,13 +263,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _reward_service(args: argparse.Namespace) -> int:
-    from cosmos_train.reward_service.config import load_service_config
-    from cosmos_train.reward_service.server import resolve_token, serve
+    from cosmos_train.reward_service.server import resolve_token, serve  # why: HEAVY
 
     resolve_token(args.host, args.insecure_no_token)  # refuse before loading anything
     if args.exit_with_parent:
-        from cosmos_train.process_tree import watch_parent
-
         watch_parent(grace_s=10)
     serve(load_service_config(args.config), host=args.host, port=args.port,
           insecure_no_token=args.insecure_no_token)
@@ -390,8 +391,6 @@ class _HideUserErrorTracebacks(logging.Filter):
         self.handler = handler
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from cosmos_train.errors import UserError
-
         if record.exc_info and isinstance(record.exc_info[1], UserError):
             bare = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
             self.handler.handle(bare)
@@ -422,8 +421,6 @@ def cosmos_rl_form(argv: list[str]) -> list[str]:
     path = argv[i].partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
     command = "sft"
     try:
-        from cosmos_train.config import is_world_model_recipe, load_config
-
         command = "wfm-rl" if is_world_model_recipe(path) else load_config(path, check_paths=False).policy_type
     except Exception:  # noqa: BLE001 (the subcommand reports it)
         pass
@@ -431,15 +428,11 @@ def cosmos_rl_form(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cosmos_train.errors import EXIT_USER_ERROR, UserError
-
     args = build_parser().parse_args(cosmos_rl_form(list(sys.argv[1:] if argv is None else argv)))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
     if args.command in ("sft", "grpo", "wfm-rl", "prepare-data", "eval", "post-train", "upload", "demo"):
-        from cosmos_train.process_tree import start_reaper
-
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
         return int(args.func(args) or 0)

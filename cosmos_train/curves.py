@@ -12,9 +12,14 @@ is left out; the figure is one small PNG so a Prefect artifact can embed it.
 
 from __future__ import annotations
 
+import base64
 import math
 from pathlib import Path
 from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from cosmos_train.metrics import read_metrics
 
@@ -87,10 +92,6 @@ def metrics_table(run_dir: Path, policy_type: str, limit: int = TABLE_ROWS) -> l
 
 def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Path | None:
     """RUN/plots/curves.png: one panel per curve that has data; None when no step is logged yet."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
     train, val = per_step(metrics, "train"), per_step(metrics, "val")
@@ -133,8 +134,6 @@ def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Pat
 
 def curves_markdown(png: Path | None, title: str) -> str:
     """The curves embedded as a data: URI (an artifact cannot link to a file on the worker's disk)."""
-    import base64
-
     if png is None:
         return f"# {title}\n\nNo train or validation rows in metrics.jsonl yet.\n"
     data = base64.b64encode(Path(png).read_bytes()).decode()

@@ -52,7 +52,7 @@ class ConfigError(UserError):
         return (_rebuild_config_error, (type(self), self.problems, self.source, str(self)))
 
 
-def _rebuild_config_error(cls: type, problems: list[str], source: str | None, text: str) -> ConfigError:
+def _rebuild_config_error(cls: type[ConfigError], problems: list[str], source: str | None, text: str) -> ConfigError:
     err = cls.__new__(cls)
     ValueError.__init__(err, text)
     err.problems, err.source = problems, source

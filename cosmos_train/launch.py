@@ -18,9 +18,16 @@ Takes torchrun's own arguments and runs `torch.distributed.run` in this process,
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import get_args_parser, run
+
+from cosmos_train.process_tree import watch_parent
 
 LOOPBACK = "127.0.0.1"
 
@@ -39,13 +46,11 @@ def bind_stores_to_loopback() -> None:
     torch creates them in three places of the elastic agent (rendezvous backend, agent store, worker
     store), all through `torch.distributed.TCPStore`; a server given an already-listening socket uses
     it instead of binding all interfaces itself."""
-    import torch.distributed as dist
-
     original = dist.TCPStore
     if getattr(original, "_cosmos_loopback", False):
         return
 
-    class LoopbackTCPStore(original):  # type: ignore[misc, valid-type]
+    class LoopbackTCPStore(dist.TCPStore):  # `original`, not yet patched (checked above)
         _cosmos_loopback = True
 
         def __init__(self, host_name: str, port: int = 0, *args: Any, **kwargs: Any) -> None:
@@ -56,6 +61,7 @@ def bind_stores_to_loopback() -> None:
                 host_name = LOOPBACK
             super().__init__(host_name, port, *args, **kwargs)
 
+    # a patch of torch's class: mypy refuses assigning to a class name, which is the point here
     dist.TCPStore = LoopbackTCPStore  # type: ignore[misc]
 
 
@@ -69,8 +75,6 @@ def root_cause(failures: list[Any]) -> Any:
     timestamp): a rank killed by a signal other than torchrun's SIGTERM (SIGKILL from outside or the OOM
     killer, SIGSEGV) when no rank had exited with an error well before it, else the first rank that exited
     with an error (exit code > 0), else the first."""
-    import signal
-
     stopped = {-signal.SIGTERM, -signal.SIGINT}
     killed = sorted((f for f in failures if f.exitcode < 0 and f.exitcode not in stopped), key=lambda f: f.timestamp)
     errored = sorted((f for f in failures if f.exitcode > 0), key=lambda f: f.timestamp)
@@ -80,11 +84,6 @@ def root_cause(failures: list[Any]) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run
-
-    from cosmos_train.process_tree import watch_parent
-
     watch_parent(grace_s=45.0)  # torchrun gives its ranks 30 s after SIGTERM before it kills them
     args = get_args_parser().parse_args(argv)
     if args.standalone:

@@ -16,10 +16,10 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cosmos_train.atomic import write_atomic
-from cosmos_train.config import Config
+from cosmos_train.config import LoggingConfig
 from cosmos_train.errors import from_os_error
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,17 @@ SAMPLES_FILE = "completions.jsonl"  # GRPO's sampled completions with their rewa
 _REPORTED: set[tuple[str, int]] = set()
 
 
+class LoggedJob(Protocol):
+    """What MetricsLogger reads of a job config (the VLM job's Config, the world-model job's WfmConfig)."""
+
+    @property
+    def logging(self) -> LoggingConfig: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
 class MetricsLogger:
-    def __init__(self, run_dir: Path, cfg: Config, enabled: bool = True):
+    def __init__(self, run_dir: Path, cfg: LoggedJob, enabled: bool = True):
         self.enabled = enabled
         self.path = run_dir / METRICS_FILE
         if enabled:
@@ -38,7 +47,7 @@ class MetricsLogger:
         self.interval = max(1, cfg.logging.log_interval)
         self._wandb = None
         if enabled and "wandb" in cfg.logging.logger:
-            import wandb
+            import wandb  # why: wandb is heavy and only wanted when logging to it
 
             os.environ.setdefault("WANDB_MODE", "online" if os.environ.get("WANDB_API_KEY") else "offline")
             self._wandb = wandb.init(
@@ -76,10 +85,11 @@ class MetricsLogger:
         with path.open("a") as f:
             f.writelines(json.dumps({"step": step, **r}) + "\n" for r in rows)
         if self._wandb is not None:
-            import wandb
+            import wandb  # why: wandb is heavy and only wanted when logging to it
 
             columns = sorted({k for r in rows for k in r if not isinstance(r[k], dict)})
-            self._wandb.log({"samples": wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])},
+            # [*columns]: a new list, which mypy types as wandb.Table's (invariant) list[str | int]
+            self._wandb.log({"samples": wandb.Table(columns=[*columns], data=[[r.get(c) for c in columns] for r in rows])},
                             step=step)
         if self.console:
             first = rows[0]

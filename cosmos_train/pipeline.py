@@ -39,20 +39,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from cosmos_train.atomic import write_json_atomic
+from cosmos_train.config import load_config
+from cosmos_train.config.base import Section, read_toml
+from cosmos_train.config.explain import explain_errors, unknown_keys
+from cosmos_train.config.overrides import parse_override, set_path
 from cosmos_train.errors import ConfigError
+from cosmos_train.evaluation.config import load_eval_config
 
 STATE_FILE = "pipeline.json"
 WHAT = "pipeline config"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class TrainStage(_Section):
+class TrainStage(Section):
     """[sft] / [grpo]: one training stage."""
 
     config: str = Field(..., description="The stage's job TOML (relative paths: from the pipeline file's folder).")
@@ -70,7 +71,7 @@ class GRPOStage(TrainStage):
         "when the run kept one) or final.")
 
 
-class EvaluateStage(_Section):
+class EvaluateStage(Section):
     """[evaluate]: score the base model and each training stage's export on the config's benchmarks."""
 
     config: str = Field(..., description="Evaluation config (relative paths: from the pipeline file's folder).")
@@ -79,7 +80,7 @@ class EvaluateStage(_Section):
     eval_retries: int = Field(1, ge=0, le=100, description="Reruns of a model's evaluation after a crash.")
 
 
-class UploadStage(_Section):
+class UploadStage(Section):
     """[upload]: where the pipeline's models go once every other stage finished."""
 
     to: list[str] = Field(..., min_length=1, description="Targets: s3://bucket/prefix or hf://org/repo URLs.")
@@ -93,7 +94,7 @@ class UploadStage(_Section):
     hf_private: bool = Field(True, description="Create a Hub repo private when it does not exist.")
 
 
-class PipelineConfig(_Section):
+class PipelineConfig(Section):
     """The whole pipeline file."""
 
     name: str = Field(
@@ -136,7 +137,7 @@ def _stage_override(raw: dict[str, Any], text: str) -> bool:
     of the pipeline's stage section)."""
     head, _, rest = text.partition("=")
     parts = head.strip().split(".")
-    models = {"sft": TrainStage, "grpo": GRPOStage, "evaluate": EvaluateStage}
+    models: dict[str, type[Section]] = {"sft": TrainStage, "grpo": GRPOStage, "evaluate": EvaluateStage}
     if len(parts) < 2 or parts[0] not in models or parts[1] in models[parts[0]].model_fields:
         return False
     section = raw.setdefault(parts[0], {})
@@ -149,16 +150,8 @@ def _stage_override(raw: dict[str, Any], text: str) -> bool:
 def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> PipelineConfig:
     """Parse and validate a pipeline file; stage config paths come back absolute. Raises ConfigError
     naming every problem (unknown keys with the closest valid one, bounds in words, missing stage configs)."""
-    from cosmos_train.config import explain_errors, parse_override, set_path, unknown_keys
-
     p = Path(path)
-    source = str(path)
-    if not p.is_file():
-        raise ConfigError([f"pipeline file {p} does not exist"], source, what=WHAT)
-    try:
-        raw = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError([f"TOML syntax: {e}"], source, what=WHAT) from None
+    raw, source = read_toml(path, what=WHAT)
     raw.setdefault("name", p.stem)
     for text in overrides:
         if not _stage_override(raw, text):
@@ -196,9 +189,6 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
 def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
     """Each stage's own config with its overrides, checked now: a typo in the GRPO stage's overrides must
     not wait for hours of SFT to surface. Model paths are not checked (earlier stages make them)."""
-    from cosmos_train.config import load_config
-    from cosmos_train.evaluation.config import load_eval_config
-
     out = []
     for name, stage in cfg.training_stages():
         try:

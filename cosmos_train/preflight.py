@@ -7,20 +7,29 @@
 The CLI calls it before it starts Prefect (a temporary API server alone takes ~15 s), and the flows
 call it again on their first line, since a deployment run never passes through the CLI. It reads
 the rows of local datasets (not their media) and loads no model: decoding, tokenizing and the trainer's
-own checks stay with data preparation and training, which name the row or file themselves. Kept free
-of torch/transformers imports so an input error answers at once.
+own checks stay with data preparation and training, which name the row or file themselves. It imports the
+layers it checks against (models, data, generation, evaluation) like any module; the CLI imports it only in
+the commands that run a job.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config, unsupported_settings
+import torch
+
+from cosmos_train.checkpoint_paths import resolve_resume
+from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config
+from cosmos_train.data.sources import SplitRole, detect_source, load_samples
 from cosmos_train.errors import DataError, ModelError
-
-if TYPE_CHECKING:
-    from cosmos_train.evaluation.config import EvalConfig
+from cosmos_train.evaluation.benchmark import load_benchmark
+from cosmos_train.evaluation.config import EvalConfig, load_eval_config
+from cosmos_train.generation.vllm_requests import check_vllm_family
+from cosmos_train.models.families import FAMILIES, UNSUPPORTED_TYPES
+from cosmos_train.models.load import resolve_attention
+from cosmos_train.models.parallelize import compute_dtype
 
 
 def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
@@ -32,13 +41,10 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     data preparation, reads every row anyway and names the bad ones the same way.
     policy_type: the trainer that will run it (the `sft` or `grpo` command / flow); a config of the
     other kind is refused (each trainer would otherwise fail later on the other's rows)."""
-    cfg = load_config(config, overrides or [])
+    cfg = load_config(config, overrides or [])  # every config check, unsupported settings included
     if policy_type is not None and cfg.policy_type != policy_type:
         raise ConfigError(f"train.train_policy.type = {cfg.policy_type!r}: this is the {policy_type} command / "
                           f"flow; run the {cfg.policy_type} one (`cosmos-train {cfg.policy_type}`)", str(config))
-    problems = unsupported_settings(cfg)
-    if problems:
-        raise ConfigError(problems, str(config))
     check_attention(cfg)
     check_model_family(cfg.policy.model_name_or_path,
                        vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
@@ -50,12 +56,11 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
         datasets.append(("validation.dataset", cfg.validation.dataset))
     for key, ds in datasets:
         check_dataset_paths(key, ds, has_script=dataset_script is not None)
-    for role in (["train", "val"] if cfg.validation.enable else ["train"]) if read_rows else []:
+    roles: list[SplitRole] = (["train", "val"] if cfg.validation.enable else ["train"]) if read_rows else []
+    for role in roles:
         check_rows(cfg, role, dataset_script)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
-        from cosmos_train.checkpoint_paths import resolve_resume
-
         resolve_resume(cfg.train.resume, cfg.train.output_dir)
     return cfg
 
@@ -63,11 +68,6 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
 def check_attention(cfg: Config) -> None:
     """policy.attn_implementation can run on this machine's device (the trainer's: CUDA where present), as the
     trainer's ranks will find before loading the weights; said here before anything starts."""
-    import torch
-
-    from cosmos_train.models.load import resolve_attention
-    from cosmos_train.models.parallelize import compute_dtype
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolve_attention(cfg.policy.attn_implementation, device, compute_dtype(cfg, device), cfg.policy_type)
 
@@ -75,7 +75,7 @@ def check_attention(cfg: Config) -> None:
 def local_model_config(model: str) -> Path | None:
     """The config.json of `model` found without the network: in the local folder it names, or, for a hub id, in
     the Hugging Face cache (HF_HOME / HF_HUB_CACHE); None where neither has it."""
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # why: optional Hub client, only for a hub id's cache
 
     folder = Path(model).expanduser()
     if folder.is_dir():
@@ -95,11 +95,6 @@ def check_model_family(model: str, vllm: bool = False, key: str = "policy.model_
     supported families), and, when the vLLM engine will serve it (`vllm`), one that vLLM loads from such a folder
     (ConfigError). Returns the model_type, or None where its config.json is neither a local file nor in the
     Hugging Face cache (the family is then checked when the model loads)."""
-    import json
-
-    from cosmos_train.generation.vllm_requests import check_vllm_family
-    from cosmos_train.models.families import FAMILIES, UNSUPPORTED_TYPES
-
     config = local_model_config(model)
     if config is None:
         return None
@@ -122,8 +117,6 @@ def check_model_family(model: str, vllm: bool = False, key: str = "policy.model_
 
 def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -> None:
     """Files the dataset config names exist, and the source can be told from them."""
-    from cosmos_train.data.sources import detect_source
-
     if ds.annotation_path and not Path(ds.annotation_path).expanduser().is_file():
         raise DataError(f"{key}.annotation_path: {ds.annotation_path} does not exist (the LLaVA json file)")
     if ds.media_path and not Path(ds.media_path).expanduser().is_dir():
@@ -138,9 +131,6 @@ def check_eval(config: str | Path, overrides: list[str] | None = None,
                models: list[str] | None = None) -> EvalConfig:
     """An evaluation's config, every benchmark's questions (read, not answered) and local model folders;
     returns the validated config."""
-    from cosmos_train.evaluation.benchmark import load_benchmark
-    from cosmos_train.evaluation.config import load_eval_config
-
     cfg = load_eval_config(config, overrides or [])
     for ds in cfg.datasets:
         load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=cfg.evaluation.answer_type != "freeform")
@@ -154,20 +144,18 @@ def check_eval(config: str | Path, overrides: list[str] | None = None,
     return cfg
 
 
-def check_rows(cfg: Config, role: str, dataset_script: str | None = None, shown: int = 5) -> None:
+def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, shown: int = 5) -> None:
     """Read a local dataset's rows (file parsing, split, row layout, media paths; no decoding) and, under
     on_bad_row = "fail", raise naming the first bad rows. Hub datasets, Cosmos-Reason copies (their
     clips are extracted on first read) and dataset scripts (the user's own code) are left to data
     preparation: reading them here could take as long as preparing them."""
-    from cosmos_train.data.sources import detect_source, load_samples
-
     ds = cfg.validation.dataset if role == "val" and cfg.validation.dataset is not None else \
         cfg.train.train_policy.dataset
     if dataset_script is not None or detect_source(ds) in ("cosmos", "script"):
         return
     if not (ds.annotation_path or Path(ds.name).expanduser().exists()):
         return  # a hub id
-    samples = load_samples(cfg, role, keep_errors=True)  # type: ignore[arg-type]
+    samples = load_samples(cfg, role, keep_errors=True)
     bad = [s for s in samples if "error" in s]
     if bad and ds.on_bad_row == "fail":
         lines = [f"  - {s['error']['message']}" for s in bad[:shown]]

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cosmos_train.checkpoint import cpu_group
+
 EXIT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -46,8 +48,6 @@ class ExitRequest:
             return self.requested
         # A CPU tensor needs a CPU-capable group; cosmos_train.checkpoint.cpu_group() is one.
         if group is None:
-            from cosmos_train.checkpoint import cpu_group
-
             group = cpu_group()
         flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)

@@ -158,8 +158,8 @@ def s3_settings(env: Mapping[str, str], *, endpoint_url: str | None = None, part
 
 
 def s3_client(settings: S3Settings) -> Any:
-    import boto3
-    from botocore.config import Config as BotoConfig
+    import boto3  # why: boto3 / botocore are heavy and only s3:// targets need them
+    from botocore.config import Config as BotoConfig  # why: only s3:// targets
 
     kwargs: dict[str, Any] = {}
     if settings.access_key_id:
@@ -187,7 +187,11 @@ _CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or PROD_S3_
 
 def s3_error(exc: BaseException, target: str) -> Exception:
     """The UploadError (refused: do not retry) or UploadUnavailable (retry may help) an S3 failure means."""
-    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import (  # why: only s3:// targets
+        ClientError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
 
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return AuthError(f"{target}: no S3 credentials found; {_CREDENTIALS_HINT}")
@@ -220,7 +224,7 @@ def _read(path: Path, offset: int, length: int) -> bytes:
 
 
 def _same_object(client: Any, bucket: str, key: str, size: int, sha: str) -> bool:
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError  # why: only s3:// targets
 
     try:
         head = client.head_object(Bucket=bucket, Key=key)
@@ -302,7 +306,7 @@ def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta:
     try:  # a listing (not a HEAD, whose error has no body) names what is wrong before anything is sent
         client.list_objects_v2(Bucket=bucket, Prefix=manifest_key, MaxKeys=1)
     except Exception as e:  # noqa: BLE001 (mapped: refused vs unavailable)
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError  # why: only s3:// targets
 
         if isinstance(e, ClientError) and str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
             raise UploadError(f"{target.url}: the bucket {bucket!r} does not exist (create it, or fix s3_bucket / "
@@ -341,7 +345,7 @@ def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta:
 
 def read_manifest(target: Target, settings: S3Settings, client: Any = None) -> dict[str, Any] | None:
     """The MANIFEST.json under `target`, or None while an upload there is incomplete."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError  # why: only s3:// targets
 
     client = client or s3_client(settings)
     key = f"{target.prefix}/{MANIFEST}" if target.prefix else MANIFEST
@@ -381,7 +385,7 @@ def upload_folder_hf(local: Path, target: Target, *, token: str, commit_message:
     started = time.monotonic()
     report = UploadReport(str(local), target.url)
     if api is None:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # why: the hub client only for hf:// targets
 
         api = HfApi(token=token)
     repo = target.bucket_or_repo

@@ -28,6 +28,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 @task(name="make-tiny-model", cache_policy=NO_CACHE)
 def make_model(out: str) -> str:
+    # why here: the model code loads torch and transformers; importing the flow (prefect deploy) must not wait
     from cosmos_train.models.tiny import make_tiny_model
 
     return str(make_tiny_model(out))
@@ -35,6 +36,7 @@ def make_model(out: str) -> str:
 
 @task(name="make-synthetic-data", cache_policy=NO_CACHE)
 def make_data(out: str, n_train: int, n_val: int, n_test: int, seed: int, families: list[str]) -> str:
+    # why here: the video writer loads PyAV; importing the flow (prefect deploy) must not wait
     from cosmos_train.data.synthetic import make_synthetic_dataset
 
     return str(make_synthetic_dataset(out, n_train=n_train, n_val=n_val, n_test=n_test, seed=seed,

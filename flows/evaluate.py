@@ -72,11 +72,12 @@ def _evaluate(params: EvaluateParams) -> dict[str, Any]:
                              "(train a model there first, or point at the training output_dir)")
         logger.info("newest export under %s: %s", params.newest_export_in, newest)
         models.append(str(newest))
-    cfg = check_eval(params.config, params.overrides, models)  # fail before any model loads
+    # fail before any model loads; the one read of the evaluation config, every model's task gets it
+    cfg = check_eval(params.config, params.overrides, models)
     labels = params.labels or ([cfg.model_basename] if not models else unique_labels(models))
     models = models or [cfg.model.model_name]
     run_one = evaluate_model_task.with_options(retries=params.eval_retries, retry_delay_seconds=2)
-    results = [run_one(params.config, model, label, params.overrides) for model, label in zip(models, labels)]
+    results = [run_one(cfg, model, label) for model, label in zip(models, labels)]
     rows = comparison_rows(results)
     create_table_artifact(
         key="eval-comparison",

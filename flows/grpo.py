@@ -3,13 +3,13 @@
     cosmos-train grpo --config configs/tiny-grpo.toml --set train.max_num_steps=3
     prefect deployment run 'grpo/grpo' --param params='{"config": "configs/tiny-grpo.toml"}'
 
-Steps (tasks/train_job.py, shared with `sft`): resolve-config -> prepare-data (manifest.jsonl) ->
-torchrun of cosmos_train.train.grpo (checkpoints/, metrics.jsonl, completions.jsonl,
+Steps (tasks/training_run.py, shared with `sft`; the job TOML is read once): resolve-config -> prepare-data
+(manifest.jsonl) -> torchrun of cosmos_train.train.grpo (checkpoints/, metrics.jsonl, completions.jsonl,
 safetensors/final and safetensors/best) -> artifacts: `grpo-summary` (markdown), `grpo-completions`
 (table of the last sampled step's completions and rewards), `training-curves` (reward, accuracy, KL,
 length, grad norm, lr, throughput; refreshed during training, also RUN/plots/curves.png),
-`training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads). A retry of the training task resumes from the run folder's newest
-checkpoint instead of starting over.
+`training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads). A retry
+of the training task resumes from the run folder's newest checkpoint instead of starting over.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.train_report import completions_table, export_markdown, read_run_report, summary_markdown
+from cosmos_train.train.report import (
+    completions_table,
+    export_markdown,
+    grpo_summary_markdown,
+    read_run_report,
+)
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
-from tasks.train_job import TrainJobParams, run_training_job
+from tasks.training_run import TrainJobParams, resolve_training_job, run_trainer
 
 
 class GRPOParams(TrainJobParams):
@@ -34,9 +39,11 @@ def grpo(params: GRPOParams) -> dict:
 
 
 def _grpo(params: GRPOParams) -> dict:
-    run, result = run_training_job(params, "grpo")
+    job = resolve_training_job(params, "grpo")  # the one read of the job TOML; later steps get `job`
+    result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
+    run = job.run
     report = read_run_report(run)
-    create_markdown_artifact(summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
+    create_markdown_artifact(grpo_summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
     table = completions_table(report.completions)
     if table:
         create_table_artifact(table, key="grpo-completions",

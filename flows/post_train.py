@@ -4,7 +4,9 @@
     prefect deployment run 'post-train/post-train' --param params='{"config": "configs/tiny-post-train.toml"}'
 
 Each stage is the project's own flow run as a subflow (prepare-data, sft, evaluate, grpo, upload) with
-its own run folder under the pipeline folder `<output_dir>/<name>/`; the GRPO stage starts from the SFT
+its own run folder under the pipeline folder `<output_dir>/<name>/`; a training stage's job config is resolved
+here once (its file, the stage's overrides, the model it starts from, its output folder), written as that run
+folder's config.toml and handed to the subflow as that file with no overrides; the GRPO stage starts from the SFT
 stage's export, evaluation scores each export (and the base model), the upload sends the result.
 `pipeline.json` there records every stage (cosmos_train/pipeline.py): a rerun of a failed pipeline
 skips the stages that finished with the same resolved config and inputs, and continues the stage
@@ -24,7 +26,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
-from cosmos_train.config import load_config
+from cosmos_train.config import Config, load_config
 from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
@@ -35,7 +37,7 @@ from flows.prepare_data import PrepareDataParams, prepare_data
 from flows.sft import SFTParams, sft
 from flows.upload import UploadParams, upload
 from tasks.errors import user_errors_reported
-from tasks.run_folder import new_run_dir
+from tasks.run_folder import CONFIG_FILE, new_run_dir
 
 LOG_TAIL_LINES = 40
 SUMMARY_COLUMNS = ("model", "run / step", "accuracy", "chance", "flags", "reward", "train seconds", "uploaded to",
@@ -62,6 +64,13 @@ def post_train(params: PostTrainParams) -> dict[str, Any]:
 def _local(path: str | None) -> list[str]:
     """The inputs of a stage worth fingerprinting: local paths only (a hub id is part of the config)."""
     return [p for p in [path] if p and Path(p).expanduser().exists()]
+
+
+def resolved_run_folder(job: Config, run: Path) -> Path:
+    """`run` with the stage's resolved config written as its config.toml: the stage's flow is handed that file
+    and no overrides, so it reads the resolved config and nothing applies the overrides again."""
+    job.write(run / CONFIG_FILE)
+    return run
 
 
 def _log_tail(run_dir: str | None) -> str:
@@ -116,9 +125,7 @@ class Pipeline:
     # ---------------------------------------------------------------- the stages
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
-        first_name, first = cfg.training_stages()[0]
-        base = cfg.model or load_config(first.config, first.overrides).policy.model_name_or_path
-        self.prepare(base)
+        base = self.prepare()
         evaluations = []
         if cfg.evaluate and cfg.evaluate.base:
             evaluations.append(self.evaluate("base", base))
@@ -132,43 +139,56 @@ class Pipeline:
         uploads = self.upload(exports) if cfg.upload else []
         return self.summary(exports, evaluations, uploads)
 
-    def _job_overrides(self, name: str, model: str, out: Path) -> list[str]:
+    def _resolve(self, name: str, model: str | None, out: Path) -> Config:
+        """A stage's job config with its overrides, the model it starts from and its output folder: the one read
+        of its TOML for this step. model None: the stage's own (the base, for the first stage)."""
         stage = getattr(self.cfg, name)
-        return [*stage.overrides, f'policy.model_name_or_path="{model}"', f'train.output_dir="{out}"']
+        placed = [] if model is None else [f'policy.model_name_or_path="{model}"']
+        return load_config(stage.config, [*stage.overrides, *placed, f'train.output_dir="{out}"'])
 
-    def prepare(self, base: str) -> None:
+    def prepare(self) -> str:
         """Validate every training stage's rows before any training (the GRPO stage's model is not trained
-        yet: the base model's processor reads its rows, the same tokenizer)."""
+        yet: the base model's processor reads its rows, the same tokenizer). Returns the base model."""
+        base = self.cfg.model
         for name, stage in self.cfg.training_stages():
-            overrides = self._job_overrides(name, base, self.folder / "prepare" / name)
-            job = load_config(stage.config, overrides)
+            job = self._resolve(name, base, self.folder / "prepare" / name)
+            base = base or job.policy.model_name_or_path  # the first stage's own model, when the file names none
             key = stage_key(f"prepare-{name}", job.model_dump(mode="json"),
                             [*_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)])
 
-            def body(_: str | None, stage: Any = stage, overrides: list[str] = overrides) -> tuple[dict, list]:
-                manifest = prepare_data(PrepareDataParams(config=stage.config, overrides=overrides,
+            def body(_: str | None, stage: Any = stage, job: Config = job) -> tuple[dict, list]:
+                run = resolved_run_folder(job, new_run_dir(job))
+                manifest = prepare_data(PrepareDataParams(config=str(run / CONFIG_FILE), run_dir=str(run),
                                                           dataset_script=stage.dataset_script))
                 return {"manifest": manifest}, [manifest]
 
             self.stage(f"prepare-{name}", key, body)
+        assert base is not None  # a training stage's config always names a model (its default, at least)
+        return base
 
     def train(self, name: str, model: str) -> dict[str, Any]:
         stage = getattr(self.cfg, name)
-        overrides = self._job_overrides(name, model, self.folder / name)
-        job = load_config(stage.config, overrides)
+        job = self._resolve(name, model, self.folder / name)
         key = stage_key(name, job.model_dump(mode="json"),
                         [*_local(model), *_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)])
 
         def body(resume: str | None) -> tuple[dict, list]:
-            run_dir = resume or str(new_run_dir(job))
-            self.state.set_run_dir(name, run_dir)
-            flow_fn, params_cls = (sft, SFTParams) if name == "sft" else (grpo, GRPOParams)
-            result = flow_fn(params_cls(config=stage.config, overrides=overrides, dataset_script=stage.dataset_script,
-                                        run_dir=run_dir, train_retries=stage.train_retries, timeout_s=stage.timeout_s))
+            # the same key: a resumed run folder's config.toml is this very config, written again
+            run = resolved_run_folder(job, Path(resume) if resume else new_run_dir(job))
+            self.state.set_run_dir(name, str(run))
+            config, script = str(run / CONFIG_FILE), stage.dataset_script
+            if name == "sft":
+                result = sft(SFTParams(config=config, run_dir=str(run), dataset_script=script,
+                                       train_retries=stage.train_retries, timeout_s=stage.timeout_s))
+            else:
+                result = grpo(GRPOParams(config=config, run_dir=str(run), dataset_script=script,
+                                         train_retries=stage.train_retries, timeout_s=stage.timeout_s))
+            if job.no_effect:  # the stage file's keys with no effect (its run folder's config.toml has them too)
+                result["no_effect"] = [n.line() for n in job.no_effect]
             best = (result.get("best") or {}).get("path")
             export = best if name == "grpo" and stage.export == "best" and best else result.get("final")
             if not export:
-                raise RuntimeError(f"{name}: the run in {run_dir} wrote no export (train.ckpt.export_safetensors "
+                raise RuntimeError(f"{name}: the run in {run} wrote no export (train.ckpt.export_safetensors "
                                    f"must stay true in a pipeline: the next stage starts from it)")
             return {**result, "export": export}, [export]
 

@@ -9,8 +9,6 @@ RUN/prep_report.json and RUN/prep_histograms.png; returns the manifest path.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, get_run_logger
 from pydantic import BaseModel, Field
 
@@ -38,9 +36,9 @@ def prepare_data(params: PrepareDataParams) -> str:
 
 def _prepare_data(params: PrepareDataParams) -> str:
     logger = get_run_logger()
-    check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
-    _, run_dir = resolve_config(params.config, params.overrides, params.run_dir)
-    script = str(Path(params.dataset_script).resolve()) if params.dataset_script else None
-    result = prepare_data_task(config=str(Path(run_dir) / "config.toml"), run_dir=run_dir, dataset_script=script)
+    # the one read of the job TOML + overrides; the later steps get the resolved job
+    cfg = check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
+    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
+    result = prepare_data_task(job)
     logger.info("manifest: %s", result["manifest"])
     return result["manifest"]

@@ -14,7 +14,7 @@ training: same prompts, same noise).
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -45,19 +45,17 @@ def wfm_rl(params: WfmRLParams) -> dict:
 
 
 def _wfm_rl(params: WfmRLParams) -> dict:
-    import json
-
     logger = get_run_logger()
-    cfg, run_dir = resolve_wfm_config(params.config, params.overrides, params.run_dir)
-    run = Path(run_dir)
+    job = resolve_wfm_config(params.config, params.overrides, params.run_dir)  # the one read of the job TOML
+    cfg, run = job.cfg, job.run
     logger.info("run folder: %s", run)
-    data = check_wfm_data(str(run / "config.toml"))
+    data = check_wfm_data(job)
     logger.info("data: %s", data.get("summary") or data)
     train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
     with wfm_reward_env(cfg, run) as env:
         if env.get("WFM_REWARD_ENQUEUE_URL"):
             logger.info("reward service: %s", env["WFM_REWARD_ENQUEUE_URL"])
-        train(cfg, "cosmos_train.wfm.trainer", run_dir, ["--config", str(run / "config.toml"), "--resume-own-run"],
+        train(cfg, "cosmos_train.wfm.trainer", str(run), ["--config", str(job.config_file), "--resume-own-run"],
               total_steps=cfg.trainer.max_iter, timeout_s=params.timeout_s, env=env)
     result = json.loads((run / "result.json").read_text())
     summary = run_summary(run)

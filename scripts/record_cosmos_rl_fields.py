@@ -8,7 +8,7 @@ pydantic class reachable from `Config`, as a dotted key path with its declared d
 literal. A union of sections (train.train_policy: SFT | GRPO) contributes the fields of each. The fixture is
 what tests/unit/test_cosmos_rl_keys.py holds our schema to: each recorded key is implemented, accepted
 with no effect here (with a reason) or refused under stated values. It then writes docs/COSMOS_RL_KEYS.md,
-each key's state here (`cosmos_train.config_docs.cosmos_rl_key_table`).
+each key's state here (`cosmos_train.config.docs.cosmos_rl_key_table`).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} keys -> {args.out}", file=sys.stderr)
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root))
-    from cosmos_train.config_docs import cosmos_rl_key_table
+    from cosmos_train.config.docs import cosmos_rl_key_table
 
     (root / "docs" / "COSMOS_RL_KEYS.md").write_text(cosmos_rl_key_table(doc))
     print(f"their states here -> {root / 'docs' / 'COSMOS_RL_KEYS.md'}", file=sys.stderr)

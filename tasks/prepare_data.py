@@ -1,9 +1,10 @@
 """Prefect task `prepare-data`: validate the dataset rows of a run and record what was kept.
 
-Loads the run's config and processor, reads the train rows (and the val rows when
-`validation.enable`) through `cosmos_train.data.sources`, checks them with
-`cosmos_train.data.prepare`, follows progress in a progress artifact and publishes a markdown
-report artifact (rows read / kept / skipped by reason with first examples, the histograms).
+Takes the job the flow resolved (its config object and run folder: no config file is read again), loads the
+processor, reads the train rows (and the val rows when `validation.enable`) through
+`cosmos_train.data.sources`, checks them with `cosmos_train.data.prepare`, follows progress in a progress
+artifact and publishes a markdown report artifact (rows read / kept / skipped by reason with first examples,
+the histograms).
 Everything else is library code; this file only wires and records.
 """
 
@@ -12,14 +13,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from cosmos_train.config import load_config
+from cosmos_train.config import Config
 from cosmos_train.data.prepare import DataValidationError, PrepReport, prepare_split, report_markdown
+from cosmos_train.data.sources import SplitRole
 from cosmos_train.errors import DataError
+from tasks.run_folder import ResolvedJob
 
 # Progress artifact updates are API calls: at most one per this many seconds (plus the last one).
 PROGRESS_INTERVAL_S = 1.0
@@ -29,7 +33,9 @@ class _Progress:
     """A progress callback that updates one Prefect progress artifact, throttled."""
 
     def __init__(self, key: str, description: str):
-        self.artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
+        artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
+        assert isinstance(artifact_id, UUID)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+        self.artifact_id = artifact_id
         self.last = 0.0
 
     def __call__(self, done: int, total: int) -> None:
@@ -49,22 +55,18 @@ def _failure_markdown(split_role: str, error: DataValidationError) -> str:
 
 
 @task(name="prepare-data", cache_policy=NO_CACHE)
-def prepare_data_task(
-    config: str,
-    run_dir: str,
-    dataset_script: str | None = None,
-    overrides: list[str] | None = None,
-) -> dict[str, Any]:
-    """Validate the rows of `config` into `run_dir`; returns the manifest paths and counts.
+def prepare_data_task(job: ResolvedJob[Config]) -> dict[str, Any]:
+    """Validate the rows of the job's resolved config into its run folder; returns the manifest paths and counts.
 
     Raises DataValidationError (naming each bad file:row) under on_bad_row = "fail".
     """
+    # why here: transformers and torch load in seconds; importing a flow (prefect deploy, --help) must not wait
     from cosmos_train.models.load import load_processor
 
     logger = get_run_logger()
-    cfg = load_config(config, overrides or [])
+    cfg, run_dir, dataset_script = job.cfg, str(job.run), job.dataset_script
     processor = load_processor(cfg.policy.model_name_or_path)
-    roles = ["train", "val"] if cfg.validation.enable else ["train"]
+    roles: list[SplitRole] = ["train", "val"] if cfg.validation.enable else ["train"]
     out: dict[str, Any] = {"run_dir": run_dir}
     for role in roles:
         suffix = "" if role == "train" else f"-{role}"

@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from prefect.blocks.system import Secret
 
-from cosmos_train.config import Config
+from cosmos_train.config import Config, GRPOPolicyConfig
 from cosmos_train.net import free_port
 
 START_TIMEOUT_S = 120.0  # the service imports torch and the handlers before it listens
@@ -38,27 +39,27 @@ class RewardServiceFailed(RuntimeError):
 
 def wants_local_service(cfg: Config) -> bool:
     tp = cfg.train.train_policy
-    return cfg.policy_type == "grpo" and tp.use_remote_reward and tp.remote_reward.local_service
+    return isinstance(tp, GRPOPolicyConfig) and tp.use_remote_reward and tp.remote_reward.local_service
 
 
 def secret_value(block_name: str) -> str:
     """The value of the Prefect Secret block `block_name` (ValueError naming it when there is none)."""
-    from prefect.blocks.system import Secret
-
     try:
-        return str(Secret.load(block_name).get())
+        block = Secret.load(block_name)
     except ValueError as e:
         raise ValueError(f"no Prefect Secret block named {block_name!r}: create it in the UI (Blocks -> Secret) "
                          f"or with `Secret(value=...).save({block_name!r})`") from e
+    assert isinstance(block, Secret)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+    return str(block.get())
 
 
 def remote_reward_env(cfg: Config) -> dict[str, str]:
     """What the ranks need from Prefect for a remote reward service: the token of `remote_reward.token_secret`
     (a Secret block) under `token_env`; empty when the config names no secret."""
-    rr = cfg.train.train_policy.remote_reward
-    if not (cfg.policy_type == "grpo" and cfg.train.train_policy.use_remote_reward and rr.token_secret):
-        return {}
-    return {rr.token_env: secret_value(rr.token_secret)}
+    tp = cfg.train.train_policy
+    if not isinstance(tp, GRPOPolicyConfig) or not tp.use_remote_reward or not tp.remote_reward.token_secret:
+        return {}  # an SFT job's policy section has no remote_reward
+    return {tp.remote_reward.token_env: secret_value(tp.remote_reward.token_secret)}
 
 
 @contextlib.contextmanager

@@ -1,16 +1,44 @@
-"""Create the run folder `<output_dir>/<timestamp>/` (a multi-node job: `<output_dir>/<rdzv_id>/`) and write
-the resolved config into it."""
+"""A job's run folder and its resolved config: created and written once per flow run, then handed down.
+
+    cfg = check_job(params.config, params.overrides, ...)          # the flow's one read of the user's TOML
+    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
+    job.run, job.config_file, job.cfg                             # what every later task gets
+
+The run folder is `<output_dir>/<timestamp>/` (a multi-node job: `<output_dir>/<rdzv_id>/`); its config.toml
+is the resolved config (the user's file, COSMOS_TRAIN__* variables and overrides applied), the one file data
+preparation's report, the trainer's ranks and a retry read. No later stage applies the overrides again.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config, load_config
 from cosmos_train.wfm.config import WfmConfig
+
+CONFIG_FILE = "config.toml"
+
+JobConfig = TypeVar("JobConfig", Config, WfmConfig)
+
+
+@dataclass(frozen=True)
+class ResolvedJob(Generic[JobConfig]):
+    """A job's resolved config and its run folder, as the flow's first step made them."""
+
+    cfg: JobConfig
+    run: Path  # the run folder
+    dataset_script: str | None = None  # absolute, as the trainer's command line gets it
+
+    @property
+    def config_file(self) -> Path:
+        """RUN/config.toml: the resolved config every later stage and rank reads."""
+        return self.run / CONFIG_FILE
 
 
 def new_run_dir(cfg: Config | WfmConfig) -> Path:
@@ -31,14 +59,31 @@ def new_run_dir(cfg: Config | WfmConfig) -> Path:
     return run
 
 
+def is_own_config(config: str | Path, run: Path) -> bool:
+    """`config` is the run folder's own resolved config.toml (a caller that resolved the job already, such as
+    the post-train pipeline, passes that file): nothing is left to resolve or to write."""
+    return Path(config).expanduser().resolve() == (run / CONFIG_FILE).resolve()
+
+
+def absolute_script(dataset_script: str | None) -> str | None:
+    return str(Path(dataset_script).expanduser().resolve()) if dataset_script else None
+
+
 @task(name="resolve-config", cache_policy=NO_CACHE)
-def resolve_config(config: str, overrides: list[str], run_dir: str | None = None) -> tuple[Config, str]:
-    """Validate the job config (every error at once) and write it as RUN/config.toml."""
-    cfg = load_config(config, overrides)
+def resolve_config(cfg: Config, config: str, overrides: list[str], run_dir: str | None = None,
+                   dataset_script: str | None = None) -> ResolvedJob[Config]:
+    """Write `cfg` (the job config the flow loaded from `config` + `overrides`) as RUN/config.toml, once.
+
+    Continuing a run folder that has its own config.toml: that file with the same overrides (the run keeps the
+    settings it started with; COSMOS_TRAIN__* variables are not applied again), the keys with no effect that
+    `config` set kept beside its own. Where `config` is that very file and no override changes it, it is the
+    resolved config already and stays as it is."""
     run = Path(run_dir) if run_dir else new_run_dir(cfg)
-    if run_dir and (run / "config.toml").exists():
+    if run_dir and (run / CONFIG_FILE).exists():
+        if is_own_config(config, run) and not overrides:
+            return ResolvedJob(cfg, run, absolute_script(dataset_script))  # written by whoever resolved it
         asked = cfg.no_effect  # the keys the job's file set that have no effect (config.toml keeps them as comments)
-        cfg = load_config(run / "config.toml", overrides, env={})  # continuing an existing run folder
+        cfg = load_config(run / CONFIG_FILE, overrides, env={})  # continuing an existing run folder
         cfg.no_effect[:] = asked + [n for n in cfg.no_effect if n not in asked]
-    cfg.write(run / "config.toml")
-    return cfg, str(run)
+    cfg.write(run / CONFIG_FILE)
+    return ResolvedJob(cfg, run, absolute_script(dataset_script))

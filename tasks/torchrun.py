@@ -26,10 +26,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectNotFound
 
 from cosmos_train.config import Config, ConfigError
 from cosmos_train.errors import (
@@ -44,27 +48,30 @@ from cosmos_train.errors import (
     read_error_file,
 )
 from cosmos_train.metrics import read_metrics
+from cosmos_train.wfm.config import WfmConfig
 from tasks.curves import REFRESH_S, publish_curves
 from tasks.errors import retry_only_crashes
 
+# a VLM job or a world-model job: both say how to launch (launch, parallelism) and name their run kind
+AnyJobConfig = Config | WfmConfig
 FAILURES_FILE = "failures.jsonl"
 FAILURE_LOG_LINES = 40
 REFRESH_MAX_S = 600.0
 
 
-def resolve_nproc(cfg: Config) -> int:
+def resolve_nproc(cfg: AnyJobConfig) -> int:
     """Processes per node: launch.nproc_per_node, or every GPU, or the parallelism product on CPU."""
     n = cfg.launch.nproc_per_node
     if n != "auto":
         return int(n)
-    import torch
+    import torch  # why here: torch loads in seconds; importing a flow (prefect deploy, --help) must not wait
 
     if torch.cuda.is_available():
         return torch.cuda.device_count()
     return cfg.parallelism.smallest_world_size()
 
 
-def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
+def torchrun_command(cfg: AnyJobConfig, module: str, args: list[str]) -> list[str]:
     launch = cfg.launch
     cmd = [sys.executable, "-m", "cosmos_train.launch", f"--nproc_per_node={resolve_nproc(cfg)}",
            f"--nnodes={launch.nnodes}", f"--max_restarts={launch.max_restarts}"]
@@ -80,7 +87,7 @@ def torchrun_command(cfg: Config, module: str, args: list[str]) -> list[str]:
     return cmd + ["-m", module, *args]
 
 
-def launch_env(cfg: Config) -> dict[str, str]:
+def launch_env(cfg: AnyJobConfig) -> dict[str, str]:
     """The ranks' socket interface from `launch.socket_ifname`, unless the environment already names one."""
     name = cfg.launch.socket_ifname
     if not name:
@@ -172,6 +179,7 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     reader.start()
     progress_id = create_progress_artifact(progress=0.0, key="training-progress",
                                            description=f"steps done in {run_dir}")
+    assert isinstance(progress_id, UUID)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
     deadline = time.monotonic() + timeout_s if timeout_s else None
     refreshed_at, next_refresh = None, 0.0
     try:
@@ -202,22 +210,18 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     return proc.returncode
 
 
-def gpus_used(cfg: Config) -> int:
+def gpus_used(cfg: AnyJobConfig) -> int:
     """GPUs this node's run occupies: its processes when CUDA is present, else none."""
-    import torch
+    import torch  # why here: as in resolve_nproc
 
     return resolve_nproc(cfg) if torch.cuda.is_available() else 0
 
 
 @contextlib.contextmanager
-def gpu_slots(cfg: Config) -> Iterator[int]:
+def gpu_slots(cfg: AnyJobConfig) -> Iterator[int]:
     """Hold one slot per GPU of the global concurrency limit `launch.gpu_concurrency_limit` while training, so
     two runs on one pool never share GPUs. Off on a CPU-only machine and when the key is unset; a limit
     that does not exist is said in the log (Prefect would skip it silently) and not waited for."""
-    from prefect.client.orchestration import get_client
-    from prefect.concurrency.sync import concurrency
-    from prefect.exceptions import ObjectNotFound
-
     name, n = cfg.launch.gpu_concurrency_limit, gpus_used(cfg)
     if not name or n == 0:
         yield 0
@@ -248,7 +252,7 @@ def _failure_markdown(run_dir: Path, error: BaseException) -> str:
 
 
 @task(name="torchrun", cache_policy=NO_CACHE, retry_condition_fn=retry_only_crashes)
-def run_torchrun(cfg: Config, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
+def run_torchrun(cfg: AnyJobConfig, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
                  timeout_s: float | None = None, env: dict[str, str] | None = None) -> str:
     """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint.
     env: added to the ranks' environment (e.g. where the run's reward service listens). A failed attempt

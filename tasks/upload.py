@@ -1,6 +1,6 @@
 """Uploads from flows: credentials from Prefect Secret blocks, a retried task, and a run's uploads.
 
-    with run_uploads(cfg, run) as uploads:      # tasks/train_job.py, around the training attempts
+    with run_uploads(cfg, run) as uploads:      # tasks/training_run.py, around the training attempts
         train(...)                               # upload_s3 = "all": checkpoints and exports go up meanwhile
     result["uploads"] = uploads.finish()      # the final export to every target
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
+from prefect.blocks.system import Secret
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.checkpoint_paths import complete_checkpoints
@@ -49,13 +50,13 @@ BACKGROUND_ATTEMPTS = 3
 def _secret(name: str | None) -> str | None:
     if not name:
         return None
-    from prefect.blocks.system import Secret
-
     try:
-        value = Secret.load(name).get()
+        block = Secret.load(name)
     except ValueError as e:
         raise AuthError(f"Prefect Secret block {name!r} not found ({e}); create it in the UI (Blocks) or with "
                         f"`Secret(value=...).save({name!r})`") from None
+    assert isinstance(block, Secret)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+    value = block.get()
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -149,7 +150,7 @@ class RunUploads:
         found = [(f"checkpoints/{p.name}", p) for p in complete_checkpoints(self.run / "checkpoints")]
         exports = self.run / "safetensors"
         if exports.is_dir():
-            # an export folder appears whole (export.py renames it into place); `final` waits for finish()
+            # an export folder appears whole (models/hf_folder.py renames it into place); `final` waits for finish()
             found += [(f"safetensors/{p.name}", p) for p in sorted(exports.iterdir())
                       if p.is_dir() and not p.name.startswith(".") and ".tmp" not in p.name
                       and p.name != "final" and (p / "config.json").is_file()]

@@ -1,9 +1,9 @@
 """The world-model RL job's tasks: its run folder, its data check, its reward service, and the trainer launch.
 
-    cfg, run_dir = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])
-    report = check_wfm_data(str(Path(run_dir) / "config.toml"))
-    with wfm_reward_env(cfg, Path(run_dir)) as env:                     # WFM_REWARD_* when the reward is a service
-        run_torchrun(cfg, "cosmos_train.wfm.trainer", run_dir, [...], env=env)
+    job = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])   # the one read of the TOML -> RUN/config.toml
+    report = check_wfm_data(job)                                        # the config object, not the file again
+    with wfm_reward_env(job.cfg, job.run) as env:                       # WFM_REWARD_* when the reward is a service
+        run_torchrun(job.cfg, "cosmos_train.wfm.trainer", str(job.run), ["--config", str(job.config_file)], env=env)
 """
 
 from __future__ import annotations
@@ -19,32 +19,37 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
 from tasks.reward_service import reward_service
-from tasks.run_folder import new_run_dir
+from tasks.run_folder import CONFIG_FILE, ResolvedJob, is_own_config, new_run_dir
 
 
 @task(name="resolve-config", cache_policy=NO_CACHE)
-def resolve_wfm_config(config: str, overrides: list[str], run_dir: str | None = None) -> tuple[WfmConfig, str]:
-    """Validate the world-model job config and write it as RUN/config.toml (an existing run folder keeps its own)."""
+def resolve_wfm_config(config: str, overrides: list[str], run_dir: str | None = None) -> ResolvedJob[WfmConfig]:
+    """Read and validate the world-model job config once and write it as RUN/config.toml (an existing run folder
+    keeps its own, with the same overrides; where `config` is that very file and no override changes it, it
+    stays as it is)."""
     cfg = load_wfm_config(config, overrides)
     run = Path(run_dir) if run_dir else new_run_dir(cfg)
-    if run_dir and (run / "config.toml").exists():
-        cfg = load_wfm_config(run / "config.toml", overrides, env={})
-    cfg.write(run / "config.toml")
-    return cfg, str(run)
+    if run_dir and (run / CONFIG_FILE).exists():
+        if is_own_config(config, run) and not overrides:
+            return ResolvedJob(cfg, run)
+        cfg = load_wfm_config(run / CONFIG_FILE, overrides, env={})
+    cfg.write(run / CONFIG_FILE)
+    return ResolvedJob(cfg, run)
 
 
 @task(name="check-data", cache_policy=NO_CACHE)
-def check_wfm_data(config: str) -> dict[str, Any]:
+def check_wfm_data(job: ResolvedJob[WfmConfig]) -> dict[str, Any]:
     """Every row of a local dataset checked before any process starts (bad rows named, or counted and skipped as
     on_bad_row says); mock prompts need no check."""
+    # why here: the world-model data module loads torch; importing a flow (prefect deploy, --help) must not wait
     from cosmos_train.wfm.data import SCAN_FILE, save_scan, scan_dataset
 
-    cfg = load_wfm_config(config, env={})
+    cfg = job.cfg
     if cfg.dataloader_train.type != "local":
         return {"type": cfg.dataloader_train.type, "rows": cfg.video.mock_prompts}
     settings = cfg.video.scan_settings
     samples, report = scan_dataset(**settings)
-    save_scan(Path(config).parent / SCAN_FILE, settings, samples, report)  # the ranks reuse it
+    save_scan(job.run / SCAN_FILE, settings, samples, report)  # the ranks reuse it
     return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
             "problems": report.problems, "summary": report.summary()}
 

@@ -34,7 +34,7 @@ def tiny_wfm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def wfm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small world-model dataset (`make-synthetic-wfm-data`): 12 clips of 5 frames, 32x32."""
-    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data
+    from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data
 
     return make_synthetic_wfm_data(tmp_path_factory.mktemp("wfm-data") / "data", n=12, num_frames=5)
 

@@ -12,13 +12,13 @@ VISION = {"min_pixels": 3136, "max_pixels": 3136, "fps": 1}
 
 def encode(processor: Any, chat: list[dict[str, Any]]) -> Any:
     from cosmos_train.data.chat import encode_chat
-    from cosmos_train.data.vision_settings import VisionSettings
+    from cosmos_train.vision.settings import VisionSettings
 
     return encode_chat(processor, chat, add_generation_prompt=True, vision_defaults=VisionSettings(**VISION))
 
 
 def eos_ids(processor: Any) -> list[int]:
-    from cosmos_train.models.load import get_tokenizer
+    from cosmos_train.vision.processor import get_tokenizer
 
     tok = get_tokenizer(processor)
     return sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id} - {None})

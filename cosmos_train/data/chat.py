@@ -1,7 +1,7 @@
 """Turn one Qwen-VL style chat (a sample's `messages`) into model inputs and SFT labels.
 
 `encode_chat` renders the model's own chat template, loads each video / image part through
-`cosmos_train.data.video` in the layout of the processor's model family, expands every <|video_pad|> /
+`cosmos_train.data.media` in the layout of the processor's model family, expands every <|video_pad|> /
 <|image_pad|> to grid_t * grid_h * grid_w / merge**2 tokens, and builds labels.
 
 Video time, per family (`VisionLayout.frame_timestamps`): Qwen2.5-VL keeps one vision block per video and
@@ -41,10 +41,9 @@ from typing import Any, Literal, Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from cosmos_train.data import video as media
+from cosmos_train.data import media
 from cosmos_train.errors import DataError
-from cosmos_train.models.families import vision_layout_of
-from cosmos_train.models.load import get_tokenizer
+from cosmos_train.vision.processor import get_tokenizer, vision_layout_of
 
 IGNORE_INDEX = -100
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -132,7 +131,7 @@ def _where(origin: str | None) -> str:
     return f"{origin}: " if origin else ""
 
 
-def _part_kind(part: dict) -> str:
+def _part_kind(part: dict) -> Literal["image", "video", "text"]:
     # Same precedence as the Qwen2.5-VL template: image keys first, then video, then text.
     if part.get("type") == "image" or "image" in part or "image_url" in part:
         return "image"
@@ -196,6 +195,7 @@ def _load_vision(
                     frames, sample_fps = read_video(part["video"], settings)
                     times = media.sampled_frame_times(part["video"], settings) if layout.frame_timestamps else None
                     vi = media.preprocess_video(frames, settings, sample_fps, layout, times)
+                    assert vi.second_per_grid_t is not None  # set for every video
                     spg = float(vi.second_per_grid_t)
                 else:
                     source = part.get("image", part.get("image_url"))
@@ -255,9 +255,11 @@ def _render_chunks(
     """
 
     def render(msgs: Sequence[dict], gen: bool) -> str:
-        return tokenizer.apply_chat_template(
+        text = tokenizer.apply_chat_template(
             list(msgs), chat_template=template, tokenize=False, add_generation_prompt=gen
         )
+        assert isinstance(text, str)  # tokenize=False renders text (the result is typed for every mode)
+        return text
 
     chunks: list[tuple[str, bool]] = []
     prev = ""
@@ -428,7 +430,7 @@ def encode_chat(
         clips on disk, so a second epoch or run does not decode them again, or a
         `cosmos_train.data.frame_memo.FrameMemo` (memory, one run); None decodes every time.
     A bare tokenizer works for text-only chats and for vision in Qwen2.5-VL's layout; a processor gives
-    its family's layout (`cosmos_train.models.families.vision_layout_of`).
+    its family's layout (`cosmos_train.vision.processor.vision_layout_of`).
     """
     if truncation not in ("error", "right"):
         raise ValueError(f"truncation must be 'error' or 'right', got {truncation!r}")

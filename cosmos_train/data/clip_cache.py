@@ -4,10 +4,10 @@
     cache_dir = "/scratch/clip-cache"      # off when unset
 
     cache = ClipCache("/scratch/clip-cache")
-    frames, sample_fps = cache.read_video("clip.mp4", settings)   # same result as video.read_video
-    image = cache.load_image("frame.png", settings)               # same result as video.load_image
+    frames, sample_fps = cache.read_video("clip.mp4", settings)   # same result as media.read_video
+    image = cache.load_image("frame.png", settings)               # same result as media.load_image
 
-What is stored: the uint8 frames `video.read_video` returns (sampled and resized, [T, 3, H, W]) and
+What is stored: the uint8 frames `media.read_video` returns (sampled and resized, [T, 3, H, W]) and
 their sample rate, not the float32 pixel_values. `preprocess_video` (rescale, normalise, patchify)
 is a deterministic function of those frames, so training on a cache hit is bit-identical to an
 uncached run, the entry is 4x smaller than the float32 tensor, and recomputing it costs a few
@@ -26,7 +26,7 @@ same folder and renamed into place, so concurrent DataLoader workers and ranks w
 entry each leave a whole file (identical content; the last rename wins) and a reader never sees a
 partial one. An entry that does not parse, has the wrong key or size, or fails its checksum is a
 miss: the clip is decoded again and the entry rewritten. Errors of the media itself (missing file,
-corrupt mp4) are never cached; they are raised by `cosmos_train.data.video` as without a cache.
+corrupt mp4) are never cached; they are raised by `cosmos_train.data.media` as without a cache.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import numpy as np
 import torch
 
 from cosmos_train.atomic import write_atomic
-from cosmos_train.data import video
-from cosmos_train.data.vision_settings import VisionSettings
+from cosmos_train.data import media
+from cosmos_train.vision.settings import VisionSettings
 
 # Bump when what read_video / load_image return for the same file and settings changes
 # (decode, sampling or resize rules): old entries then simply stop matching.
@@ -74,36 +74,36 @@ class ClipCache:
         return {"root": self.root}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"])
+        ClipCache.__init__(self, state["root"])
 
     # ------------------------------------------------------------------ public
     def read_video(self, path: str | os.PathLike, settings: VisionSettings | None = None) -> tuple[torch.Tensor, float]:
-        """`video.read_video(path, settings)`, from the cache when this content was read with these settings."""
+        """`media.read_video(path, settings)`, from the cache when this content was read with these settings."""
         settings = settings or VisionSettings()
         key = self._key("video", path, settings)
         if key is None:
-            return video.read_video(path, settings)
+            return media.read_video(path, settings)
         entry = self._load(key, ndim=4)
         if entry is not None and entry[1] > 0:
             self._count("hits")
             return entry
         self._count("misses")
-        frames, sample_fps = video.read_video(path, settings)
+        frames, sample_fps = media.read_video(path, settings)
         self._store(key, frames, sample_fps)
         return frames, sample_fps
 
-    def load_image(self, source: object, settings: VisionSettings | None = None) -> torch.Tensor:
-        """`video.load_image(source, settings)`; only file paths are cached (not PIL images or bytes)."""
+    def load_image(self, source: media.ImageSource, settings: VisionSettings | None = None) -> torch.Tensor:
+        """`media.load_image(source, settings)`; only file paths are cached (not PIL images or bytes)."""
         settings = settings or VisionSettings()
         key = self._key("image", source, settings) if isinstance(source, str | os.PathLike) else None
         if key is None:
-            return video.load_image(source, settings)  # type: ignore[arg-type]
+            return media.load_image(source, settings)
         entry = self._load(key, ndim=3)
         if entry is not None:
             self._count("hits")
             return entry[0]
         self._count("misses")
-        image = video.load_image(source, settings)
+        image = media.load_image(source, settings)
         self._store(key, image, 0.0)
         return image
 

@@ -1,12 +1,12 @@
 """Decoded clips kept in memory for one process's run: a clip asked about several times is decoded once.
 
     memo = FrameMemo(max_bytes=2 << 30)
-    frames, sample_fps = memo.read_video("clip.mp4", settings)   # same result as video.read_video
+    frames, sample_fps = memo.read_video("clip.mp4", settings)   # same result as media.read_video
     encode_chat(processor, chat, clip_cache=memo)                 # what the generation engines do
 
 Benchmarks ask several questions about one clip (a `qa_pairs` list, or rows repeating a video), and
 the engines build each question's input separately, so without this each question decodes the clip
-again. Entries are the uint8 frames `video.read_video` returns, evicted least recently used beyond
+again. Entries are the uint8 frames `media.read_video` returns, evicted least recently used beyond
 `max_bytes`. The key is (kind, resolved path, size, mtime_ns, settings): enough inside one run,
 where a file is not rewritten under us (the disk ClipCache keys by content because its entries
 outlive runs). Threads asking for the same clip at once wait for one decode. Media errors are
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from cosmos_train.data import video
-from cosmos_train.data.vision_settings import VisionSettings
+from cosmos_train.data import media
+from cosmos_train.vision.settings import VisionSettings
 
 Key = tuple[str, str, int, int, VisionSettings]
 
@@ -51,15 +51,15 @@ class FrameMemo:
         settings = settings or VisionSettings()
         key = _key("video", path, settings)
         if key is None:
-            return video.read_video(path, settings)
-        return self._get(key, lambda: video.read_video(path, settings), lambda v: v[0].nbytes)
+            return media.read_video(path, settings)
+        return self._get(key, lambda: media.read_video(path, settings), lambda v: v[0].nbytes)
 
-    def load_image(self, source: object, settings: VisionSettings | None = None) -> torch.Tensor:
+    def load_image(self, source: media.ImageSource, settings: VisionSettings | None = None) -> torch.Tensor:
         settings = settings or VisionSettings()
         key = _key("image", source, settings) if isinstance(source, str | os.PathLike) else None
         if key is None:  # PIL images and bytes: nothing to key on, and nothing to decode twice
-            return video.load_image(source, settings)  # type: ignore[arg-type]
-        return self._get(key, lambda: video.load_image(source, settings), lambda v: v.nbytes)  # type: ignore[arg-type]
+            return media.load_image(source, settings)
+        return self._get(key, lambda: media.load_image(source, settings), lambda v: v.nbytes)
 
     def _get(self, key: Key, load: Callable[[], Any], nbytes: Callable[[Any], int]) -> Any:
         with self._lock:
@@ -100,9 +100,9 @@ class FrameMemo:
             self._bytes -= dropped
 
 
-def _key(kind: str, path: object, settings: VisionSettings) -> Key | None:
+def _key(kind: str, path: media.MediaSource, settings: VisionSettings) -> Key | None:
     """None for what cannot be keyed (URLs, unreadable files: the decoder names the problem)."""
-    text = os.fspath(path)  # type: ignore[arg-type]
+    text = os.fspath(path)
     if text.startswith(("http://", "https://")):
         return None
     local = Path(text.removeprefix("file://"))

@@ -12,7 +12,7 @@ Each chat sample is checked for:
   row is a prompt (ending with a user turn) or an SFT row (its last assistant turn is then the
   reference and the prompt is what comes before it: `cosmos_train.data.prompt`), with a reference
   (a `reference` / response column, or that last turn) when a reward needs one;
-- media that exists and decodes (`cosmos_train.data.video`, through `encode_chat`);
+- media that exists and decodes (`cosmos_train.data.media`, through `encode_chat`);
 - a token length (chat template + vision tokens, `cosmos_train.data.chat.encode_chat`) within
   `policy.model_max_length`, handled by `train_policy.overlength` (error / truncate / skip).
 
@@ -38,16 +38,21 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config
+from cosmos_train.data import media
+from cosmos_train.data.chat import ChatTooLongError, encode_chat
+from cosmos_train.data.clip_cache import ClipCache, open_clip_cache
 from cosmos_train.data.prompt import prompt_messages, reference_answer
-from cosmos_train.data.sources.common import reward_names
+from cosmos_train.data.sources import SplitRole, load_samples
+from cosmos_train.data.sources.common import read_jsonl, reward_names
 from cosmos_train.errors import DataError, from_os_error
-
-if TYPE_CHECKING:  # the media stack (torch, av) loads when rows are checked, not on import
-    from cosmos_train.data.clip_cache import ClipCache
+from cosmos_train.vision.processor import vision_layout_of
 
 ROLES = ("system", "user", "assistant")
 # Rewards that compare with the row's reference answer (format-only rewards need none).
@@ -209,9 +214,6 @@ def check_sample(
     clip_cache: decoded clips are read from / stored in it (dataset.cache_dir), so validating a row
     also warms the cache the trainer reads: each clip is decoded once for prep and training together.
     """
-    from cosmos_train.data import video as media
-    from cosmos_train.data.chat import ChatTooLongError, encode_chat
-
     sid, origin = str(sample.get("id", "?")), str(sample.get("origin", "?"))
     res = CheckResult(sample)
 
@@ -227,6 +229,7 @@ def check_sample(
     found = check_conversation(messages, policy)
     if found:
         return bad(*found)
+    assert isinstance(messages, list)  # check_conversation refuses anything else
     if policy == "grpo" and reference_answer(sample) is None:
         needs = [r for r in reward_names(tp.reward_function) if r in REFERENCE_REWARDS]
         if needs:
@@ -265,7 +268,6 @@ def check_sample(
     except ValueError as e:  # a malformed part or setting encode_chat refuses
         return bad("bad_conversation", str(e))
     if enc.video_grid_thw is not None:
-        from cosmos_train.models.families import vision_layout_of
 
         temporal = vision_layout_of(processor).temporal_patch_size  # frames per temporal patch
         res.frames = [int(t) * temporal for t in enc.video_grid_thw[:, 0]]
@@ -294,8 +296,6 @@ def validate_samples(
     `processor=None` checks structure and media only (no token lengths). With `dataset.cache_dir`
     set, every decoded clip is stored in that cache, so training starts with all clips cached.
     """
-    from cosmos_train.data.clip_cache import open_clip_cache
-
     start = time.monotonic()
     ds = cfg.train.train_policy.dataset
     if split_role == "val" and cfg.validation.dataset is not None:
@@ -436,9 +436,6 @@ def write_outputs(report: PrepReport, run_dir: Path) -> None:
 
 def plot_histograms(token_lengths: Sequence[int], frames: Sequence[int], path: Path, title: str = "") -> Path:
     """Token-length and frames-per-clip histograms side by side (Agg canvas: no display needed)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(9, 3.2), dpi=100)
     FigureCanvasAgg(fig)
     for ax, values, label in (
@@ -507,7 +504,7 @@ def report_markdown(report: PrepReport, embed_png: bool = True) -> str:
 # ------------------------------------------------------------------------------------ one call
 def prepare_split(
     cfg: Config,
-    split_role: str,
+    split_role: SplitRole,
     run_dir: str | Path,
     processor: Any | None,
     script: str | Path | None = None,
@@ -516,9 +513,7 @@ def prepare_split(
     workers: int | None = None,
 ) -> PrepReport:
     """load_samples + validate_samples + outputs in `run_dir` (the data-prep step of a run)."""
-    from cosmos_train.data.sources import load_samples
-
-    samples = load_samples(cfg, split_role, script, keep_errors=True)  # type: ignore[arg-type]
+    samples = load_samples(cfg, split_role, script, keep_errors=True)
     return validate_samples(
         samples, cfg, processor, split_role=split_role, run_dir=run_dir, workers=workers, progress=progress
     )
@@ -526,6 +521,4 @@ def prepare_split(
 
 def read_manifest(path: str | Path) -> list[dict[str, Any]]:
     """The kept samples of a manifest (each with `n_tokens` and `frames`)."""
-    from cosmos_train.data.sources.common import read_jsonl
-
     return read_jsonl(Path(path))

@@ -105,7 +105,8 @@ def user_text(messages: Sequence[Message]) -> str:
             content = message.get("content")
             if isinstance(content, str):
                 return content
-            return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            parts = content or ()  # a user turn without content has no text
+            return "\n".join(p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "text")
     return ""
 
 

@@ -322,7 +322,7 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
     movers = {"first_only": (True, False), "second_only": (False, True), "both": (True, True),
               "neither": (False, False)}[label]
     bands = [0, 1] if rng.integers(0, 2) else [1, 0]  # which square is in the top half
-    objects = []
+    objects: list[dict[str, Any]] = []
     for color, moves, b in zip((first, second), movers, bands):
         y = even_between(rng, b * band, b * band + band - side)
         if moves:

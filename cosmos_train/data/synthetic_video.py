@@ -28,6 +28,8 @@ def write_mp4(path: Path, frames: np.ndarray, fps: int, codec: str | None = None
     codec = codec or pick_codec()
     with av.open(str(path), mode="w", format="mp4") as container:
         stream = container.add_stream(codec, rate=Fraction(fps))
+        if not isinstance(stream, av.VideoStream):
+            raise ValueError(f"{codec} is not a video codec")
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         stream.thread_count = 1
         stream.options = {"crf": "10", "preset": "veryfast"} if codec == "libx264" else {"qscale": "2"}

@@ -13,17 +13,20 @@ and otherwise taken as a string.
 from __future__ import annotations
 
 import copy
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cosmos_train.config import ConfigError, check_name, explain_errors, parse_override, set_path
-from cosmos_train.evaluation.parsing import PARSERS
+from cosmos_train.config.base import Section, read_toml
+from cosmos_train.config.explain import check_name, explain_errors
+from cosmos_train.config.overrides import parse_override, set_path
+from cosmos_train.errors import ConfigError
 from cosmos_train.generation import ENGINES, GenerationConfig
+from cosmos_train.generation.hf import resolve_tokenizer_path
+from cosmos_train.rewards.parsing import PARSERS
 
 
 class EvalConfigError(ConfigError):
@@ -33,14 +36,7 @@ class EvalConfigError(ConfigError):
         super().__init__(problems, source, what="evaluation config")
 
 
-class _Section(BaseModel):
-    # nan / inf parse from TOML and YAML (`.nan`) and pass every range check; no key means them.
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False
-    )
-
-
-class ModelSection(_Section):
+class ModelSection(Section):
     """What to evaluate (the reference's `model:` block)."""
 
     model_name: str = Field(
@@ -69,7 +65,7 @@ class ModelSection(_Section):
     )
 
 
-class EvaluationSection(_Section):
+class EvaluationSection(Section):
     """How to ask (the reference's `evaluation:` block)."""
 
     answer_type: str = Field(
@@ -106,7 +102,7 @@ class EvaluationSection(_Section):
         return check_name("answer type", v, PARSERS)
 
 
-class GenerationSection(_Section):
+class GenerationSection(Section):
     """Sampling (the reference's `generation:` block, plus the letter mode's token budget)."""
 
     max_retries: int = Field(10, ge=0, description="Regenerations of empty/unparseable answers.")
@@ -126,7 +122,7 @@ class GenerationSection(_Section):
     letter_max_tokens: int = Field(10, ge=1, description="New-token budget in letter mode (greedy).")
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     """One evaluation run: which benchmarks, which model, how to ask, where to write."""
 
     datasets: list[str] = Field(..., min_length=1, description="Benchmark names under <data_dir>/benchmark/.")
@@ -171,8 +167,6 @@ class EvalConfig(_Section):
     def generation_config(self) -> GenerationConfig:
         """The generation engine this evaluation asks (built from [model] and [evaluation], so the
         generation layer never reads an evaluation config)."""
-        from cosmos_train.generation.hf import resolve_tokenizer_path
-
         ev = self.evaluation
         return GenerationConfig(
             model_path=self.model.model_name,
@@ -199,13 +193,17 @@ class EvalConfig(_Section):
 def read_raw(path: str | Path) -> dict[str, Any]:
     """The file as a dict: YAML for .yaml/.yml, TOML otherwise."""
     p = Path(path)
+    if p.suffix not in (".yaml", ".yml"):
+        try:
+            return read_toml(p, what="evaluation config")[0]
+        except ConfigError as e:
+            raise EvalConfigError(e.problems, str(p)) from None
     if not p.is_file():
-        raise EvalConfigError([f"config file {p} does not exist"], str(p))
-    text = p.read_text()
+        raise EvalConfigError([f"evaluation config file {p} does not exist"], str(p))
     try:
-        raw = yaml.safe_load(text) if p.suffix in (".yaml", ".yml") else tomllib.loads(text)
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:
-        raise EvalConfigError([f"syntax: {e}"], str(p)) from e
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise EvalConfigError([f"YAML syntax: {e}"], str(p)) from e
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

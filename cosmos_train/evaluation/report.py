@@ -6,6 +6,9 @@ them and tests check them without Prefect.
 
 from __future__ import annotations
 
+import json
+import re
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,10 +91,6 @@ def _distribution(profile: dict[str, Any]) -> str:
 def run_label(model: str) -> str | None:
     """'sft@20261124193700-step40' for an export inside a run folder (RUN/safetensors/<name>, the run's
     config.toml beside it): the stage (policy type), the run and the step; None for any other path."""
-    import json
-    import re
-    import tomllib
-
     path = Path(model.rstrip("/"))
     run = path.parent.parent
     if path.parent.name != "safetensors" or not (run / "config.toml").is_file():

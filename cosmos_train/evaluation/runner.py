@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cosmos_train.data.video import MediaError
+from cosmos_train.data.media import MediaError
 from cosmos_train.errors import BenchmarkError
 from cosmos_train.evaluation.benchmark import BenchmarkVideo, Question, load_benchmark
 from cosmos_train.evaluation.config import EvalConfig, load_eval_config
-from cosmos_train.evaluation.parsing import is_correct, parse_response
 from cosmos_train.evaluation.predictions import (
     make_record,
     prediction_path,
@@ -38,6 +37,7 @@ from cosmos_train.evaluation.prompts import build_messages
 from cosmos_train.evaluation.sampling import base_sampling, retry_sampling
 from cosmos_train.evaluation.scoring import Scores, format_table, score_records, write_results
 from cosmos_train.generation import GenerationEngine, SamplingParams, create_engine, resolve_engine_name
+from cosmos_train.rewards.parsing import is_correct, parse_response
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +265,7 @@ def evaluate_model(
         done_by_video: dict[tuple[str, str], list[_Pending]] = {}
         for start in range(0, len(pending), cfg.batch_size):
             batch = pending[start : start + cfg.batch_size]
+            assert engine is not None  # given, or created above whenever a question is pending
             unanswered += _answer(engine, batch, cfg, log)
             for p in batch:
                 key = (p.question.dataset, p.question.video_id)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
+import torch
+
 from cosmos_train.errors import ConfigError
 from cosmos_train.generation.base import (
     Chat,
@@ -21,6 +23,8 @@ from cosmos_train.generation.base import (
     WeightSource,
 )
 from cosmos_train.generation.config import GenerationConfig, from_rollout
+from cosmos_train.generation.hf import HFEngine
+from cosmos_train.generation.vllm import VLLMEngine  # vllm itself is imported when a VLLMEngine starts
 
 EngineFactory = Callable[[GenerationConfig], GenerationEngine]
 ENGINES: dict[str, EngineFactory] = {}
@@ -38,8 +42,6 @@ def vllm_usable() -> bool:
     """vllm importable and a CUDA device present."""
     if importlib.util.find_spec("vllm") is None:
         return False
-    import torch
-
     return torch.cuda.is_available()
 
 
@@ -56,8 +58,6 @@ def resolve_engine_name(requested: str) -> str:
 
 @register_engine("hf")
 def _make_hf(cfg: GenerationConfig) -> GenerationEngine:
-    from cosmos_train.generation.hf import HFEngine
-
     return HFEngine(cfg)
 
 
@@ -69,8 +69,6 @@ def _make_vllm(cfg: GenerationConfig) -> GenerationEngine:
              "`make vllm-cpu-env` on a CPU, or use engine = 'hf'"],
             what="generation engine",
         )
-    from cosmos_train.generation.vllm import VLLMEngine
-
     return VLLMEngine(cfg)
 
 

@@ -100,7 +100,11 @@ class GenerationEngine(Protocol):
     """What rollout and evaluation call. `generate` keeps the order of `requests`."""
 
     name: str
-    weight_version: int  # 0 for the weights loaded at start; update_weights increments it
+
+    @property
+    def weight_version(self) -> int:
+        """0 for the weights loaded at start; update_weights increments it (callers only read it)."""
+        ...
 
     def generate(self, requests: Sequence[Chat], sampling: SamplingParams) -> list[list[Completion]]: ...
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch.distributed as dist
+
 from cosmos_train.generation.base import Chat, Completion, GenerationEngine, SamplingParams, WeightSource
 
 
 def group_of_consecutive_ranks(size: int) -> Any:
     """This rank's process group of `size` consecutive ranks (every rank must call this: each new_group is
     collective over the world). None when size is 1."""
-    import torch.distributed as dist
-
     if size <= 1:
         return None
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -46,8 +46,6 @@ class GroupedEngine:
         return self.inner.weight_version
 
     def generate(self, requests: Sequence[Chat], sampling: SamplingParams) -> list[list[Completion]]:
-        import torch.distributed as dist
-
         if self.group is None:
             return self.inner.generate(requests, sampling)
         gathered: list[Any] = [None] * dist.get_world_size(self.group)

@@ -18,7 +18,7 @@ computes them, but passed explicitly rather than through the model's cached `rop
 Greedy decoding gives the same tokens as `model.generate` (tests/unit/test_generation_hf.py).
 
 update_weights copies tensors into the loaded parameters in place (no reload from disk); names may
-be the model's own (`model.language_model.*`) or the hub's (`model.*`, as cosmos_train.export
+be the model's own (`model.language_model.*`) or the hub's (`model.*`, as cosmos_train.models.hf_folder
 writes them).
 """
 
@@ -33,12 +33,18 @@ from typing import Any
 
 import torch
 
+from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.errors import DataError, ModelError
-from cosmos_train.generation.base import Chat, Completion, SamplingParams, WeightSource
+from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams, WeightSource
 from cosmos_train.generation.config import GenerationConfig
 from cosmos_train.generation.weights import iter_weights, unknown_names_error
 from cosmos_train.models.families import family_of
+from cosmos_train.models.hf_folder import hf_state_dict
+from cosmos_train.models.load import load_model, load_processor
+from cosmos_train.models.wrappers import strip_wrappers
+from cosmos_train.vision.processor import get_tokenizer
+from cosmos_train.vision.settings import VisionSettings
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
@@ -130,7 +136,7 @@ class _Sample:
     request: int
     tokens: list[int]
     logprobs: list[float]
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     stop_at: int | None = None  # character offset of the stop string that ended it
 
 
@@ -140,9 +146,6 @@ class HFEngine:
     name = "hf"
 
     def __init__(self, cfg: GenerationConfig, model: Any = None, processor: Any = None, frame_memo_bytes: int = 2 << 30):
-        from cosmos_train.data.vision_settings import VisionSettings
-        from cosmos_train.models.load import get_tokenizer, load_model, load_processor
-
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
@@ -167,8 +170,6 @@ class HFEngine:
 
     # ------------------------------------------------------------------------------- encoding
     def encode(self, chat: Chat) -> Any:
-        from cosmos_train.data.chat import encode_chat
-
         return encode_chat(
             self.processor,
             chat,
@@ -265,7 +266,7 @@ class HFEngine:
             else:
                 tokens = torch.multinomial(logprobs_all.exp(), 1, generator=generator).squeeze(-1)
             chosen = logprobs_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-            if penalties:
+            if seen_any is not None and generated_counts is not None:  # set when penalties apply
                 seen_any[torch.arange(len(tokens)), tokens] = True
                 generated_counts[torch.arange(len(tokens)), tokens] += 1
             finished = torch.isin(tokens, stop_ids)
@@ -287,7 +288,7 @@ class HFEngine:
                 index = keep.nonzero().squeeze(-1)
                 cache.batch_select_indices(index)
                 active, tokens, mask, deltas, text_pos = active[index], tokens[index], mask[index], deltas[index], text_pos[index]
-                if penalties:
+                if seen_any is not None and generated_counts is not None:
                     seen_any, generated_counts = seen_any[index], generated_counts[index]
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
             text_pos = text_pos + 1
@@ -303,7 +304,7 @@ class HFEngine:
 
         groups: list[list[Completion]] = [[] for _ in encoded]
         for sample in samples:
-            text = self.tokenizer.decode(sample.tokens, skip_special_tokens=True)
+            text = self._decode(sample.tokens)
             if sample.stop_at is not None:
                 text = text[: sample.stop_at]
             groups[sample.request].append(Completion(
@@ -316,8 +317,13 @@ class HFEngine:
             ))
         return groups
 
+    def _decode(self, tokens: list[int]) -> str:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        assert isinstance(text, str)  # one id list decodes to one string (decode is typed str | list[str])
+        return text
+
     def _hit_stop_string(self, sample: _Sample, stops: Sequence[str]) -> bool:
-        text = self.tokenizer.decode(sample.tokens, skip_special_tokens=True)
+        text = self._decode(sample.tokens)
         hits = [i for i in (text.find(s) for s in stops) if i >= 0]
         if not hits:
             return False
@@ -327,10 +333,8 @@ class HFEngine:
     # --------------------------------------------------------------------------------- weights
     def _target_tensors(self) -> dict[str, torch.Tensor]:
         """Every name update_weights accepts -> the loaded tensor it writes into: the model's own
-        state-dict names and the hub checkpoint names (the ones cosmos_train.export writes)."""
+        state-dict names and the hub checkpoint names (the ones cosmos_train.models.hf_folder writes)."""
         if self._targets is None:
-            from cosmos_train.export import hf_state_dict, strip_wrappers
-
             own = {strip_wrappers(k): v for k, v in self.model.state_dict().items()}
             targets = dict(own)
             by_storage = {id(v): k for k, v in own.items()}
@@ -344,8 +348,6 @@ class HFEngine:
     @torch.inference_mode()
     def update_weights(self, weights: WeightSource, version: int | None = None) -> int:
         """Copy `weights` into the loaded parameters (see module docstring); returns the new version."""
-        from cosmos_train.export import strip_wrappers
-
         if self.model is None:
             raise RuntimeError("this engine was closed")
         targets = self._target_tensors()

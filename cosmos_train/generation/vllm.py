@@ -45,6 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import safe_open
+
 from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.errors import DataError, ModelError
@@ -62,6 +65,10 @@ from cosmos_train.generation.vllm_requests import (
 )
 from cosmos_train.generation.vllm_weights import DEFAULT_CHUNK_BYTES, NameMap, PushPlan, encode_chunk
 from cosmos_train.generation.weights import iter_weights, safetensors_files
+from cosmos_train.models.families import family_of
+from cosmos_train.models.load import family_name, load_processor
+from cosmos_train.vision.processor import get_tokenizer, vision_layout_of
+from cosmos_train.vision.settings import VisionSettings
 
 WORKER_EXTENSION = "cosmos_train.generation.vllm_worker.WeightPushWorker"
 SLEEP_TAGS = ("kv_cache", "weights")
@@ -73,14 +80,10 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, cfg: GenerationConfig, chunk_bytes: int = DEFAULT_CHUNK_BYTES, frame_memo_bytes: int = 2 << 30):
-        import torch
-        from vllm import LLM  # optional dependency: only here
+        # why: vllm is an optional dependency (the `vllm` extra), imported only when this engine starts
+        from vllm import LLM
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.platforms import current_platform
-
-        from cosmos_train.data.vision_settings import VisionSettings
-        from cosmos_train.models.families import family_of, vision_layout_of
-        from cosmos_train.models.load import family_name, get_tokenizer, load_processor
 
         # Long videos need a length cap past the model config's (the reference tool does this too).
         os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
@@ -113,7 +116,9 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------------------- requests
     def render(self, chat: Chat) -> str:
-        return self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        text = self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        assert isinstance(text, str)  # tokenize=False renders text (the result is typed for every mode)
+        return text
 
     def _load_video(self, part: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return load_video_frames(part, self.vision_defaults, frames_from=self.frames, layout=self.vision_layout)
@@ -175,8 +180,6 @@ class VLLMEngine:
         return self.weight_version
 
     def _push_folder(self, folder: Path, plan: PushPlan) -> None:
-        from safetensors import safe_open
-
         if not folder.is_dir():
             raise ModelError(f"update_weights: {folder} is not a folder; pass an exported safetensors folder")
         names: list[str] = []
@@ -190,8 +193,6 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder), "is_checkpoint_format": True})
 
     def _push_tensors(self, weights: WeightSource, plan: PushPlan) -> None:
-        import torch
-
         self.llm.collective_rpc("cosmos_begin_weight_push")
         try:
             for chunk in plan.chunks(iter_weights(weights)):

@@ -6,7 +6,7 @@ They are tested in the main environment (tests/unit/test_generation_vllm_request
 A request follows the Qwen2.5-VL / vLLM offline recipe: the prompt text is the chat template
 rendered with add_generation_prompt=True (one <|vision_start|><|video_pad|><|vision_end|> per
 video, which vLLM expands), `multi_modal_data={"video": (frames, metadata)}` with the frames
-already sampled and resized by `cosmos_train.data.video.read_video` under the part's vision keys
+already sampled and resized by `cosmos_train.data.media.read_video` under the part's vision keys
 over the engine's `vision_defaults` (the pixels `encode_chat`, the HF engine and the trainer see),
 and metadata saying the rate they were sampled at, so the model's temporal positions use it
 (vLLM 0.32 requires the metadata for Qwen2.5-VL; older releases read `mm_processor_kwargs={"fps": ...}`,
@@ -31,9 +31,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cosmos_train.data.media import read_video, sampled_frames
 from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams
 from cosmos_train.generation.config import GenerationConfig
+from cosmos_train.vision.layout import QWEN2_VL_LAYOUT
+from cosmos_train.vision.settings import VisionSettings
 
 VideoLoader = Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]]
 FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
@@ -66,8 +69,6 @@ def load_video_frames(
     defaults: a VisionSettings for the keys the part does not set (the engine's vision_defaults).
     frames_from: a FrameMemo / ClipCache to read through (default: decode).
     """
-    from cosmos_train.data.video import QWEN2_VL_LAYOUT, VisionSettings, read_video, sampled_frames
-
     layout = layout or QWEN2_VL_LAYOUT
     settings = layout.settings(VisionSettings.from_part(part, defaults))
     read = frames_from.read_video if frames_from is not None else read_video
@@ -192,8 +193,6 @@ def resolve_dtype(dtype: str, cuda: bool) -> str:
     if dtype == "auto":
         return "bfloat16" if cuda else "float32"
     if dtype not in DTYPES:
-        from cosmos_train.errors import ConfigError
-
         raise ConfigError([f"dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}"], what="generation engine")
     return dtype
 

@@ -2,7 +2,7 @@
 
 Names: the engine takes what the HF engine takes, the model's own state-dict names
 (`model.language_model.*`, a trainer's) and the hub checkpoint names (`model.*`, `visual.*`, what
-`cosmos_train.export` writes), both read off the architecture on the meta device; wrapper prefixes
+`cosmos_train.models.hf_folder` writes), both read off the architecture on the meta device; wrapper prefixes
 (`_orig_mod.`, `module.`) are stripped. Anything else is an unknown name (ModelError).
 
 Whole layers: vLLM fuses q/k/v into one qkv_proj and gate/up into one gate_up_proj, and its
@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
 from cosmos_train.errors import ModelError
 from cosmos_train.generation.weights import unknown_names_error
+from cosmos_train.models.hf_folder import build_meta_model, hf_state_dict, resolve_model_dir
+from cosmos_train.models.wrappers import strip_wrappers
 
 # vLLM's fused layers (Qwen2 / Qwen2.5-VL packed_modules_mapping, text and vision towers)
 FUSED = ((re.compile(r"\.(q_proj|k_proj|v_proj)\."), ".qkv_proj."), (re.compile(r"\.(gate_proj|up_proj)\."), ".gate_up_proj."))
@@ -53,8 +56,6 @@ class NameMap:
     @classmethod
     def from_model(cls, model: torch.nn.Module) -> NameMap:
         """From a transformers model (the meta device is enough): its own names and the hub names."""
-        from cosmos_train.export import hf_state_dict, strip_wrappers
-
         own = {strip_wrappers(k): v for k, v in model.state_dict().items()}
         hub_of = {name: name for name in own}
         by_tensor = {id(v): k for k, v in own.items()}
@@ -74,13 +75,9 @@ class NameMap:
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> NameMap:
-        from cosmos_train.export import build_meta_model, resolve_model_dir
-
         return cls.from_model(build_meta_model(resolve_model_dir(path)))
 
     def resolve(self, name: str) -> str | None:
-        from cosmos_train.export import strip_wrappers
-
         return self.canonical.get(strip_wrappers(name))
 
 
@@ -182,8 +179,6 @@ def encode_tensor(tensor: torch.Tensor, dtype: torch.dtype | None, ipc_uuid: str
     Floating tensors are cast to `dtype` (the engine's) first, which halves the bytes of a float32
     state dict sent to a bfloat16 engine. ipc_uuid: the GPU of the engine's single worker; a CUDA
     tensor on that GPU goes as an IPC handle."""
-    from torch.multiprocessing.reductions import reduce_tensor
-
     t = tensor.detach()
     if dtype is not None and t.is_floating_point() and t.dtype != dtype:
         t = t.to(dtype)
@@ -205,8 +200,6 @@ def decode_tensor(wire: Sequence[Any], device: torch.device) -> torch.Tensor:
         flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return flat.view(getattr(torch, dtype)).reshape(shape)
     if kind == "ipc":
-        from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
         _, uuid, encoded = wire
         if device.type != "cuda" or device_uuid(device) != uuid:
             raise RuntimeError(f"a CUDA IPC tensor from GPU {uuid} reached a worker on {device}")

@@ -1,7 +1,7 @@
 """Weights handed to an engine's update_weights: one iterator over (name, tensor), whatever the source.
 
 A DTensor (a trainer's FSDP2 / TP shard) is gathered to the full tensor as it is read.
-A folder is an exported safetensors checkpoint (`cosmos_train.export`: shards + index, or one
+A folder is an exported safetensors checkpoint (`cosmos_train.models.hf_folder`: shards + index, or one
 model.safetensors); its tensors are read one at a time, so pushing a 7B model never holds a second
 copy in memory. A mapping is a state dict; any other iterable is taken as (name, tensor) pairs.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from cosmos_train.errors import ModelError
 from cosmos_train.generation.base import WeightSource
@@ -32,8 +33,6 @@ def iter_weights(source: WeightSource) -> Iterator[tuple[str, torch.Tensor]]:
         folder = Path(source)
         if not folder.is_dir():
             raise ModelError(f"update_weights: {folder} is not a folder; pass an exported safetensors folder")
-        from safetensors import safe_open
-
         for file in safetensors_files(folder):
             with safe_open(str(file), framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)

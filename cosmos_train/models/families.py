@@ -7,15 +7,17 @@
 A spec is keyed by `config.model_type`. It says which modules are transformer blocks (FSDP2 wraps each one,
 `cosmos_train.models.parallelize`), the tensor-parallel plan of a language block, where the vision tower
 lives (for freeze_pattern / trainable_pattern), how pixels are laid out and video time is written in the
-prompt (`vision_layout`, used by `cosmos_train.data.video` and `cosmos_train.data.chat.encode_chat`) and
-which processor classes belong to it (so a processor alone tells its layout).
+prompt (`vision_layout`, one of `cosmos_train.vision.layout`'s, which `cosmos_train.data.media` and
+`cosmos_train.data.chat.encode_chat` apply) and which processor classes belong to it (a processor alone tells
+its layout: `cosmos_train.vision.processor.vision_layout_of`, through `vision.layout.PROCESSOR_LAYOUTS`).
 A model whose type has no spec is refused with the supported types listed (`ModelError`), before any
 process shards it: FSDP2 on a model whose blocks it cannot find would shard only the root module, silently.
 Text-only families (qwen2, qwen3, llama, mistral: `FamilySpec.text_only`) load as causal LMs with a tokenizer and
 no processor; types cosmos-rl's configs name that are known not to load here (MoE, Gemma-3, Phi) are listed in
 UNSUPPORTED_TYPES with the reason, which `config check` and preflight name before anything starts.
 
-Adding a family: a `FamilySpec` below, its tiny offline model (`cosmos_train.models.tiny`: a config builder
+Adding a family: a `FamilySpec` below, its layout in `cosmos_train.vision.layout` (and its processor class in
+PROCESSOR_LAYOUTS there), its tiny offline model (`cosmos_train.models.tiny`: a config builder
 in TINY_CONFIGS and, if its processor needs torchvision, a video-less processor class in
 `cosmos_train.models.load`); the parametrised SFT / export / evaluation tests (tests/*/test_families*.py)
 then run it.
@@ -23,19 +25,19 @@ then run it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
-from cosmos_train.data.video import QWEN2_VL_LAYOUT, VisionLayout
 from cosmos_train.errors import ModelError
+from cosmos_train.vision.layout import COSMOS3_EDGE_LAYOUT, QWEN2_VL_LAYOUT, QWEN3_VL_LAYOUT, VisionLayout
 
 
 def _core(model: nn.Module) -> nn.Module:
-    return model.model if hasattr(model, "model") else model
+    # nn.Module.__getattr__ is typed Tensor | Module; `.model` of an HF VLM is its core module
+    return cast(nn.Module, model.model) if hasattr(model, "model") else model
 
 
 def _qwen_vl_language_layers(model: nn.Module) -> list[nn.Module]:
@@ -95,10 +97,6 @@ _QWEN_TP_PLAN = {
 _QWEN_LORA = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 # a causal LM's blocks are model.layers.N (no language_model part in the path)
 _TEXT_LORA = r"(.*\.)?model\.layers\.\d+\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-# Qwen3-VL and Cosmos3-Edge processor configs: 16 px patches, mean = std = 0.5 (IMAGENET_STANDARD), and a
-# `<t seconds>` before each temporal patch of a video.
-_HALF = (0.5, 0.5, 0.5)
-
 FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(
         name="qwen2_5_vl", description="Qwen2.5-VL (Cosmos-Reason1)", model_types=("qwen2_5_vl",),
@@ -115,8 +113,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
         language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
         vision_prefixes=("model.visual.",),  # blocks, merger and the deepstack mergers
         lora_targets=_QWEN_LORA,
-        vision_layout=VisionLayout(patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
-                                   keep_video_wrapper=True),
+        vision_layout=QWEN3_VL_LAYOUT,
         processor_classes=("Qwen3VLProcessor",),
     ),
     FamilySpec(
@@ -128,12 +125,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
         },
         vision_prefixes=("model.visual.", "model.projector."),
         lora_targets=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|fc1|fc2)",
-        # one frame per temporal patch (its video processor refuses any other temporal_patch_size); a linear
-        # patch embedding over (row, column, channel) values
-        vision_layout=VisionLayout(
-            patch_size=16, temporal_patch_size=1, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
-            channels_last_patches=True,
-        ),
+        vision_layout=COSMOS3_EDGE_LAYOUT,
         processor_classes=("Cosmos3EdgeProcessor",),
     ),
     # Text-only language models (cosmos-rl's text recipes): the causal LM class, `model.layers` as blocks, no
@@ -178,28 +170,9 @@ def family_of_processor(processor: Any) -> FamilySpec | None:
     return None
 
 
-def vision_layout_of(processor: Any) -> VisionLayout:
-    """The layout `processor` produces: its family's, with the sizes and statistics of its image processor
-    config where it has them (a checkpoint's own preprocessor_config.json wins over the family default)."""
-    family = family_of_processor(processor)
-    layout = family.vision_layout if family is not None else QWEN2_VL_LAYOUT
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None:
-        return layout
-    found: dict[str, Any] = {}
-    for key in ("patch_size", "merge_size", "temporal_patch_size"):
-        value = getattr(image_processor, key, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            found[key] = value
-    for key in ("image_mean", "image_std"):
-        value = getattr(image_processor, key, None)
-        if isinstance(value, (list, tuple)) and len(value) == 3:
-            found[key] = tuple(float(v) for v in value)
-    return dataclasses.replace(layout, **found)
-
-
 def family_of(model_or_config: Any) -> FamilySpec:
     """The spec of a model, its config, or a model_type string; ModelError naming the supported types."""
+    model_type: str | None
     if isinstance(model_or_config, str):
         model_type = model_or_config
     else:

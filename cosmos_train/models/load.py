@@ -11,7 +11,7 @@ CPU-only machines with the local torch wheel). `load_processor` then builds the 
 without video (`Qwen25VLProcessorWithoutVideo`, `Qwen3VLProcessorWithoutVideo`,
 `Cosmos3EdgeProcessorWithoutVideo`): the real processor code with the folder's tokenizer, image processor
 (transformers' PIL backend) and chat template, and no video processor. Videos are decoded and patchified by
-`cosmos_train.data.video` and tokenised by `cosmos_train.data.chat.encode_chat`, which work with
+`cosmos_train.data.media` and tokenised by `cosmos_train.data.chat.encode_chat`, which work with
 either processor; calling that processor with `videos=` raises rather than leaving pads unexpanded.
 
 A local folder is checked before transformers reads it, so a folder that lacks files fails as a
@@ -22,6 +22,7 @@ cannot be fetched (offline without a cached copy, a typo, no access) is a `Model
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable
@@ -44,8 +45,9 @@ from transformers import (
 from transformers.processing_utils import ProcessorMixin
 from transformers.utils import cached_file, is_torchvision_available
 
-from cosmos_train.errors import ConfigError, ModelError, UserError
+from cosmos_train.errors import CheckpointError, ConfigError, ModelError, UserError
 from cosmos_train.models.families import family_of
+from cosmos_train.models.hf_folder import check_safetensors_file
 
 # What a folder needs, as (what it is, alternatives: each a set of files that together suffice).
 TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
@@ -84,13 +86,13 @@ class _WithoutVideo(ProcessorMixin):
         if videos is not None:
             raise RuntimeError(
                 "this processor has no video processor (transformers' needs torchvision); encode videos with "
-                "cosmos_train.data.chat.encode_chat, which preprocesses them with cosmos_train.data.video"
+                "cosmos_train.data.chat.encode_chat, which preprocesses them with cosmos_train.data.media"
             )
         return super().__call__(*args, **kwargs)
 
-    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> list[str]:
+    def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, **kwargs: Any) -> list[str]:
         """Save like the real processor so the folder loads with AutoProcessor where torchvision exists."""
-        files = super().save_pretrained(save_directory, **kwargs)
+        files = super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
         real = _real_processor_class(type(self)).__name__
         out = Path(save_directory)
         for name in ("processor_config.json", "tokenizer_config.json"):
@@ -168,9 +170,6 @@ def check_model_source(path: str | Path, need: Literal["processor", "tokenizer",
             "policy.model_name_or_path at a complete folder"
         )
     if need == "model":
-        from cosmos_train.errors import CheckpointError
-        from cosmos_train.export import check_safetensors_file
-
         for weights in sorted(folder.glob("*.safetensors")):
             try:
                 check_safetensors_file(weights)
@@ -198,7 +197,7 @@ def _from_hub_or_folder(path: str | Path, folder: Path | None, what: str, load: 
 def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin | PreTrainedTokenizerBase:
     """The processor of the model at `path` (folder or hub id); see the module docstring for torchvision.
     A text-only model (`FamilySpec.text_only`) has no processor: its tokenizer, which every caller takes alike
-    (`get_tokenizer`, `cosmos_train.data.chat.encode_chat`)."""
+    (`cosmos_train.vision.processor.get_tokenizer`, `cosmos_train.data.chat.encode_chat`)."""
     folder = check_model_source(path, "tokenizer")  # a folder that exists, or a hub id
     if is_text_only(path, **kwargs):
         return _from_hub_or_folder(path, folder, "tokenizer files",
@@ -257,16 +256,6 @@ def _processor_chat_template(path: str | Path, **kwargs: Any) -> str | None:
     return None
 
 
-def get_tokenizer(processor_or_tokenizer: Any) -> PreTrainedTokenizerBase:
-    """The tokenizer inside a processor, or the argument itself when it already is one."""
-    if isinstance(processor_or_tokenizer, PreTrainedTokenizerBase):
-        return processor_or_tokenizer
-    tokenizer = getattr(processor_or_tokenizer, "tokenizer", None)
-    if not isinstance(tokenizer, PreTrainedTokenizerBase):
-        raise TypeError(f"expected a processor or tokenizer, got {type(processor_or_tokenizer).__name__}")
-    return tokenizer
-
-
 # the package each flash attention kernel of transformers imports
 _FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 
@@ -277,8 +266,6 @@ def resolve_attention(requested: str, device: torch.device, compute_dtype: torch
     auto: flash_attention_2 for SFT on a GPU with flash-attn installed and a 16-bit compute dtype (its kernels
     take no fp32), sdpa otherwise. A flash kernel named outright where it cannot run is a ConfigError naming the
     key, raised before the weights load (transformers would fail inside from_pretrained)."""
-    import importlib.util
-
     half = compute_dtype in (torch.bfloat16, torch.float16)
     if requested == "auto":
         usable = (device.type == "cuda" and half and policy_type == "sft"
@@ -318,4 +305,5 @@ def load_model(
         lambda: auto.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs),
     )
     family_of(model)
-    return model.to(device)
+    # transformers wraps PreTrainedModel.to in functools.wraps, which typeshed types as an unbound function
+    return model.to(device)  # type: ignore[arg-type]

@@ -26,12 +26,17 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import inject_adapter_in_model
+from safetensors.torch import save_file
 from torch import nn
 
 from cosmos_train.config import ConfigError, LoraConfig
+from cosmos_train.models.families import family_of
+from cosmos_train.models.wrappers import strip_wrappers
 
 ADAPTER = "default"  # peft's name of the one adapter
 ADAPTER_DIR = "adapter"
@@ -43,8 +48,6 @@ def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]
     projections); 'all-linear' -> the names of every nn.Linear but lm_head in `model` (cosmos-rl's meaning);
     else as written."""
     if lora.target_modules is None:
-        from cosmos_train.models.families import family_of
-
         if model is None:
             raise ValueError("target_modules unset: the model is needed to find its family's default targets")
         return family_of(model).lora_targets
@@ -56,11 +59,11 @@ def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]
 
 def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: str | None = None) -> Any:
     """peft's LoraConfig for `[policy.lora]` (target_modules resolved against `model`)."""
-    from peft import LoraConfig as PeftLoraConfig
-
     targets = target_modules(lora, model)
     return PeftLoraConfig(
-        r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout, target_modules=targets,
+        # peft annotates lora_alpha as int but computes scaling = lora_alpha / r, so a float alpha works
+        lora_alpha=lora.lora_alpha,  # type: ignore[arg-type]
+        r=lora.r, lora_dropout=lora.lora_dropout, target_modules=targets,
         use_rslora=lora.use_rslora, init_lora_weights=lora.init_lora_weights,
         rank_pattern=dict(lora.r_pattern or {}), alpha_pattern=dict(lora.alpha_pattern or {}),
         modules_to_save=list(lora.modules_to_save or []) or None, base_model_name_or_path=base_model,
@@ -70,8 +73,6 @@ def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: st
 def apply_lora(model: nn.Module, lora: LoraConfig) -> tuple[int, int]:
     """Inject the adapters; only they (and modules_to_save) train. Returns (trainable, total) parameter counts.
     Raises ConfigError when target_modules or modules_to_save match no module."""
-    from peft import inject_adapter_in_model
-
     cfg = peft_config(lora, model)
     save = cfg.modules_to_save or []
     cfg.modules_to_save = None  # trained in place below: the module keeps its name, no peft wrapper copy
@@ -96,15 +97,15 @@ def apply_lora(model: nn.Module, lora: LoraConfig) -> tuple[int, int]:
         for n in hits:
             modules[n].requires_grad_(True)
         paths += hits
-    model._lora_save_paths = paths  # what the adapter export carries beside the adapters (lora_parts)
+    # what the adapter export carries beside the adapters (lora_parts); nn.Module.__setattr__ is typed for
+    # tensors and modules only, and stores any other value as a plain attribute
+    model._lora_save_paths = paths  # type: ignore[assignment]
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return trainable, sum(p.numel() for p in model.parameters())
 
 
 def lora_scalings(model: nn.Module) -> dict[str, float]:
     """{module path: scaling} of every adapted module (per-module rank / alpha patterns included)."""
-    from cosmos_train.export import strip_wrappers
-
     return {strip_wrappers(name): float(m.scaling[ADAPTER]) for name, m in model.named_modules()
             if hasattr(m, "lora_A") and ADAPTER in getattr(m, "scaling", {})}
 
@@ -144,8 +145,6 @@ def merge_weight(base: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scaling: 
 
 
 def _scaling(scalings: Mapping[str, float], module: str) -> float:
-    from cosmos_train.export import strip_wrappers
-
     key = strip_wrappers(module)
     if key not in scalings:
         raise ValueError(f"LoRA merge: no scaling known for {key}")
@@ -167,15 +166,14 @@ def lora_parts(model: nn.Module) -> LoraParts | None:
     scalings = lora_scalings(model)
     if not scalings:
         return None
-    cfg = model.peft_config[ADAPTER]  # type: ignore[index]
+    # set by peft's inject_adapter_in_model (nn.Module's attribute access is typed Tensor | Module)
+    cfg = cast(dict[str, PeftLoraConfig], model.peft_config)[ADAPTER]
     return LoraParts(scalings, cfg, list(getattr(model, "_lora_save_paths", [])))
 
 
 def adapter_state(state: Mapping[str, torch.Tensor], parts: LoraParts) -> dict[str, torch.Tensor]:
     """The adapters (and modules_to_save) of a full state dict, named as peft saves them:
     `base_model.model.<module>.lora_A.weight`, `base_model.model.<module>.<param>`."""
-    from cosmos_train.export import strip_wrappers
-
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
         name = strip_wrappers(name)
@@ -190,8 +188,6 @@ def write_adapter(folder: Path, adapters: Mapping[str, torch.Tensor], parts: Lor
                   base_model: str | None) -> Path:
     """adapter_model.safetensors + adapter_config.json in `folder`: `peft.PeftModel.from_pretrained(base,
     folder)` loads them."""
-    from safetensors.torch import save_file
-
     folder.mkdir(parents=True, exist_ok=True)
     save_file(dict(adapters), str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     cfg = parts.peft_config.to_dict()

@@ -9,14 +9,20 @@ Nothing here is model-size specific: the tiny model and Cosmos-Reason1-7B take t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo
 from cosmos_train.errors import ModelError
 from cosmos_train.models.families import family_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,8 +45,6 @@ def _blocks(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
 
 
 def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
     tp_mesh = dist.tp_mesh
     assert tp_mesh is not None
     text_cfg = getattr(model.config, "text_config", model.config)
@@ -55,7 +59,7 @@ def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
         parallelize_module(layer, tp_mesh, plan)
 
 
-def parallelize(model: nn.Module, dist: DistInfo, cfg: Config) -> nn.Module:
+def parallelize(model: PreTrainedModel, dist: DistInfo, cfg: Config) -> PreTrainedModel:
     if dist.tp > 1:
         apply_tensor_parallel(model, dist)
     if cfg.policy.model_gradient_checkpointing:
@@ -82,12 +86,10 @@ def parallelize(model: nn.Module, dist: DistInfo, cfg: Config) -> nn.Module:
         # and load on any world size. (One GPU keeps FSDP2 for its bf16 mixed-precision policy.)
         return model
     reshard = {"default": True, "always": True, "never": False}[t.fsdp_reshard_after_forward]
-    kwargs = {"mesh": dist.dp_mesh, "mp_policy": mp}
-    if t.fsdp_offload:
-        kwargs["offload_policy"] = CPUOffloadPolicy()
+    offload = CPUOffloadPolicy() if t.fsdp_offload else OffloadPolicy()  # OffloadPolicy(): fully_shard's default
     layers, vision_blocks = _blocks(model)
     for block in vision_blocks + layers:
-        fully_shard(block, reshard_after_forward=reshard, **kwargs)
+        fully_shard(block, mesh=dist.dp_mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
     # the root keeps embeddings, merger and lm_head; no reshard after forward: backward needs it at once
-    fully_shard(model, reshard_after_forward=False, **kwargs)
+    fully_shard(model, mesh=dist.dp_mesh, reshard_after_forward=False, mp_policy=mp, offload_policy=offload)
     return model

@@ -8,7 +8,7 @@ Families (`cosmos_train.models.families`): qwen2_5_vl (Cosmos-Reason1, the defau
 qwen3_vl (Cosmos-Reason2), cosmos3_edge (Cosmos3-Edge). The folder holds what a hub checkpoint holds, built
 from the real classes: config.json + model.safetensors (the family's ForConditionalGeneration class from
 its config class), generation_config.json, a byte-level BPE tokenizer with Qwen2.5-VL's pipeline and added
-tokens (`cosmos_train.models.tokenizer`), the family's chat template, preprocessor_config.json (the image
+tokens (`cosmos_train.models.tiny_tokenizer`), the family's chat template, preprocessor_config.json (the image
 processor settings of the real checkpoint) and video_preprocessor_config.json.
 
 Cosmos3-Edge: its hub tokenizer and chat template are not available offline (transformers ships the model
@@ -24,7 +24,7 @@ own tokenizers); no preprocessor files, since a language model has no processor.
 torchvision: transformers' Qwen2-VL *video* processor needs it, and AutoProcessor.from_pretrained on
 any Qwen2.5-VL folder (this one or the 7B) fails without it. `cosmos_train.models.load.load_processor`
 handles that for both: it builds the processor from the folder's tokenizer, image processor (PIL
-backend) and chat template, without a video processor; our own `cosmos_train.data.video` does the
+backend) and chat template, without a video processor; our own `cosmos_train.data.media` does the
 video preprocessing. Where torchvision exists, plain AutoProcessor.from_pretrained(OUT) loads the folder.
 
 The vocabulary is a few thousand tokens at most, so embeddings do not dominate the parameter count;
@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, cast
 
 import torch
 from transformers import (
@@ -55,7 +56,7 @@ from transformers import (
 )
 
 from cosmos_train.models.load import load_model
-from cosmos_train.models.tokenizer import ADDITIONAL_SPECIAL_TOKENS, build_qwen_style_tokenizer
+from cosmos_train.models.tiny_tokenizer import ADDITIONAL_SPECIAL_TOKENS, build_qwen_style_tokenizer
 
 # The content parts both templates render alike: images and videos as a vision block each, then text.
 _PARTS = (
@@ -155,7 +156,16 @@ def build_config(
     return _qwen2_5_vl_config(size, vocab_size, special_ids)
 
 
-def _token_ids(special_ids: dict[str, int]) -> dict[str, int]:
+class _VisionTokenIds(TypedDict):
+    """The vision token ids a VLM config takes as keyword arguments."""
+
+    image_token_id: int
+    video_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+
+
+def _token_ids(special_ids: dict[str, int]) -> _VisionTokenIds:
     return {
         "image_token_id": special_ids["<|image_pad|>"],
         "video_token_id": special_ids["<|video_pad|>"],
@@ -356,7 +366,8 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
     out.mkdir(parents=True, exist_ok=True)
 
     tokenizer = build_tokenizer(size)
-    special_ids = {t: tokenizer.convert_tokens_to_ids(t) for t in tokenizer.all_special_tokens}
+    # one token in, one id out (transformers types the result as int | list[int] for either form)
+    special_ids = {t: cast(int, tokenizer.convert_tokens_to_ids(t)) for t in tokenizer.all_special_tokens}
     vocab_size = -(-len(tokenizer) // 64) * 64
     config = build_config(size, vocab_size, special_ids, family)
 
@@ -397,9 +408,7 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
 
 def count_parameters(path_or_model: str | Path | torch.nn.Module) -> dict[str, int]:
     """Parameter counts {"total", "vision", "language"} of a model or a saved folder."""
-    model = path_or_model
-    if not isinstance(model, torch.nn.Module):
-        model = load_model(path_or_model)
+    model = path_or_model if isinstance(path_or_model, torch.nn.Module) else load_model(path_or_model)
     total = sum(p.numel() for p in model.parameters())
     vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}")
     return {"total": total, "vision": vision, "language": total - vision}

@@ -15,20 +15,19 @@ A missing file means the defaults; an unknown key or an out-of-range value is a 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from cosmos_train.config.base import Section, read_toml
+from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.errors import ConfigError
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+WHAT = "reward service config"
 
 
-class JudgeSettings(_Section):
+class JudgeSettings(Section):
     """[handlers.vlm_judge]: a local VLM asked a yes/no question about each completion."""
 
     model_path: str | None = Field(
@@ -41,13 +40,13 @@ class JudgeSettings(_Section):
     max_length: int = Field(4096, ge=64, le=1 << 20, description="Prompt + answer tokens the judge accepts.")
 
 
-class HandlerSettings(_Section):
+class HandlerSettings(Section):
     """[handlers]: settings of the handlers that need any."""
 
     vlm_judge: JudgeSettings = Field(default_factory=JudgeSettings, description="The VLM-judge handler.")
 
 
-class ServiceConfig(_Section):
+class ServiceConfig(Section):
     """The whole rewards.toml."""
 
     queue_size: int = Field(
@@ -81,23 +80,13 @@ class ServiceConfig(_Section):
 
 def load_service_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
     """The file's settings (defaults when `path` is None), with `overrides` on top."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError([f"{path}: no such file"], what="reward service config") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"{path}: not TOML ({e})"], str(path), what="reward service config") from None
+    raw, source = read_toml(path, what=WHAT)
     raw.update(overrides or {})
     # the job config's error wording: the key path, its bounds in words, the closest valid key for a typo
-    from cosmos_train.config import explain_errors, unknown_keys
-
-    source = str(path) if path else None
     problems = unknown_keys(raw, ServiceConfig)
     if problems:
-        raise ConfigError(problems, source, what="reward service config")
+        raise ConfigError(problems, source, what=WHAT)
     try:
         return ServiceConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(explain_errors(e, ServiceConfig), source, what="reward service config") from None
+        raise ConfigError(explain_errors(e, ServiceConfig), source, what=WHAT) from None

@@ -17,11 +17,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from cosmos_train.reward_service.handlers.base import MEDIA_TYPES, Batch, Handler
 
@@ -103,10 +105,6 @@ def decode_tensor(data: bytes) -> tuple[np.ndarray, str]:
             raise _bad(f"tensor: not a complete .npy file ({e})") from None
         name = f"torch.{arr.dtype.name}"
     elif data.startswith(ZIP_MAGIC):
-        import pickle
-
-        import torch
-
         try:
             obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
         except pickle.UnpicklingError as e:

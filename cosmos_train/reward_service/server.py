@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 from cosmos_train.errors import AuthError
+from cosmos_train.reward_service.app import create_app
 from cosmos_train.reward_service.auth import TOKEN_ENV
 from cosmos_train.reward_service.config import ServiceConfig
 
@@ -47,9 +48,7 @@ def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = o
 def serve(config: ServiceConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           insecure_no_token: bool = False) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop it gracefully: batches being scored finish)."""
-    import uvicorn
-
-    from cosmos_train.reward_service.app import create_app
+    import uvicorn  # why: the ASGI server only when serving (a process that only reads the config skips it)
 
     token = resolve_token(host, insecure_no_token)
     app = create_app(config, token)

@@ -52,7 +52,7 @@ class RewardService:
         self.handlers: dict[str, Handler] = {name: cls(name, config) for name, cls in HANDLERS.items()}
         self._ready: set[str] = set()
         self._setup_lock = threading.Lock()
-        self.metrics_ = Metrics(config.latency_window)
+        self.request_stats = Metrics(config.latency_window)  # request counters and handler latencies (/metrics)
         self.pending: dict[str, Job] = {}
         self.results: dict[str, Result] = {}
         self.request_ids: dict[str, tuple[str, float]] = {}
@@ -96,7 +96,7 @@ class RewardService:
                 continue
             job = Job(rec["uuid"], rec.get("request_id"), rec["created"], parsed)
             self._accept(job)
-            self.metrics_.count("restored")
+            self.request_stats.count("restored")
 
     def _accept(self, job: Job) -> None:
         assert self._queue is not None
@@ -113,24 +113,24 @@ class RewardService:
 
     def _check_room(self) -> None:
         if len(self.pending) >= self.config.queue_size:
-            self.metrics_.count("rejected_429")
+            self.request_stats.count("rejected_429")
             raise ProtocolError(
                 429, f"queue full ({self.config.queue_size} requests waiting); retry after "
                 f"{self.config.retry_after_s} s", {"Retry-After": str(self.config.retry_after_s)})
 
     async def enqueue(self, body: bytes, request_id: str | None = None) -> str:
         if (known := self._known(request_id)) is not None:
-            self.metrics_.count("deduplicated")
+            self.request_stats.count("deduplicated")
             return known
         self._check_room()
         try:
             parsed = await run_in_threadpool(parse_enqueue, body, self.handlers)
         except ProtocolError as e:
-            self.metrics_.count(f"rejected_{e.status}")
+            self.request_stats.count(f"rejected_{e.status}")
             raise
         # checked again: a retry of the same request may have been accepted while this one was parsed
         if (known := self._known(request_id)) is not None:
-            self.metrics_.count("deduplicated")
+            self.request_stats.count("deduplicated")
             return known
         self._check_room()
         job = Job(str(uuidlib.uuid4()), request_id, time.time(), parsed)
@@ -138,7 +138,7 @@ class RewardService:
             await run_in_threadpool(self.state.write_pending, job.uuid,
                                     {"uuid": job.uuid, "request_id": request_id, "created": job.created}, body)
         self._accept(job)
-        self.metrics_.count("enqueued")
+        self.request_stats.count("enqueued")
         return job.uuid
 
     def pull(self, uuid: str, kind: str) -> dict[str, Any]:
@@ -157,12 +157,12 @@ class RewardService:
         res.pulled[kind] = time.time()
         if "error" in doc:
             raise ProtocolError(500, f"reward {kind!r} failed on this request: {doc['error']}")
-        self.metrics_.count("pulled")
+        self.request_stats.count("pulled")
         return doc
 
     def metrics(self) -> dict[str, Any]:
         queued = self._queue.qsize() if self._queue is not None else 0
-        return self.metrics_.snapshot(queue_depth=queued, in_flight=self.in_flight, results_held=len(self.results),
+        return self.request_stats.snapshot(queue_depth=queued, in_flight=self.in_flight, results_held=len(self.results),
                                       queue_size=self.config.queue_size)
 
     # ------------------------------------------------------------------ work
@@ -199,11 +199,11 @@ class RewardService:
                 if len(scores) != batch.size:
                     raise ValueError(f"{len(scores)} scores for a batch of {batch.size}")
             except Exception as e:  # a failing handler fails this request only; the service keeps serving
-                self.metrics_.handler_done(name, time.perf_counter() - t0, ok=False)
+                self.request_stats.handler_done(name, time.perf_counter() - t0, ok=False)
                 docs[name] = {"error": f"{type(e).__name__}: {e}", "type": name}
                 continue
             seconds = time.perf_counter() - t0
-            self.metrics_.handler_done(name, seconds, ok=True)
+            self.request_stats.handler_done(name, seconds, ok=True)
             docs[name] = {"scores": {name: scores}, "input_info": job.parsed.input_info,
                           "duration": f"{seconds:.2f}", "decoded_duration": "0.00", "type": name, "weight": weight}
         result = Result(job.uuid, job.request_id, time.time(), docs)
@@ -221,7 +221,7 @@ class RewardService:
     def _drop(self, res: Result) -> None:
         self.results.pop(res.uuid, None)
         unpulled = len(res.pulled) < len(res.docs)
-        self.metrics_.count("expired" if unpulled else "released")
+        self.request_stats.count("expired" if unpulled else "released")
         if unpulled and res.request_id:
             # never delivered: a retry of that request is scored anew instead of pointing at nothing
             self.request_ids.pop(res.request_id, None)

@@ -26,6 +26,7 @@ weighted, summed and clipped to [reward_clip_min, reward_clip_max], times scale,
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +34,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cosmos_train.data.prompt import reference_answer
+from cosmos_train.data.sources.script import script_reward_functions
 from cosmos_train.errors import ConfigError
 from cosmos_train.rewards.math import boxed_math_reward, direct_math_reward, gsm8k_reward
+from cosmos_train.rewards.parsing import freeform_equal, parse_freeform, parse_letter
+from cosmos_train.rewards.remote import RemoteScorer
 
 RewardFn = Callable[[str, Mapping[str, Any]], float]
 REWARDS: dict[str, RewardFn] = {}
@@ -67,8 +71,6 @@ def _options(sample: Mapping[str, Any], reference: str) -> dict[str, str]:
 
 @register_reward("single_choice")
 def single_choice_reward(completion: str, sample: Mapping[str, Any]) -> float:
-    from cosmos_train.evaluation.parsing import parse_letter
-
     reference = (reference_answer(sample) or "").strip().upper()
     if not reference:
         return 0.0
@@ -78,8 +80,6 @@ def single_choice_reward(completion: str, sample: Mapping[str, Any]) -> float:
 
 @register_reward("exact_match")
 def exact_match_reward(completion: str, sample: Mapping[str, Any]) -> float:
-    from cosmos_train.evaluation.parsing import freeform_equal, parse_freeform
-
     reference = reference_answer(sample)
     if reference is None:
         return 0.0
@@ -100,14 +100,20 @@ register_reward("gsm8k")(_math(gsm8k_reward))
 register_reward("direct_math")(_math(direct_math_reward))
 
 
+def _script_reward(fn: Callable[..., float]) -> RewardFn:
+    """A dataset script's `fn(completion, reference, sample)` as a reward of (completion, sample)."""
+    def reward(completion: str, sample: Mapping[str, Any]) -> float:
+        return float(fn(completion, reference_answer(sample), sample))
+
+    return reward
+
+
 def register_script_rewards(path: str | Path) -> list[str]:
     """Register a dataset script's REWARD_FUNCTIONS (`fn(completion, reference, sample) -> float`);
     returns their names. A script's name replaces a built-in of the same name, as the script asks."""
-    from cosmos_train.data.sources.script import script_reward_functions
-
     names = []
     for name, fn in script_reward_functions(path).items():
-        register_reward(name)(lambda completion, sample, fn=fn: float(fn(completion, reference_answer(sample), sample)))
+        register_reward(name)(_script_reward(fn))
         names.append(name)
     return names
 
@@ -125,7 +131,8 @@ class BatchScorer(Protocol):
     """Rewards scored a batch at a time (the remote reward service): parts per completion, what they add to
     the total, and the weight each part counts for in it."""
 
-    weights: dict[str, float]
+    @property
+    def weights(self) -> dict[str, float]: ...
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
                     ) -> list[dict[str, float]]: ...
@@ -178,10 +185,6 @@ def combine(spec: str | Sequence[str] | Mapping[str, float], remote: Any = None,
     from it or the environment `env`)."""
     weights = weights_of(spec)
     if remote is not None:
-        import os
-
-        from cosmos_train.rewards.remote import RemoteScorer
-
         clash = sorted(set(weights) & {f.name for f in remote.reward_fns})
         if clash:
             raise ConfigError([f"{WHERE}: {', '.join(clash)} is both a local reward and a remote_reward.reward_fns "

@@ -18,6 +18,7 @@ without its state_dir) is enqueued again under the same request id, a bounded nu
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -28,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from cosmos_train.data.prompt import reference_answer, user_text
 from cosmos_train.errors import AuthError, ConfigError
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -128,8 +130,6 @@ class RemoteRewardClient:
 
     # ------------------------------------------------------------------ protocol
     def enqueue(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> str:
-        import json
-
         payload = json.dumps(meta).encode("utf-8") + b"\n" + tensor
         headers = self._headers({"Content-Type": "application/octet-stream",
                                  "X-Request-Id": request_id or str(uuidlib.uuid4())})
@@ -227,8 +227,6 @@ class RemoteScorer:
         return self.scale * raw
 
     def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
-        from cosmos_train.data.prompt import reference_answer, user_text
-
         reward_fn = {f.name: 1.0 for f in self.fns}  # the service scores; weights apply here (they may be < 0)
         pending = []
         for start in range(0, len(completions), self.batch_size):

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from torch.utils.data import Dataset
 
 from cosmos_train.config import Config
+from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.clip_cache import ClipCache, open_clip_cache
+from cosmos_train.data.prepare import read_manifest
+from cosmos_train.data.sources import load_samples
+from cosmos_train.data.sources.registry import SplitRole
 from cosmos_train.errors import DataError
 
 
@@ -21,15 +25,11 @@ def manifest_path(run_dir: Path, split_role: str) -> Path:
     return run_dir / ("manifest.jsonl" if split_role == "train" else f"manifest_{split_role}.jsonl")
 
 
-def load_train_samples(cfg: Config, run_dir: Path, split_role: str, script: str | None = None) -> list[dict]:
+def load_train_samples(cfg: Config, run_dir: Path, split_role: SplitRole, script: str | None = None) -> list[dict]:
     """The data-prep manifest when present (rows already validated), else the configured source."""
     path = manifest_path(run_dir, split_role)
     if path.exists():
-        from cosmos_train.data.prepare import read_manifest
-
         return read_manifest(path)
-    from cosmos_train.data.sources import load_samples
-
     return list(load_samples(cfg, split_role, script))
 
 
@@ -46,15 +46,13 @@ class SFTDataset(Dataset):
         self.samples = samples
         self.processor = processor
         self.max_length = max_length
-        self.truncation = "right" if overlength == "truncate" else "error"
+        self.truncation: Literal["right", "error"] = "right" if overlength == "truncate" else "error"
         self.clip_cache = clip_cache if isinstance(clip_cache, ClipCache) else open_clip_cache(clip_cache)
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, i: int) -> Any:
-        from cosmos_train.data.chat import encode_chat
-
         s = self.samples[i]
         try:
             return encode_chat(self.processor, s["messages"], max_length=self.max_length,

@@ -26,10 +26,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+
+from cosmos_train.models.families import family_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Dense (no sparsity) bf16 tensor-core peak per GPU, FLOP/s, from the vendors' data sheets.
 PEAK_BF16: tuple[tuple[str, float], ...] = (
@@ -64,12 +69,11 @@ class FlopCounter:
     @classmethod
     def of(cls, model: nn.Module) -> FlopCounter:
         """From a full (unsharded) model of a supported family."""
-        from cosmos_train.models.families import family_of
-
         spec = family_of(model)
-        config = getattr(model.config, "text_config", None) or model.config
+        hf = cast("PreTrainedModel", model)  # every supported family's model is a transformers model
+        config = getattr(hf.config, "text_config", None) or hf.config
         # the LM head is a matmul even where it shares its weight with the embedding (a lookup, no FLOPs)
-        head = model.get_output_embeddings()
+        head = hf.get_output_embeddings()
         language, vision, merger = (head.weight.numel() if head is not None else 0), 0, 0
         for name, p in model.named_parameters():
             if p.dim() < 2 or "embed_tokens" in name or name.startswith("lm_head."):

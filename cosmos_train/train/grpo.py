@@ -19,6 +19,8 @@ n_generation, as in cosmos-rl, where a step trains on train_batch_per_replica co
 3. every `train.sync_weight_interval` steps the policy's weights go into the engine (in place, version =
    step); every `validation.freq` steps the engine answers the validation rows and the best weights by
    validation accuracy (or reward) are exported to safetensors/best.
+The rollout comes from one `RolloutSource` chosen when the trainer starts (`train/rollout_source.py`): the
+colocated engine above, or, with on_policy = false, a worker process per rank sampling ahead of training.
 
 Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight version and the best
 score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
@@ -33,11 +35,13 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as torch_dist
 
 from cosmos_train.config import Config, ConfigError
 from cosmos_train.data.chat import EncodedChat, encode_chat
@@ -45,19 +49,24 @@ from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.data.prompt import prompt_messages, reference_answer, user_text
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError
-from cosmos_train.generation import create_engine, from_rollout
-from cosmos_train.generation.grouped import GroupedEngine, group_of_consecutive_ranks
+from cosmos_train.generation import Chat
 from cosmos_train.rewards import combine, register_script_rewards, weights_of
-from cosmos_train.train.async_rollout import SEED_MOD, RolloutWorker, run_rollout, validation_sampling
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
+from cosmos_train.train.loop import run_main
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
-from cosmos_train.train.rollout import Group, Rollout, rollout_stats, rollout_sums
+from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, validation_sampling
+from cosmos_train.train.rollout_colocated import ColocatedRollout
+from cosmos_train.train.rollout_source import RolloutSource
+from cosmos_train.train.rollout_stats import RolloutSums, accuracy_part
+from cosmos_train.train.rollout_worker import WorkerRollout
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
-from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm, forward_logits
-from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb, run_main
+from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
+from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb
 from cosmos_train.train.vision_forward import media_in_micro_batches
+from cosmos_train.vision.processor import get_tokenizer
+from cosmos_train.vision.settings import VisionSettings
 
 VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 # policy_loss metrics averaged over the step's completion tokens
@@ -99,20 +108,22 @@ class GRPOTrainer(Trainer):
     name = "grpo"
 
     def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
-        super().__init__(cfg, run_dir, dist)
-        t, tp, r = cfg.train, cfg.train.train_policy, cfg.rollout
+        super().__init__(cfg, run_dir, dist, dataset_script)
+        t = cfg.train
+        self.policy_cfg = policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
-        self.rewards = combine(tp.reward_function, remote=tp.remote_reward if tp.use_remote_reward else None)
+        self.rewards = combine(policy_cfg.reward_function,
+                               remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None)
         val_remote = cfg.validation.use_remote_reward
-        val_remote = tp.use_remote_reward if val_remote is None else val_remote
+        val_remote = policy_cfg.use_remote_reward if val_remote is None else val_remote
         # cosmos-rl validates through the remote service too when training does (it picks which weights are best):
         # the service scores its rewards, the local functions the others
-        val_local = weights_of(cfg.validation.reward_function or tp.reward_function)
+        val_local = weights_of(cfg.validation.reward_function or policy_cfg.reward_function)
         if val_remote:
-            remote_names = {f.name for f in tp.remote_reward.reward_fns}
+            remote_names = {f.name for f in policy_cfg.remote_reward.reward_fns}
             val_local = {k: v for k, v in val_local.items() if k not in remote_names}
-        self.val_rewards = combine(val_local, remote=tp.remote_reward if val_remote else None)
+        self.val_rewards = combine(val_local, remote=policy_cfg.remote_reward if val_remote else None)
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         prompts = cfg.prompts_per_step
@@ -124,7 +135,8 @@ class GRPOTrainer(Trainer):
                 "train.train_batch_per_replica or run fewer data-parallel ranks"
             ])
         self.sampler = GlobalBatchSampler(len(self.rows), prompts, dist.dp_size, dist.dp_rank,
-                                          shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=True)
+                                          shuffle=policy_cfg.dataloader_shuffle, seed=policy_cfg.dataloader_seed,
+                                          drop_last=True)
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:
             raise DataError(f"{len(self.rows)} training row(s) make no step of {prompts} prompts: add rows or lower "
@@ -134,56 +146,44 @@ class GRPOTrainer(Trainer):
             total_steps = min(total_steps, t.max_num_steps)
         # cosmos-rl's steps in one step here: 1, or n_generation / train_batch_per_replica when a group is more
         # than a step's completions; each makes mu_iterations optimizer updates and one schedule tick
-        self.mini_batches = cfg.rl_steps_per_step
-        self.init_schedule(total_steps, total_steps * self.mini_batches)
-        self.reference = load_policy(cfg, dist, trainable=False)[0] if tp.kl_beta > 0 else None
+        self.rl_steps_per_step = cfg.rl_steps_per_step
+        self.init_schedule(total_steps, total_steps * self.rl_steps_per_step)
+        self.reference = load_policy(cfg, dist, trainable=False)[0] if policy_cfg.kl_beta > 0 else None
         self.loss_cfg = PolicyLossConfig(
-            epsilon_low=tp.epsilon_low, epsilon_high=tp.epsilon_high, dual_clip=tp.lower_bound_ratio,
-            sequence_ratio=tp.variant == "gspo", kl_beta=tp.kl_beta, unbiased_kl=tp.unbiased_kl_estimate,
-            decoupled=tp.use_decoupled_loss, is_cap=tp.behav_imp_weight_cap, loss_type=tp.loss_type,
-            max_tokens=tp.unbiased_loss_max_tokens,
+            epsilon_low=policy_cfg.epsilon_low, epsilon_high=policy_cfg.epsilon_high,
+            dual_clip=policy_cfg.lower_bound_ratio, sequence_ratio=policy_cfg.variant == "gspo",
+            kl_beta=policy_cfg.kl_beta, unbiased_kl=policy_cfg.unbiased_kl_estimate,
+            decoupled=policy_cfg.use_decoupled_loss, is_cap=policy_cfg.behav_imp_weight_cap,
+            loss_type=policy_cfg.loss_type, max_tokens=policy_cfg.unbiased_loss_max_tokens,
         )
         # the trainer's log-probs are of softmax(logits / train_policy.temperature), as in cosmos-rl; the engine
         # samples at rollout.sampling_config.temperature (config checks they agree where engine log-probs count)
-        self.temperature = tp.temperature
-        local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        self.worker: RolloutWorker | None = None
-        self.engine: GroupedEngine | None = None
-        self.lockstep = False
-        self.sampler_rank = dist.dp_rank
-        # asynchronous rollout runs one engine per rank; a tensor-parallel rollout engine spans ranks and is
-        # the colocated one, sampling in step with training
-        asynchronous = not tp.on_policy and r.parallelism.tp_size == 1
-        if not asynchronous:
-            if not tp.on_policy:
-                self.log(f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
-                         "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)")
-            engine = create_engine(from_rollout(cfg, processes_per_host=local_procs))
-            # vLLM under torchrun (external launcher): the ranks call generate together, and the ranks of one
-            # rollout TP group submit one union of requests (and so sample with one seed)
-            self.lockstep = engine.name == "vllm" and dist.world_size > 1
-            rollout_tp = r.parallelism.tp_size if self.lockstep else 1
-            self.sampler_rank = dist.rank // rollout_tp if self.lockstep else dist.dp_rank
-            self.engine = GroupedEngine(engine, group_of_consecutive_ranks(rollout_tp))
-        else:  # asynchronous: a worker process per rank samples ahead (train/async_rollout.py)
-            self.worker = RolloutWorker(run_dir, dataset_script, dist.device, 2 * local_procs)
-            self.inflight = 1 if tp.max_inflight_steps is None else tp.max_inflight_steps
-            self.staleness: list[int] = []
-            self.stale_dropped = 0
+        self.temperature = policy_cfg.temperature
+        self.rollout_source = self._rollout_source(dataset_script)
         # the prompts' clips, decoded once: an in-process engine has just decoded them into its own memo
-        engine_frames = getattr(self.engine.inner, "frames", None) if self.engine is not None else None
-        self.frames = engine_frames if isinstance(engine_frames, FrameMemo) else FrameMemo(max_bytes=1 << 30)
+        engine_frames = self.rollout_source.frames
+        self.frames = engine_frames if engine_frames is not None else FrameMemo(max_bytes=1 << 30)
         self.vision_defaults = self._vision_defaults()
         self.weight_version = 0
         self.best: dict[str, Any] | None = None
-        tokenizer = getattr(self.processor, "tokenizer", self.processor)
-        self.vision_ids = {i for i in tokenizer.convert_tokens_to_ids(list(VISION_TOKENS)) if isinstance(i, int) and i >= 0}
+        ids = get_tokenizer(self.processor).convert_tokens_to_ids(list(VISION_TOKENS))
+        self.vision_ids = {i for i in (ids if isinstance(ids, list) else [ids]) if isinstance(i, int) and i >= 0}
         self.vision_token_completions = 0
 
-    def _vision_defaults(self) -> Any:
-        from cosmos_train.data.vision_settings import VisionSettings
+    def _rollout_source(self, dataset_script: str | None) -> RolloutSource:
+        """Asynchronous rollout runs one engine per rank in a worker process; a tensor-parallel rollout engine
+        spans ranks and is the colocated one, sampling in step with training."""
+        policy_cfg, r = self.policy_cfg, self.cfg.rollout
+        local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        if not policy_cfg.on_policy and r.parallelism.tp_size == 1:
+            return WorkerRollout(self.cfg, self.run_dir, dataset_script, self.dist, 2 * local_procs, self.model_dir)
+        if not policy_cfg.on_policy:
+            self.log(f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
+                     "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)")
+        return ColocatedRollout(self.cfg, self.dist, self.rewards, self.rows, processes_per_host=local_procs)
 
-        defaults = self.cfg.train.train_policy.dataset.vision.as_part_defaults()
+    def _vision_defaults(self) -> VisionSettings | None:
+        defaults = self.policy_cfg.dataset.vision.as_part_defaults()
         return VisionSettings(**defaults) if defaults else None
 
     # ------------------------------------------------------------------ checkpoint contents
@@ -197,47 +197,21 @@ class GRPOTrainer(Trainer):
         self.best = extra.get("best")
 
     # ------------------------------------------------------------------ rollout
-    def _seed(self, purpose: int = 0, extra: int = 0, step: int | None = None) -> int:
+    def _seed(self, purpose: int = 0, step: int | None = None) -> int:
         """Sampling seed of (run seed, step, rank, purpose): a resumed run samples what the
         uninterrupted one did. Ranks of one policy TP group (same prompts) or one rollout TP group
         (one engine) share it. `run_rollout` derives its sampling and refill seeds from purpose 0."""
         step = self.step if step is None else step
-        return (self.cfg.train.seed * 1_000_003 + step * 10_007 + self.sampler_rank * 101
-                + purpose * 7 + extra) % SEED_MOD
+        return (self.cfg.train.seed * 1_000_003 + step * 10_007 + self.rollout_source.seed_rank * 101
+                + purpose * 7) % SEED_MOD
 
-    def rollout(self, rows: list[dict]) -> tuple[Rollout, dict[str, float]]:
-        """This step's rollout: sampled here (on_policy), or the worker's, sampled ahead (async)."""
-        if self.worker is None:
-            assert self.engine is not None
-            self.engine.wake()
-            rollout = run_rollout(self.engine, rows, self.rewards, self.cfg, self._seed(), self.rows,
-                                  any_rank_needs=self._any_rank if self.lockstep else None)
-            self.engine.sleep()
-            return rollout, {}
-        waited = 0.0
-        while True:
-            got, wait_s = self.worker.result(self.step)
-            waited += wait_s
-            stale = self.step - got.weight_version
-            # every rank drops together (their collectives must pair): when any rank's batch is too old
-            if not self._any_rank(stale > self.cfg.train.train_policy.allowed_outdated_steps):
-                break
-            self.stale_dropped += 1
-            self.worker.submit(self.step, rows, self._seed())  # sampled again with the newest weights
-        self.staleness.append(stale)
-        ranked = sorted(self.staleness)
-        return got.rollout, {
-            "staleness": float(stale), "staleness_p50": float(ranked[len(ranked) // 2]),
-            "staleness_p99": float(ranked[min(len(ranked) - 1, int(0.99 * len(ranked)))]),
-            "stale_dropped": float(self.stale_dropped), "trainer_idle_time": waited,
-            "rollout_idle_time": got.worker_idle_s, "rollout_generate_time": got.generate_s}
-
-    def _any_rank(self, flag: bool) -> bool:
-        return bool(all_reduce_sum(float(flag), self.dist.device) > 0)
+    @staticmethod
+    def _chat(row: Mapping[str, Any]) -> Chat:
+        """The prompt a row's completions answer (the one prompt builder's)."""
+        return prompt_messages(row["messages"], origin=str(row.get("id", "")))
 
     def _encode_prompt(self, row: dict) -> EncodedChat:
-        origin = str(row.get("id", ""))
-        return encode_chat(self.processor, prompt_messages(row["messages"], origin=origin), add_generation_prompt=True,
+        return encode_chat(self.processor, self._chat(row), add_generation_prompt=True,
                            max_length=self.cfg.policy.model_max_length, clip_cache=self.frames,
                            vision_defaults=self.vision_defaults)
 
@@ -246,7 +220,7 @@ class GRPOTrainer(Trainer):
         model samples <|video_pad|> now and then) cannot be scored again: the model would look for pixels
         that are not there. It keeps its place in its group's advantages and is left out of the loss
         (counted in `vision_token_completions`)."""
-        mask_truncated = self.cfg.train.train_policy.mask_truncated_completions
+        mask_truncated = self.policy_cfg.mask_truncated_completions
         out = []
         for g in groups:
             prompt = self._encode_prompt(dict(g.row))
@@ -262,20 +236,20 @@ class GRPOTrainer(Trainer):
         return out
 
     # ------------------------------------------------------------------ training on one rollout
-    def _mini_batches(self, samples: list[RLSample], filler: RLSample) -> list[list[_Micro]]:
-        """This rank's samples in `self.mini_batches` contiguous parts, each in micro-batches; every rank
-        ends with the same number of micro-batches per part (FSDP collectives pair up), a rank short of
-        samples (dynamic sampling keeps unequal counts) adding weight-0 copies."""
-        tp = self.cfg.train.train_policy
-        k = self.mini_batches
+    def _micro_batches_per_rl_step(self, samples: list[RLSample], filler: RLSample) -> list[list[_Micro]]:
+        """This rank's samples in `self.rl_steps_per_step` contiguous parts (one per cosmos-rl step), each as
+        its micro-batches; every rank ends with the same number of micro-batches per part (FSDP collectives
+        pair up), a rank short of samples (dynamic sampling keeps unequal counts) adding weight-0 copies."""
+        policy_cfg = self.policy_cfg
+        k = self.rl_steps_per_step
         bounds = [round(i * len(samples) / k) for i in range(k + 1)]
         parts = [samples[bounds[i]:bounds[i + 1]] for i in range(k)]
-        counts = [len(split_micro_batches(p, tp.micro_batch)) if p else 0 for p in parts]
+        counts = [len(split_micro_batches(p, policy_cfg.micro_batch)) if p else 0 for p in parts]
         most = [int(c) for c in all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
         out = []
         for part, n in zip(parts, most):
             rope_index = getattr(self.model.model, "get_rope_index", None)  # None: a text-only model
-            micro = [_Micro(m, rope_index) for m in split_micro_batches(part, tp.micro_batch)]
+            micro = [_Micro(m, rope_index) for m in split_micro_batches(part, policy_cfg.micro_batch)]
             while len(micro) < n:
                 micro.append(_Micro([filler], rope_index, weight=0.0))
             out.append(micro)
@@ -293,12 +267,12 @@ class GRPOTrainer(Trainer):
     def _normaliser(self, micro: list[_Micro]) -> float:
         """loss_denominator = "update": one denominator for the whole update on every rank (tokens for token-mean,
         completions otherwise, x rollout.max_response_length for seq-mean-token-sum)."""
-        tp = self.cfg.train.train_policy
-        if tp.loss_type == "token-mean":
+        policy_cfg = self.policy_cfg
+        if policy_cfg.loss_type == "token-mean":
             local = sum(float(m.mask.sum()) for m in micro)
         else:
             local = sum(float(m.completions_in_loss) for m in micro)
-            if tp.loss_type == "seq-mean-token-sum":
+            if policy_cfg.loss_type == "seq-mean-token-sum":
                 local *= self.cfg.rollout.max_response_length
         return float(all_reduce_sum(local, self.dist.device)) / self.dist.tp
 
@@ -307,9 +281,9 @@ class GRPOTrainer(Trainer):
         step_training weigh its mini-batches: normalised over its own tokens (or completions), times its share
         of the rank's completions, ranks averaged by FSDP. balance_dp_token (token-mean): each micro-batch's
         tokens summed over the data-parallel ranks, the loss x dp so the average becomes that global mean."""
-        tp = self.cfg.train.train_policy
+        policy_cfg = self.policy_cfg
         n = len(micro)
-        if tp.loss_denominator == "update":
+        if policy_cfg.loss_denominator == "update":
             total = self._normaliser(micro)
             return _LossScales([total] * n, [1.0] * n, float(self.dist.dp_size), whole_update=True, total=total)
         held = sum(m.count for m in micro)
@@ -317,22 +291,22 @@ class GRPOTrainer(Trainer):
         tokens = all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64),
                                 self.dist.device) / self.dist.tp
         total = float(tokens.sum())
-        if tp.loss_type == "token-mean" and tp.balance_dp_token:  # unset: false for GRPO (cosmos-rl's default)
+        if policy_cfg.loss_type == "token-mean" and policy_cfg.balance_dp_token:  # unset: false for GRPO (cosmos-rl's default)
             return _LossScales([float(t) or None for t in tokens.tolist()], shares, float(self.dist.dp_size),
                                total=total)
         return _LossScales([None] * n, shares, 1.0, total=total)
 
     def train_on(self, samples: list[RLSample], filler: RLSample) -> dict[str, float]:
-        tp = self.cfg.train.train_policy
-        parts = self._mini_batches(samples, filler)
+        policy_cfg = self.policy_cfg
+        parts = self._micro_batches_per_rl_step(samples, filler)
         every = [m for part in parts for m in part]
         # the update's model FLOPs: forward + backward (3 forwards' worth) per iteration, a forward per scoring pass
         forward = self.flop_counter.step_flops([m.batch for m in every], passes=1)
-        flops = 3 * tp.mu_iterations * forward
+        flops = 3 * policy_cfg.mu_iterations * forward
         if self.reference is not None:
             self._score_tokens(self.reference, every, "ref")
             flops += forward
-        engine_old = tp.old_logprobs == "engine"
+        engine_old = policy_cfg.old_logprobs == "engine"
         # Old log-probs: the trainer's own forward in a part's first iteration (ratio 1), kept for its later
         # iterations, as cosmos-rl does; a part trains mu_iterations times before the next starts (each part is
         # one of cosmos-rl's steps), so its old log-probs are of the weights the earlier parts left.
@@ -340,7 +314,7 @@ class GRPOTrainer(Trainer):
         losses, norms, applied = [], [], True
         for micro in parts:
             scales = self._loss_scales(micro)
-            for _ in range(tp.mu_iterations):
+            for _ in range(policy_cfg.mu_iterations):
                 self.model.train()
                 if scales.total == 0:  # every completion of this update is masked out (all truncated): nothing to learn
                     continue
@@ -354,19 +328,22 @@ class GRPOTrainer(Trainer):
                     layout = m.layout.to(logits.device)
                     logp = layout.logprobs(logits, self.temperature)
                     mask, behav = m.mask.to(logp.device), m.behav.to(logp.device)
-                    if m.old is None and not engine_old:
-                        m.old = logp.detach()
-                    old = behav if engine_old else m.old
+                    if engine_old:
+                        old = behav
+                    else:  # the trainer's own: this forward's in the part's first pass, kept for the later ones
+                        if m.old is None:
+                            m.old = logp.detach()
+                        old = m.old
                     loss, values = policy_loss(
                         logp, old, m.advantages.to(logp.device), mask, self.loss_cfg, ref_logprobs=m.ref,
                         behav_logprobs=behav, normaliser=norm)
                     loss = loss * scales.dp_factor
-                    with torch.set_grad_enabled(bool(tp.entropy_coeff)):  # logged always, trained on when asked
+                    with torch.set_grad_enabled(bool(policy_cfg.entropy_coeff)):  # logged always, trained on when asked
                         entropy = layout.per_position(token_entropy(logits[0].float() / (self.temperature or 1.0)))
-                    if tp.entropy_coeff:  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
-                        bonus = (aggregate(entropy, mask, tp.loss_type, norm) * scales.dp_factor if scales.whole_update
+                    if policy_cfg.entropy_coeff:  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
+                        bonus = (aggregate(entropy, mask, policy_cfg.loss_type, norm) * scales.dp_factor if scales.whole_update
                                  else aggregate(entropy, mask, "token-mean"))
-                        loss = loss - tp.entropy_coeff * bonus
+                        loss = loss - policy_cfg.entropy_coeff * bonus
                     loss = loss * scales.shares[i]
                     n = float(mask.sum())
                     values["entropy"] = float((entropy.detach() * mask).sum() / max(n, 1.0))
@@ -379,7 +356,7 @@ class GRPOTrainer(Trainer):
                     return loss
 
                 backward_micro_batches(self.model, [m.batch for m in micro], self.dist, loss_fn)
-                grad_norm = clip_grad_norm(self.model, self.cfg.train.optm_grad_norm_clip)
+                grad_norm = self.clip_gradients()
                 loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.dist.tp / self.dist.dp_size
                 applied &= apply_update(self.optimizer, None, math.isfinite(loss) and math.isfinite(grad_norm))
                 losses.append(loss)
@@ -398,22 +375,19 @@ class GRPOTrainer(Trainer):
         return out
 
     # ------------------------------------------------------------------ one step
-    def batches(self, pos: DataPosition):
-        if self.worker is None:
-            for idx, next_pos in self.sampler.batches(pos):
-                yield [self.rows[i] for i in idx], next_pos
-            return
-        # asynchronous: the worker holds the prompts of the step being trained and of `inflight` more
+    def batches(self, pos: DataPosition) -> Iterator[tuple[list[dict], DataPosition]]:
+        """The steps' rows; the rollout source is handed each step's prompts `steps_ahead` steps before it is
+        trained (the asynchronous worker samples them meanwhile)."""
         ahead = iter(self.sampler.batches(pos))
         queued: list[tuple[list[dict], DataPosition]] = []
         step = self.step
         while True:
-            while len(queued) <= self.inflight:
+            while len(queued) <= self.rollout_source.steps_ahead:
                 nxt = next(ahead, None)
                 if nxt is None:
                     break
                 rows = [self.rows[i] for i in nxt[0]]
-                self.worker.submit(step + len(queued), rows, self._seed(step=step + len(queued)))
+                self.rollout_source.start(step + len(queued), rows, self._seed(step=step + len(queued)))
                 queued.append((rows, nxt[1]))
             if not queued:
                 return
@@ -421,9 +395,10 @@ class GRPOTrainer(Trainer):
             step += 1
 
     def train_step(self, rows: list[dict]) -> dict[str, Any]:
+        """One step on the rollout of `rows` (the rollout source got them from `batches`, with their seed)."""
         t0 = time.perf_counter()
-        rollout, async_stats = self.rollout(rows)
-        rollout = self._from_tp_leader(rollout)
+        sampled = self.rollout_source.result(self.step)
+        rollout = self._from_tp_leader(sampled.rollout)
         t_rollout = time.perf_counter() - t0
         self.vision_token_completions = 0
         samples = self.samples_of(rollout.groups)
@@ -433,7 +408,7 @@ class GRPOTrainer(Trainer):
         t1 = time.perf_counter()
         if stats["groups"] == 0:  # no rank has a group with signal (all rewards equal everywhere): no update
             values: dict[str, Any] = {"loss": 0.0, "grad_norm": 0.0, "updates": 0.0, "skipped": False}
-            for _ in range(self.mini_batches):
+            for _ in range(self.rl_steps_per_step):
                 self.scheduler.step()  # the schedule stays on step numbers
         else:
             values = self.train_on(samples, filler)
@@ -444,9 +419,11 @@ class GRPOTrainer(Trainer):
             self.sync_weights(version=self.step + 1)  # the weights after this step
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
-        stats["vision_token_completions"] = float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
-        return {**stats, **async_stats, **values, "rollout_time": t_rollout, "train_time": t_train, "step_time": step_time,
-                "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time, "weight_version": self.weight_version,
+        stats["vision_token_completions"] = (float(all_reduce_sum(self.vision_token_completions, self.dist.device))
+                                             / self.dist.tp)
+        return {**stats, **sampled.metrics, **values, "rollout_time": t_rollout, "train_time": t_train,
+                "step_time": step_time, "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time,
+                "weight_version": self.weight_version,
                 "lr": self.scheduler.get_last_lr()[0], "peak_mem_gb": peak_memory_gb(self.dist.device),
                 "epoch": self.pos.epoch}
 
@@ -457,8 +434,6 @@ class GRPOTrainer(Trainer):
         mesh = self.dist.tp_mesh
         if mesh is None:
             return rollout
-        import torch.distributed as torch_dist
-
         box: list[Any] = [rollout]
         torch_dist.broadcast_object_list(box, group_src=0, group=mesh.get_group())
         return box[0]
@@ -477,38 +452,15 @@ class GRPOTrainer(Trainer):
         return RLSample(prompt, [self.pad_id], 0.0, torch.zeros(1), in_loss=False)
 
     def sync_weights(self, version: int | None = None) -> None:
-        """The policy's weights into the engine, in place (FSDP / TP shards gathered as they stream), or
-        to the worker as a safetensors folder (RUN/rollout_weights/v<version>, the 3 newest kept); the
-        version is the number of steps they have had."""
+        """The policy's weights into the rollout engine (`RolloutSource.sync_weights`: in place, or a
+        safetensors folder for the worker); the version is the number of steps they have had."""
         version = self.step if version is None else version
-        if self.worker is None:
-            assert self.engine is not None
-            from cosmos_train.generation.weights import iter_weights
-            from cosmos_train.models.lora import lora_parts, merged_items
-
-            weights: Any = self.model.state_dict()
-            if (lora := lora_parts(self.model)) is not None:  # the engine holds the base model: merged weights
-                weights = merged_items(iter_weights(weights), lora.scalings)
-            self.weight_version = self.engine.update_weights(weights, version=version)
-            return
-        from cosmos_train.export import export_safetensors
-
-        root = self.run_dir / "rollout_weights"
-        folder = export_safetensors(self.model, root / f"v{version}", self.model_dir)  # collective
-        self.worker.push_weights(version, str(folder or root / f"v{version}"))
-        self.weight_version = version
-        if self.dist.is_main:
-            import shutil
-
-            for old in sorted(root.glob("v*"), key=lambda p: int(p.name[1:]))[:-3]:
-                shutil.rmtree(old, ignore_errors=True)
+        self.weight_version = self.rollout_source.sync_weights(self.model, version)
 
     def _rollout_stats(self, rollout: Rollout) -> dict[str, float]:
-        """`rollout_stats` over every rank's rollout."""
-        parts = self.rewards.names
-        sums, longest = rollout_sums(rollout, parts)
-        total = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
-        return rollout_stats(total, float(all_reduce_max(longest, self.dist.device)), parts, ranks=self.dist.dp_size)
+        """The rollout statistics over every rank's rollout (`RolloutSums`)."""
+        sums = RolloutSums.of(rollout, self.rewards.names).all_reduced(self.dist)
+        return sums.stats(ranks=self.dist.dp_size)
 
     def _sample_completions(self, rollout: Rollout) -> None:
         every, count = self.cfg.logging.completion_sample_freq, self.cfg.logging.completion_sample_count
@@ -533,20 +485,18 @@ class GRPOTrainer(Trainer):
         n_rows = len(self.val_rows)
         share = -(-n_rows // self.dist.dp_size)
         mine = self.val_rows[self.dist.dp_rank * share:(self.dist.dp_rank + 1) * share]
-        sums = torch.zeros(3, dtype=torch.float64)
-        # ranks that must generate together all ask for `share` rows; the padding's answers are not scored
-        asked = mine + [self.val_rows[0]] * (share - len(mine)) if self.lockstep else mine
-        if asked:
-            sampling = validation_sampling(self.cfg, self._seed(3))
-            prompts = [prompt_messages(r["messages"], origin=str(r.get("id", ""))) for r in asked]
-            answers = (self.worker.generate(prompts, sampling) if self.worker is not None
-                       else self.engine.generate(prompts, sampling))  # type: ignore[union-attr]
-            for row, completions in zip(mine, answers):
-                for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
-                    sums += torch.tensor([1.0, total, parts.get("single_choice", 0.0)], dtype=torch.float64)
+        accuracy = accuracy_part(self.val_rewards.names)  # the validation reward's part that is an accuracy
+        sums = torch.zeros(3, dtype=torch.float64)  # answers, their rewards, their accuracy part
+        answers = self.rollout_source.generate_for_validation(
+            [self._chat(r) for r in mine], validation_sampling(self.cfg, self._seed(3)), together=share,
+            filler=self._chat(self.val_rows[0]))
+        for row, completions in zip(mine, answers):
+            for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
+                right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
+                sums += torch.tensor([1.0, total, right], dtype=torch.float64)
         n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
-        if "single_choice" in self.val_rewards.names:
+        if accuracy is not None:
             out["accuracy"] = right / max(n, 1.0)
         return out
 
@@ -567,9 +517,9 @@ class GRPOTrainer(Trainer):
     def describe(self) -> str:
         r = self.cfg.rollout
         return (f"{super().describe()} on {self.dist.world_size} process(es): {self.cfg.prompts_per_step} prompts x "
-                f"{r.n_generation} completions a step, {self.mini_batches} update(s) x "
-                f"{self.cfg.train.train_policy.mu_iterations} pass(es), {len(self.rows)} rows, "
-                f"rollout {'engine ' + self.engine.name if self.engine else 'worker (asynchronous)'}")
+                f"{r.n_generation} completions a step, {self.rl_steps_per_step} update(s) x "
+                f"{self.policy_cfg.mu_iterations} pass(es), {len(self.rows)} rows, "
+                f"rollout {self.rollout_source.description}")
 
     @property
     def validating(self) -> bool:
@@ -585,10 +535,7 @@ class GRPOTrainer(Trainer):
             self.validate_and_keep_best()  # the starting point: GRPO's best must beat it
 
     def after_loop(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-        if self.worker is not None:
-            self.worker.close()
+        self.rollout_source.close()
 
     def result_extra(self) -> dict[str, Any]:
         return {"best": self.best}

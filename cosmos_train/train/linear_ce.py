@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from cosmos_train.errors import ConfigError
 from cosmos_train.train.losses import IGNORE
 
 
@@ -117,8 +118,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
 def head_weight(lm_head: torch.nn.Module) -> torch.Tensor:
     """The LM head's weight [V, H], for `linear_ce_sum`; a head that is more than one bias-free linear map (which
     the fused loss would compute wrongly) is refused naming the key."""
-    from cosmos_train.errors import ConfigError
-
     if type(lm_head) is not torch.nn.Linear or lm_head.bias is not None:
         kind = f"{type(lm_head).__module__}.{type(lm_head).__qualname__}"  # peft's LoRA layer is also "Linear"
         raise ConfigError([f"train.fused_linear_ce: the model's lm_head is {kind}"

@@ -52,12 +52,13 @@ def packed_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
+def _mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
     """SDPA's mask for a padded batch (a 2D padding mask given); none for a packed row, which carries its
-    segment bounds instead (model_inputs passes no padding mask for it): the dense L x L mask is never built."""
+    segment bounds instead (model_inputs passes no padding mask for it): the dense L x L mask is never built.
+    transformers calls a mask interface with keyword arguments only."""
     if attention_mask is None:
         return None
-    return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+    return sdpa_mask(attention_mask=attention_mask, **kwargs)
 
 
 AttentionInterface.register(NAME, packed_sdpa)

@@ -152,6 +152,7 @@ def policy_loss(
     per_token = torch.maximum(unclipped_loss, clipped_loss)
     dual = torch.zeros_like(per_token, dtype=torch.bool)
     if uses_dual_clip(cfg):
+        assert cfg.dual_clip is not None  # uses_dual_clip checked it
         bound = -cfg.dual_clip * adv
         dual = (adv < 0) & (per_token > bound)
         per_token = torch.where(adv < 0, torch.minimum(per_token, bound), per_token)

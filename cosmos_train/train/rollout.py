@@ -2,6 +2,7 @@
 
     rollout = collect_rollouts(engine, rows, combine(["single_choice"]), SamplingParams(n=8, temperature=1.0))
     rollout.groups[0].completions[3].token_ids, rollout.groups[0].advantages[3]
+    rollout = run_rollout(engine, rows, rewards, cfg, step_seed, all_rows)   # the same, as the config says
 
 Each row's prompt is `cosmos_train.data.prompt.prompt_messages` (the one prompt builder: the ids
 SFT trains after and evaluation asks); the engine gives `n` completions per row; the reward set
@@ -18,21 +19,26 @@ Dynamic sampling (DAPO): a group whose rewards (or `filter_reward_metric` parts)
 signal. With `refill`, such
 groups are dropped and more rows are asked for, up to `max_refill_rounds`, until the batch holds as
 many informative groups as rows were given; what could not be refilled is reported, never hidden.
+
+`run_rollout` is what both GRPO rollout sources call (`rollout_colocated`, in the trainer's process, and
+`rollout_worker`, in a process of its own); what to log about a rollout is `rollout_stats`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from cosmos_train.config import Config, ConfigError, GRPOPolicyConfig
 from cosmos_train.data.prompt import prompt_messages
 from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
 from cosmos_train.rewards import RewardSet
 from cosmos_train.train.rl_losses import AdvantageStd, group_advantages, overlong_penalty
+
+SEED_MOD = 2**31  # sampling seeds are taken modulo this (engines want a 32-bit seed)
 
 
 @dataclass
@@ -88,12 +94,11 @@ def shared_prefix_ignore(seqs: Sequence[Sequence[int]], rewards: Sequence[float]
 
 @dataclass
 class Rollout:
-    """What one rollout step produced, and what to log about it."""
+    """What one rollout step produced (`rollout_stats` says what to log about it)."""
 
     groups: list[Group]
     dropped_zero_std: int = 0  # groups left out by dynamic sampling
     refill_rounds: int = 0
-    stats: dict[str, float] = field(default_factory=dict)
     dropped: list[Group] = field(default_factory=list)  # those groups, for what may still need an input
 
 
@@ -182,44 +187,57 @@ def collect_rollouts(
                 dropped += [g for g in new if g.zero_std]
                 kept += [g for g in new if not g.zero_std]
         groups = kept[: len(rows)]
-    rollout = Rollout(groups, len(dropped), rounds, {}, dropped)
-    sums, longest = rollout_sums(rollout, rewards.names)
-    rollout.stats = rollout_stats(sums.tolist(), longest, rewards.names)
-    return rollout
+    return Rollout(groups, len(dropped), rounds, dropped)
 
 
-def rollout_sums(rollout: Rollout, parts: Sequence[str]) -> tuple[torch.Tensor, float]:
-    """Additive statistics of a rollout, which ranks can all-reduce, over every group sampled, those
-    dynamic sampling dropped included (else the reward of a run that solved its prompts would read as
-    the ~0.5 of the mixed groups kept); and its longest completion."""
-    sums = torch.zeros(9 + len(parts), dtype=torch.float64)
-    sampled = rollout.groups + rollout.dropped
-    for g in sampled:
-        for c, reward, p in zip(g.completions, g.rewards, g.parts):
-            sums[:5] += torch.tensor([1, reward, reward * reward, len(c.token_ids), c.finish_reason == "length"],
-                                     dtype=torch.float64)
-            for j, name in enumerate(parts):
-                sums[9 + j] += p.get(name, 0.0)
-        sums[6] += g.zero_std
-    sums[5] += len(rollout.groups)
-    sums[7] += len(sampled)
-    sums[8] += rollout.refill_rounds
-    return sums, float(max((len(c.token_ids) for g in sampled for c in g.completions), default=0))
+def grpo_policy(cfg: Config) -> GRPOPolicyConfig:
+    """[train.train_policy] of a GRPO job, with GRPO's keys (the loader builds it from type = "grpo")."""
+    policy_cfg = cfg.train.train_policy
+    if not isinstance(policy_cfg, GRPOPolicyConfig):
+        raise ConfigError([f"train.train_policy.type = {policy_cfg.type!r}: GRPO needs type = \"grpo\""])
+    return policy_cfg
 
 
-def rollout_stats(total: Sequence[float], longest: float, parts: Sequence[str], ranks: int = 1) -> dict[str, float]:
-    """What to log from `rollout_sums` (summed over `ranks` ranks): reward mean / std and per part,
-    accuracy (with single_choice), lengths, truncation, groups trained on, zero-std fraction, dropped
-    groups, refill rounds."""
-    n = max(total[0], 1.0)
-    mean = total[1] / n
-    out = {"reward_mean": mean, "reward_std": math.sqrt(max(total[2] / n - mean * mean, 0.0)),
-           "response_length_mean": total[3] / n, "response_length_max": longest,
-           "truncated_fraction": total[4] / n, "groups": total[5], "completions": total[0],
-           "zero_std_fraction": total[6] / max(total[7], 1.0), "dropped_zero_std": total[7] - total[5],
-           "refill_rounds": total[8] / ranks}
-    for j, name in enumerate(parts):
-        out[f"reward/{name}"] = total[9 + j] / n
-    if "single_choice" in parts:
-        out["accuracy"] = out["reward/single_choice"]
-    return out
+def step_sampling(cfg: Config, step_seed: int) -> SamplingParams:
+    """How a step's completions are drawn ([rollout] and its sampling_config)."""
+    r = cfg.rollout
+    sc = r.sampling_config
+    return SamplingParams(n=r.n_generation, max_new_tokens=r.max_response_length, temperature=sc.temperature,
+                          top_p=sc.top_p, top_k=sc.top_k, repetition_penalty=sc.repetition_penalty,
+                          seed=(step_seed + 7) % SEED_MOD)
+
+
+def validation_sampling(cfg: Config, seed: int) -> SamplingParams:
+    """How validation answers are drawn ([validation]; max_response_length unset: the rollout's)."""
+    v = cfg.validation
+    return SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length or cfg.rollout.max_response_length,
+                          temperature=v.temperature, top_p=v.top_p, top_k=v.top_k,
+                          repetition_penalty=v.repetition_penalty, seed=seed)
+
+
+def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, cfg: Config,
+                step_seed: int, all_rows: Sequence[Mapping[str, Any]],
+                any_rank_needs: Callable[[bool], bool] | None = None) -> Rollout:
+    """One rollout batch as the config says (overlong penalty, Dr.GRPO, DAPO dynamic sampling whose extra
+    prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order)."""
+    policy_cfg, r = grpo_policy(cfg), cfg.rollout
+    ol = policy_cfg.overlong_reward
+    overlong = Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor) if ol.enable_overlong_penalty else None
+    dapo = policy_cfg.variant == "dapo"
+    rounds = [0]
+
+    def more(k: int) -> list[Mapping[str, Any]]:
+        rounds[0] += 1
+        g = torch.Generator().manual_seed((step_seed + 14 + rounds[0]) % SEED_MOD)
+        return [all_rows[i] for i in torch.randint(len(all_rows), (k,), generator=g).tolist()]
+
+    metric = policy_cfg.filter_reward_metric
+    shaping = Shaping(scale_by_std=policy_cfg.scale_rewards, std=policy_cfg.advantage_std, overlong=overlong,
+                      advantage_clip=(policy_cfg.advantage_low, policy_cfg.advantage_high)
+                      if policy_cfg.clip_advantages else None,
+                      min_filter_prefix_tokens=policy_cfg.min_filter_prefix_tokens,
+                      filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric))
+    return collect_rollouts(engine, rows, rewards, step_sampling(cfg, step_seed), shaping=shaping,
+                            refill=more if dapo else None,
+                            max_refill_rounds=policy_cfg.dynamic_sampling_max_rounds if dapo else 0,
+                            any_rank_needs=any_rank_needs)

@@ -8,6 +8,7 @@ depend on the world size: a run resumed on a different number of ranks neither r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,7 @@ class GlobalBatchSampler:
         g = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(self.n, generator=g).tolist()
 
-    def batches(self, pos: DataPosition):
+    def batches(self, pos: DataPosition) -> Iterator[tuple[list[int], DataPosition]]:
         """Yield (this rank's indices, the position after this step) from `pos` to the epoch's end."""
         order = self.order(pos.epoch)
         start = pos.consumed

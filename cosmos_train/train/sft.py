@@ -12,22 +12,25 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo, all_reduce_sum
-from cosmos_train.errors import DataError
+from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.train.batching import collate_packed, collate_padded, split_micro_batches
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
+from cosmos_train.train.loop import run_main
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
-from cosmos_train.train.step import apply_update, backward_micro_batches, clip_grad_norm
-from cosmos_train.train.trainer import Trainer, peak_memory_gb, run_main
+from cosmos_train.train.step import apply_update, backward_micro_batches
+from cosmos_train.train.trainer import Trainer, peak_memory_gb
 from cosmos_train.train.vision_forward import forward_micro_batch
 
 
@@ -35,7 +38,7 @@ class SFTTrainer(Trainer):
     name = "sft"
 
     def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
-        super().__init__(cfg, run_dir, dist)
+        super().__init__(cfg, run_dir, dist, dataset_script)
         t, tp = cfg.train, cfg.train.train_policy
         rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.dataset = SFTDataset(rows, self.processor, cfg.policy.model_max_length, tp.overlength,
@@ -49,10 +52,10 @@ class SFTTrainer(Trainer):
         # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
         global_batch = t.train_batch_per_replica * dist.dp_replicate
         if global_batch % dist.dp_size:
-            raise ValueError(
+            raise ConfigError([
                 f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
                 f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part"
-            )
+            ])
         self.sampler = GlobalBatchSampler(
             len(self.dataset), global_batch, dist.dp_size, dist.dp_rank,
             shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=tp.dataloader_drop_last,
@@ -99,7 +102,7 @@ class SFTTrainer(Trainer):
         else:
             backward_micro_batches(self.model, micro, self.dist, loss_fn=lambda i, mb, logits, keep:
                                    share(kept_ce_sum(logits, mb.labels, keep)[0]))
-        grad_norm = clip_grad_norm(self.model, self.cfg.train.optm_grad_norm_clip)
+        grad_norm = self.clip_gradients()
         loss = float(all_reduce_sum(sum(ce_sums), self.dist.device)) / self.dist.tp / global_tokens
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
             return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
@@ -137,9 +140,11 @@ class SFTTrainer(Trainer):
             keep = label_positions(mb.labels)
             # no gradients here: a blank vision call on a text-only batch costs less than agreeing on one
             if self.cfg.train.fused_linear_ce:  # the loss the training steps compute, the same way
-                (s, k), _ = forward_micro_batch(
-                    self.model, mb, True, use_cache=False,
-                    head=lambda hidden, lm_head, mb=mb, keep=keep: self._head_ce_sum(mb, hidden[:, keep], lm_head, keep))
+                def head(hidden: torch.Tensor, lm_head: nn.Module, mb: Any = mb,
+                         keep: torch.Tensor = keep) -> tuple[torch.Tensor, int]:
+                    return self._head_ce_sum(mb, hidden[:, keep], lm_head, keep)
+
+                (s, k), _ = forward_micro_batch(self.model, mb, True, use_cache=False, head=head)
             else:
                 out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
                 s, k = kept_ce_sum(out.logits, mb.labels, keep)
@@ -150,9 +155,7 @@ class SFTTrainer(Trainer):
                 "label_tokens": int(total)}
 
     # ------------------------------------------------------------------ the loop
-    def batches(self, pos: DataPosition):
-        from torch.utils.data import DataLoader
-
+    def batches(self, pos: DataPosition) -> Iterator[tuple[list[Any], DataPosition]]:
         steps = list(self.sampler.batches(pos))
         tp = self.cfg.train.train_policy
         kwargs: dict[str, Any] = {}

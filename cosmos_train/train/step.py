@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
 from cosmos_train.distributed import DistInfo
 from cosmos_train.train.batching import MicroBatch
@@ -64,24 +66,29 @@ def backward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: Dist
     run_vision = media_in_micro_batches(micro, dist.device)
     for i, mb in enumerate(micro):
         # reduce-scatter gradients once per step, not once per micro-batch
-        if hasattr(model, "set_requires_gradient_sync"):
+        if isinstance(model, FSDPModule):  # FSDP2-sharded (one CPU rank runs unsharded)
             model.set_requires_gradient_sync(i == len(micro) - 1)
         mb = mb.to(dist.device)
         if head_loss_fn is not None:
             loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn)
         else:
+            assert loss_fn is not None  # exactly one of the two, checked above
             logits, keep, blank = forward_logits(model, mb, run_vision[i])
             loss = loss_fn(i, mb, logits, keep)
         (loss if blank is None else loss + blank).backward()
 
 
-def clip_grad_norm(model: nn.Module, clip: float) -> float:
+def clip_grad_norm(model: nn.Module, clip: float, force_finite: bool = False) -> float:
     """Global grad norm, then clip (clip <= 0: measure only). With TP + FSDP, parameters live on
     different meshes (2D for the language model, 1D for the vision tower), which one foreach norm
     cannot mix: norm each group of gradients sharing a mesh and placement, gather those to plain
-    tensors, combine."""
-    from torch.distributed.tensor import DTensor
-
+    tensors, combine. force_finite (cosmos-rl's grad_clip callback): NaN / inf gradient elements become 0
+    first, so one bad element does not make the whole update non-finite."""
+    if force_finite:
+        for p in model.parameters():
+            if p.grad is not None:
+                local = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                torch.nan_to_num_(local, nan=0.0, posinf=0.0, neginf=0.0)
     groups: dict[Any, list[torch.Tensor]] = {}
     for p in model.parameters():
         if p.grad is not None:
@@ -92,7 +99,7 @@ def clip_grad_norm(model: nn.Module, clip: float) -> float:
         return 0.0
     norms = []
     for params in groups.values():
-        n = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0, foreach=True)
+        n = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], norm_type=2.0, foreach=True)
         norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
     total = torch.linalg.vector_norm(torch.stack(norms))
     if clip > 0:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
 from torch.distributed.fsdp import register_fsdp_forward_method
+from transformers import PreTrainedConfig
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from cosmos_train.distributed import all_reduce_sum
@@ -38,6 +39,24 @@ from cosmos_train.train.batching import MicroBatch, model_inputs
 _METHOD = "forward_shared_vision"
 # (the language model's last hidden states [B, L, H], the model's lm_head) -> what the forward returns
 Head = Callable[[torch.Tensor, nn.Module], Any]
+
+
+class _VisionLanguageCore(Protocol):
+    """What this file calls of a supported VLM's core module (`model.model`: Qwen2_5_VLModel, Qwen3VLModel, ...)."""
+
+    def get_image_features(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, /, *,
+                           return_dict: bool) -> BaseModelOutputWithPooling: ...
+
+    def __call__(self, **kwargs: Any) -> Any: ...
+
+
+# nn.Module.__getattr__ is typed Tensor | Module: these name what an HF VLM's attributes are.
+def _core(model: nn.Module) -> _VisionLanguageCore:
+    return cast(_VisionLanguageCore, model.model)
+
+
+def _lm_head(model: nn.Module) -> nn.Module:
+    return cast(nn.Module, model.lm_head)
 
 
 def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> list[bool]:
@@ -61,7 +80,8 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head
     then) carries that output, and training adds it to the loss before backward."""
     if family_of(model).text_only:  # no tower to run (no rank has one), and no rows with media
         if mb.has_media:
-            raise DataError(f"{model.config.model_type} is a text-only model (policy.model_name_or_path): a row of "
+            model_type = cast(PreTrainedConfig, model.config).model_type
+            raise DataError(f"{model_type} is a text-only model (policy.model_name_or_path): a row of "
                             "this micro-batch has images or videos; train it on text-only rows, or use a "
                             "vision-language model")
         run_vision = False
@@ -85,16 +105,17 @@ def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: 
         layout = family_of(self).vision_layout
         width = 3 * layout.temporal_patch_size * layout.patch_size ** 2
         device = inputs["input_ids"].device
-        out = self.model.get_image_features(
+        out = _core(self).get_image_features(
             torch.zeros(layout.merge_size ** 2, width, device=device),
             torch.tensor([[1, layout.merge_size, layout.merge_size]], device=device), return_dict=True)
         # made before the language model runs: autograd runs later-made nodes first, so this rank
         # reaches the tower in backward after the language model, as ranks with real media do
         zero = sum(f.sum() for f in _feature_tensors(out)) * 0
+        assert isinstance(zero, torch.Tensor)  # the tower returns at least one feature tensor
         return _run(self, head, inputs, kwargs), zero
     image_grid, video_grid = inputs.get("image_grid_thw"), inputs.get("video_grid_thw")
     grids = torch.cat([g for g in (image_grid, video_grid) if g is not None])
-    out = self.model.get_image_features(torch.cat(pixels), grids, return_dict=True)
+    out = _core(self).get_image_features(torch.cat(pixels), grids, return_dict=True)
     n_image = 0 if image_grid is None else int(image_grid.shape[0])
     encoded: dict[str, BaseModelOutputWithPooling] = {}
     for kind, grid, picked in (("image", image_grid, slice(0, n_image)), ("video", video_grid, slice(n_image, None))):
@@ -108,19 +129,26 @@ def _run(self: nn.Module, head: Head | None, inputs: dict[str, Any], kwargs: dic
     supported family's forward is `self.model(...)` then `self.lm_head` on the kept positions, so the two agree."""
     if head is None:
         return self.forward(**inputs, **kwargs)
-    return head(self.model(**inputs, **kwargs).last_hidden_state, self.lm_head)
+    return head(_core(self)(**inputs, **kwargs).last_hidden_state, _lm_head(self))
 
 
 def _feature_tensors(out: BaseModelOutputWithPooling) -> list[torch.Tensor]:
     """Every per-grid feature tensor of a `get_image_features` output (merged, and deepstack where present)."""
     deepstack = getattr(out, "deepstack_features", None) or []
-    return [*out.pooler_output, *(t for level in deepstack for t in level)]
+    return [*_per_grid(out), *(t for level in deepstack for t in level)]
+
+
+def _per_grid(out: BaseModelOutputWithPooling) -> tuple[torch.Tensor, ...]:
+    """get_image_features' merged features: one tensor per grid in `pooler_output` (typed a single tensor)."""
+    pooled = out.pooler_output
+    assert pooled is not None  # get_image_features always fills it
+    return tuple(pooled)
 
 
 def _select_grids(out: BaseModelOutputWithPooling, picked: slice) -> BaseModelOutputWithPooling:
     """The features of grids `picked` of a `get_image_features` output (its per-grid tuples sliced), as the
     model's own get_image_features / get_video_features would return them for those grids alone."""
-    fields: dict[str, Any] = {"pooler_output": tuple(out.pooler_output[picked])}
+    fields: dict[str, Any] = {"pooler_output": _per_grid(out)[picked]}
     deepstack = getattr(out, "deepstack_features", None)
     if deepstack is not None:
         fields["deepstack_features"] = [tuple(level[picked]) for level in deepstack]

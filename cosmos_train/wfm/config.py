@@ -25,21 +25,27 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError
 
-from cosmos_train.config import (
-    JobSection,
-    LaunchConfig,
-    LoggingConfig,
-    MinusOneOrPositive,
-    ParallelismConfig,
-    Section,
-    _looks_local,
-    apply_overrides,
-    explain_errors,
-    read_toml,
-    unknown_keys,
-)
-from cosmos_train.config_compat import NoEffect
+from cosmos_train.config.base import JobSettings, MinusOneOrPositive, Section, read_toml
+from cosmos_train.config.compat import NoEffect
+from cosmos_train.config.explain import explain_errors, unknown_keys
+from cosmos_train.config.overrides import apply_overrides
+from cosmos_train.config.paths import looks_local
+from cosmos_train.config.schema import CheckpointConfig as JobCheckpointConfig
+from cosmos_train.config.schema import LaunchConfig, LoggingConfig, ParallelismConfig
 from cosmos_train.errors import ConfigError
+from cosmos_train.reward_service.handlers import HANDLERS, handler_names
+from cosmos_train.wfm.cosmos_rl_form import (
+    CALLBACK_IMPLEMENTED,
+    CALLBACK_NO_EFFECT,
+    CALLBACK_REFUSED,
+    CALLBACK_STATES,
+    GRAD_CLIP_ARGS,
+    NO_EFFECT_TABLES,
+    apply_cosmos_rl_defaults,
+    is_cosmos_rl_form,
+    rename_rl_aliases,
+)
+from cosmos_train.wfm.rewards import LOCAL_REWARDS
 
 
 class RLConfig(Section):
@@ -266,7 +272,7 @@ class RewardConfig(Section):
     result_timeout_s: float = Field(600.0, gt=0, le=86400, description="service: seconds to wait for scores.")
 
 
-class EvaluationConfig(Section):
+class WfmEvaluationConfig(Section):
     """[evaluation]: fixed prompts and noise, scored before, during and after training."""
 
     every_iter: int = Field(0, ge=0, description="Evaluate every N iterations (0: before and after only).")
@@ -274,81 +280,7 @@ class EvaluationConfig(Section):
     seed: int = Field(1234, ge=0, description="Seed of the evaluation noise (the same for every evaluation).")
 
 
-# the no-effect tables, each with why
-NO_EFFECT_TABLES: dict[str, str] = {
-    "model.net": "network overrides: the DiT's architecture is its folder's transformer/config.json",
-    "model.resolution": "the size is dataloader_train.video_dataloader.video_size",
-    "model.use_rf_ckpts": "says how to read cosmos-rl's .pt checkpoint; a diffusers folder is rectified flow",
-    "model.tokenizer": "how the VAE chunks frames while encoding: memory, not the latents",
-    "model.ema": "cosmos-rl updates its EMA copy only with the ema_model callback (refused here); without it the "
-                 "copy stays the starting weights, which the export need not hold",
-    "model.text_encoder_class": "the text encoder is the folder's text_encoder/",
-    "model.text_encoder_config": "the text encoder is the folder's text_encoder/",
-    "trainer.grad_scaler_args": "no fp16 loss scaling (float32 / bfloat16 only)",
-    "dataloader_val": "evaluation uses [evaluation] (fixed prompts and noise) and held-out dataset rows",
-    "dataloader_train.image_dataloader": "video only",
-    "dataloader_train.video_dataloader.dataloader": "cosmos-rl's webdataset loader settings: read only by type = "
-                                                    "\"web\", which is refused",
-    "checkpoint.type": "checkpoints are torch.distributed.checkpoint folders",
-}
-
-# cosmos-rl's [[trainer.callbacks]] by name (cosmos_rl/utils/wfm/callback.py CALLBACK_CLS_MAPPING): implemented,
-# accepted with no effect (why), or refused (what to do). A name not here is refused: cosmos-rl refuses it too.
-GRAD_CLIP_ARGS = ("clip_norm", "force_finite")
-CALLBACK_IMPLEMENTED = {"grad_clip": "clip_norm is trainer.grad_clip_norm, force_finite is trainer.grad_force_finite"}
-CALLBACK_NO_EFFECT: dict[str, str] = {
-    "iter_speed": "timing log: step_time and rollout_time are in metrics.jsonl",
-    "param_count": "parameter-count log: the trainer logs the DiT's parameter count when it starts",
-    "heart_beat": "liveness upload to S3: the flow's task state and metrics.jsonl show a live run",
-    "device_monitor": "GPU memory / utilisation log",
-    "manual_gc": "when Python collects garbage: memory housekeeping, the same math",
-    "compile_tokenizer": "torch.compile of the VAE: speed, the same latents",
-    "low_prec": "copies float32 master weights into low-precision ones: here the weights and optimizer state stay "
-                "float32 and model.param_dtype is only the compute dtype",
-    "frame_loss_log": "per-frame loss log",
-    "every_n_sample_reg": "sample videos for viewing: [evaluation] samples fixed prompts from the trained weights "
-                          "(before, every_iter, after: RUN/samples/)",
-    "every_n_sample_ema": "sample videos of cosmos-rl's EMA copy for viewing; without the ema_model callback that "
-                          "copy is the starting weights, which [evaluation]'s before-training samples show",
-    "wandb": "wandb logging: [job] wandb_mode sends the metrics to wandb",
-    "wandb_10x": "wandb logging: [job] wandb_mode sends the metrics to wandb",
-    "dataloader_speed": "data-loading timing log",
-    "reward_callback": "reward log: reward_mean and reward_<name> are in metrics.jsonl",
-    "verify_data_batch_keys": "checks the first batches' keys: the dataset scan checks every row before training",
-    "progress_bar": "console progress: the trainer logs every trainer.logging_iter iterations",
-    "iteration_logger": "console log: the trainer logs every trainer.logging_iter iterations",
-}
-CALLBACK_REFUSED: dict[str, str] = {
-    "ema_model": "keeps an EMA copy of the weights (model.ema); EMA weights are not kept here (the export is the "
-                 "trained weights): remove this callback",
-    "every_n": "cosmos-rl's base class, not a callback a recipe runs: remove it",
-}
-CALLBACK_STATES: dict[str, str] = {**dict.fromkeys(CALLBACK_IMPLEMENTED, "implemented"),
-                                   **dict.fromkeys(CALLBACK_NO_EFFECT, "no effect"),
-                                   **dict.fromkeys(CALLBACK_REFUSED, "refused")}
-
-# cosmos-rl's defaults (cosmos_rl/policy/config/wfm CosmosVisionGenConfig) for the keys that change the result, in
-# this schema's names: a recipe in cosmos-rl's form gets these where it leaves a key out, not ours.
-COSMOS_RL_DEFAULTS: dict[str, Any] = {
-    "model": {
-        "param_dtype": "bfloat16",  # ModelConfig.precision, with float32 master weights (the low_prec callback)
-        "rl": {"sample_steps": 10, "num_generations": 8, "train_on": list(range(8)), "update_ref_every_iter": 16,
-               "guidance": 0.0, "min_num_conditional_frames": 1, "max_num_conditional_frames": 1,
-               "clip_range": 1e-4, "kl_beta": 0.01, "data_beta": 0.0, "use_same_seed": True},
-    },
-    "trainer": {"max_iter": 25},
-    "optimizer": {"lr": 1e-5, "weight_decay": 1e-4, "betas": [0.9, 0.99], "eps": 1e-8},
-    "scheduler": {"f_start": [1e-6], "f_max": [1.0], "f_min": [1.0], "warm_up_steps": [1000],
-                  "cycle_lengths": [10_000_000_000_000]},
-    "checkpoint": {"save_iter": 1000},
-    # cosmos-rl scores with its remote reward (RemoteRewardConfig: reward_fn "dance_grpo") at the service URLs
-    "reward": {"backend": "service", "fns": {"dance_grpo": 1.0}},
-}
-# cosmos-rl's [model.rl] names for keys this schema names otherwise
-RL_ALIASES = {"num_rollout": "num_generations", "clip_ratio": "clip_range"}
-
-
-class WfmConfig(JobSection):
+class WfmConfig(JobSettings):
     """A world-model RL job."""
 
     model: WfmModelConfig = Field(default_factory=WfmModelConfig, description="The model and its sharding.")
@@ -363,7 +295,7 @@ class WfmConfig(JobSection):
     job: JobConfig = Field(default_factory=JobConfig, description="Names, wandb, output folder.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints, export.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The reward.")
-    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Before/after scoring.")
+    evaluation: WfmEvaluationConfig = Field(default_factory=WfmEvaluationConfig, description="Before/after scoring.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
 
     # the keys a recipe in cosmos-rl's form left out and got cosmos-rl's default for (COSMOS_RL_DEFAULTS)
@@ -390,6 +322,15 @@ class WfmConfig(JobSection):
         """[model] fsdp_shard_size / dp_replicate_size as the mesh's settings."""
         return ParallelismConfig(dp_shard_size=self.model.fsdp_shard_size,
                                  dp_replicate_size=self.model.dp_replicate_size)
+
+    @property
+    def ckpt(self) -> JobCheckpointConfig:
+        """[checkpoint] as the checkpoint settings every trainer reads (a job's [train.ckpt]): a synchronous
+        checkpoint every save_iter iterations and at the end, max_keep kept. The export is the diffusers folder
+        (export_diffusers, after the last iteration), never safetensors."""
+        ck = self.checkpoint
+        return JobCheckpointConfig(save_freq=ck.save_iter, save_mode="sync", max_keep=ck.max_keep,
+                                   export_safetensors=False)
 
     @property
     def run_root(self) -> str:
@@ -432,11 +373,12 @@ def load_wfm_config(path: str | Path | None = None, overrides: Iterable[str] = (
 
 def wfm_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), env: Mapping[str, str] | None = None,
                          source: str | None = None, check_paths: bool = False) -> WfmConfig:
+    """A world-model config from its tables: overrides, cosmos-rl's names and defaults, the schema, wfm_problems."""
     raw = copy.deepcopy(raw)
     cosmos_rl_form = is_cosmos_rl_form(raw)  # what the file says, before overrides
     apply_overrides(raw, overrides, env or {})
-    problems = _rename_rl_aliases(raw)
-    defaulted = _apply_cosmos_rl_defaults(raw) if cosmos_rl_form and not problems else []
+    problems = rename_rl_aliases(raw)
+    defaulted = apply_cosmos_rl_defaults(raw) if cosmos_rl_form and not problems else []
     problems += unknown_keys(raw, WfmConfig)
     if problems:
         raise ConfigError(problems, source)
@@ -450,61 +392,6 @@ def wfm_config_from_dict(raw: dict[str, Any], overrides: Iterable[str] = (), env
     if problems:
         raise ConfigError(problems, source)
     return cfg
-
-
-def is_cosmos_rl_form(raw: Mapping[str, Any]) -> bool:
-    """A recipe in cosmos-rl's form names no model.model_name_or_path (cosmos-rl's schema has none: its model is
-    [checkpoint] load_path); ours always does."""
-    model = raw.get("model")
-    return not (isinstance(model, dict) and model.get("model_name_or_path"))
-
-
-def _rename_rl_aliases(raw: dict[str, Any]) -> list[str]:
-    """cosmos-rl's [model.rl] names (num_rollout, clip_ratio) to this schema's; both set is a problem."""
-    rl = raw.get("model", {}).get("rl") if isinstance(raw.get("model"), dict) else None
-    if not isinstance(rl, dict):
-        return []
-    out = []
-    for alias, name in RL_ALIASES.items():
-        if alias in rl:
-            if name in rl:
-                out.append(f"model.rl.{alias} and model.rl.{name}: the same setting (cosmos-rl's name and ours); "
-                           "keep one")
-            else:
-                rl[name] = rl.pop(alias)
-    return out
-
-
-def _apply_cosmos_rl_defaults(raw: dict[str, Any]) -> list[str]:
-    """Fill the keys a cosmos-rl recipe left out with cosmos-rl's defaults; returns those keys. The model is
-    [checkpoint] load_path; the algorithm is DDRL when data_beta > 0 (cosmos-rl has one trainer: the policy term +
-    kl_beta x KL + data_beta x the data term)."""
-    applied: list[str] = []
-
-    def fill(node: dict[str, Any], defaults: Mapping[str, Any], prefix: str) -> None:
-        for key, value in defaults.items():
-            if isinstance(value, dict) and key != "fns":
-                child = node.setdefault(key, {})
-                if isinstance(child, dict):
-                    fill(child, value, f"{prefix}{key}.")
-            elif key not in node:
-                node[key] = copy.deepcopy(value)
-                applied.append(f"{prefix}{key}")
-
-    if "reward" not in raw:
-        raw["reward"] = copy.deepcopy(COSMOS_RL_DEFAULTS["reward"])
-        applied.append("reward")
-    fill(raw, {k: v for k, v in COSMOS_RL_DEFAULTS.items() if k != "reward"}, "")
-    model, ckpt = raw["model"], raw.get("checkpoint", {})
-    if isinstance(model, dict) and isinstance(ckpt, dict) and ckpt.get("load_path") and \
-            not model.get("model_name_or_path"):
-        model["model_name_or_path"] = ckpt["load_path"]
-    rl = model.get("rl") if isinstance(model, dict) else None
-    if isinstance(rl, dict) and "algorithm" not in rl:
-        rl["algorithm"] = "ddrl" if isinstance(rl.get("data_beta"), int | float) and rl["data_beta"] > 0 \
-            else "flow_grpo"
-        applied.append("model.rl.algorithm")
-    return applied
 
 
 def conditioner_states(cfg: WfmConfig) -> list[tuple[str, str, str]]:
@@ -654,29 +541,27 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
                        "`cosmos-train upload RUN --to s3://bucket/prefix` (or the wfm_rl flow's upload)")
     out += _checkpoint_problems(cfg)
     if cfg.reward.backend == "local":
-        from cosmos_train.wfm.rewards import LOCAL_REWARDS
-
         unknown = sorted(set(cfg.reward.fns) - set(LOCAL_REWARDS))
         if unknown:
             out.append(f"reward.fns: {', '.join(unknown)} not a local reward function (known: "
                        f"{', '.join(sorted(LOCAL_REWARDS))}); or set reward.backend = \"service\"")
     elif cfg.reward.local_service:
-        from cosmos_train.reward_service.handlers import HANDLERS, handler_names
-
         unknown = sorted(set(cfg.reward.fns) - set(handler_names()))
         if unknown:
             out.append(f"reward.fns: {', '.join(unknown)} not a reward-service handler (known: "
                        f"{', '.join(handler_names())})")
-        wrong = sorted(n for n in set(cfg.reward.fns) & set(HANDLERS) if cfg.reward.payload not in HANDLERS[n].media_types)
-        if wrong:
-            out.append(f"reward.payload = \"{cfg.reward.payload}\": the run's service scores {', '.join(wrong)} from "
-                       f"{' / '.join(HANDLERS[wrong[0]].media_types)} only; send payload = \"video\"")
+        # (a name of its own: `wrong` above holds step indices)
+        off_payload = sorted(n for n in set(cfg.reward.fns) & set(HANDLERS)
+                             if cfg.reward.payload not in HANDLERS[n].media_types)
+        if off_payload:
+            out.append(f"reward.payload = \"{cfg.reward.payload}\": the run's service scores {', '.join(off_payload)} "
+                       f"from {' / '.join(HANDLERS[off_payload[0]].media_types)} only; send payload = \"video\"")
     if not cfg.model.model_name_or_path:
         out.append("model.model_name_or_path / checkpoint.load_path: the recipe names no model (cosmos-rl's form "
                    "without load_path would start the DiT from random weights); set checkpoint.load_path (cosmos-rl's "
                    "key) or model.model_name_or_path to a diffusers folder or Hub id (`cosmos-train make-tiny-wfm "
                    "DIR` writes a tiny one), e.g. --set checkpoint.load_path=DIR")
-    elif check_paths and _looks_local(cfg.model.model_name_or_path) and \
+    elif check_paths and looks_local(cfg.model.model_name_or_path) and \
             not Path(cfg.model.model_name_or_path).expanduser().exists():
         out.append(f"model.model_name_or_path: {cfg.model.model_name_or_path} does not exist")
     if check_paths and dl.type == "local" and v.dataset_dir and not Path(v.dataset_dir).expanduser().is_dir():
@@ -694,7 +579,7 @@ def _checkpoint_problems(cfg: WfmConfig) -> list[str]:
         repo = load_path if ck.model_id else "the folder"
         size = next((s for s in ("14B", "2B") if s in load_path), "2B or 14B")
         where = (f"`hf download {load_path} {ck.model_id}` (the file's path under the download)" if ck.model_id and
-                 not _looks_local(load_path) else pt)
+                 not looks_local(load_path) else pt)
         out.append(f"checkpoint.{'model_id' if ck.model_id else 'load_path'} = {pt!r}: cosmos-rl's imaginaire .pt "
                    f"checkpoint in {repo}; it is not read here (the model trained is a diffusers folder). Convert it "
                    "once with diffusers' scripts/convert_cosmos_to_diffusers.py --transformer_type "

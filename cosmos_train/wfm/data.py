@@ -23,7 +23,7 @@ open or has no frame (`bad_media`, probed by decoding its first frame only), few
 them out, counted by reason in the report. Hidden files (`._clip.mp4` of macOS copies) are not rows.
 
 Clips: `num_frames` frames evenly spaced over the whole video (first and last included), resized straight
-to height x width with the repo's bicubic antialiased uint8 kernel (`cosmos_train.data.video.resize_frames`),
+to height x width with the repo's bicubic antialiased uint8 kernel (`cosmos_train.data.media.resize_frames`),
 no crop: Cosmos-Predict2.5's own local loader resizes to video_size without cropping, and a crop would cut
 off the part of the scene its caption may describe. Pick video_size with the videos' aspect.
 
@@ -34,9 +34,10 @@ you trust.
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,12 +45,13 @@ import av
 import numpy as np
 import torch
 
-from cosmos_train.data.sources.common import RowError
-from cosmos_train.data.sources.video_folder import read_caption
+from cosmos_train.atomic import write_json_atomic
 
 # Private helpers of the VLM video reader, reused so that both readers open, count and decode frames the
 # same way (one place for PyAV's quirks); its public read_video samples as qwen-vl-utils does, WFM clips not.
-from cosmos_train.data.video import _count_packets, _decode_indices, _local_path, _open_video, resize_frames
+from cosmos_train.data.media import _count_packets, _decode_indices, _local_path, _open_video, resize_frames
+from cosmos_train.data.sources.common import RowError
+from cosmos_train.data.sources.video_folder import read_caption
 from cosmos_train.errors import DataError, MediaError
 
 OnBadRow = Literal["fail", "skip"]
@@ -217,10 +219,6 @@ SCAN_FILE = "data_scan.json"  # in the run folder: the flow's check-data scan, w
 def save_scan(path: Path, settings: dict[str, Any], samples: list[WfmSample], report: WfmDatasetReport) -> None:
     """Record a scan_dataset result and the keyword arguments it was made with (`settings`, dataset_dir among
     them) at `path`, so the trainer's ranks need not probe every video again."""
-    from dataclasses import asdict
-
-    from cosmos_train.atomic import write_json_atomic
-
     rows = [{"name": s.name, "prompt": s.prompt, "video": s.video and str(s.video),
              "text_embedding": s.text_embedding and str(s.text_embedding)} for s in samples]
     write_json_atomic(path, {"settings": {k: str(v) for k, v in settings.items()}, "rows": rows,
@@ -230,8 +228,6 @@ def save_scan(path: Path, settings: dict[str, Any], samples: list[WfmSample], re
 def load_scan(path: Path, settings: dict[str, Any]) -> tuple[list[WfmSample], WfmDatasetReport] | None:
     """The scan `save_scan` recorded at `path` with these same `settings`; None when there is none (a trainer
     started by hand) or it was made with others (the config changed since): then scan again."""
-    import json
-
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -32,12 +32,20 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
+from transformers import AutoModelForImageTextToText, AutoTokenizer, PreTrainedModel
 
 from cosmos_train.errors import ConfigError, ModelError
+from cosmos_train.models.tiny import make_tiny_model
+
+if TYPE_CHECKING:  # diffusers is imported where it is used (a heavy import); these names are for hints only
+    from diffusers import AutoencoderKLWan, CosmosTransformer3DModel
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
 # The system turn of Predict2.5's prompt chat (diffusers' _get_prompt_embeds), word for word.
@@ -54,9 +62,9 @@ VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # Wan2.1's VAE (Predict2.5's): 4x in time afte
 class WfmParts:
     """What training needs of a Predict2.5 folder. text_encoder / tokenizer are None when loaded without them."""
 
-    transformer: nn.Module
-    vae: nn.Module
-    text_encoder: nn.Module | None
+    transformer: CosmosTransformer3DModel
+    vae: AutoencoderKLWan
+    text_encoder: PreTrainedModel | None
     tokenizer: Any
     latents_mean: torch.Tensor  # [1, C, 1, 1, 1]
     latents_std: torch.Tensor  # [1, C, 1, 1, 1]
@@ -66,16 +74,16 @@ class WfmParts:
 
 
 # ------------------------------------------------------------------------------------ the tiny folder
-def _tiny_vae(latent_channels: int) -> nn.Module:
+def _tiny_vae(latent_channels: int) -> AutoencoderKLWan:
     """Wan2.1's VAE layout at base_dim 16: three down stages (8x space), time halved twice (4x)."""
-    from diffusers import AutoencoderKLWan
+    from diffusers import AutoencoderKLWan  # why: diffusers is heavy, loaded only by world-model code
 
     return AutoencoderKLWan(base_dim=16, z_dim=latent_channels, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
                             temperal_downsample=[False, True, True], latents_mean=[0.0] * latent_channels,
                             latents_std=[1.0] * latent_channels)
 
 
-def _identity_like(conv: nn.Module, average: bool = False) -> None:
+def _identity_like(conv: nn.Conv2d | nn.Conv3d, average: bool = False) -> None:
     """A conv that copies channel o % in_channels of the current frame's centre pixel to output channel o (with
     `average`, the mean of its spatial window instead: a strided downsample that keeps a region's brightness).
     The current frame is the last temporal tap: Wan's causal convs pad in the past only."""
@@ -93,7 +101,7 @@ def _identity_like(conv: nn.Module, average: bool = False) -> None:
         conv.bias.data.zero_()
 
 
-def _pass_through(vae: nn.Module) -> None:
+def _pass_through(vae: AutoencoderKLWan) -> None:
     """Make a random Wan VAE carry latents to pixels (and pixels to latents). Measured: a randomly initialised
     AutoencoderKLWan's decoded frames do not depend on its latents (a linear read-out of its last features
     explains ~0% of a latent channel; brightness, motion and smoothness of decodes vary by < 1%), so no pixel
@@ -116,9 +124,9 @@ def _pass_through(vae: nn.Module) -> None:
             _identity_like(m, average=stride > 1)
 
 
-def _tiny_transformer(latent_channels: int, text_dim: int) -> nn.Module:
+def _tiny_transformer(latent_channels: int, text_dim: int) -> CosmosTransformer3DModel:
     """Predict2.5's DiT layout, tiny: 2 blocks of 2 heads x 32, cross-attention on the projected full_concat."""
-    from diffusers import CosmosTransformer3DModel
+    from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
 
     return CosmosTransformer3DModel(
         in_channels=latent_channels + 1, out_channels=latent_channels, num_attention_heads=2, attention_head_dim=32,
@@ -143,8 +151,6 @@ def _calibration_videos(n: int = 16, frames: int = 5, size: int = 32, seed: int 
 def _write_text_encoder(out: Path, seed: int) -> int:
     """text_encoder/ (our tiny Qwen2.5-VL, Cosmos-Reason1's architecture) and tokenizer/ beside it, as the hub
     folder splits them; returns the full_concat width (layers x hidden) the DiT's crossattn_proj takes."""
-    from cosmos_train.models.tiny import make_tiny_model
-
     te_dir = make_tiny_model(out / "text_encoder", seed=seed, family="qwen2_5_vl")
     (out / "tokenizer").mkdir(exist_ok=True)
     for name in TOKENIZER_FILES:  # moved, not copied: one tokenizer (with its chat template) in one place
@@ -157,7 +163,7 @@ def _write_text_encoder(out: Path, seed: int) -> int:
 
 def _model_index() -> dict[str, Any]:
     """model_index.json of a Predict2.5 folder; safety_checker is a null component (cosmos_guardrail's)."""
-    import diffusers
+    import diffusers  # why: diffusers is heavy, loaded only by world-model code
 
     return {"_class_name": PIPELINE_CLASS, "_diffusers_version": diffusers.__version__,
             "scheduler": ["diffusers", "UniPCMultistepScheduler"],
@@ -173,7 +179,7 @@ def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 
 
         python -c "from cosmos_train.wfm.model import make_tiny_wfm; print(make_tiny_wfm('/tmp/tiny-wfm'))"
     """
-    from diffusers import UniPCMultistepScheduler
+    from diffusers import UniPCMultistepScheduler  # why: diffusers is heavy, loaded only by world-model code
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,7 +212,7 @@ def _folder(path: str | Path, revision: str | None) -> Path:
     if p.is_dir():
         return p
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # why: the hub client only for a model named by hub id
 
         return Path(snapshot_download(str(path), revision=revision))
     except Exception as e:  # noqa: BLE001 - offline, unknown id, no access: one message
@@ -253,7 +259,7 @@ def check_folder(folder: Path, text_encoder: bool = True) -> None:
                          "a complete one)")
 
 
-def _frozen(module: nn.Module) -> nn.Module:
+def _frozen(module: ModuleT) -> ModuleT:
     """The VAE and text encoder are never trained: no grads, eval mode (no dropout)."""
     return module.requires_grad_(False).eval()
 
@@ -266,7 +272,10 @@ def load_wfm(path: str | Path, device: str | torch.device = "cpu", dtype: torch.
 
         python -c "from cosmos_train.wfm.model import load_wfm; print(load_wfm('/tmp/tiny-wfm').latents_std)"
     """
-    from diffusers import AutoencoderKLWan, CosmosTransformer3DModel
+    from diffusers import (  # why: diffusers is heavy, loaded only by world-model code
+        AutoencoderKLWan,
+        CosmosTransformer3DModel,
+    )
 
     folder = _folder(path, revision)
     check_folder(folder, text_encoder)
@@ -274,9 +283,9 @@ def load_wfm(path: str | Path, device: str | torch.device = "cpu", dtype: torch.
     vae = _frozen(AutoencoderKLWan.from_pretrained(folder, subfolder="vae", torch_dtype=torch.float32).to(device))
     encoder, tokenizer = None, None
     if text_encoder:
-        from transformers import AutoModelForImageTextToText, AutoTokenizer
-
-        encoder = _frozen(AutoModelForImageTextToText.from_pretrained(folder / "text_encoder", dtype=dtype).to(device))
+        encoder = AutoModelForImageTextToText.from_pretrained(folder / "text_encoder", dtype=dtype)
+        # transformers wraps PreTrainedModel.to in functools.wraps, which typeshed types as an unbound function
+        encoder = _frozen(encoder.to(device))  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
     c = int(vae.config.z_dim)
     mean = torch.tensor(vae.config.latents_mean, dtype=torch.float32, device=device).view(1, c, 1, 1, 1)
@@ -365,7 +374,7 @@ def decode_latents(parts: WfmParts, latents: torch.Tensor) -> torch.Tensor:
     return ((x + 1) * 127.5).round().to(torch.uint8)
 
 
-def predict_velocity(transformer: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, prompt_embeds: torch.Tensor
+def predict_velocity(transformer: CosmosTransformer3DModel, latents: torch.Tensor, sigma: torch.Tensor, prompt_embeds: torch.Tensor
                      ) -> torch.Tensor:
     """The DiT's velocity [B, C, T, H, W] for latents at noise level sigma [B] in [0, 1] (text2world: no
     conditioning frames). Differentiable; works on an FSDP2-sharded transformer (called as a module).
@@ -386,7 +395,7 @@ def predict_velocity(transformer: nn.Module, latents: torch.Tensor, sigma: torch
                        condition_mask=latents.new_zeros(b, 1, t, h, w, dtype=dtype), return_dict=False, **kwargs)[0]
 
 
-def transformer_blocks(transformer: nn.Module) -> list[nn.Module]:
+def transformer_blocks(transformer: CosmosTransformer3DModel) -> list[nn.Module]:
     """The DiT's blocks: the FSDP2 and activation-checkpointing units."""
     return list(transformer.transformer_blocks)
 
@@ -395,7 +404,7 @@ def transformer_blocks(transformer: nn.Module) -> list[nn.Module]:
 def _transformer_shapes(base: Path) -> dict[str, tuple[int, ...]]:
     """Parameter names and shapes of base's transformer, built on the meta device from its config (no weights read,
     so a sharded or .bin base is compared the same way)."""
-    from diffusers import CosmosTransformer3DModel
+    from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
 
     with torch.device("meta"):
         model = CosmosTransformer3DModel.from_config(CosmosTransformer3DModel.load_config(base / "transformer"))
@@ -438,8 +447,6 @@ def export_wfm(base_dir: str | Path, transformer_state_dict: dict[str, torch.Ten
         python -c "from cosmos_train.wfm.model import *; p = load_wfm('/tmp/tiny-wfm'); \\
             export_wfm('/tmp/tiny-wfm', p.transformer.state_dict(), '/tmp/tiny-wfm-export')"
     """
-    from safetensors.torch import save_file
-
     base, out = _folder(base_dir, revision), Path(out_dir)
     check_folder(base, text_encoder=False)
     problems = _state_dict_problems(_transformer_shapes(base), transformer_state_dict)

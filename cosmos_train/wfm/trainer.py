@@ -16,7 +16,9 @@ Evaluation (before training, every [evaluation].every_iter, after): fixed prompt
 (guidance as model.rl.guidance), mean reward, and on held-out dataset videos the flow-matching loss at fixed
 sigmas and noise; rank 0 keeps the evaluation videos (RUN/samples/iter_N.npy) for the before/after grid.
 Checkpoints: RUN/checkpoints/step_N (DCP, resumable: policy, optimizer, scheduler, RNG, iteration); the export:
-RUN/diffusers/final (a diffusers folder).
+RUN/diffusers/final (a diffusers folder). The run around the iterations (seeding, resume, checkpoints, agreed
+stopping on a signal, gradient clipping, the loop, the entry point) is train/loop.py's `BaseTrainer`, shared with
+the SFT and GRPO trainers; an iteration is its step.
 """
 
 from __future__ import annotations
@@ -24,38 +26,56 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as torch_dist
 from torch import nn
+from torch.distributed._composable import checkpoint
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from cosmos_train.config import CheckpointConfig
 from cosmos_train.distributed import DistInfo, all_reduce_sum
 from cosmos_train.errors import DataError, TrainingDiverged
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
+from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.data import (
+    SCAN_FILE,
+    load_clip,
+    load_scan,
+    load_text_embedding,
+    mock_prompts,
+    scan_dataset,
+)
 from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
+from cosmos_train.wfm.model import (
+    decode_latents,
+    encode_prompts,
+    encode_video,
+    export_wfm,
+    latent_shape,
+    load_wfm,
+    predict_velocity,
+    transformer_blocks,
+)
+from cosmos_train.wfm.rewards import VideoScorer
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
 
-EVAL_SIGMAS = (0.2, 0.5, 0.8)
-CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)  # the held-out diffusion loss is averaged over these noise levels
+EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
+CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)
 
 
 def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
     """FSDP2 per DiT block, then the root (embeddings, final layer); activation checkpointing per block first."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from cosmos_train.wfm.model import transformer_blocks
-
     compute = torch.bfloat16 if cfg.model.param_dtype == "bfloat16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     if cfg.model.activation_checkpointing and trainable:
-        from torch.distributed._composable import checkpoint
-
         for block in transformer_blocks(transformer):
             checkpoint(block)  # composable: parameter names stay those of the diffusers folder
     for block in transformer_blocks(transformer):
@@ -76,17 +96,13 @@ def drop_text(emb: torch.Tensor, rate: float, gen: torch.Generator) -> torch.Ten
     return emb * keep.to(emb.dtype).view(-1, *([1] * (emb.dim() - 1)))
 
 
-class WfmTrainer:
+class WfmTrainer(BaseTrainer[WfmConfig]):
+    """The world-model RL trainer: `model` is the DiT being trained (the policy), `reference` its frozen copy when
+    kl_beta > 0; a step is one iteration (rollout, rewards, mu_iterations updates)."""
+
     name = "wfm_rl"
 
     def __init__(self, cfg: WfmConfig, run_dir: Path, dist: DistInfo):
-        from cosmos_train.checkpoint import CheckpointManager
-        from cosmos_train.metrics import MetricsLogger
-        from cosmos_train.signals import install_exit_handlers
-        from cosmos_train.wfm.model import load_wfm
-        from cosmos_train.wfm.rewards import VideoScorer
-
-        self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
         if cfg.job.wandb_mode != "disabled":
             os.environ.setdefault("WANDB_MODE", cfg.job.wandb_mode)
         self.rl, self.video = cfg.model.rl, cfg.video
@@ -95,41 +111,49 @@ class WfmTrainer:
         base = self.parts.transformer.float()
         self.reference = (shard_dit(copy.deepcopy(base), dist, cfg, trainable=False)
                           if self.rl.kl_beta > 0 else None)
-        self.policy = shard_dit(base, dist, cfg, trainable=True)
+        model = shard_dit(base, dist, cfg, trainable=True)
         self.params = sum(p.numel() for p in base.parameters())
         o = cfg.optimizer
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
-                                           weight_decay=o.weight_decay)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+                                      weight_decay=o.weight_decay)
+        super().__init__(cfg, run_dir, dist, model, optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.scheduler.factor)
-        self.ckpt = CheckpointManager(run_dir, CheckpointConfig(max_keep=cfg.checkpoint.max_keep, save_mode="sync"),
-                                      seed=cfg.trainer.seed)
-        self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
+        self.total_steps = cfg.trainer.max_iter
         self.scorer = VideoScorer.from_config(cfg.reward)
         self.sigmas = sigma_schedule(self.rl.sample_steps, self.rl.shift)
         self.eval_sigmas = sigma_schedule(self.rl.eval_sample_steps or self.rl.sample_steps, self.rl.shift)
         w, h = self.video.video_size
-        self.latent_shape = self._latent_shape(h, w)
+        self.latent_shape = latent_shape(self.parts, self.video.num_frames, h, w)
         self._embeddings: dict[str, torch.Tensor] = {}
         # dataset latents, most recently used last: a 93-frame 720p clip's are ~20 MB, so only the last few are kept
         self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
         self.eval_rows = (self.heldout_rows or self.train_rows)[:cfg.evaluation.num_prompts]
-        self.iteration = 0
-        self.resumed_from: str | None = None
-        self.exit_request = install_exit_handlers()
-        self.stopped = False
+        self.eval_after: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ the config, for the shared loop
+    @classmethod
+    def loop_settings(cls, cfg: WfmConfig) -> LoopSettings:
+        ck = cfg.checkpoint
+        return LoopSettings(
+            seed=cfg.trainer.seed, parallelism=cfg.parallelism, ckpt=cfg.ckpt, resume=ck.resume,
+            resume_key="checkpoint.resume", output_dir=cfg.job.output_dir, export_final=ck.export_diffusers,
+            export_each_save=False, validation_freq=cfg.evaluation.every_iter, grad_clip=cfg.grad_clip(),
+            grad_force_finite=cfg.grad_force_finite(),
+        )
+
+    @classmethod
+    def load_job_config(cls, path: Path) -> WfmConfig:
+        return load_wfm_config(path, env={})
+
+    @classmethod
+    def from_args(cls, cfg: WfmConfig, run_dir: Path, dist: DistInfo, args: Any) -> WfmTrainer:
+        return cls(cfg, run_dir, dist)
 
     # ------------------------------------------------------------------ data
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        from cosmos_train.wfm.model import latent_shape
-
-        return latent_shape(self.parts, self.video.num_frames, height, width)
-
     def _data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         """Rows {name, prompt, video, text_embedding}: the train rows and the held-out ones (local type)."""
-        from cosmos_train.wfm.data import SCAN_FILE, load_scan, mock_prompts, scan_dataset
-
         dl = self.cfg.dataloader_train
         if dl.type == "mock":
             prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
@@ -146,9 +170,6 @@ class WfmTrainer:
 
     def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:
         """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt."""
-        from cosmos_train.wfm.data import load_text_embedding
-        from cosmos_train.wfm.model import encode_prompts
-
         missing = [r for r in rows if r["prompt"] not in self._embeddings]
         if missing and self.video.offline_text_embedding:
             width = self._embedding_width()
@@ -172,9 +193,6 @@ class WfmTrainer:
 
     def clip_latents(self, rows: list[dict[str, Any]]) -> torch.Tensor:
         """[B, C, T', H', W'] normalised VAE latents of dataset videos (decoded and encoded once per video)."""
-        from cosmos_train.wfm.data import load_clip
-        from cosmos_train.wfm.model import encode_video
-
         w, h = self.video.video_size
         out = []
         for r in rows:
@@ -202,8 +220,6 @@ class WfmTrainer:
     # ------------------------------------------------------------------ sampling
     def velocity(self, model: nn.Module, x: torch.Tensor, sigma: float | torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         """float32 velocity of `model` (policy or reference) at one sigma for all, or one per sample ([B])."""
-        from cosmos_train.wfm.model import predict_velocity
-
         sigmas = sigma if isinstance(sigma, torch.Tensor) else torch.full((x.shape[0],), float(sigma), device=x.device)
         return predict_velocity(model, x, sigmas, emb).float()
 
@@ -218,7 +234,7 @@ class WfmTrainer:
         cap = float(self.sigmas[1])
         for k in range(self.rl.sample_steps):
             s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
-            v = self.velocity(self.policy, x, s, emb)
+            v = self.velocity(self.model, x, s, emb)
             z = torch.randn(x.shape, generator=generator, device=x.device)
             step = sde_step(x, v, s, s_next, self.rl.noise_level, noise=z, sigma_cap=cap)
             x = step.x_next
@@ -234,27 +250,29 @@ class WfmTrainer:
         uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 else None
         for k in range(len(self.eval_sigmas) - 1):
             s, s_next = float(self.eval_sigmas[k]), float(self.eval_sigmas[k + 1])
-            v = self.velocity(self.policy, x, s, emb)
+            v = self.velocity(self.model, x, s, emb)
             if uncond is not None:
-                v = v + self.rl.guidance * (v - self.velocity(self.policy, x, s, uncond))
+                v = v + self.rl.guidance * (v - self.velocity(self.model, x, s, uncond))
             x = step_mean(x, v, s, s_next, torch.tensor(0.0))
         return x
 
     def score(self, latents: torch.Tensor, prompts: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
-        from cosmos_train.wfm.model import decode_latents
-
         videos = decode_latents(self.parts, latents).cpu().numpy()
         total, parts = self.scorer.score(videos, latents.float().cpu().numpy(), prompts)
         return total, parts, videos
 
     # ------------------------------------------------------------------ one iteration
-    def train_iteration(self) -> dict[str, Any]:
+    def step_inputs(self) -> Iterator[tuple[list[dict[str, Any]], None]]:
+        """This rank's prompts of each iteration (`rows_for`: a function of the iteration alone)."""
+        while True:
+            yield self.rows_for(self.step, self.train_rows, self.video.batch_size), None
+
+    def train_step(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.perf_counter()
         rl, dev = self.rl, self.dist.device
-        rows = self.rows_for(self.iteration, self.train_rows, self.video.batch_size)
         group_rows = [r for r in rows for _ in range(rl.num_generations)]
         emb = self.embed(group_rows)
-        gen = torch.Generator(device=dev).manual_seed(self.cfg.trainer.seed * 1_000_003 + self.iteration * 997
+        gen = torch.Generator(device=dev).manual_seed(self.cfg.trainer.seed * 1_000_003 + self.step * 997
                                                       + self.dist.rank)
         traj = self.rollout(emb, gen)
         rewards, parts, _ = self.score(traj["xs"][:, -1], [r["prompt"] for r in group_rows])
@@ -274,7 +292,7 @@ class WfmTrainer:
                 for k in steps:
                     s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
                     x, x_next = traj["xs"][sl, k], traj["xs"][sl, k + 1]
-                    v = self.velocity(self.policy, x, s, emb[sl])
+                    v = self.velocity(self.model, x, s, emb[sl])
                     step = sde_step(x, v, s, s_next, rl.noise_level, x_next=x_next, sigma_cap=cap)
                     kl = None
                     if self.reference is not None:
@@ -291,23 +309,23 @@ class WfmTrainer:
                             stats[key].append(st[key])
             if rl.algorithm == "ddrl" and rl.data_beta > 0:
                 stats["data_loss"].append(self._data_loss_backward(gen))
-            grad_norms.append(self._clip_grads())
+            grad_norms.append(self.clip_gradients())
             finite = finite and bool(np.isfinite(grad_norms[-1]))
             if finite:
                 self.optimizer.step()
             self.scheduler.step()
         if not finite:
-            raise TrainingDiverged(f"iteration {self.iteration + 1}: the gradient norm is {grad_norms[-1]}, not "
+            raise TrainingDiverged(f"iteration {self.step + 1}: the gradient norm is {grad_norms[-1]}, not "
                                    f"finite; lower optimizer.lr (now {self.cfg.optimizer.lr:g}) or keep "
                                    "trainer.grad_clip_norm > 0. Nothing was exported from these weights.")
         if self.reference is not None and rl.update_ref_every_iter and \
-                (self.iteration + 1) % rl.update_ref_every_iter == 0:
-            self.reference.load_state_dict(self.policy.state_dict())
+                (self.step + 1) % rl.update_ref_every_iter == 0:
+            self.reference.load_state_dict(self.model.state_dict())
         n = len(rewards)
         total = all_reduce_sum(torch.tensor([float(rewards.sum()), float((rewards**2).sum()), n]), dev)
         mean = float(total[0] / total[2])
         values: dict[str, Any] = {
-            "reward_mean": mean, "reward_std": float(max(total[1] / total[2] - mean**2, 0.0) ** 0.5),
+            "reward_mean": mean, "reward_std": float((total[1] / total[2] - mean**2).clamp(min=0.0) ** 0.5),
             **{f"reward_{k}": float(all_reduce_sum(float(v.sum()), dev) / total[2]) for k, v in parts.items()},
             "grad_norm": float(np.mean(grad_norms)), "lr": self.scheduler.get_last_lr()[0],
             "rollout_time": t_rollout, "step_time": time.perf_counter() - t0,
@@ -332,27 +350,15 @@ class WfmTrainer:
     def _data_loss_backward(self, gen: torch.Generator) -> float:
         """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward; the text
         conditioner's dropout_rate of the samples get a zeroed prompt embedding (as cosmos-rl's conditioner)."""
-        rows = self.rows_for(self.iteration, self.train_rows, self.video.batch_size, salt=1)
+        rows = self.rows_for(self.step, self.train_rows, self.video.batch_size, salt=1)
         x0 = self.clip_latents(rows)
         emb = self.embed(rows)
         emb = drop_text(emb, self.cfg.text_dropout_rate(), gen)
         noise = torch.randn(x0.shape, generator=gen, device=x0.device)
         sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
-        loss = flow_matching_loss(self.velocity(self.policy, noised(x0, noise, sigma), sigma, emb), x0, noise)
+        loss = flow_matching_loss(self.velocity(self.model, noised(x0, noise, sigma), sigma, emb), x0, noise)
         (self.rl.data_beta * loss).backward()
         return float(loss.detach())
-
-    def _clip_grads(self) -> float:
-        clip = self.cfg.grad_clip()
-        params = [p for p in self.policy.parameters() if p.grad is not None]
-        if self.cfg.grad_force_finite():  # cosmos-rl's grad_clip force_finite: NaN / inf elements become 0
-            for p in params:
-                local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                torch.nan_to_num_(local, nan=0.0, posinf=0.0, neginf=0.0)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
-            norm = norm.full_tensor()
-        return float(norm)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -371,7 +377,7 @@ class WfmTrainer:
         if self.dist.is_main:
             samples = self.run_dir / "samples"
             samples.mkdir(exist_ok=True)
-            np.save(samples / f"iter_{self.iteration}.npy", videos)
+            np.save(samples / f"iter_{self.step}.npy", videos)
             (samples / "prompts.json").write_text(json.dumps(prompts))
         if self.heldout_rows:
             x0 = self.clip_latents(self.heldout_rows)
@@ -381,38 +387,17 @@ class WfmTrainer:
             losses = []
             for s in EVAL_SIGMAS:
                 sigma = torch.full((x0.shape[0],), s, device=dev)
-                v = self.velocity(self.policy, noised(x0, eps, sigma), sigma, hemb)
+                v = self.velocity(self.model, noised(x0, eps, sigma), sigma, hemb)
                 losses.append(float(flow_matching_loss(v, x0, eps)))
             out["heldout_diffusion_loss"] = float(np.mean(losses))
         return out
 
-    # ------------------------------------------------------------------ checkpoints, export, loop
-    def save(self) -> Path:
-        return self.ckpt.save(self.iteration, self.policy, self.optimizer, self.scheduler,
-                              {"step": self.iteration, "world_size": self.dist.world_size}, blocking=True)
-
-    def maybe_resume(self, own_run_first: bool) -> None:
-        from cosmos_train.checkpoint import CheckpointManager
-        from cosmos_train.checkpoint_paths import resolve_resume
-
-        ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
-        if ckpt is None and self.cfg.checkpoint.resume:
-            ckpt = resolve_resume(self.cfg.checkpoint.resume, self.cfg.job.output_dir)
-        if ckpt is None:
-            return
-        extra = self.ckpt.load(ckpt, self.policy, self.optimizer, self.scheduler)
-        self.iteration = int(extra["step"])
-        self.resumed_from = str(ckpt)
-        self.metrics.drop_after(self.iteration)
-        self.log(f"resumed from {ckpt} at iteration {self.iteration}")
-
+    # ------------------------------------------------------------------ around the loop
     def export(self, name: str) -> Path | None:
         """RUN/diffusers/<name>: the base folder with the trained transformer (every rank gathers; rank 0 writes)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        from cosmos_train.wfm.model import export_wfm
-
-        sd = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # full_state_dict: every value is a plain tensor (the result is typed for any state dict)
+        sd = cast(dict[str, torch.Tensor], get_model_state_dict(self.model, options=options))
         out = self.run_dir / "diffusers" / name
         if self.dist.is_main:
             export_wfm(self.cfg.model.model_name_or_path, sd, out, revision=self.cfg.model.model_revision)
@@ -421,83 +406,35 @@ class WfmTrainer:
             torch_dist.barrier()
         return out
 
-    def fit(self) -> dict[str, Any]:
-        cfg = self.cfg
-        total = cfg.trainer.max_iter
-        self.log(f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
-                 f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, {total} "
-                 f"iterations, {self.dist.world_size} ranks")
-        if self.iteration == 0:
+    def describe(self) -> str:
+        return (f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
+                f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, "
+                f"{self.total_steps} iterations, {self.dist.world_size} ranks")
+
+    @property
+    def validating(self) -> bool:
+        return True  # before training, every evaluation.every_iter and after: always
+
+    def validate_and_log(self) -> None:
+        self.eval_after = self.evaluate()
+        self.metrics.log(self.step, self.eval_after, kind="val")
+
+    def before_loop(self) -> None:
+        if self.step == 0:
             before = self.evaluate()
             self.metrics.log(0, before, kind="val")
             self.log(f"before training: {before}")
-        last: dict[str, Any] = {}
-        while self.iteration < total:
-            values = self.train_iteration()
-            self.iteration += 1
-            last = values
-            self.metrics.log(self.iteration, {**values, "total_steps": total})
-            every = cfg.evaluation.every_iter
-            if every and self.iteration % every == 0 and self.iteration < total:
-                self.metrics.log(self.iteration, self.evaluate(), kind="val")
-            if self.iteration % cfg.checkpoint.save_iter == 0 and self.iteration < total:
-                self.save()
-            self.stopped = self.exit_request.agreed()
-            if self.stopped:
-                self.save()
-                self.log(f"stopped by signal {self.exit_request.signum} at iteration {self.iteration}")
-                return {"step": self.iteration, "stopped": True}
-        after = self.evaluate()
-        self.metrics.log(self.iteration, after, kind="val")
-        self.save()
-        final = self.export("final") if cfg.checkpoint.export_diffusers else None
-        self.scorer.close()
-        self.metrics.close()
-        return {"step": self.iteration, "stopped": False, "final": str(final) if final else None,
-                "algorithm": self.rl.algorithm, "resumed_from": self.resumed_from, "data": self.data_report,
-                "eval_after": after, **last}
 
-    def log(self, msg: str) -> None:
-        if self.dist.is_main:
-            print(f"[{self.name}] {msg}", flush=True)
+    def after_loop(self) -> None:
+        self.scorer.close()
+
+    def result_extra(self) -> dict[str, Any]:
+        return {"algorithm": self.rl.algorithm, "data": self.data_report, "eval_after": self.eval_after}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse --config / --resume-own-run, start the process group, train, write RUN/result.json; a user error is
-    its paragraph in RUN/error.json and exit 2, a crash its traceback; 143 when stopped by a signal."""
-    import argparse
-
-    from cosmos_train.checkpoint import seed_rng
-    from cosmos_train.distributed import init_distributed, teardown
-    from cosmos_train.errors import report_rank_failure
-    from cosmos_train.wfm.config import load_wfm_config
-
-    ap = argparse.ArgumentParser(description="World-model RL trainer (run under torchrun).")
-    ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
-    ap.add_argument("--resume-own-run", action="store_true", help="Resume from this run folder's newest checkpoint.")
-    args = ap.parse_args(argv)
-    run_dir = args.config.resolve().parent
-    trainer: WfmTrainer | None = None
-    dist: DistInfo | None = None
-    try:
-        cfg = load_wfm_config(args.config, env={})
-        dist = init_distributed(cfg.parallelism)
-        seed_rng(cfg.trainer.seed, dist.rank)
-        trainer = WfmTrainer(cfg, run_dir, dist)
-        trainer.maybe_resume(args.resume_own_run)
-        result = trainer.fit()
-        if dist.is_main:
-            (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
-    except Exception as e:
-        teardown(barrier=False)
-        code = report_rank_failure(e, run_dir, step=trainer.iteration if trainer else None,
-                                   rank=dist.rank if dist else 0)
-        if code is None:
-            raise
-        return code
-    teardown()
-    return 143 if result.get("stopped") else 0
+    return run_main(WfmTrainer, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

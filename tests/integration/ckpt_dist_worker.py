@@ -109,7 +109,7 @@ def export_tiny_qwen(tiny: Path, out: Path, mesh) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForImageTextToText
 
-    from cosmos_train.export import export_safetensors
+    from cosmos_train.models.hf_folder import export_safetensors
 
     model = AutoModelForImageTextToText.from_pretrained(tiny)
     perturb(model)
@@ -127,7 +127,7 @@ def main(out: Path, tiny: Path | None = None) -> None:
 
     from cosmos_train.checkpoint import CheckpointManager
     from cosmos_train.config import CheckpointConfig
-    from cosmos_train.export import export_safetensors
+    from cosmos_train.models.hf_folder import export_safetensors
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()

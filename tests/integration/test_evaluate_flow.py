@@ -102,7 +102,7 @@ def test_crash_is_retried_and_resumes_bad_input_is_not(
     prefect_harness: None, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tasks.evaluate as task_module
-    from cosmos_train.data.video import MediaError
+    from cosmos_train.data.media import MediaError
     from cosmos_train.evaluation.runner import evaluate_model
     from flows.evaluate import EvaluateParams, evaluate
 

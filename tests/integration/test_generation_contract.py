@@ -150,7 +150,7 @@ def test_weight_push_from_a_folder_then_a_tensor_stream(engine: Any, reference: 
     s = SamplingParams(temperature=0, max_new_tokens=8)
     before = [g[0].token_ids for g in engine.generate(chats, s)]
     new_model = perturbed(tiny_model_dir, seed=5)
-    new_model.save_pretrained(tmp_path / "pushed")  # hub names, as cosmos_train.export writes them
+    new_model.save_pretrained(tmp_path / "pushed")  # hub names, as cosmos_train.models.hf_folder writes them
     version = engine.weight_version
     assert engine.update_weights(tmp_path / "pushed") == version + 1 == engine.weight_version
     after = engine.generate(chats, s)

@@ -163,8 +163,8 @@ def test_a_rollout_sized_seeded_batch(vllm_engine: Any, chats: list) -> None:
 def test_weight_pushes_give_transformers_greedy_under_the_new_weights(
     vllm_engine: Any, reference: tuple[Any, Any], chats: list, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from cosmos_train.export import write_hf_folder
     from cosmos_train.generation import SamplingParams
+    from cosmos_train.models.hf_folder import write_hf_folder
 
     original, processor = reference
     before = _greedy(vllm_engine, chats)

@@ -65,8 +65,8 @@ def test_text_family_prompt_ids_logprobs_and_weight_push(family: str, text_model
     import torch
 
     from cosmos_train.errors import DataError
-    from cosmos_train.export import write_hf_folder
     from cosmos_train.generation import SamplingParams, create_engine
+    from cosmos_train.models.hf_folder import write_hf_folder
     from cosmos_train.models.load import load_model, load_processor
 
     folder = text_model_dirs[family]

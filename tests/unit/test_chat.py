@@ -11,9 +11,10 @@ import torch
 from PIL import Image
 
 from cosmos_train.data.chat import IGNORE_INDEX, ChatTooLongError, encode_chat
-from cosmos_train.data.video import MediaError
-from cosmos_train.models.load import get_tokenizer, load_processor
+from cosmos_train.data.media import MediaError
+from cosmos_train.models.load import load_processor
 from cosmos_train.models.tiny import make_tiny_model
+from cosmos_train.vision.processor import get_tokenizer
 
 ANSWER_1 = "<think>\nThe square moves right.\n</think>\n\n<answer>\nB\n</answer>"
 ANSWER_2 = "It stops at 3.5 seconds."

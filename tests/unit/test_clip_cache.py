@@ -13,10 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-from cosmos_train.data import video
+from cosmos_train.data import media
 from cosmos_train.data.chat import encode_chat
 from cosmos_train.data.clip_cache import ClipCache
-from cosmos_train.data.video import MediaError, VisionSettings
+from cosmos_train.data.media import MediaError, VisionSettings
 from tests.media import moving_square_mp4
 
 SETTINGS = VisionSettings(min_pixels=3136, max_pixels=3136)
@@ -29,9 +29,9 @@ def _clip(path: Path, shift: int = 0) -> Path:
 
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every real decode (video.read_video / load_image call), by path."""
+    """Every real decode (media.read_video / load_image call), by path."""
     calls: list[str] = []
-    real_video, real_image = video.read_video, video.load_image
+    real_video, real_image = media.read_video, media.load_image
 
     def read_video(path, settings=None):
         calls.append(str(path))
@@ -41,14 +41,14 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(str(source))
         return real_image(source, settings)
 
-    monkeypatch.setattr(video, "read_video", read_video)
-    monkeypatch.setattr(video, "load_image", load_image)
+    monkeypatch.setattr(media, "read_video", read_video)
+    monkeypatch.setattr(media, "load_image", load_image)
     return calls
 
 
 def test_hit_does_not_decode_and_is_identical(tmp_path: Path, decodes: list[str]) -> None:
     clip = _clip(tmp_path / "a.mp4")
-    ref_frames, ref_fps = video.read_video(clip, SETTINGS)
+    ref_frames, ref_fps = media.read_video(clip, SETTINGS)
     decodes.clear()
     cache = ClipCache(tmp_path / "cache")
     first = cache.read_video(clip, SETTINGS)
@@ -75,7 +75,7 @@ def test_changed_content_or_settings_miss(tmp_path: Path, decodes: list[str]) ->
     os.utime(clip, ns=(st.st_atime_ns, st.st_mtime_ns))
     frames, _ = cache.read_video(clip, SETTINGS)
     assert len(decodes) == 3
-    assert torch.equal(frames, video.read_video(clip, SETTINGS)[0])
+    assert torch.equal(frames, media.read_video(clip, SETTINGS)[0])
     # a copy of the same content under another path hits
     copy = tmp_path / "elsewhere" / "b.mp4"
     copy.parent.mkdir()

@@ -15,6 +15,7 @@ from cosmos_train.config import (
     CheckpointConfig,
     Config,
     ConfigError,
+    TrainPolicyConfig,
     config_from_dict,
     field_bounds,
     load_config,
@@ -394,7 +395,8 @@ ALL_MODELS = _models(Config) + _models(EvalConfig)
 UNBOUNDED = {
     # Reward weights and remote-reward score clips: a negative weight turns a reward into a penalty,
     # and the clips are in whatever unit the reward service scores in.
-    "TrainPolicyConfig.reward_function",
+    "SFTPolicyConfig.reward_function",
+    "GRPOPolicyConfig.reward_function",
     "ValidationConfig.reward_function",
     "RemoteRewardFn.weight",
     "RemoteRewardFn.clip_min",
@@ -437,6 +439,5 @@ def test_every_float_must_be_finite(model: type[BaseModel]) -> None:
 def test_dataset_source_names_match_the_source_registry() -> None:
     from cosmos_train.data.sources import SOURCES
 
-    literal = get_args(Config.model_fields["train"].annotation.model_fields["train_policy"].annotation
-                       .model_fields["dataset"].annotation.model_fields["source"].annotation)
+    literal = get_args(TrainPolicyConfig.model_fields["dataset"].annotation.model_fields["source"].annotation)
     assert set(literal) == {"auto", *SOURCES}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, config_from_dict, load_config
-from cosmos_train.config_compat import DEFAULTS_DIFFER, RULES, default_note, key_state
-from cosmos_train.config_docs import alias_map, cosmos_rl_key_table, recorded_default, schema_keys
+from cosmos_train.config.compat import DEFAULTS_DIFFER, RULES, default_note, key_state
+from cosmos_train.config.docs import alias_map, cosmos_rl_key_table, recorded_default, schema_keys
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"

@@ -102,8 +102,8 @@ def test_overrides_and_limit(tmp_path: Path) -> None:
 
 
 def test_plugin_names_checked_against_registries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cosmos_train.evaluation.parsing import PARSERS
     from cosmos_train.generation import ENGINES
+    from cosmos_train.rewards.parsing import PARSERS
 
     path = tmp_path / "e.toml"
     path.write_text('datasets = ["a"]\n')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cosmos_train.evaluation.parsing import (
+from cosmos_train.rewards.parsing import (
     answer_tag,
     freeform_equal,
     is_correct,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from cosmos_train.evaluation.parsing import is_degenerate, parse_letter
+from cosmos_train.rewards.parsing import is_degenerate, parse_letter
 
 ROBOT = {
     "A": "The robot moves left",

@@ -230,8 +230,9 @@ def test_letter_answers_are_what_transformers_generate_gives(tmp_path: Path, tin
     import torch
 
     from cosmos_train.data.chat import encode_chat
-    from cosmos_train.data.vision_settings import VisionSettings
-    from cosmos_train.models.load import get_tokenizer, load_model, load_processor
+    from cosmos_train.models.load import load_model, load_processor
+    from cosmos_train.vision.processor import get_tokenizer
+    from cosmos_train.vision.settings import VisionSettings
 
     cfg = eval_config_from_dict({
         "datasets": ["synthetic"], "data_dir": str(synthetic_dir), "results_dir": str(tmp_path / "results"),
@@ -275,7 +276,7 @@ def test_freeform_mode(tmp_path: Path) -> None:
 def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
     import shutil
 
-    from cosmos_train.data.video import MediaError
+    from cosmos_train.data.media import MediaError
     from cosmos_train.evaluation.report import wrong_answers_markdown
 
     data = tmp_path / "data"

@@ -13,13 +13,14 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 import cosmos_train.export as export_mod
+import cosmos_train.models.hf_folder as hf_folder_mod
 from cosmos_train.checkpoint import CheckpointManager
 from cosmos_train.config import CheckpointConfig, Config
 from cosmos_train.errors import CheckpointError, DiskFullError, TrainingDiverged
-from cosmos_train.export import (
+from cosmos_train.export import export_checkpoint
+from cosmos_train.models.hf_folder import (
     SAFE_INDEX,
     SAFE_WEIGHTS,
-    export_checkpoint,
     export_safetensors,
     verify_hf_folder,
     write_hf_folder,
@@ -128,7 +129,7 @@ def test_failed_export_keeps_previous_one(tiny, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(export_mod, "save_file", broken)
+    monkeypatch.setattr(hf_folder_mod, "save_file", broken)
     with pytest.raises(OSError, match="disk full"):
         export_safetensors(trained(tiny, seed=9), out, tiny)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -190,7 +191,7 @@ def test_file_damaged_while_written_is_caught_and_previous_export_kept(tiny, tmp
     model = trained(tiny)
     out = export_safetensors(model, tmp_path / "final", tiny)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real_save = export_mod.save_file
+    real_save = hf_folder_mod.save_file
 
     def flips_a_byte(tensors, filename, metadata=None):
         real_save(tensors, filename, metadata=metadata)
@@ -198,7 +199,7 @@ def test_file_damaged_while_written_is_caught_and_previous_export_kept(tiny, tmp
         data[-3] ^= 0xFF  # a value changed on the way to disk
         open(filename, "wb").write(bytes(data))
 
-    monkeypatch.setattr(export_mod, "save_file", flips_a_byte)
+    monkeypatch.setattr(hf_folder_mod, "save_file", flips_a_byte)
     with pytest.raises(CheckpointError, match=r"final\.tmp-[0-9a-f]+/model\.safetensors: tensor .* other values"):
         export_safetensors(trained(tiny, seed=9), out, tiny)
 
@@ -206,7 +207,7 @@ def test_file_damaged_while_written_is_caught_and_previous_export_kept(tiny, tmp
         real_save(tensors, filename, metadata=metadata)
         os.truncate(filename, os.path.getsize(filename) - 100)
 
-    monkeypatch.setattr(export_mod, "save_file", truncates)
+    monkeypatch.setattr(hf_folder_mod, "save_file", truncates)
     with pytest.raises(CheckpointError, match=r"model\.safetensors: truncated or damaged safetensors file"):
         export_safetensors(trained(tiny, seed=9), out, tiny)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -14,8 +14,7 @@ import torch
 from PIL import Image
 
 from cosmos_train.data.chat import VIDEO_TYPE, encode_chat
-from cosmos_train.data.synthetic_video import write_mp4
-from cosmos_train.data.video import (
+from cosmos_train.data.media import (
     VisionSettings,
     normalize_frames,
     patchify,
@@ -24,9 +23,11 @@ from cosmos_train.data.video import (
     preprocess_video,
     sampled_frames,
 )
+from cosmos_train.data.synthetic_video import write_mp4
 from cosmos_train.errors import ModelError
-from cosmos_train.models.families import family_of, family_of_processor, vision_layout_of
-from cosmos_train.models.load import get_tokenizer, load_model, load_processor
+from cosmos_train.models.families import family_of, family_of_processor
+from cosmos_train.models.load import load_model, load_processor
+from cosmos_train.vision.processor import get_tokenizer, vision_layout_of
 from tests.conftest import FAMILIES
 
 VIDEO_FAMILIES = ("qwen3_vl", "cosmos3_edge")

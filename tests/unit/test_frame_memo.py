@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cosmos_train.data import video
+from cosmos_train.data import media
 from cosmos_train.data.frame_memo import FrameMemo
-from cosmos_train.data.video import MediaError, VisionSettings
+from cosmos_train.data.media import MediaError, VisionSettings
 from tests.media import moving_square_mp4
 
 SETTINGS = VisionSettings(fps=2, min_pixels=3136, max_pixels=3136)
@@ -23,7 +23,7 @@ def test_second_read_is_a_hit_with_the_same_frames(tmp_path: Path) -> None:
     memo = FrameMemo()
     frames, fps = memo.read_video(clip, SETTINGS)
     again, fps_again = memo.read_video(str(clip), SETTINGS)
-    expected, expected_fps = video.read_video(clip, SETTINGS)
+    expected, expected_fps = media.read_video(clip, SETTINGS)
     assert torch.equal(frames, expected) and fps == fps_again == expected_fps
     assert again is frames and (memo.hits, memo.misses) == (1, 1)
     memo.read_video(clip, VisionSettings(fps=1, min_pixels=3136, max_pixels=3136))  # other settings: a miss
@@ -32,7 +32,7 @@ def test_second_read_is_a_hit_with_the_same_frames(tmp_path: Path) -> None:
 
 def test_least_recently_used_goes_first_and_oversized_is_not_kept(tmp_path: Path) -> None:
     clips = [moving_square_mp4(tmp_path / f"{i}.mp4", shift=i, frames=8) for i in range(3)]
-    one = video.read_video(clips[0], SETTINGS)[0].nbytes
+    one = media.read_video(clips[0], SETTINGS)[0].nbytes
     memo = FrameMemo(max_bytes=2 * one)
     memo.read_video(clips[0], SETTINGS)
     memo.read_video(clips[1], SETTINGS)
@@ -64,14 +64,14 @@ def test_media_errors_are_raised_every_time(tmp_path: Path) -> None:
 def test_threads_asking_for_one_clip_share_one_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clip = moving_square_mp4(tmp_path / "a.mp4", frames=8)
     decodes = []
-    real = video.read_video
+    real = media.read_video
 
     def slow_read(path, settings=None):
         decodes.append(path)
         time.sleep(0.2)  # long enough for every thread to ask while the first decodes
         return real(path, settings)
 
-    monkeypatch.setattr(video, "read_video", slow_read)
+    monkeypatch.setattr(media, "read_video", slow_read)
     memo = FrameMemo()
     results = []
     threads = [threading.Thread(target=lambda: results.append(memo.read_video(clip, SETTINGS))) for _ in range(4)]

@@ -230,7 +230,7 @@ def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_d
     """[validation] top_k / top_p / repetition_penalty (cosmos-rl's keys) shape the answers: top_k = 1, the
     default, is greedy at any temperature; top_k = -1 samples."""
     from cosmos_train.config import config_from_dict
-    from cosmos_train.train.async_rollout import validation_sampling
+    from cosmos_train.train.rollout import validation_sampling
 
     cfg = config_from_dict({"validation": {"temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.1},
                             "rollout": {"max_response_length": 8}})

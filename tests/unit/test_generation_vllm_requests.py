@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import torch
 
-from cosmos_train.data.vision_settings import VisionSettings
 from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.generation import GenerationConfig, SamplingParams
 from cosmos_train.generation.vllm_requests import (
@@ -23,6 +22,7 @@ from cosmos_train.generation.vllm_requests import (
     resolve_dtype,
     sampling_kwargs,
 )
+from cosmos_train.vision.settings import VisionSettings
 
 CHAT = [
     {"role": "system", "content": "Answer the questions."},
@@ -100,8 +100,8 @@ def test_timestamp_families_get_the_source_video_metadata(tmp_path) -> None:
     import numpy as np
     from transformers import Qwen3VLProcessor
 
+    from cosmos_train.data.media import prepare_video
     from cosmos_train.data.synthetic_video import write_mp4
-    from cosmos_train.data.video import prepare_video
     from cosmos_train.models.families import family_of
 
     video = tmp_path / "v.mp4"

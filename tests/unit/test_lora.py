@@ -46,7 +46,7 @@ def test_merged_export_and_adapter_load_to_the_adapted_model(base: torch.nn.Modu
     from peft import PeftModel
     from safetensors.torch import load_file
 
-    from cosmos_train.export import export_safetensors
+    from cosmos_train.models.hf_folder import export_safetensors
     from cosmos_train.models.lora import apply_lora
 
     original = {n: p.detach().clone() for n, p in base.named_parameters()}

@@ -113,7 +113,7 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
     processor = load_processor(str(tiny_model_dir))
     model = load_model(str(tiny_model_dir), dtype=torch.float32, device="cpu")
     vision = cfg.train.train_policy.dataset.vision.as_part_defaults()
-    from cosmos_train.data.vision_settings import VisionSettings
+    from cosmos_train.vision.settings import VisionSettings
 
     prompts = [encode_chat(processor, c, add_generation_prompt=True, vision_defaults=VisionSettings(**vision))
                for c in chats]

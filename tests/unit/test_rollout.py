@@ -1,15 +1,21 @@
-"""One GRPO rollout: prompts from the one builder, n completions per row, rewards, advantages, DAPO refill."""
+"""One GRPO rollout: prompts from the one builder, n completions per row, rewards, advantages, DAPO refill;
+its statistics by name; the colocated rollout source (the worker process is tests/integration/test_grpo_async.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
+from cosmos_train.config import config_from_dict
 from cosmos_train.generation import Completion, SamplingParams
 from cosmos_train.rewards import combine
-from cosmos_train.train.rollout import Overlong, collect_rollouts
+from cosmos_train.train import rollout_colocated
+from cosmos_train.train.rollout import Overlong, Shaping, collect_rollouts, shared_prefix_ignore
+from cosmos_train.train.rollout_stats import RolloutSums, rollout_stats
 
 OPTIONS = {"A": "left", "B": "right", "C": "stays", "D": "falls"}
 
@@ -40,16 +46,18 @@ class ScriptedEngine:
 
 def test_rewards_advantages_and_stats() -> None:
     engine = ScriptedEngine({"Q0": ["B", "A", "B", "C"], "Q1": ["A", "A", "A", "A"]})
-    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine(["single_choice"]),
-                               SamplingParams(n=4), system_prompt="Be brief.")
+    rewards = combine(["single_choice"])
+    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], rewards, SamplingParams(n=4),
+                               system_prompt="Be brief.")
     assert engine.asked[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q0"}]
     g0, g1 = rollout.groups
     assert g0.rewards == [1.0, 0.0, 1.0, 0.0] and g1.rewards == [0.0] * 4 and g1.zero_std and not g0.zero_std
     # mean 0.5, population std (np.std, cosmos-rl's) sqrt(4 * 0.25 / 4) = 0.5: +-0.5 / (0.5 + 1e-6)
     assert g0.advantages == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-5)
     assert g1.advantages == [0.0] * 4
-    assert rollout.stats["reward_mean"] == pytest.approx(0.25) and rollout.stats["zero_std_fraction"] == 0.5
-    assert rollout.stats["reward/single_choice"] == pytest.approx(0.25)
+    stats = rollout_stats(rollout, rewards.names)
+    assert stats["reward_mean"] == pytest.approx(0.25) and stats["zero_std_fraction"] == 0.5
+    assert stats["reward/single_choice"] == pytest.approx(0.25) and stats["accuracy"] == stats["reward/single_choice"]
     assert all(c.weight_version == 3 for g in rollout.groups for c in g.completions)
 
 
@@ -72,7 +80,7 @@ def test_dynamic_sampling_refills_informative_groups() -> None:
     engine2 = ScriptedEngine({"Q0": ["A", "A"], "Q1": ["A", "A"]})
     short = collect_rollouts(engine2, [_row(0, "B")], combine("single_choice"), SamplingParams(n=2),
                              refill=lambda k: [_row(1, "B")], max_refill_rounds=1)
-    assert short.groups == [] and short.dropped_zero_std == 2 and short.stats["groups"] == 0
+    assert short.groups == [] and short.dropped_zero_std == 2 and rollout_stats(short, ["single_choice"])["groups"] == 0
 
 
 def test_overlong_penalty_lowers_long_completions() -> None:
@@ -109,12 +117,11 @@ def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic
         assert set(g.rewards) <= {0.0, 1.0} and sum(g.advantages) == pytest.approx(0, abs=1e-5)
         prompt = encode_chat(engine.processor, prompt_messages(g.row["messages"]), add_generation_prompt=True)
         assert all(c.prompt_token_ids == prompt.input_ids.tolist() for c in g.completions)
-    assert 0 <= rollout.stats["reward_mean"] <= 1 and rollout.stats["response_length_max"] <= 3
+    stats = rollout_stats(rollout, ["single_choice"])
+    assert 0 <= stats["reward_mean"] <= 1 and stats["response_length_max"] <= 3
 
 
 def test_shared_prefix_ignore_by_hand() -> None:
-    from cosmos_train.train.rollout import shared_prefix_ignore
-
     seqs = [[1, 2, 3, 9], [1, 2, 3, 8], [1, 2, 7], [5, 6], [1, 2, 3]]
     # maximal shared prefixes: [1, 2, 3] (seqs 0, 1, 4: rewards 1, 0, 0 differ) -> seqs 0 and 1 skip 3 tokens,
     # seq 4 is all prefix and keeps its tokens; [1, 2] is not maximal ([1, 2, 3] is deeper)
@@ -126,8 +133,6 @@ def test_shared_prefix_ignore_by_hand() -> None:
 
 
 def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() -> None:
-    from cosmos_train.train.rollout import Shaping
-
     # scripted token ids are range(len(text)): "BA" is all of "BAC"'s prefix [0, 1]; their rewards differ, so
     # "BAC" leaves its 2 shared tokens out of the loss and "BA", all prefix, keeps its own
     engine = ScriptedEngine({"Q0": ["B", "A", "A", "A", "A", "A", "A", "A"], "Q1": ["BA", "BAC"]})
@@ -147,3 +152,76 @@ def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() ->
     on_format = collect_rollouts(engine, rows[:1], two, SamplingParams(n=8),
                                  shaping=Shaping(filter_reward_metric=("format",)))
     assert on_format.groups[0].zero_std
+
+
+def test_rollout_sums_name_what_they_sum_and_reduce_over_ranks() -> None:
+    """The additive statistics, by name, over kept and dropped groups; one rank's all-reduce is itself."""
+    engine = ScriptedEngine({"Q0": ["B", "A"], "Q1": ["A", "A"], "Q2": ["B", "CC"]})
+    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine("single_choice"), SamplingParams(n=2),
+                               refill=lambda k: [_row(2, "B")], max_refill_rounds=1)
+    sums = RolloutSums.of(rollout, ["single_choice", "format"])
+    assert (sums.completions, sums.groups_kept, sums.groups_sampled, sums.zero_std_groups) == (6.0, 2.0, 3.0, 1.0)
+    assert (sums.reward, sums.reward_squared, sums.response_tokens, sums.longest) == (2.0, 2.0, 7.0, 2.0)
+    assert [g.row["id"] for g in rollout.groups] == ["r0", "r2"]
+    assert sums.refill_rounds == 1.0 and sums.part_rewards == [2.0, 0.0] and sums.truncated == 0.0
+    alone = SimpleNamespace(device=torch.device("cpu"), tp=1)  # no process group: the sums stay this rank's
+    assert sums.all_reduced(alone) == sums
+    stats = sums.stats()
+    assert stats["dropped_zero_std"] == 1.0 and stats["zero_std_fraction"] == pytest.approx(1 / 3)
+    assert stats["accuracy"] == pytest.approx(2 / 6) and "reward/format" in stats
+    assert "accuracy" not in RolloutSums.of(rollout, ["format"]).stats()
+
+
+class _SleepyEngine(ScriptedEngine):
+    """A scripted engine with the sleep / wake calls a colocated engine gets around each rollout."""
+
+    def __init__(self, script: dict[str, list[str]], name: str):
+        super().__init__(script)
+        self.name = name
+        self.calls: list[str] = []
+
+    def wake(self) -> None:
+        self.calls.append("wake")
+
+    def sleep(self) -> None:
+        self.calls.append("sleep")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def _colocated(monkeypatch: pytest.MonkeyPatch, engine: _SleepyEngine, world_size: int
+               ) -> rollout_colocated.ColocatedRollout:
+    monkeypatch.setattr(rollout_colocated, "create_engine", lambda generation_cfg: engine)
+    monkeypatch.setattr(rollout_colocated, "from_rollout", lambda cfg, processes_per_host: None)
+    cfg = config_from_dict({"train": {"train_policy": {"type": "grpo"}}, "rollout": {"n_generation": 2}})
+    dist = SimpleNamespace(world_size=world_size, rank=1, dp_rank=1, device=torch.device("cpu"))
+    return rollout_colocated.ColocatedRollout(cfg, dist, combine("single_choice"), [], processes_per_host=1)
+
+
+def test_colocated_source_samples_a_step_when_asked_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _SleepyEngine({"Q0": ["B", "A"]}, name="hf")
+    source = _colocated(monkeypatch, engine, world_size=1)
+    assert not source.lockstep and source.seed_rank == 1 and source.steps_ahead == 0
+    source.start(5, [_row(0, "B")], seed=11)
+    assert engine.asked == []  # sampled when trained, with the weights of the step before
+    got = source.result(5)
+    assert got.rollout.groups[0].rewards == [1.0, 0.0] and got.metrics == {}
+    assert engine.calls == ["wake", "sleep"]
+    chat = [{"role": "user", "content": "Q0"}]
+    assert source.generate_for_validation([], SamplingParams(n=2), together=3, filler=chat) == []
+    source.close()
+    assert engine.calls[-1] == "close"
+
+
+def test_colocated_lockstep_pads_validation_to_the_shared_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM under torchrun: every rank asks for `together` chats, the padding's answers are dropped."""
+    engine = _SleepyEngine({"Q0": ["B"], "Q1": ["A"]}, name="vllm")
+    source = _colocated(monkeypatch, engine, world_size=2)
+    assert source.lockstep and source.seed_rank == 1  # rollout tp 1: each rank its own engine group
+    chat, filler = [{"role": "user", "content": "Q0"}], [{"role": "user", "content": "Q1"}]
+    answers = source.generate_for_validation([chat], SamplingParams(n=1), together=3, filler=filler)
+    assert [a[0].text for a in answers] == ["B"] and engine.asked == [chat, filler, filler]
+    engine.asked.clear()
+    assert source.generate_for_validation([], SamplingParams(n=1), together=1, filler=filler) == []
+    assert engine.asked == [filler]  # a rank without rows still generates with the others

@@ -14,10 +14,11 @@ import torch
 from cosmos_train.data.chat import IGNORE_INDEX, encode_chat
 from cosmos_train.errors import DataError, ModelError
 from cosmos_train.models.families import family_of
-from cosmos_train.models.load import get_tokenizer, load_model, load_processor
+from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.preflight import check_model_family
 from cosmos_train.rewards import combine
 from cosmos_train.rewards.math import boxed_math_reward, direct_math_reward, gsm8k_reward, last_boxed
+from cosmos_train.vision.processor import get_tokenizer
 from tests.conftest import TEXT_FAMILIES
 
 

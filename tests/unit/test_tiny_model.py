@@ -13,9 +13,10 @@ from transformers import AutoModelForImageTextToText, AutoTokenizer
 from transformers.utils import is_torchvision_available
 
 from cosmos_train.data.chat import encode_chat
-from cosmos_train.models.load import Qwen25VLProcessorWithoutVideo, get_tokenizer, load_model, load_processor
+from cosmos_train.models.load import Qwen25VLProcessorWithoutVideo, load_model, load_processor
 from cosmos_train.models.tiny import QWEN25_VL_CHAT_TEMPLATE, SIZES, count_parameters, make_tiny_model
-from cosmos_train.models.tokenizer import QWEN25_VL_ADDED_TOKENS
+from cosmos_train.models.tiny_tokenizer import QWEN25_VL_ADDED_TOKENS
+from cosmos_train.vision.processor import get_tokenizer
 
 
 @pytest.fixture(scope="session")

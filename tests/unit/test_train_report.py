@@ -1,4 +1,4 @@
-"""The training reports (flows/train_report.py) and curves (cosmos_train/curves.py) on hand-written run
+"""The training reports (cosmos_train/train/report.py) and curves (cosmos_train/curves.py) on hand-written run
 folders: summary numbers, the completions table, the curves PNG, the per-step table, the export paths."""
 
 from __future__ import annotations
@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from cosmos_train.curves import curves_markdown, metrics_table, plot_curves, sample_rows
-from flows.train_report import completions_table, export_markdown, read_run_report, summary_markdown
+from cosmos_train.train.report import (
+    completions_table,
+    export_markdown,
+    grpo_summary_markdown,
+    read_run_report,
+    result_notes,
+    sft_summary_markdown,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -56,7 +63,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_summary_names_the_numbers(run_dir: Path) -> None:
-    md = summary_markdown(read_run_report(run_dir))
+    md = grpo_summary_markdown(read_run_report(run_dir))
     assert "# GRPO run `20250101120000`" in md
     assert "- steps: 4\n" in md
     assert "reward (train mean): 0.500 (step 1) -> 1.250 (step 4)" in md
@@ -76,7 +83,7 @@ def test_summary_of_a_run_without_accuracy_or_exports(tmp_path: Path) -> None:
     rows = [{k: v for k, v in _train(s, 0.1 * s, 0.0, 0.0).items() if k != "accuracy"} for s in (1, 2)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "result.json").write_text(json.dumps({"step": 2, "stopped": True, "final": None, "best": None}))
-    md = summary_markdown(read_run_report(tmp_path))
+    md = grpo_summary_markdown(read_run_report(tmp_path))
     assert "- steps: 2 (stopped early)" in md and "reward (train mean): 0.100 (step 1) -> 0.200 (step 2)" in md
     assert "accuracy" not in md and "- final export: none" in md and "best export" not in md
     assert "no completions sampled" in md
@@ -145,8 +152,6 @@ def test_export_paths_are_text_with_their_uploads() -> None:
 
 def test_summary_lists_the_keys_that_had_no_effect() -> None:
     """A cosmos-rl key accepted with no effect is said in the run summary, never dropped silently."""
-    from flows.train_report import result_notes
-
     lines = result_notes({"no_effect": ["redis = '12800': cosmos-rl's controller port: there is no controller here"]})
     assert lines == ["- accepted with no effect here (cosmos-rl keys / settings):",
                      "  - `redis = '12800': cosmos-rl's controller port: there is no controller here`"]
@@ -154,10 +159,8 @@ def test_summary_lists_the_keys_that_had_no_effect() -> None:
 
 
 def test_sft_summary_gives_model_flops_and_mfu(tmp_path: Path) -> None:
-    from flows.sft import _summary_markdown
-
     row = {"step": 1, "kind": "train", "loss": 2.0, "tokens_per_s": 900.0, "samples_per_s": 3.0, "peak_mem_gb": 1.0}
-    md = _summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 312.0, "mfu": 0.4}])
+    md = sft_summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 312.0, "mfu": 0.4}])
     assert "- model FLOPs (last step): 312 TFLOP/s per device, MFU 40.0%" in md
-    md = _summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 0.05}])
+    md = sft_summary_markdown(tmp_path, {"step": 1}, [{**row, "tflops_per_device": 0.05}])
     assert "0.05 TFLOP/s per device (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)" in md

@@ -20,15 +20,13 @@ import torch
 from cosmos_train.config import load_config
 from cosmos_train.errors import ConfigError
 from cosmos_train.wfm.config import (
-    CALLBACK_STATES,
-    COSMOS_RL_DEFAULTS,
-    RL_ALIASES,
     WfmConfig,
     callback_states,
     conditioner_states,
     load_wfm_config,
     wfm_config_from_dict,
 )
+from cosmos_train.wfm.cosmos_rl_form import CALLBACK_STATES, COSMOS_RL_DEFAULTS, RL_ALIASES
 from cosmos_train.wfm.sde import sigma_schedule
 from cosmos_train.wfm.trainer import WfmTrainer, drop_text
 from tests.conftest import ROOT
@@ -289,7 +287,7 @@ def test_train_on_is_checked_against_sample_steps() -> None:
 
 # ------------------------------------------------------------------ the trainer's side of these keys
 def _bare_trainer(**rl: Any) -> WfmTrainer:
-    """A WfmTrainer holding only what trained_steps / rollout / _clip_grads read (no model loaded)."""
+    """A WfmTrainer holding only what trained_steps / rollout / clip_gradients read (no model loaded)."""
     t = WfmTrainer.__new__(WfmTrainer)
     t.cfg = _cfg(**rl)
     t.rl, t.dist = t.cfg.model.rl, SimpleNamespace(device=torch.device("cpu"))
@@ -312,7 +310,7 @@ def test_train_on_steps_fixed_and_random() -> None:
 def test_use_same_seed_shares_the_initial_noise_of_a_group(same: bool) -> None:
     t = _bare_trainer(num_generations=3, sample_steps=2, use_same_seed=same)
     t.sigmas, t.latent_shape = sigma_schedule(2, 1.0), (2, 1, 2, 2)
-    t.policy = None
+    t.model = None
     t.velocity = lambda model, x, sigma, emb: torch.zeros_like(x)  # the noise is what is compared
     traj = t.rollout(torch.zeros(6, 4, 8), torch.Generator().manual_seed(0))
     start = traj["xs"][:, 0]
@@ -333,10 +331,11 @@ def test_text_dropout_zeroes_whole_prompts_at_the_rate() -> None:
 def test_grad_clip_force_finite_zeroes_non_finite_gradients(force_finite: bool) -> None:
     t = _bare_trainer()
     t.cfg = _cfg(callbacks=[{"name": "grad_clip", "args": {"clip_norm": 1.0, "force_finite": force_finite}}])
-    t.policy = torch.nn.Linear(2, 2, bias=False)
-    t.policy.weight.grad = torch.tensor([[float("nan"), 3.0], [float("inf"), 4.0]])
-    norm = t._clip_grads()
+    t.model = torch.nn.Linear(2, 2, bias=False)
+    t.model.weight.grad = torch.tensor([[float("nan"), 3.0], [float("inf"), 4.0]])
+    t.settings = WfmTrainer.loop_settings(t.cfg)  # the shared trainer base clips as the config says
+    norm = t.clip_gradients()
     if force_finite:
-        assert norm == pytest.approx(5.0) and torch.allclose(t.policy.weight.grad, torch.tensor([[0.0, 0.6], [0.0, 0.8]]))
+        assert norm == pytest.approx(5.0) and torch.allclose(t.model.weight.grad, torch.tensor([[0.0, 0.6], [0.0, 0.8]]))
     else:
         assert not torch.isfinite(torch.tensor(norm))  # the trainer then stops the run (TrainingDiverged)

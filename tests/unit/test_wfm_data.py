@@ -1,4 +1,4 @@
-"""The world-model dataset (cosmos_train/wfm/data.py) and its synthetic maker (data/synthetic_wfm.py).
+"""The world-model dataset (cosmos_train/wfm/data.py) and its synthetic maker (wfm/synthetic_data.py).
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_data.py
 """
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from cosmos_train.data.synthetic_video import pick_codec, read_mp4, write_mp4
-from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data, write_text_embeddings
 from cosmos_train.errors import DataError, MediaError
 from cosmos_train.wfm.data import WfmSample, load_clip, load_text_embedding, mock_prompts, scan_dataset
+from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data, write_text_embeddings
 
 STEMS = [f"clip_{i:04d}" for i in range(4)]
 LAYOUT = r"videos/<stem>\.mp4 with a metas/<stem>\.txt caption each"  # what a missing folder's error shows

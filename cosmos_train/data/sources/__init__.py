@@ -55,21 +55,23 @@ Samples without a system turn get ``train_policy.system_prompt``, else the defau
 
 from __future__ import annotations
 
-import importlib
 import random
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from cosmos_train.config import Config, DatasetConfig, TrainPolicyConfig
+from cosmos_train.config import Config, DatasetConfig
 from cosmos_train.data.prompt import with_system_prompt
+
+# The built-in sources register themselves in `registry` on import; nothing below imports them otherwise.
+from cosmos_train.data.sources import cosmos, hf, llava, synthetic, video_folder  # noqa: F401
+from cosmos_train.data.sources import script as script_mod
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
+from cosmos_train.data.sources.cosmos import VIDEO_SUFFIXES
+from cosmos_train.data.sources.registry import SOURCES, SourceFn, SplitRole, get_source, register_source
 from cosmos_train.data.sources.splits import SplitNotFound, data_files
 
-SplitRole = Literal["train", "val"]
-SourceFn = Callable[[DatasetConfig, TrainPolicyConfig, SplitRole, dict], Iterable[dict]]
-SOURCES: dict[str, SourceFn] = {}
 # The held-out part of a test_size split must not move between runs or with the shuffle seed.
 SPLIT_SEED = 1234
 COSMOS_HUB_ID = re.compile(r"^nvidia/Cosmos-Reason\d*[-_]", re.IGNORECASE)
@@ -78,6 +80,8 @@ __all__ = [
     "SOURCES",
     "DatasetError",
     "RowError",
+    "SourceFn",
+    "SplitRole",
     "cosmos_subsets",
     "detect_source",
     "get_source",
@@ -85,22 +89,6 @@ __all__ = [
     "register_source",
     "split_held_out",
 ]
-
-
-def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
-    """Decorator: make `fn` the source called `name` (a later registration replaces it)."""
-
-    def wrap(fn: SourceFn) -> SourceFn:
-        SOURCES[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_source(name: str) -> SourceFn:
-    if name not in SOURCES:
-        raise DatasetError(f"unknown dataset source {name!r}; registered: {', '.join(sorted(SOURCES))}")
-    return SOURCES[name]
 
 
 def detect_source(ds: DatasetConfig) -> str:
@@ -147,8 +135,6 @@ def detect_source(ds: DatasetConfig) -> str:
 def cosmos_subsets(folder: Path) -> list[str]:
     """The subsets of a local copy of a Cosmos-Reason hub dataset: subfolders holding a `clips/` folder
     with clip archives (*.tar.gz) or extracted videos, the layout the `cosmos` source reads locally."""
-    from cosmos_train.data.sources.cosmos import VIDEO_SUFFIXES  # imported at call time: it imports us
-
     def has_clips(clips: Path) -> bool:
         # any() stops at the first hit: an extracted subset holds many thousands of clips.
         return clips.is_dir() and any(
@@ -203,8 +189,6 @@ def load_samples(
     `dataset.source`. A row that cannot be mapped raises RowError naming its file and row, unless
     `keep_errors` (data preparation applies `dataset.on_bad_row` to those error samples).
     """
-    from cosmos_train.data.sources import script as script_mod
-
     if split_role not in ("train", "val"):
         raise ValueError(f"split_role must be 'train' or 'val', got {split_role!r}")
     tp = cfg.train.train_policy
@@ -237,7 +221,3 @@ def load_samples(
                 raise RowError(s["error"]["reason"], s["error"]["message"])
     return [_with_system_prompt(s, tp.system_prompt) for s in samples]
 
-
-# Register the built-in sources (they import register_source from this module, so this comes last).
-for _module in ("cosmos", "hf", "llava", "script", "synthetic", "video_folder"):
-    importlib.import_module(f"{__name__}.{_module}")

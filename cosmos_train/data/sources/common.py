@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import TrainPolicyConfig
+from cosmos_train.config.paths import cosmos_cache
 from cosmos_train.data.prompt import choice_question_text
 from cosmos_train.data.sources.embedded import is_embedded, store_embedded
 from cosmos_train.errors import DataError
@@ -74,11 +74,6 @@ class RowContext:
     embedded_store: Path | None = None
     write_embedded: bool = True  # False: a dry run that only looks at paths (no image encoding)
     allow_outside_root: bool = False
-
-
-def cosmos_cache() -> Path:
-    """$COSMOS_CACHE (default ~/.cache/cosmos): extracted archives, embedded media."""
-    return Path(os.environ.get("COSMOS_CACHE") or Path.home() / ".cache" / "cosmos").expanduser()
 
 
 def context_for(train_policy: TrainPolicyConfig, vision: Mapping[str, Any], **kw: Any) -> RowContext:
@@ -460,10 +455,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         return data
     if suffix in (".parquet", ".arrow"):
         if suffix == ".parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # why: comes with datasets, a slow import; parquet rows only
 
             return pq.read_table(path).to_pylist()
-        import datasets  # .arrow files are what datasets.save_to_disk writes: memory-mapped, no cache
+        # .arrow files are what datasets.save_to_disk writes: memory-mapped, no cache
+        import datasets  # why: datasets takes seconds to import; only hub / parquet / arrow datasets need it
 
         return list(datasets.Dataset.from_file(str(path)))
     raise DatasetError(f"{path}: unsupported file type {suffix!r} (use one of {', '.join(ROW_FILE_SUFFIXES)})")

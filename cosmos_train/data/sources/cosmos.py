@@ -41,7 +41,6 @@ from filelock import FileLock
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import (
     ROW_FILE_SUFFIXES,
     DatasetError,
@@ -51,6 +50,7 @@ from cosmos_train.data.sources.common import (
     read_rows,
 )
 from cosmos_train.data.sources.hf import iter_tables, split_names
+from cosmos_train.data.sources.registry import register_source
 
 # What the Cosmos-Reason reference uses for its SFT / RL videos.
 COSMOS_VISION_DEFAULTS = {"fps": 1, "max_pixels": 81920}
@@ -140,7 +140,7 @@ def prepare_clips(ds: DatasetConfig) -> Path:
         if downloaded:  # already downloaded there: no hub call
             extract_archives(downloaded, dest)
             return dest
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # why: the hub client only when downloading
 
     try:
         root = Path(
@@ -180,7 +180,7 @@ def local_tables(ds: DatasetConfig, root: Path) -> Iterator[tuple[str, list[dict
     subset = str(ds.subset)
     for split in split_names(ds):
         if _has_readme_configs(root):
-            import datasets
+            import datasets  # why: datasets takes seconds to import; only hub / parquet / arrow datasets need it
 
             try:
                 rows = list(datasets.load_dataset(str(root), subset, split=split))

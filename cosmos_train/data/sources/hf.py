@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import (
     ROW_FILE_SUFFIXES,
     DatasetError,
@@ -42,6 +41,7 @@ from cosmos_train.data.sources.common import (
     map_rows,
     read_rows,
 )
+from cosmos_train.data.sources.registry import register_source
 from cosmos_train.data.sources.splits import RULES, SPLIT_KEYWORDS, VALIDATION_SPLIT, folder_splits
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ def held_out_split(ds: DatasetConfig) -> str | None:
     path = Path(ds.name).expanduser()
     if not path.is_dir():
         return None
+    trained: set[str | None]  # the splits training reads; None where a name resolves to none
     if _is_save_to_disk(path):
         if not (path / "dataset_dict.json").is_file():
             return None
@@ -123,7 +124,7 @@ def held_out_split(ds: DatasetConfig) -> str | None:
 
 def _from_disk(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """(origin label, rows) per split of a datasets.save_to_disk folder."""
-    import datasets
+    import datasets  # why: datasets takes seconds to import; only hub / parquet / arrow datasets need it
 
     loaded = datasets.load_from_disk(str(Path(ds.name).expanduser()))
     if isinstance(loaded, datasets.DatasetDict):
@@ -138,7 +139,7 @@ def _from_disk(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list
 
 
 def _from_hub(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    import datasets
+    import datasets  # why: datasets takes seconds to import; only hub / parquet / arrow datasets need it
 
     for split in splits:
         try:
@@ -190,7 +191,7 @@ def _unresolved_media(rows: list[dict[str, Any]], label: str, ctx: RowContext) -
 
 def _hub_media(ds: DatasetConfig, files: list[str]) -> Path:
     """Download `files` from the dataset repo in one snapshot; returns its local folder."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # why: the hub client only when downloading
 
     try:
         folder = snapshot_download(

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import DatasetError, context_for, map_rows, read_rows
+from cosmos_train.data.sources.registry import register_source
 
 
 @register_source("llava")

@@ -33,8 +33,8 @@ from types import ModuleType
 from typing import Any
 
 from cosmos_train.config import Config, DatasetConfig, TrainConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import DatasetError, context_for, map_rows
+from cosmos_train.data.sources.registry import register_source
 
 _MODULES: dict[tuple[str, float], ModuleType] = {}
 

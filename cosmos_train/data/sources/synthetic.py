@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from cosmos_train.config import DatasetConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
+from cosmos_train.config import DatasetConfig, GRPOPolicyConfig, TrainPolicyConfig
 from cosmos_train.data.sources.common import DatasetError, context_for, map_rows, read_rows
+from cosmos_train.data.sources.registry import register_source
 
 
 def synthetic_file(root: Path, policy_type: str, split_role: str, split: str) -> Path:
@@ -35,7 +35,8 @@ def synthetic_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_r
     if not (root / "dataset_info.json").is_file():
         raise DatasetError(f"dataset.name {ds.name}: not a synthetic dataset folder (no dataset_info.json)")
     split = ds.split if isinstance(ds.split, str) else "train"
-    path = synthetic_file(root, train_policy.type or "sft", split_role, split)
+    policy_type = "grpo" if isinstance(train_policy, GRPOPolicyConfig) else "sft"
+    path = synthetic_file(root, policy_type, split_role, split)
     ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[root.absolute(), path.parent.absolute()],
                       allow_outside_root=ds.allow_media_outside_root)
     yield from map_rows(read_rows(path), str(path), ctx)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from cosmos_train.config import DatasetConfig, TrainPolicyConfig
-from cosmos_train.data.sources import register_source
 from cosmos_train.data.sources.common import (
     DatasetError,
     RowError,
@@ -27,6 +26,7 @@ from cosmos_train.data.sources.common import (
     error_sample,
     media_part,
 )
+from cosmos_train.data.sources.registry import register_source
 
 CAPTION_KEYS = ("caption", "text", "label", "description")
 
@@ -68,10 +68,10 @@ def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, spli
                       allow_outside_root=ds.allow_media_outside_root)
     suffix = f"{ds.video_suffix}.mp4"
     captions: dict[str, Path] = {}
-    for meta in sorted(metas.iterdir()):
-        mid = _meta_id(meta)
+    for meta_file in sorted(metas.iterdir()):
+        mid = _meta_id(meta_file)
         if mid is not None:
-            captions.setdefault(mid, meta)  # .label.json sorts before .txt and wins
+            captions.setdefault(mid, meta_file)  # .label.json sorts before .txt and wins
     ids = set(captions)
     ids |= {p.name[: -len(suffix)] for p in videos.iterdir() if p.name.endswith(suffix)}
     for sample_id in sorted(ids):

@@ -16,6 +16,7 @@ import math
 import threading
 from typing import Any
 
+from cosmos_train.generation import GenerationConfig, SamplingParams, create_engine
 from cosmos_train.reward_service.handlers.base import Batch, Handler, register_handler
 
 ANSWER_TOKENS = 3
@@ -51,16 +52,12 @@ class VLMJudge(Handler):
         return super().refuse(batch_media_type, has_completions)
 
     def set_up(self) -> None:
-        from cosmos_train.generation import GenerationConfig, create_engine
-
         s = self.settings
         self.engine = create_engine(GenerationConfig(
             model_path=str(s.model_path), engine="hf", device=s.device, dtype=s.dtype, max_length=s.max_length,
             decode_workers=1))
 
     def score(self, batch: Batch) -> list[float]:
-        from cosmos_train.generation import SamplingParams
-
         prompts = batch.prompts or [""] * batch.size
         chats = [judge_chat(p, c, self.settings.question) for p, c in zip(prompts, batch.completions)]
         with self._lock:

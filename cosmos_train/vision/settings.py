@@ -14,7 +14,7 @@ config file is the single source of truth.
 32 for Qwen3-VL and Cosmos3-Edge). Sizes are multiples of it and the default pixel bounds are token
 counts times factor**2, as qwen-vl-utils computes them from `image_patch_size` since its Qwen3-VL
 release (for 28 they equal the Qwen2.5-VL constants). It is not a message-part key: `encode_chat` sets it
-from the model family (`cosmos_train.data.video.VisionLayout`).
+from the model family (`cosmos_train.vision.layout.VisionLayout`).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def smart_resize(
     height: int,
     width: int,
     factor: int = IMAGE_FACTOR,
-    min_pixels: int = MIN_PIXELS,
-    max_pixels: int = MAX_PIXELS,
+    min_pixels: float = MIN_PIXELS,
+    max_pixels: float = MAX_PIXELS,
 ) -> tuple[int, int]:
     """qwen-vl-utils' smart_resize: sides multiples of `factor`, area in [min_pixels, max_pixels]
     (min wins when the two conflict, as upstream), aspect ratio kept as closely as possible.
@@ -242,9 +242,8 @@ class VisionSettings:
                 self.max_frames if self.max_frames is not None else min(FPS_MAX_FRAMES, total_frames),
                 FRAME_FACTOR,
             )
-            nframes = total_frames / video_fps * fps
-            nframes = min(min(max(nframes, min_frames), max_frames), total_frames)
-            nframes = floor_by_factor(nframes, FRAME_FACTOR)
+            wanted = total_frames / video_fps * fps
+            nframes = floor_by_factor(min(min(max(wanted, min_frames), max_frames), total_frames), FRAME_FACTOR)
         if not FRAME_FACTOR <= nframes <= total_frames:
             raise ValueError(
                 f"cannot sample {nframes} frames from {total_frames}: the count must lie in "

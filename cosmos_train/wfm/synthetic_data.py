@@ -2,7 +2,7 @@
 
     cosmos-train make-synthetic-wfm-data outputs/wfm-data [--n 32] [--text-embeddings-from outputs/tiny-wfm]
 
-    from cosmos_train.data.synthetic_wfm import make_synthetic_wfm_data, write_text_embeddings
+    from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data, write_text_embeddings
     root = make_synthetic_wfm_data("outputs/wfm-data", n=32, num_frames=9, height=32, width=32)
     write_text_embeddings(root, encode)  # encode: list of prompts -> [B, L, D]
 
@@ -31,6 +31,7 @@ import torch
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.data.synthetic_video import write_mp4
+from cosmos_train.wfm.data import scan_dataset
 
 DIRECTIONS = {"left": (0, -1), "right": (0, 1), "up": (-1, 0), "down": (1, 0)}  # (dy, dx)
 SHAPES = ("square", "disc")
@@ -136,8 +137,6 @@ def write_text_embeddings(dataset_dir: str | Path, encode: Callable[[list[str]],
     The rows and prompts are scan_dataset's (same pairing, same caption text as the trainer reads); rows it
     would leave out (a caption without its video, an empty caption) get none: scan_dataset names them.
     """
-    from cosmos_train.wfm.data import scan_dataset  # the world-model reader, loaded only when embedding
-
     root = Path(dataset_dir)
     samples, _ = scan_dataset(root, on_bad_row="skip", check_media=False)
     for start in range(0, len(samples), batch):

@@ -2,24 +2,28 @@
 
     cosmos-train config docs > docs/CONFIG.md
 
-One table per TOML table, for the job config (`cosmos_train.config.Config`) and the evaluation config
-(`cosmos_train.evaluation.config.EvalConfig`). tests/unit/test_config_docs.py fails when docs/CONFIG.md
-no longer matches the schema, so the file never drifts from what `config check` enforces.
+One table per TOML table, for each config kind the caller passes (the job config, the evaluation config, the
+world-model config: `cosmos-train config docs` passes all three, so this layer imports none above it), and the table
+of cosmos-rl's keys (docs/COSMOS_RL_KEYS.md). tests/unit/test_config_docs.py fails when docs/CONFIG.md no longer
+matches the schema, so the file never drifts from what `config check` enforces.
 """
 
 from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
 
 import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from cosmos_train.config import field_bounds
+from cosmos_train.config.aliases import ALIASES, CONVERTED
+from cosmos_train.config.compat import PARITY_CHECKED, default_note, key_state
+from cosmos_train.config.explain import field_bounds, section_models
+from cosmos_train.config.schema import Config
 
 
 def _type_name(annotation: Any) -> str:
@@ -43,7 +47,8 @@ def _type_name(annotation: Any) -> str:
 
 def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        # the schema's factories take no argument (pydantic also allows one taking the validated data)
+        value = cast(Callable[[], Any], field.default_factory)()
         if isinstance(value, BaseModel):
             return "(table)"
     elif field.default is PydanticUndefined:
@@ -71,22 +76,34 @@ def _bounds(field: FieldInfo) -> str:
     return " and ".join(words)
 
 
-def _sub_section(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _sub_section(arg)
-        if found is not None:
-            return found
-    return None
+def _common_base(members: list[type[BaseModel]]) -> type[BaseModel]:
+    """The nearest class every member of a union of tables derives from (the fields they share)."""
+    return next(c for c in members[0].__mro__ if all(issubclass(m, c) for m in members))
 
 
-def _sections(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[BaseModel]]]:
-    yield path, model
-    for name, field in model.model_fields.items():
-        sub = _sub_section(field.annotation)
-        if sub is not None:
-            yield from _sections(sub, f"{path}.{name}" if path else name)
+def _tag(model: type[BaseModel]) -> str:
+    """' (type = "grpo")' for a member of a union of tables picked by its `type`."""
+    field = model.model_fields.get("type")
+    return f" (type = {_format(field.default)})" if field is not None else ""
+
+
+def _sections(model: type[BaseModel], path: str, names: Sequence[str] | None = None, heading: str = ""
+              ) -> Iterator[tuple[str, type[BaseModel], list[str]]]:
+    """(heading, table model, its keys shown) for a table and every table below it. A union of tables (SFT's and
+    GRPO's train_policy) is its shared keys under the table's name, then each member's own keys under its type."""
+    shown = list(model.model_fields) if names is None else list(names)
+    yield heading or (f"[{path}]" if path else "top level"), model, shown
+    for name in shown:
+        members = section_models(model.model_fields[name].annotation)
+        sub = f"{path}.{name}" if path else name
+        if len(members) == 1:
+            yield from _sections(members[0], sub)
+        elif members:
+            base = _common_base(members)
+            yield from _sections(base, sub)
+            for member in members:
+                own = [n for n in member.model_fields if n not in base.model_fields]
+                yield from _sections(member, sub, own, heading=f"[{sub}]{_tag(member)}")
 
 
 def _cell(text: str) -> str:
@@ -95,13 +112,14 @@ def _cell(text: str) -> str:
 
 def section_tables(root: type[BaseModel], title: str) -> str:
     out = [f"## {title}", ""]
-    for path, model in _sections(root, ""):
-        rows = [(name, f) for name, f in model.model_fields.items() if _sub_section(f.annotation) is None
-                or typing.get_origin(f.annotation) is list]
+    for heading, model, names in _sections(root, ""):
+        rows = [(name, model.model_fields[name]) for name in names
+                if not section_models(model.model_fields[name].annotation)
+                or typing.get_origin(model.model_fields[name].annotation) is list]
         if not rows:
             continue
         doc = (model.__doc__ or "").strip().split("\n\n")[0]
-        out += [f"### [{path}]" if path else "### top level", ""]
+        out += [f"### {heading}", ""]
         if doc:
             out += [_cell(doc), ""]
         out += ["| key | type | default | bounds | description |", "|---|---|---|---|---|"]
@@ -112,44 +130,41 @@ def section_tables(root: type[BaseModel], title: str) -> str:
     return "\n".join(out)
 
 
-def config_reference() -> str:
-    from cosmos_train.config import Config
-    from cosmos_train.evaluation.config import EvalConfig
-    from cosmos_train.wfm.config import WfmConfig
-
+def config_reference(evaluation: type[BaseModel], world_model: type[BaseModel]) -> str:
+    """docs/CONFIG.md: the job config's tables, then the evaluation config's and the world-model config's (passed
+    in: they sit in layers above this one)."""
     head = ["# Config reference", "",
             "Generated from the schema by `cosmos-train config docs` (do not edit by hand). Every key's "
             "bounds are enforced by `cosmos-train config check` and by every command before it starts.", "", ""]
-    return "\n".join(head) + section_tables(Config, "Job config (TOML)") + "\n" + section_tables(
-        EvalConfig, "Evaluation config (TOML or YAML)") + "\n" + section_tables(
-        WfmConfig, "World-model RL config (TOML: configs/wfm/, configs/tiny-wfm-*.toml)")
+    kinds: list[tuple[type[BaseModel], str]] = [(Config, "Job config (TOML)"), (evaluation, "Evaluation config (TOML or YAML)"),
+             (world_model, "World-model RL config (TOML: configs/wfm/, configs/tiny-wfm-*.toml)")]
+    return "\n".join(head) + "\n".join(section_tables(model, title) for model, title in kinds)
 
 
 # ------------------------------------------------------------------------- cosmos-rl's keys, one state each
 def schema_keys() -> dict[str, str]:
     """Every dotted key of the job config with its default as the tables show it (a table's keys, not the
-    table; list-of-table keys such as remote_reward.reward_fns.name included)."""
-    from cosmos_train.config import Config
-
+    table; list-of-table keys such as remote_reward.reward_fns.name included). A key of both SFT's and GRPO's
+    train_policy table shows SFT's default (the table naming no type)."""
     out: dict[str, str] = {}
 
     def walk(model: type[BaseModel], prefix: str) -> None:
         for name, field in model.model_fields.items():
-            sub = _sub_section(field.annotation)
-            if sub is not None and name != "custom":
-                walk(sub, f"{prefix}{name}.")
+            members = section_models(field.annotation)
+            if members and name != "custom":
+                for member in members:
+                    walk(member, f"{prefix}{name}.")
             else:
-                out[prefix + name] = _default(field)
+                out.setdefault(prefix + name, _default(field))
 
     walk(Config, "")
     return out
 
 
 def alias_map() -> dict[str, str]:
-    """cosmos-rl key -> ours, for the keys that load under another name (config.ALIASES, CONVERTED)."""
-    from cosmos_train.config import ALIASES, CONVERTED
-
-    return {".".join(a): ".".join(c) for a, c, *_ in [*ALIASES, *CONVERTED]}
+    """cosmos-rl key -> ours, for the keys that load under another name (aliases.ALIASES, CONVERTED)."""
+    pairs = [*ALIASES, *((alias, canonical) for alias, canonical, _ in CONVERTED)]
+    return {".".join(a): ".".join(c) for a, c in pairs}
 
 
 def recorded_default(field: dict[str, Any]) -> str:
@@ -162,8 +177,6 @@ def recorded_default(field: dict[str, Any]) -> str:
 def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
     """docs/COSMOS_RL_KEYS.md: every key of cosmos-rl's schema (the recorded field list,
     tests/data/cosmos_rl_fields.json) with its state here and, where they differ, both defaults."""
-    from cosmos_train.config_compat import PARITY_CHECKED, default_note, key_state
-
     ours, aliases = schema_keys(), alias_map()
     rows = []
     counts: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""cosmos_train.data.video: frame sampling, resizing, patchify, errors, and equivalence with
+"""cosmos_train.data.media: frame sampling, resizing, patchify, errors, and equivalence with
 transformers' Qwen2-VL processors.
 
 Test clips are written with PyAV (lossless libx264, yuv420p). Frame i of a "counter" clip is a
@@ -16,9 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from cosmos_train.data.video import (
-    IMAGE_MEAN,
-    IMAGE_STD,
+from cosmos_train.data.media import (
     MediaError,
     VisionSettings,
     VisionSettingsError,
@@ -31,7 +29,8 @@ from cosmos_train.data.video import (
     read_video,
     resize_frames,
 )
-from cosmos_train.data.vision_settings import VIDEO_MAX_PIXELS, smart_resize
+from cosmos_train.vision.layout import IMAGE_MEAN, IMAGE_STD
+from cosmos_train.vision.settings import VIDEO_MAX_PIXELS, smart_resize
 
 LEVEL_STEP = 3  # grey level per frame index in counter clips
 

@@ -6,7 +6,7 @@ patchify into the exact layout of transformers' Qwen2-VL / Qwen3-VL processors:
     pixel_values [grid_t * grid_h * grid_w, C * temporal_patch * patch * patch]
 
 rows in the 2x2 spatial-merge order, so the model's vision tower can consume them directly. What differs
-between families is a `VisionLayout` (each family's spec holds one, `cosmos_train.models.families`):
+between families is a `VisionLayout` (`cosmos_train.vision.layout`; each family's spec names one):
 patch size (14 Qwen2.5-VL, 16 Qwen3-VL), temporal patch (2; 1 for Cosmos3-Edge), normalisation (CLIP
 statistics; 0.5 / 0.5 for Qwen3-VL) and whether the prompt carries a `<t seconds>` timestamp before each
 temporal patch of a video (Qwen3-VL and Cosmos3-Edge: `VisionInput.timestamps`, from the sampled
@@ -46,8 +46,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
-from cosmos_train.data.vision_settings import VisionSettings, VisionSettingsError
 from cosmos_train.errors import MediaError
+from cosmos_train.vision.layout import MERGE_SIZE, PATCH_SIZE, QWEN2_VL_LAYOUT, VisionLayout
+from cosmos_train.vision.settings import VisionSettings, VisionSettingsError
 
 __all__ = [
     "QWEN2_VL_LAYOUT",
@@ -69,56 +70,14 @@ __all__ = [
     "sampled_frames",
 ]
 
-PATCH_SIZE = 14
-MERGE_SIZE = 2
-TEMPORAL_PATCH_SIZE = 2
-# OpenAI CLIP statistics, the image_mean / image_std of every Qwen2-VL processor config.
-IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
-IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
 # Frames resized per interpolate call: bounds the kernel's working buffers for long high-resolution clips.
 _RESIZE_CHUNK = 16
 # Frames the container may over-report (edit lists, a truncated tail) before a shortfall is an error.
 _FRAME_COUNT_SLACK = 2
 
 MediaSource = str | os.PathLike
-
-
-@dataclasses.dataclass(frozen=True)
-class VisionLayout:
-    """How a model family lays pixels out (its processor config) and marks video time in the prompt.
-
-    frame_timestamps: the prompt writes `<{t:.1f} seconds>` + a vision block per temporal patch of a video
-    (Qwen3-VL, Cosmos3-Edge) instead of one block per video with `second_per_grid_ts` (Qwen2.5-VL).
-    keep_video_wrapper (frame-timestamp layouts): the template's <|vision_start|> ... <|vision_end|> around a
-    video stays and the per-patch blocks go inside it, as transformers' Qwen3VLProcessor (>= 5.10) and vLLM
-    with it write Qwen3-VL prompts; False replaces the whole placeholder (Cosmos3EdgeProcessor, and Qwen3-VL's
-    processor before transformers 5.10).
-    channels_last_patches: the values of one patch run (row, column, channel, frame), as Cosmos3-Edge's
-    linear patch embedding reads them, instead of (channel, frame, row, column) for a Conv3d's kernel.
-    """
-
-    patch_size: int = PATCH_SIZE
-    merge_size: int = MERGE_SIZE
-    temporal_patch_size: int = TEMPORAL_PATCH_SIZE
-    image_mean: tuple[float, float, float] = IMAGE_MEAN
-    image_std: tuple[float, float, float] = IMAGE_STD
-    frame_timestamps: bool = False
-    keep_video_wrapper: bool = False
-    channels_last_patches: bool = False
-
-    @property
-    def factor(self) -> int:
-        """Pixels per merged token side: sizes are multiples of it."""
-        return self.patch_size * self.merge_size
-
-    def settings(self, settings: VisionSettings | None) -> VisionSettings:
-        """`settings` (or the defaults) sized for this layout."""
-        settings = settings or VisionSettings()
-        return settings if settings.factor == self.factor else dataclasses.replace(settings, factor=self.factor)
-
-
-# The default: Qwen2-VL / Qwen2.5-VL. Other families' layouts are in their specs (cosmos_train.models.families).
-QWEN2_VL_LAYOUT = VisionLayout()
+# What load_image opens: a file, an image already in memory, or its encoded bytes.
+ImageSource = MediaSource | Image.Image | bytes
 
 
 @dataclasses.dataclass
@@ -168,8 +127,8 @@ def _count_packets(path: Path) -> int:
         return sum(1 for packet in container.demux(video=0) if packet.size > 0)
 
 
-def _frame_index(frame: av.VideoFrame, start_time: int, time_base: float, fps: float) -> int:
-    return round((frame.pts - start_time) * time_base * fps)
+def _frame_index(pts: int, start_time: int, time_base: float, fps: float) -> int:
+    return round((pts - start_time) * time_base * fps)
 
 
 def _decode_indices(
@@ -193,7 +152,7 @@ def _decode_indices(
             container.seek(max(target, start_time), stream=stream, backward=True, any_frame=False)
         except av.FFmpegError:
             pass  # not seekable (e.g. a raw stream): decode from the start, numbering by pts still
-    out: list[np.ndarray | None] = [None] * len(indices)
+    out: list[np.ndarray] = []  # out[k] is the frame for indices[k], filled in order
     arrays: dict[int, np.ndarray] = {}  # frame number -> RGB, so repeated indices convert once
     wanted = 0
     last_index, last_frame = -1, None
@@ -205,9 +164,12 @@ def _decode_indices(
             break
         except av.FFmpegError as error:
             raise MediaError(path, f"decoding failed after frame {last_index}: {error}") from error
-        if use_pts and frame.pts is None:
+        if not use_pts:
+            index = counter
+        elif frame.pts is None:
             raise MediaError(path, "frames carry no timestamps, so video_start cannot be honoured")
-        index = _frame_index(frame, start_time, time_base, fps) if use_pts else counter
+        else:
+            index = _frame_index(frame.pts, start_time, time_base, fps)
         last_index, last_frame = index, frame
         # A frame serves every wanted index up to it: exact for constant frame rate, and the
         # nearest later frame where a variable-rate stream skips a number. (Without a seek,
@@ -215,7 +177,7 @@ def _decode_indices(
         while wanted < len(indices) and indices[wanted] <= index:
             if index not in arrays:
                 arrays[index] = frame.to_ndarray(format="rgb24")
-            out[wanted] = arrays[index]
+            out.append(arrays[index])
             wanted += 1
         if wanted == len(indices):
             break
@@ -229,8 +191,7 @@ def _decode_indices(
                 f"(the container reports {total_frames} frames); the file may be truncated",
             )
         tail = last_frame.to_ndarray(format="rgb24")
-        for i in range(wanted, len(indices)):
-            out[i] = tail
+        out.extend([tail] * (len(indices) - wanted))
     return np.stack(out)
 
 
@@ -442,11 +403,12 @@ def _resize_image(image: Image.Image, settings: VisionSettings) -> Image.Image:
 
 
 def load_image(
-    source: MediaSource | Image.Image | bytes, settings: VisionSettings | None = None
+    source: ImageSource, settings: VisionSettings | None = None
 ) -> torch.Tensor:
     """Open an image (path, PIL image or encoded bytes), convert to RGB and resize as
     qwen-vl-utils' fetch_image does. Returns uint8 [3, H, W], H and W multiples of settings.factor."""
     settings = settings or VisionSettings()
+    name: str | Path
     if isinstance(source, Image.Image):
         name, image = "<PIL image>", source
     else:

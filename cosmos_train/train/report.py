@@ -1,7 +1,10 @@
-"""Training run reports, from the run folder's files: plain functions, no Prefect (the flows publish).
+"""Training run reports (SFT, GRPO), from the run folder's files: plain functions, no Prefect (the flows
+publish them as artifacts).
 
-    python -c "from flows.train_report import read_run_report as r, summary_markdown as s; print(s(r('RUN')))"
+    from cosmos_train.train.report import grpo_summary_markdown, read_run_report
+    print(grpo_summary_markdown(read_run_report("RUN")))
 
+SFT: `sft_summary_markdown` (loss first -> last, throughput, memory, model FLOPs) from RUN/metrics.jsonl.
 GRPO: reads RUN/result.json, RUN/metrics.jsonl (train rows: reward_mean, reward_std, accuracy, kl,
 rollout_time, train_time, tokens_per_s ...; val rows: reward_mean, accuracy, n) and
 RUN/completions.jsonl (sampled completions with reward, parts, advantage), and builds the summary
@@ -69,7 +72,7 @@ def _first_last(rows: list[dict[str, Any]], key: str, fmt: str) -> str | None:
     return f"{values[0]:{fmt}} (step {steps[0]}) -> {values[-1]:{fmt}} (step {steps[-1]})"
 
 
-def summary_markdown(report: RunReport) -> str:
+def grpo_summary_markdown(report: RunReport) -> str:
     """Steps, reward and accuracy first -> last, best validation accuracy, KL, time split, throughput,
     exports, resume notes and skipped steps."""
     r, train, val = report.result, report.train, report.val
@@ -112,6 +115,27 @@ def summary_markdown(report: RunReport) -> str:
     if not report.completions:
         lines.append("- no completions sampled (completions.jsonl is empty or missing)")
     return "\n".join(lines) + "\n"
+
+
+def sft_summary_markdown(run_dir: Path, result: dict[str, Any], metrics: list[dict[str, Any]]) -> str:
+    """Steps, loss first -> last, throughput, peak memory and model FLOPs of the last step, the last validation
+    loss, the export, resume notes."""
+    train = [m for m in metrics if m.get("kind") == "train"]
+    val = [m for m in metrics if m.get("kind") == "val"]
+    lines = [f"# SFT run `{run_dir.name}`", "", f"- run folder: `{run_dir}`",
+             f"- steps: {result.get('step')}", f"- export: `{result.get('final')}`"]
+    if train:
+        first, last = train[0], train[-1]
+        lines += [f"- loss: {first['loss']:.4f} (step {first['step']}) -> {last['loss']:.4f} (step {last['step']})",
+                  f"- throughput (last step): {last['tokens_per_s']:.0f} tokens/s, {last['samples_per_s']:.1f} samples/s",
+                  f"- peak memory: {max(m['peak_mem_gb'] for m in train):.2f} GB"]
+        if "tflops_per_device" in last:
+            mfu = f", MFU {last['mfu']:.1%}" if "mfu" in last else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)"
+            lines.append(f"- model FLOPs (last step): {last['tflops_per_device']:.3g} TFLOP/s per device{mfu}")
+    if val:
+        lines.append(f"- validation loss (step {val[-1]['step']}): {val[-1]['loss']:.4f}")
+    lines += result_notes(result)
+    return "\n".join(lines)
 
 
 def _clip(text: Any, n: int, tail: bool = False) -> str:

@@ -5,7 +5,7 @@
 A cosmos-rl config loads here unchanged. Each key of cosmos-rl's schema (recorded in
 tests/data/cosmos_rl_fields.json by scripts/record_cosmos_rl_fields.py) is in one of three states:
 
-1. implemented: the key is in `cosmos_train.config.Config` (same path, or an alias in `config.ALIASES`);
+1. implemented: the key is in `cosmos_train.config.Config` (same path, or an alias in `config.aliases.ALIASES`);
 2. accepted, no effect here: a `Rule` below whose value runs as asked without it; `config check` lists
    it with the rule's reason, the run folder's config.toml and the run summary keep that list;
 3. refused: a `Rule` whose value would change the result the user asked for if it were dropped; the
@@ -298,7 +298,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# Keys of ours that have no effect at some values (config.fold_context_and_pipeline, speed_only_settings,
+# Keys of ours that have no effect at some values (config.load.fold_context_and_pipeline, speed_only_settings,
 # SUBSTITUTES): what the key table says of them.
 PARTLY: dict[str, str] = {
     "policy.parallelism.cp_size": "> 1 runs as cp_size x more FSDP shards (the same result)",
@@ -341,6 +341,8 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "true for SFT",
     "validation.dataset.split": "a dataset's validation split is named: 'train' unless set, with test_size "
     "holding rows out",
+    "train.train_policy.type": "a table naming none is SFT here, or GRPO when it sets a GRPO-only key or cosmos-rl's "
+    "RL aliases ([grpo], rollout_batch_size)",
 }
 # Keys whose meaning tests/unit/test_cosmos_rl_parity.py checks against cosmos-rl's own code (the installed
 # package), with the function it is run beside; the key table's fourth column. Every key's default is checked

@@ -1,0 +1,66 @@
+"""The job config and what every config kind shares: the public names the rest of the project imports.
+
+    from cosmos_train.config import Config, load_config
+
+Modules: base (the `Section` base, `read_toml`, `JobSettings`), schema / schema_policy (the job schema; SFT's and
+GRPO's train_policy tables), aliases (cosmos-rl's other names), overrides (`--set` and COSMOS_TRAIN__* values),
+explain (errors in words), validate (semantic checks), load (`load_config`), compat (cosmos-rl's keys we do not
+implement), world_model (telling a world-model recipe apart), paths, docs (the generated reference).
+"""
+
+from cosmos_train.config.aliases import ALIASES, CONVERTED, UNTIL_FULL
+from cosmos_train.config.base import NO_EFFECT_HEADER, JobSettings, MinusOneOrPositive, Section, read_toml
+from cosmos_train.config.compat import NoEffect
+from cosmos_train.config.explain import check_name, explain_errors, field_bounds, unknown_keys
+from cosmos_train.config.load import (
+    config_from_dict,
+    fold_context_and_pipeline,
+    load_config,
+    parse_config,
+    speed_only_settings,
+)
+from cosmos_train.config.overrides import ENV_PREFIX, apply_overrides, env_overrides, parse_override, set_path
+from cosmos_train.config.paths import looks_local
+from cosmos_train.config.schema import (
+    CheckpointConfig,
+    Config,
+    LaunchConfig,
+    LoggingConfig,
+    LoraConfig,
+    ParallelismConfig,
+    PolicyConfig,
+    RolloutConfig,
+    RolloutParallelismConfig,
+    SamplingConfig,
+    TrainConfig,
+    ValidationConfig,
+    pattern_list,
+)
+from cosmos_train.config.schema_policy import (
+    GRPO_ONLY_KEYS,
+    DatasetConfig,
+    GRPOPolicyConfig,
+    OverlongPenaltyConfig,
+    RemoteRewardConfig,
+    RemoteRewardFn,
+    SFTPolicyConfig,
+    TrainPolicy,
+    TrainPolicyConfig,
+    VisionConfig,
+)
+from cosmos_train.config.validate import semantic_problems, unsupported_settings, validate
+from cosmos_train.config.world_model import is_world_model_recipe, world_model_refusal, world_model_sections
+from cosmos_train.errors import ConfigError
+
+__all__ = [
+    "ALIASES", "CONVERTED", "ENV_PREFIX", "GRPO_ONLY_KEYS", "NO_EFFECT_HEADER", "UNTIL_FULL",
+    "CheckpointConfig", "Config", "ConfigError", "DatasetConfig", "GRPOPolicyConfig", "JobSettings", "LaunchConfig",
+    "LoggingConfig", "LoraConfig", "MinusOneOrPositive", "NoEffect", "OverlongPenaltyConfig", "ParallelismConfig",
+    "PolicyConfig", "RemoteRewardConfig", "RemoteRewardFn", "RolloutConfig", "RolloutParallelismConfig",
+    "SFTPolicyConfig", "SamplingConfig", "Section", "TrainConfig", "TrainPolicy", "TrainPolicyConfig",
+    "ValidationConfig", "VisionConfig",
+    "apply_overrides", "check_name", "config_from_dict", "env_overrides", "explain_errors", "field_bounds",
+    "fold_context_and_pipeline", "is_world_model_recipe", "load_config", "looks_local", "parse_config",
+    "parse_override", "pattern_list", "read_toml", "semantic_problems", "set_path", "speed_only_settings",
+    "unknown_keys", "unsupported_settings", "validate", "world_model_refusal", "world_model_sections",
+]

@@ -1,0 +1,310 @@
+"""The trainer base every training process subclasses: SFT and GRPO (through train/trainer.py's `Trainer`) and
+the world-model trainer (wfm/trainer.py). It owns what does not depend on the kind of model or job:
+
+    run_main(SFTTrainer, argv)   # parse the arguments, logging, process group, seed, train, RUN/result.json
+        trainer.maybe_resume(own_run_first)   # this run's newest checkpoint, or what the config's resume names
+        trainer.fit()                         # the steps, agreed stopping, periodic checkpoints, validation, the end
+
+A subclass maps its config onto `LoopSettings` (`loop_settings`), builds its model, optimizer and schedule, and
+supplies each step's input (`step_inputs`), the step (`train_step`) and its export (`export`); what it keeps in a
+checkpoint beyond the step is `checkpoint_extra` / `restore_extra`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from cosmos_train.checkpoint import CheckpointManager
+from cosmos_train.checkpoint_paths import resolve_resume
+from cosmos_train.config import CheckpointConfig, ParallelismConfig
+from cosmos_train.distributed import DistInfo, init_distributed, teardown
+from cosmos_train.errors import TrainingDiverged, report_rank_failure
+from cosmos_train.logs import setup_logging
+from cosmos_train.metrics import LoggedJob, MetricsLogger
+from cosmos_train.signals import install_exit_handlers
+from cosmos_train.train.step import clip_grad_norm
+
+logger = logging.getLogger(__name__)
+
+# a job config: the vision-language one (cosmos_train.config.Config) or the world model's (wfm/config.py)
+ConfigT = TypeVar("ConfigT", bound=LoggedJob)  # the job config: Config or WfmConfig
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the shared loop reads from a job's config, whatever the config's own layout."""
+
+    seed: int  # the process RNGs' seed (the rank is added)
+    parallelism: ParallelismConfig  # the process group's mesh
+    ckpt: CheckpointConfig  # the checkpoint manager's settings, and whether / how often to save
+    resume: bool | str  # false, true (the newest checkpoint under output_dir) or a checkpoint / run folder
+    resume_key: str  # the config key of `resume`, for messages
+    output_dir: str  # where resume = true looks
+    export_final: bool  # export the trained model after the last step
+    export_each_save: bool  # export beside every periodic checkpoint too
+    save_at_exit: bool = True  # a checkpoint when stopped by a signal
+    validation_freq: int = 0  # validate every this many steps (0: only after the last step)
+    grad_clip: float = 0.0  # the global gradient norm is clipped to this (<= 0: measured only)
+    grad_force_finite: bool = False  # NaN / inf gradient elements become 0 before the norm
+    deterministic: bool = False  # torch.use_deterministic_algorithms (warn only)
+
+
+def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
+    """Seed Python's, NumPy's and torch's global RNGs of this process from (seed, rank)."""
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed + rank)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class BaseTrainer(ABC, Generic[ConfigT]):
+    """The run around a trainer's steps. A subclass builds its model and optimizer, then calls this __init__
+    (the run's checkpoint manager, metrics and exit handlers start after the model, as they always have), then
+    sets `total_steps` and `scheduler` before `maybe_resume`."""
+
+    name: ClassVar[str] = "train"
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    total_steps: int
+
+    def __init__(self, cfg: ConfigT, run_dir: Path, dist: DistInfo, model: nn.Module,
+                 optimizer: torch.optim.Optimizer):
+        self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
+        self.settings = self.loop_settings(cfg)
+        self.model, self.optimizer = model, optimizer
+        self.ckpt = CheckpointManager(run_dir, self.settings.ckpt, seed=self.settings.seed)
+        self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
+        self.step = 0
+        self.resumed_from: str | None = None
+        self.resume_note: str | None = None
+        self.skipped_steps: list[int] = []
+        # SIGTERM/SIGUSR1 (Prefect cancel, preemption): checkpoint and leave at a step's end. Ranks get the
+        # signal at different moments, so they agree (one all-reduce) to stop after the same step.
+        self.exit_request = install_exit_handlers()
+        self.stopped = False
+
+    # ------------------------------------------------------------------ what a subclass maps from its config
+    @classmethod
+    @abstractmethod
+    def loop_settings(cls, cfg: ConfigT) -> LoopSettings:
+        """The config's seed, mesh, checkpoint, resume, export, validation and clipping settings."""
+
+    @classmethod
+    @abstractmethod
+    def load_job_config(cls, path: Path) -> ConfigT:
+        """The run folder's resolved config (the whole truth: no environment overrides)."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Command-line arguments beyond --config and --resume-own-run."""
+        return None  # an optional hook
+
+    @classmethod
+    @abstractmethod
+    def from_args(cls, cfg: ConfigT, run_dir: Path, dist: DistInfo, args: argparse.Namespace) -> BaseTrainer[ConfigT]:
+        """The trainer of this process, from its config and command line."""
+
+    # ------------------------------------------------------------------ what a checkpoint carries
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """Beyond model, optimizer, scheduler and RNG: the step (subclasses add)."""
+        return {"step": self.step, "world_size": self.dist.world_size}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        self.step = int(extra["step"])
+
+    def position(self) -> str:
+        """Where the run is, for the log: the step (subclasses add their data position)."""
+        return f"step {self.step}"
+
+    # ------------------------------------------------------------------ resume / save / export
+    def maybe_resume(self, own_run_first: bool = False) -> None:
+        """Continue from this run folder's newest checkpoint (a retried launch) when asked and present,
+        else as the config's resume says (`checkpoint_paths.resolve_resume`: a path that is not a complete
+        checkpoint is an error listing the complete ones; true with none found starts fresh and says so)."""
+        s = self.settings
+        ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
+        if ckpt is None:
+            ckpt = resolve_resume(s.resume, s.output_dir)
+            if ckpt is None and s.resume is True:
+                self.resume_note = (f"{s.resume_key} = true: no complete checkpoint under {s.output_dir}; "
+                                    "started from step 0")
+                self.log(self.resume_note)
+        if ckpt is None:
+            return
+        extra = self.ckpt.load(ckpt, self.model, self.optimizer, self.scheduler)
+        self.restore_extra(extra)
+        self.resumed_from = str(ckpt)
+        # A relaunch after a crash: the failed attempt's metrics past this step are replaced, not repeated.
+        self.metrics.drop_after(self.step)
+        self.log(f"resumed from {ckpt} at {self.position()}")
+
+    def save(self, blocking: bool = False) -> Path:
+        """A checkpoint of this step (the checkpoint manager logs where and how long it took)."""
+        return self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler, self.checkpoint_extra(),
+                              blocking=blocking)
+
+    @abstractmethod
+    def export(self, name: str) -> Path | None:
+        """The trained model as a folder named `name` (a collective: every rank calls it)."""
+
+    def periodic_save(self) -> None:
+        """A checkpoint every ckpt.save_freq steps between the start and the last step (and an export when
+        export_each_save)."""
+        s = self.settings
+        if s.ckpt.enable_checkpoint and self.step % s.ckpt.save_freq == 0 and self.step < self.total_steps:
+            self.save()
+            if s.export_each_save:
+                self.export(f"step_{self.step}")
+
+    def finish(self) -> Path | None:
+        """After the last step: a blocking checkpoint, then the export `final` (None when exports are off).
+        On an agreed stop (signal): the exit checkpoint only."""
+        s = self.settings
+        if self.stopped:
+            if s.save_at_exit and s.ckpt.enable_checkpoint:
+                self.save(blocking=True)
+            self.ckpt.wait()
+            self.log(f"stopped by signal {self.exit_request.signum} at step {self.step}")
+            return None
+        if s.ckpt.enable_checkpoint:
+            self.save(blocking=True)
+        self.ckpt.wait()
+        return self.export("final") if s.export_final else None
+
+    def clip_gradients(self) -> float:
+        """The global gradient norm of the model, clipped to the config's limit (`step.clip_grad_norm`)."""
+        return clip_grad_norm(self.model, self.settings.grad_clip, force_finite=self.settings.grad_force_finite)
+
+    # ------------------------------------------------------------------ what a subclass supplies to the loop
+    @abstractmethod
+    def describe(self) -> str:
+        """The line logged before the first step."""
+
+    @abstractmethod
+    def step_inputs(self) -> Iterator[tuple[Any, Any]]:
+        """(a step's input, what `advance` gets after that step) from where the run is, as long as there are
+        steps; read lazily: `self.step` is the steps done before the one being asked for."""
+
+    def advance(self, after: Any) -> None:
+        """After a step: take `after` (from `step_inputs`), e.g. the data position past the step's batch."""
+        return None  # an optional hook
+
+    @abstractmethod
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """One step on `batch` (self.step is the number of steps done before it); "skipped": True when
+        the update was not applied (a non-finite loss or gradient)."""
+
+    @property
+    def validating(self) -> bool:
+        return False
+
+    def validate_and_log(self) -> None:
+        """Validation every validation_freq steps and after the last step."""
+        return None  # an optional hook
+
+    def before_loop(self) -> None:
+        """After resume, before the first step."""
+        return None  # an optional hook
+
+    def after_loop(self) -> None:
+        """After the last checkpoint and export (or the exit checkpoint)."""
+        return None  # an optional hook
+
+    def result_extra(self) -> dict[str, Any]:
+        """What RUN/result.json holds beyond the common keys."""
+        return {}
+
+    def skip_nonfinite(self, values: dict[str, Any]) -> None:
+        """A step that made no update (train_step said "skipped"). A trainer that allows skipping overrides this;
+        here the run stops."""
+        raise TrainingDiverged(f"step {self.step}: loss {values.get('loss')} / gradient norm "
+                               f"{values.get('grad_norm')} not finite: training diverged")
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, Any]:
+        self.log(self.describe())
+        self.before_loop()
+        last: dict[str, Any] = {}
+        freq = self.settings.validation_freq
+        if self.step < self.total_steps:
+            for batch, after in self.step_inputs():
+                values = self.train_step(batch)
+                self.step += 1
+                self.advance(after)
+                if values.pop("skipped", False):
+                    self.skip_nonfinite(values)  # no update was made: nothing new to log, check or save
+                else:
+                    last = values
+                    self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
+                    if self.validating and freq and self.step % freq == 0 and self.step < self.total_steps:
+                        self.validate_and_log()
+                    self.periodic_save()
+                self.stopped = self.exit_request.agreed()
+                if self.stopped or self.step >= self.total_steps:
+                    break
+        if not self.stopped and self.validating:
+            self.validate_and_log()  # the final weights
+        final = self.finish()
+        self.after_loop()
+        if self.stopped:
+            return {"step": self.step, "stopped": True}
+        self.metrics.close()
+        return {"step": self.step, "stopped": False, "final": str(final) if final else None, **self.result_extra(),
+                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
+                "skipped_steps": self.skipped_steps, **last}
+
+    def log(self, msg: str) -> None:
+        """A line of the run's log (rank 0's, unless logging was set up for all ranks: `cosmos_train.logs`)."""
+        logger.info(msg)
+
+
+def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None) -> int:
+    """The process entry point every trainer shares: parse --config / --resume-own-run (and the trainer's own
+    arguments), set up logging, start the process group, seed, train, write RUN/result.json; a user error is
+    its paragraph in RUN/error.json and exit 2, a crash its traceback; 143 when stopped by a signal."""
+    ap = argparse.ArgumentParser(description=f"{trainer_cls.name} trainer (run under torchrun).")
+    ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
+    ap.add_argument("--resume-own-run", action="store_true",
+                    help="Resume from this run folder's newest checkpoint if it has one (used by retries).")
+    trainer_cls.add_arguments(ap)
+    args = ap.parse_args(argv)
+    run_dir = args.config.resolve().parent
+    setup_logging(trainer_cls.name)
+    trainer: BaseTrainer[Any] | None = None
+    dist: DistInfo | None = None
+    try:
+        cfg = trainer_cls.load_job_config(args.config)
+        settings = trainer_cls.loop_settings(cfg)
+        dist = init_distributed(settings.parallelism)
+        seed_everything(settings.seed, dist.rank, settings.deterministic)
+        trainer = trainer_cls.from_args(cfg, run_dir, dist, args)
+        trainer.maybe_resume(args.resume_own_run)
+        result = trainer.fit()
+        if dist.is_main:
+            (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    except Exception as e:
+        # A user error: its paragraph and exit 2 (RUN/error.json tells the launching task); a crash
+        # re-raises with its traceback. No barrier: the other ranks may be anywhere.
+        teardown(barrier=False)
+        code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None,
+                                   rank=dist.rank if dist else 0)
+        if code is None:
+            raise
+        return code
+    teardown()
+    return 143 if result.get("stopped") else 0

@@ -1,0 +1,89 @@
+"""One training run of the `sft` and `grpo` flows: their parameters, the job resolved once, the trainer's run.
+
+    job = resolve_training_job(params, "grpo")      # the flow's one read of the job TOML -> RUN/config.toml
+    result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
+
+check_job (the user's TOML + overrides, read and validated once) -> run folder (resolve-config writes
+RUN/config.toml) -> prepare-data (manifest.jsonl, from the config object already loaded) -> torchrun of the
+trainer module, whose ranks read RUN/config.toml (once each), relaunched up to `train_retries` times after a
+crash; each retry passes --resume-own-run, so it continues from the run folder's newest checkpoint ->
+RUN/result.json. A GRPO run with `remote_reward.local_service` gets its own reward service around the training
+(tasks/reward_service.py); `train.ckpt.upload_s3` / `upload_hf` send checkpoints and exports during and after it
+(tasks/upload.py), recorded in the result's "uploads" (a failed upload never fails the run). Each flow then
+builds its own report from the run folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Literal
+
+from prefect import get_run_logger
+from pydantic import BaseModel, Field
+
+from cosmos_train.config import Config, GRPOPolicyConfig
+from cosmos_train.preflight import check_job
+from tasks.prepare_data import prepare_data_task
+from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
+from tasks.run_folder import ResolvedJob, resolve_config
+from tasks.torchrun import run_torchrun
+from tasks.upload import run_uploads
+
+PolicyType = Literal["sft", "grpo"]
+
+
+class TrainJobParams(BaseModel):
+    """What a user passes from the UI, a schedule or `prefect deployment run`."""
+
+    config: str = Field(..., description="Path of the job TOML.")
+    overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
+    dataset_script: str | None = Field(None, description="Optional dataset script (see examples/).")
+    run_dir: str | None = Field(None, description="Continue in this existing run folder instead of a new one.")
+    train_retries: int = Field(1, ge=0, description="Relaunches of a failed training job (each resumes).")
+    timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
+
+
+def resolve_training_job(params: TrainJobParams, policy_type: PolicyType) -> ResolvedJob[Config]:
+    """The job config read, validated and written into its run folder, once; call it inside a flow."""
+    # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
+    cfg = check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False,
+                    policy_type=policy_type)
+    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
+    get_run_logger().info("run folder: %s", job.run)
+    return job
+
+
+def run_trainer(job: ResolvedJob[Config], policy_type: PolicyType, retries: int = 1,
+                timeout_s: float | None = None) -> dict[str, Any]:
+    """Prepare the data and train with cosmos_train.train.<policy_type> in the job's run folder.
+
+    Returns its result.json (with the keys that had no effect and the uploads). Call it inside a flow: it uses
+    the run logger and tasks."""
+    logger = get_run_logger()
+    cfg, run = job.cfg, job.run
+    prep = prepare_data_task(job)
+    logger.info("data prepared: %s", prep)
+    args = ["--config", str(job.config_file), "--resume-own-run"]
+    if job.dataset_script:
+        args += ["--dataset-script", job.dataset_script]
+    train = run_torchrun.with_options(retries=retries, retry_delay_seconds=2)
+    with contextlib.ExitStack() as services:
+        env = remote_reward_env(cfg)  # a token kept in a Prefect Secret block
+        tp = cfg.train.train_policy
+        # a service for this run: up for every attempt, stopped after the last
+        if isinstance(tp, GRPOPolicyConfig) and wants_local_service(cfg):
+            env = services.enter_context(local_reward_service(run, tp.remote_reward.token_env))
+            logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
+        uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread
+        # a failed or cancelled run stops the background uploads (run_uploads' exit) and reports its error;
+        # what went up stays
+        train(cfg, f"cosmos_train.train.{policy_type}", str(run), args, total_steps=cfg.train.max_num_steps,
+              timeout_s=timeout_s, env=env)
+        records = uploads.finish()
+    result = json.loads((run / "result.json").read_text())
+    if cfg.no_effect:  # the config's keys that had no effect here, for the summary
+        result["no_effect"] = [n.line() for n in cfg.no_effect]
+    if records:
+        result["uploads"] = records
+    return result

@@ -1,0 +1,60 @@
+"""The static checks `make test` runs (mypy, `ruff format --check`) can fail: each is run, with the project's
+pyproject.toml, on a planted violation (exit 1, the problem named) and on the same file fixed (exit 0)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "pyproject.toml"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    # cwd = the repository root, as `make test` runs them
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _mypy(target: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    return _run("mypy", "--config-file", str(PYPROJECT), "--cache-dir", str(cache), str(target))
+
+
+def _package(root: Path, source: str) -> Path:
+    package = root / "planted"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "values.py").write_text(source)
+    return package
+
+
+def test_mypy_reports_a_planted_type_error(tmp_path: Path) -> None:
+    package = _package(tmp_path, 'count: int = "a"\n')
+    bad = _mypy(package, tmp_path / "cache")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "values.py:1: error" in bad.stdout and "[assignment]" in bad.stdout, bad.stdout
+
+    _package(tmp_path, "count: int = 1\n")
+    good = _mypy(package, tmp_path / "cache")
+    assert good.returncode == 0, good.stdout + good.stderr
+
+
+def test_mypy_reads_the_project_config(tmp_path: Path) -> None:
+    """An unneeded `# type: ignore` is an error only with pyproject.toml's warn_unused_ignores: the run above
+    used the project's settings, not mypy's defaults."""
+    package = _package(tmp_path, "count: int = 1  # type: ignore[assignment]\n")
+    out = _mypy(package, tmp_path / "cache")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "[unused-ignore]" in out.stdout, out.stdout
+
+
+def test_ruff_format_check_rejects_a_misformatted_file(tmp_path: Path) -> None:
+    target = tmp_path / "shape.py"
+    target.write_text("def area( w,h ):\n  return w*h\n")
+    bad = _run("ruff", "format", "--check", "--config", str(PYPROJECT), str(target))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "shape.py" in bad.stdout, bad.stdout
+
+    target.write_text("def area(w, h):\n    return w * h\n")
+    good = _run("ruff", "format", "--check", "--config", str(PYPROJECT), str(target))
+    assert good.returncode == 0, good.stdout + good.stderr
