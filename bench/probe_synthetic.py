@@ -63,10 +63,14 @@ def cnn(in_channels: int, size: int) -> nn.Module:
     for k, s in ((5, 2), (3, 2), (3, 2)):
         feat = (feat - k) // s + 1
     return nn.Sequential(
-        nn.Conv2d(in_channels, 32, 5, stride=2), nn.ReLU(),
-        nn.Conv2d(32, 48, 3, stride=2), nn.ReLU(),
-        nn.Conv2d(48, 48, 3, stride=2), nn.ReLU(),
-        nn.Flatten(), nn.Linear(48 * feat * feat, len(LABELS)),
+        nn.Conv2d(in_channels, 32, 5, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(32, 48, 3, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(48, 48, 3, stride=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(48 * feat * feat, len(LABELS)),
     )
 
 
@@ -98,13 +102,21 @@ def main() -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        root = make_synthetic_dataset(Path(tmp) / "d", n_train=args.n_train, n_val=0, n_test=args.n_test,
-                                      seed=args.seed, difficulty=args.difficulty)
+        root = make_synthetic_dataset(
+            Path(tmp) / "d",
+            n_train=args.n_train,
+            n_val=0,
+            n_test=args.n_test,
+            seed=args.seed,
+            difficulty=args.difficulty,
+        )
         made = time.perf_counter() - start
         train, test = load_split(root, "train"), load_split(root, "test")
     _, c, h, _ = train[0].shape
-    print(f"{args.difficulty}: generated {args.n_train}+{args.n_test} clips in {made:.1f}s; "
-          f"{args.steps} steps of batch 32, held-out accuracy (chance 0.25):")
+    print(
+        f"{args.difficulty}: generated {args.n_train}+{args.n_test} clips in {made:.1f}s; "
+        f"{args.steps} steps of batch 32, held-out accuracy (chance 0.25):"
+    )
     probes = {
         "linear": (nn.Sequential(nn.Flatten(), nn.Linear(c * h * h, len(LABELS))), 1e-3),
         "cnn": (cnn(c, h), 1e-3),

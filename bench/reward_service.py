@@ -43,13 +43,18 @@ def _start(port: int, workers: int, queue_size: int) -> subprocess.Popen:
     cfg = Path(tempfile.mkdtemp()) / "rewards.toml"
     cfg.write_text(f"workers = {workers}\nqueue_size = {queue_size}\n")
     env = {**os.environ, "REWARD_SERVICE_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "cosmos_train.cli", "reward-service", "--port", str(port),
-                             "--config", str(cfg)], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cosmos_train.cli", "reward-service", "--port", str(port), "--config", str(cfg)], env=env
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            if httpx.post(f"http://127.0.0.1:{port}/api/reward/ping", headers={"Authorization": f"Bearer {TOKEN}"},
-                          timeout=5).status_code == 200:
+            if (
+                httpx.post(
+                    f"http://127.0.0.1:{port}/api/reward/ping", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
+                ).status_code
+                == 200
+            ):
                 return proc
         except httpx.TransportError:
             time.sleep(0.2)
@@ -66,15 +71,25 @@ def run(clients: int, requests: int, workers: int) -> dict:
     lock = threading.Lock()
 
     def client_loop(c: int) -> None:
-        client = RemoteRewardClient(ClientSettings(enqueue_url=url + "/api/reward/enqueue",
-                                                   fetch_url=url + "/api/reward/pull", token=TOKEN,
-                                                   poll_interval_s=0.005, backoff_s=0.05, backoff_max_s=1.0))
+        client = RemoteRewardClient(
+            ClientSettings(
+                enqueue_url=url + "/api/reward/enqueue",
+                fetch_url=url + "/api/reward/pull",
+                token=TOKEN,
+                poll_interval_s=0.005,
+                backoff_s=0.05,
+                backoff_max_s=1.0,
+            )
+        )
         for i in range(requests):
             value = (c * requests + i) % 256
             video = np.full((1, 3, 4, 16, 16), value, dtype=np.uint8)
             t0 = time.perf_counter()
-            docs = client.score({"prompts": [f"{c}-{i}"], "reward_fn": {"brightness": 1.0}, "media_type": "video"},
-                                _npy(video), request_id=f"bench-{c}-{i}")
+            docs = client.score(
+                {"prompts": [f"{c}-{i}"], "reward_fn": {"brightness": 1.0}, "media_type": "video"},
+                _npy(video),
+                request_id=f"bench-{c}-{i}",
+            )
             dt = time.perf_counter() - t0
             got = docs["brightness"]["scores"]["brightness"]
             with lock:
@@ -97,17 +112,25 @@ def run(clients: int, requests: int, workers: int) -> dict:
     lat = np.asarray(latencies)
     counters = metrics["counters"]
     out = {
-        "requests": total, "answered": len(latencies), "lost": total - len(latencies), "wrong": len(wrong),
-        "enqueued": counters.get("enqueued", 0), "scored": metrics["handlers"]["brightness"]["scored"],
-        "deduplicated": counters.get("deduplicated", 0), "rejected_429": counters.get("rejected_429", 0),
+        "requests": total,
+        "answered": len(latencies),
+        "lost": total - len(latencies),
+        "wrong": len(wrong),
+        "enqueued": counters.get("enqueued", 0),
+        "scored": metrics["handlers"]["brightness"]["scored"],
+        "deduplicated": counters.get("deduplicated", 0),
+        "rejected_429": counters.get("rejected_429", 0),
         "errors": metrics["handlers"]["brightness"]["errors"],
         "latency_p50_ms": round(float(np.percentile(lat, 50)) * 1000, 1),
         "latency_p99_ms": round(float(np.percentile(lat, 99)) * 1000, 1),
         "latency_max_ms": round(float(lat.max()) * 1000, 1),
         "handler_p50_ms": round(metrics["handlers"]["brightness"]["latency_p50_s"] * 1000, 2),
         "handler_p99_ms": round(metrics["handlers"]["brightness"]["latency_p99_s"] * 1000, 2),
-        "wall_s": round(wall, 1), "requests_per_s": round(total / wall, 1),
-        "load_average": os.getloadavg(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "wall_s": round(wall, 1),
+        "requests_per_s": round(total / wall, 1),
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
     }
     assert not wrong, wrong[:5]
     assert out["lost"] == 0 and out["enqueued"] == total and out["scored"] == total, out

@@ -9,7 +9,8 @@ What is compared (see bench/RESULTS.md for the numbers and the reasoning):
   once with a fixed seed. `--rows varied`: the same clips with answers of varied length (a seeded lognormal
   word count: median 60 words, sigma 0.8, 5 to 350 words, from the tokenizer's vocabulary of physical scenes)
   and a third of the rows text-only, so lengths spread from tens to ~600 tokens as in instruction data
-  (LLaVA-Instruct-style answers, Cosmos-Reason video rows) and a padded batch is mostly padding. Every row is encoded ONCE with `encode_chat`; both trainers get the very same
+  (LLaVA-Instruct-style answers, Cosmos-Reason video rows) and a padded batch is mostly padding. Every row is encoded
+  ONCE with `encode_chat`; both trainers get the very same
   tensors in the very same batches, so the benchmark times training, not video decoding.
 - ours: `cosmos_train.train.sft.SFTTrainer` built in this process (a one-rank group: FSDP2 over one rank,
   exactly what `torchrun --nproc_per_node=1` runs) and driven through its own `train_step` + metrics log,
@@ -106,25 +107,58 @@ class Series:
 
 
 # ---------------------------------------------------------------------------------------------- data
-def write_config(path: Path, model: Path, data: Path, out: Path, *, batch: int, steps: int, packing: bool,
-                 nproc: int = 1, split: str = "train", compile: bool = False) -> Path:
+def write_config(
+    path: Path,
+    model: Path,
+    data: Path,
+    out: Path,
+    *,
+    batch: int,
+    steps: int,
+    packing: bool,
+    nproc: int = 1,
+    split: str = "train",
+    compile: bool = False,
+) -> Path:
     """The trainer config: fp32, no checkpointing, no gradient checkpointing, one micro-batch per rank.
     The rows it names are only read by the FSDP2 run, and there a manifest.jsonl takes precedence."""
     lines = [
-        "[train]", f'output_dir = "{out}"', f"max_num_steps = {steps}", "epoch = 1000",
-        f"train_batch_per_replica = {batch}", f"optm_lr = {LR}", f"optm_warmup_steps = {WARMUP_LR_STEPS}",
-        'optm_decay_type = "linear"', "optm_weight_decay = 0.0", f"optm_grad_norm_clip = {CLIP}",
-        'param_dtype = "float32"', "seed = 0", f"sequence_packing = {str(packing).lower()}",
+        "[train]",
+        f'output_dir = "{out}"',
+        f"max_num_steps = {steps}",
+        "epoch = 1000",
+        f"train_batch_per_replica = {batch}",
+        f"optm_lr = {LR}",
+        f"optm_warmup_steps = {WARMUP_LR_STEPS}",
+        'optm_decay_type = "linear"',
+        "optm_weight_decay = 0.0",
+        f"optm_grad_norm_clip = {CLIP}",
+        'param_dtype = "float32"',
+        "seed = 0",
+        f"sequence_packing = {str(packing).lower()}",
         f"compile = {str(compile).lower()}",
-        "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
-        "[train.train_policy]", 'type = "sft"', f"micro_batch = {batch // nproc}", "dataloader_num_workers = 0",
+        "[train.ckpt]",
+        "enable_checkpoint = false",
+        "export_safetensors = false",
+        "[train.train_policy]",
+        'type = "sft"',
+        f"micro_batch = {batch // nproc}",
+        "dataloader_num_workers = 0",
         "dataloader_shuffle = false",
-        "[train.train_policy.dataset]", f'name = "{data}"', f'split = "{split}"',
-        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', f"model_max_length = {MAX_LENGTH}",
+        "[train.train_policy.dataset]",
+        f'name = "{data}"',
+        f'split = "{split}"',
+        "[train.train_policy.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        f"model_max_length = {MAX_LENGTH}",
         "model_gradient_checkpointing = false",
-        "[policy.parallelism]", f"dp_shard_size = {nproc}",
-        "[logging]", "logger = []",
+        "[policy.parallelism]",
+        f"dp_shard_size = {nproc}",
+        "[logging]",
+        "logger = []",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -162,8 +196,19 @@ def prepare(workdir: Path, n_clips: int, varied: bool = False) -> tuple[Path, Pa
     data = make_synthetic_dataset(workdir / "data", n_train=n_clips, n_val=4, n_test=4)
     samples = []
     for split in SPLITS:
-        cfg = load_config(write_config(workdir / "probe" / "config.toml", model, data, workdir / "out",
-                                       batch=1, steps=1, packing=False, split=split), env={})
+        cfg = load_config(
+            write_config(
+                workdir / "probe" / "config.toml",
+                model,
+                data,
+                workdir / "out",
+                batch=1,
+                steps=1,
+                packing=False,
+                split=split,
+            ),
+            env={},
+        )
         samples += load_samples(cfg, "train")
     random.Random(0).shuffle(samples)  # mixed lengths in every batch, as a shuffled loader gives
     if varied:
@@ -175,7 +220,7 @@ def prepare(workdir: Path, n_clips: int, varied: bool = False) -> tuple[Path, Pa
 def batches(encoded: list[Any], batch: int, n_steps: int) -> list[list[Any]]:
     """n_steps consecutive batches, cycling through the rows in order (what both sides train on)."""
     per_epoch = len(encoded) // batch
-    return [encoded[(k % per_epoch) * batch:(k % per_epoch + 1) * batch] for k in range(n_steps)]
+    return [encoded[(k % per_epoch) * batch : (k % per_epoch + 1) * batch] for k in range(n_steps)]
 
 
 def step_tokens(batch: list[Any]) -> int:
@@ -213,8 +258,11 @@ def run_ours(cfg_path: Path, steps: list[list[Any]], warmup: int, dense_mask: bo
     from cosmos_train.train.sft import SFTTrainer
 
     cfg = load_config(cfg_path, env={})
-    with mock.patch.object(packed_attention, "use_packed_attention", lambda model: False) if dense_mask \
-            else contextlib.nullcontext():
+    with (
+        mock.patch.object(packed_attention, "use_packed_attention", lambda model: False)
+        if dense_mask
+        else contextlib.nullcontext()
+    ):
         trainer = SFTTrainer(cfg, cfg_path.parent, init_distributed(cfg.policy.parallelism))
     clock = Clock()
     for i, samples in enumerate(steps):
@@ -256,8 +304,13 @@ def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int, pad
     def collate(items: list[dict[str, int]]) -> dict[str, torch.Tensor]:
         samples = [rows[item["row"]] for item in items]
         mb = collate_padded(samples, pad)
-        return {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "labels": mb.labels,
-                "mm_token_type_ids": mb.mm_token_type_ids, **mb.vision}
+        return {
+            "input_ids": mb.input_ids,
+            "attention_mask": mb.attention_mask,
+            "labels": mb.labels,
+            "mm_token_type_ids": mb.mm_token_type_ids,
+            **mb.vision,
+        }
 
     clock: Clock | None = None
 
@@ -267,15 +320,39 @@ def run_trl(model_dir: Path, out: Path, steps: list[list[Any]], warmup: int, pad
             clock.tick()
 
     args = SFTConfig(
-        output_dir=str(out), per_device_train_batch_size=len(steps[0]), gradient_accumulation_steps=1,
-        max_steps=len(steps), learning_rate=LR, warmup_steps=WARMUP_LR_STEPS, lr_scheduler_type="linear",
-        weight_decay=0.0, max_grad_norm=CLIP, gradient_checkpointing=False, bf16=False, fp16=False,
-        use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
-        train_sampling_strategy="sequential", dataloader_num_workers=0, seed=0, padding_free=padding_free,
+        output_dir=str(out),
+        per_device_train_batch_size=len(steps[0]),
+        gradient_accumulation_steps=1,
+        max_steps=len(steps),
+        learning_rate=LR,
+        warmup_steps=WARMUP_LR_STEPS,
+        lr_scheduler_type="linear",
+        weight_decay=0.0,
+        max_grad_norm=CLIP,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        max_length=None,
+        train_sampling_strategy="sequential",
+        dataloader_num_workers=0,
+        seed=0,
+        padding_free=padding_free,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=index, data_collator=collate,
-                         processing_class=load_processor(model_dir), callbacks=[StepClock()])
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=index,
+        data_collator=collate,
+        processing_class=load_processor(model_dir),
+        callbacks=[StepClock()],
+    )
     if trainer.accelerator.distributed_type != DistributedType.NO:
         raise RuntimeError(f"TRL runs as {trainer.accelerator.distributed_type}, not as one plain process")
     clock = Clock()
@@ -294,16 +371,25 @@ def trl_packed_refusal(model_dir: Path, out: Path, steps: list[list[Any]]) -> st
     raise RuntimeError("TRL accepted padding_free with a video collator: add a TRL packed cell to this benchmark")
 
 
-def run_fsdp2(model: Path, data: Path, samples: list[dict], out: Path, batch: int, n_steps: int, warmup: int,
-              packing: bool) -> float:
+def run_fsdp2(
+    model: Path, data: Path, samples: list[dict], out: Path, batch: int, n_steps: int, warmup: int, packing: bool
+) -> float:
     """Our trainer under torchrun, 2 ranks, on the same rows in the same order (a run folder's
     manifest.jsonl is what the trainer reads first): median tokens/s of its metrics.jsonl after warm-up."""
     run_dir = out / ("fsdp2-packed" if packing else "fsdp2-padded")
-    cfg = write_config(run_dir / "config.toml", model, data, out, batch=batch, steps=n_steps, packing=packing,
-                       nproc=2)
+    cfg = write_config(run_dir / "config.toml", model, data, out, batch=batch, steps=n_steps, packing=packing, nproc=2)
     (run_dir / "manifest.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "cosmos_train.train.sft", "--config", str(cfg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "cosmos_train.train.sft",
+        "--config",
+        str(cfg),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -319,27 +405,34 @@ def versions() -> str:
     import transformers
     import trl
 
-    return (f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"trl {trl.__version__}, torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs")
+    return (
+        f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"trl {trl.__version__}, torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs"
+    )
 
 
 def table(cells: dict[tuple[str, str], Series], fsdp2: dict[str, float]) -> str:
     trl_padded = cells[("padded", "TRL")].median_tokens_per_s()
     trl_padded_cpu = cells[("padded", "TRL")].median_tokens_per_cpu_s()
-    lines = ["| mode | trainer | tokens/s (median) | step time s (median) | ours / TRL padded (wall) "
-             "| tokens per CPU-s (median) | ours / TRL padded (CPU) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| mode | trainer | tokens/s (median) | step time s (median) | ours / TRL padded (wall) "
+        "| tokens per CPU-s (median) | ours / TRL padded (CPU) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for mode in MODES:
         for side in ("ours", "TRL") if mode in ("padded", "packed") else ("ours",):
             cell = cells.get((mode, side))
             name = "ours (1 process)" if side == "ours" else "TRL SFTTrainer"
             if cell is None:
-                lines.append(f"| {mode} | {name} | n/a: TRL 1.16 refuses packing / padding-free for vision data "
-                             "| | | | |")
+                lines.append(
+                    f"| {mode} | {name} | n/a: TRL 1.16 refuses packing / padding-free for vision data | | | | |"
+                )
                 continue
             tps, cps = cell.median_tokens_per_s(), cell.median_tokens_per_cpu_s()
-            lines.append(f"| {mode} | {name} | {tps:.0f} | {cell.median_step_time():.2f} | "
-                         f"**{tps / trl_padded:.2f}x** | {cps:.0f} | {cps / trl_padded_cpu:.2f}x |")
+            lines.append(
+                f"| {mode} | {name} | {tps:.0f} | {cell.median_step_time():.2f} | "
+                f"**{tps / trl_padded:.2f}x** | {cps:.0f} | {cps / trl_padded_cpu:.2f}x |"
+            )
     for mode, rate in fsdp2.items():
         lines.append(f"| {mode} | ours, FSDP2 over 2 processes (information) | {rate:.0f} | | | | |")
     return "\n".join(lines)
@@ -352,14 +445,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="Timed optimizer steps per run.")
     ap.add_argument("--batch", type=int, default=8, help="Rows per optimizer step (one micro-batch).")
     ap.add_argument("--clips", type=int, default=32, help="Synthetic clips; each gives a reasoning and a letter row.")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads for the in-process runs (both sides). 1 is what torchrun gives "
-                         "each of 2 processes; 2 threads on a shared 2-core machine stall on each other.")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for the in-process runs (both sides). 1 is what torchrun gives "
+        "each of 2 processes; 2 threads on a shared 2-core machine stall on each other.",
+    )
     ap.add_argument("--no-fsdp2", dest="fsdp2", action="store_false", help="Skip the 2-process FSDP2 runs.")
     ap.add_argument("--workdir", type=Path, default=None, help="Where model, data and runs go (default: a temp dir).")
-    ap.add_argument("--rows", choices=["synthetic", "varied"], default="synthetic",
-                    help="synthetic: the dataset's two row kinds; varied: answers of lognormal length and a third "
-                         "text-only (see the module docstring).")
+    ap.add_argument(
+        "--rows",
+        choices=["synthetic", "varied"],
+        default="synthetic",
+        help="synthetic: the dataset's two row kinds; varied: answers of lognormal length and a third "
+        "text-only (see the module docstring).",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -377,9 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         steps = batches(encoded, args.batch, n)
         lengths = [len(s) for s in encoded]
         padded = sum(len(b) * max(len(s) for s in b) for b in steps)
-        print(f"{len(encoded)} rows, {min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.0f}); "
-              f"batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps x {args.reps} reps; "
-              f"padding is {1 - sum(map(step_tokens, steps)) / padded:.0%} of padded positions")
+        print(
+            f"{len(encoded)} rows, {min(lengths)}-{max(lengths)} tokens (mean {statistics.mean(lengths):.0f}); "
+            f"batch {args.batch}, {args.warmup} warm-up + {args.steps} timed steps x {args.reps} reps; "
+            f"padding is {1 - sum(map(step_tokens, steps)) / padded:.0%} of padded positions"
+        )
         print(f"loadavg before: {load_before}")
         with single_process_env():
             refusal = trl_packed_refusal(model, work / "trl-packed", steps)
@@ -391,8 +494,16 @@ def main(argv: list[str] | None = None) -> int:
                 for side in sides if rep % 2 == 0 else sides[::-1]:
                     out = work / f"rep{rep}-{mode}-{side}"
                     if side == "ours":
-                        cfg = write_config(out / "config.toml", model, data, out, batch=args.batch, steps=n,
-                                           packing=mode != "padded", compile=mode == COMPILED)
+                        cfg = write_config(
+                            out / "config.toml",
+                            model,
+                            data,
+                            out,
+                            batch=args.batch,
+                            steps=n,
+                            packing=mode != "padded",
+                            compile=mode == COMPILED,
+                        )
                         warmup = max(args.warmup, COMPILE_WARMUP) if mode == COMPILED else args.warmup
                         run = run_ours(cfg, steps, warmup, dense_mask=mode == DENSE)
                     else:
@@ -401,9 +512,12 @@ def main(argv: list[str] | None = None) -> int:
                     if torch.get_num_threads() != args.threads:
                         raise RuntimeError(f"{side} changed torch threads to {torch.get_num_threads()}")
                     cells.setdefault((mode, side), Series()).runs.append(run)
-                    print(f"rep {rep} {mode:6s} {side:4s}: {run.tokens_per_s:6.0f} tokens/s, "
-                          f"{run.tokens_per_cpu_s:6.0f} tokens/CPU-s, median step {run.step_time:.2f}s, "
-                          f"loadavg {os.getloadavg()[0]:.2f}", flush=True)
+                    print(
+                        f"rep {rep} {mode:6s} {side:4s}: {run.tokens_per_s:6.0f} tokens/s, "
+                        f"{run.tokens_per_cpu_s:6.0f} tokens/CPU-s, median step {run.step_time:.2f}s, "
+                        f"loadavg {os.getloadavg()[0]:.2f}",
+                        flush=True,
+                    )
         fsdp2: dict[str, float] = {}
         if args.fsdp2:
             for mode in ("padded", "packed"):

@@ -56,9 +56,7 @@ def write_clip(path: Path, seconds: float, fps: int, height: int, width: int) ->
     n_frames = round(seconds * fps)
     rng = np.random.default_rng(0)
     texture = rng.integers(0, 256, (height // 8 + 2, (width + n_frames) // 8 + 2, 3), dtype=np.uint8)
-    texture = np.asarray(
-        Image.fromarray(texture).resize((texture.shape[1] * 8, texture.shape[0] * 8), Image.BILINEAR)
-    )
+    texture = np.asarray(Image.fromarray(texture).resize((texture.shape[1] * 8, texture.shape[0] * 8), Image.BILINEAR))
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
@@ -90,10 +88,7 @@ def naive_prepare(path: Path, settings: VisionSettings) -> VisionInput:
     nframes = settings.num_frames(last - first + 1, fps)
     indices = torch.linspace(first, last, nframes).round().long().tolist()
     height, width = settings.video_size(every[0].shape[0], every[0].shape[1], nframes)
-    resized = [
-        np.asarray(Image.fromarray(every[i]).resize((width, height), Image.Resampling.BICUBIC))
-        for i in indices
-    ]
+    resized = [np.asarray(Image.fromarray(every[i]).resize((width, height), Image.Resampling.BICUBIC)) for i in indices]
     frames = torch.from_numpy(np.stack(resized)).permute(0, 3, 1, 2)
     pixel_values, grid_thw = patchify(normalize_frames(frames))
     sample_fps = nframes / (last - first + 1) * fps
@@ -112,8 +107,9 @@ def measure(fn: Callable[[], VisionInput], min_seconds: float = 1.0) -> tuple[fl
 class ClipDataset(Dataset):
     """Row i: the clip `paths[i]` through `prepare` at `settings`; returns (pixel_values, grid_thw)."""
 
-    def __init__(self, paths: list[Path], settings: VisionSettings,
-                 prepare: Callable[[Path, VisionSettings], VisionInput]):
+    def __init__(
+        self, paths: list[Path], settings: VisionSettings, prepare: Callable[[Path, VisionSettings], VisionInput]
+    ):
         self.paths, self.settings, self.prepare = paths, settings, prepare
 
     def __len__(self) -> int:
@@ -130,11 +126,23 @@ def trainer_dataset(paths: list[Path], settings: VisionSettings, model_dir: Path
     from cosmos_train.train.data import SFTDataset
 
     video = {"fps": settings.fps, "max_pixels": settings.max_pixels}
-    rows = [{"id": str(i), "origin": f"bench:{i}", "messages": [
-        {"role": "user", "content": [{"type": "video", "video": str(p), **video},
-                                     {"type": "text", "text": "What happens next?"}]},
-        {"role": "assistant", "content": "<answer>B</answer>"},
-    ]} for i, p in enumerate(paths)]
+    rows = [
+        {
+            "id": str(i),
+            "origin": f"bench:{i}",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "video", "video": str(p), **video},
+                        {"type": "text", "text": "What happens next?"},
+                    ],
+                },
+                {"role": "assistant", "content": "<answer>B</answer>"},
+            ],
+        }
+        for i, p in enumerate(paths)
+    ]
     return SFTDataset(rows, load_processor(model_dir), 32768, "error")
 
 
@@ -172,17 +180,29 @@ def worker_table(clips: dict[str, Path], args: argparse.Namespace, root: Path) -
         "trainer": trainer_dataset(paths, COSMOS, make_tiny_model(root / "tiny-model")),
         "naive": ClipDataset(paths, COSMOS, naive_prepare),
     }
-    configs = [("ours", 0), ("ours", 1), ("ours", 2), ("trainer", 0), ("trainer", 1), ("trainer", 2),
-               ("naive", 0), ("naive", 2)]
+    configs = [
+        ("ours", 0),
+        ("ours", 1),
+        ("ours", 2),
+        ("trainer", 0),
+        ("trainer", 1),
+        ("trainer", 2),
+        ("naive", 0),
+        ("naive", 2),
+    ]
     runs: dict[tuple[str, int], list[tuple[float, int, float]]] = {c: [] for c in configs}
     for name in datasets:  # warm-up: page cache, lazy imports, tokenizer
         datasets[name][0]
     for _ in range(args.repeats):  # interleaved, so load that comes and goes hits every config alike
         for name, workers in configs:
             runs[name, workers].append(one_pass(datasets[name], workers, args.prefetch))
-    print(f"\n{len(paths)} rows per pass ({args.rows_per_clip} x each clip), fps 1, max_pixels 81920, "
-          f"prefetch_factor {args.prefetch}, median of {args.repeats} passes")
-    header = f"{'pipeline':<8} {'workers':>7} {'s/pass':>7} {'clips/s':>8} {'frames/s':>9} {'CPU %':>6} {'vs naive 0w':>11}"
+    print(
+        f"\n{len(paths)} rows per pass ({args.rows_per_clip} x each clip), fps 1, max_pixels 81920, "
+        f"prefetch_factor {args.prefetch}, median of {args.repeats} passes"
+    )
+    header = (
+        f"{'pipeline':<8} {'workers':>7} {'s/pass':>7} {'clips/s':>8} {'frames/s':>9} {'CPU %':>6} {'vs naive 0w':>11}"
+    )
     print(header)
     print("-" * len(header))
     naive0 = statistics.median(r[0] for r in runs["naive", 0])
@@ -190,8 +210,10 @@ def worker_table(clips: dict[str, Path], args: argparse.Namespace, root: Path) -
         wall = statistics.median(r[0] for r in results)
         frames = results[0][1]
         cpu = statistics.median(r[2] / r[0] for r in results) * 100
-        print(f"{name:<8} {workers:>7} {wall:>7.2f} {len(paths) / wall:>8.2f} {frames / wall:>9.1f} "
-              f"{cpu:>6.0f} {naive0 / wall:>10.2f}x")
+        print(
+            f"{name:<8} {workers:>7} {wall:>7.2f} {len(paths) / wall:>8.2f} {frames / wall:>9.1f} "
+            f"{cpu:>6.0f} {naive0 / wall:>10.2f}x"
+        )
 
 
 def clip_table(clips: dict[str, Path], args: argparse.Namespace) -> None:
@@ -200,7 +222,10 @@ def clip_table(clips: dict[str, Path], args: argparse.Namespace) -> None:
         ("cosmos: fps 1, max 81920 px", COSMOS),
         ("cosmos, last 2 s", VisionSettings(fps=1, max_pixels=81920, video_start=args.seconds - 2)),
     ]
-    header = f"{'clip':<22} {'settings':<28} {'pipeline':<7} {'frames':>6} {'size':>9} {'ms/clip':>8} {'clips/s':>8} {'frames/s':>9}"
+    header = (
+        f"{'clip':<22} {'settings':<28} {'pipeline':<7} {'frames':>6} {'size':>9} "
+        f"{'ms/clip':>8} {'clips/s':>8} {'frames/s':>9}"
+    )
     print(header)
     print("-" * len(header))
     for clip_name, path in clips.items():
@@ -241,8 +266,10 @@ def main() -> None:
             clip_table(clips, args)
         if args.only != "clips":
             worker_table(clips, args, root)
-    print(f"\nload average at end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"{time.perf_counter() - start:.0f} s wall")
+    print(
+        f"\nload average at end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+        f"{time.perf_counter() - start:.0f} s wall"
+    )
 
 
 if __name__ == "__main__":

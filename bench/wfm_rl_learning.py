@@ -34,34 +34,63 @@ sys.path.insert(0, str(ROOT))
 RECIPES = {"flow_grpo": ROOT / "configs" / "tiny-wfm-flow-grpo.toml", "ddrl": ROOT / "configs" / "tiny-wfm-ddrl.toml"}
 
 
-def run_one(algorithm: str, seed: int, iters: int, nproc: int, model: Path, data: Path, work: Path,
-            extra: list[str]) -> dict:
+def run_one(
+    algorithm: str, seed: int, iters: int, nproc: int, model: Path, data: Path, work: Path, extra: list[str]
+) -> dict:
     from cosmos_train.metrics import read_metrics
     from cosmos_train.wfm.config import load_wfm_config
 
     run = work / f"{algorithm}-seed{seed}"
     run.mkdir(parents=True, exist_ok=True)
-    overrides = [f"model.model_name_or_path='{model}'", f"trainer.seed={seed}", f"trainer.max_iter={iters}",
-                 f"job.output_dir='{work}'", f"checkpoint.save_iter={iters}", "checkpoint.export_diffusers=false",
-                 "dataloader_train.type='local'", f"dataloader_train.video_dataloader.dataset_dir='{data}'", *extra]
+    overrides = [
+        f"model.model_name_or_path='{model}'",
+        f"trainer.seed={seed}",
+        f"trainer.max_iter={iters}",
+        f"job.output_dir='{work}'",
+        f"checkpoint.save_iter={iters}",
+        "checkpoint.export_diffusers=false",
+        "dataloader_train.type='local'",
+        f"dataloader_train.video_dataloader.dataset_dir='{data}'",
+        *extra,
+    ]
     cfg = load_wfm_config(RECIPES[algorithm], overrides, env={})
     cfg.write(run / "config.toml")
     t0 = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.launch", "--standalone", f"--nproc_per_node={nproc}",
-                           "-m", "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosmos_train.launch",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "cosmos_train.wfm.trainer",
+            "--config",
+            str(run / "config.toml"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.time() - t0
     if done.returncode:
         raise SystemExit(f"{algorithm} seed {seed} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     rows = read_metrics(run)
     val = [r for r in rows if r["kind"] == "val"]
     train = [r for r in rows if r["kind"] == "train"]
-    return {"algorithm": algorithm, "seed": seed, "wall_s": wall,
-            "eval_before": val[0]["reward_mean"], "eval_after": val[-1]["reward_mean"],
-            "train_first5": statistics.mean(r["reward_mean"] for r in train[:5]),
-            "train_last5": statistics.mean(r["reward_mean"] for r in train[-5:]),
-            "heldout_before": val[0].get("heldout_diffusion_loss"), "heldout_after": val[-1].get("heldout_diffusion_loss")}
+    return {
+        "algorithm": algorithm,
+        "seed": seed,
+        "wall_s": wall,
+        "eval_before": val[0]["reward_mean"],
+        "eval_after": val[-1]["reward_mean"],
+        "train_first5": statistics.mean(r["reward_mean"] for r in train[:5]),
+        "train_last5": statistics.mean(r["reward_mean"] for r in train[-5:]),
+        "heldout_before": val[0].get("heldout_diffusion_loss"),
+        "heldout_after": val[-1].get("heldout_diffusion_loss"),
+    }
 
 
 def _ms(values: list[float]) -> str:
@@ -77,8 +106,14 @@ def main() -> None:
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--algorithms", nargs="+", default=["flow_grpo", "ddrl"], choices=sorted(RECIPES))
     ap.add_argument("--workdir", type=Path, default=Path("outputs/bench-wfm"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="A config override for every run (e.g. model.rl.data_beta=0.003).")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A config override for every run (e.g. model.rl.data_beta=0.003).",
+    )
     args = ap.parse_args()
     import torch
 
@@ -90,19 +125,36 @@ def main() -> None:
     data = make_synthetic_wfm_data(work / "wfm-data")
     load0 = os.getloadavg()
     t0 = time.time()
-    results = [run_one(a, s, args.iters, args.nproc, model, data, work, args.overrides)
-               for a in args.algorithms for s in args.seeds]
+    results = [
+        run_one(a, s, args.iters, args.nproc, model, data, work, args.overrides)
+        for a in args.algorithms
+        for s in args.seeds
+    ]
     print(json.dumps(results, indent=1), file=sys.stderr)
-    print(f"machine: {platform.node()} {os.cpu_count()} cores, torch {torch.__version__}, python "
-          f"{platform.python_version()}; load {load0} -> {os.getloadavg()}; {args.nproc} process(es) per run, "
-          f"{args.iters} iterations, seeds {args.seeds}, overrides {args.overrides}; total {time.time() - t0:.0f} s")
-    print("\n| algorithm | eval reward before | eval reward after | train reward first 5 | last 5 | "
-          "held-out diffusion loss before | after | wall s / run |")
+    print(
+        f"machine: {platform.node()} {os.cpu_count()} cores, torch {torch.__version__}, python "
+        f"{platform.python_version()}; load {load0} -> {os.getloadavg()}; {args.nproc} process(es) per run, "
+        f"{args.iters} iterations, seeds {args.seeds}, overrides {args.overrides}; total {time.time() - t0:.0f} s"
+    )
+    print(
+        "\n| algorithm | eval reward before | eval reward after | train reward first 5 | last 5 | "
+        "held-out diffusion loss before | after | wall s / run |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for a in args.algorithms:
         rs = [r for r in results if r["algorithm"] == a]
-        cols = [_ms([r[k] for r in rs]) for k in ("eval_before", "eval_after", "train_first5", "train_last5",
-                                                  "heldout_before", "heldout_after", "wall_s")]
+        cols = [
+            _ms([r[k] for r in rs])
+            for k in (
+                "eval_before",
+                "eval_after",
+                "train_first5",
+                "train_last5",
+                "heldout_before",
+                "heldout_after",
+                "wall_s",
+            )
+        ]
         print(f"| {a} | " + " | ".join(cols) + " |")
 
 

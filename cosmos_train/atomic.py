@@ -39,8 +39,9 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, fsync: bool = Fa
     return path
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any, *, fsync: bool = False, indent: int | None = 2,
-                      sort_keys: bool = False) -> Path:
+def write_json_atomic(
+    path: str | os.PathLike, obj: Any, *, fsync: bool = False, indent: int | None = 2, sort_keys: bool = False
+) -> Path:
     """`obj` as JSON (non-ASCII kept, a final newline) written with write_atomic."""
     text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False, default=str) + "\n"
     return write_atomic(path, text, fsync=fsync)

@@ -371,8 +371,12 @@ class CheckpointManager:
         error: Exception | None = None
         if rank() == 0:
             try:
-                write_json_atomic(tmp / COMPLETE, {"step": step, "time": time.time(), "world_size": world_size()},
-                                  fsync=True, sort_keys=True)
+                write_json_atomic(
+                    tmp / COMPLETE,
+                    {"step": step, "time": time.time(), "world_size": world_size()},
+                    fsync=True,
+                    sort_keys=True,
+                )
                 if final.exists():
                     # A step_N without COMPLETE (never loadable): replace it.
                     shutil.rmtree(final)
@@ -385,9 +389,7 @@ class CheckpointManager:
             self._rotate()
         barrier(self._group)
 
-    def _raise_failed(
-        self, step: int, tmp: Path, final: Path, error: BaseException | None, group: Any
-    ) -> None:
+    def _raise_failed(self, step: int, tmp: Path, final: Path, error: BaseException | None, group: Any) -> None:
         """Return when the write went well on every rank; otherwise raise on every rank.
 
         Collective: every rank calls it with its own error (None when its part went well). After an
@@ -502,7 +504,13 @@ class CheckpointManager:
         log.warning(
             "%s has no RNG state for rank %d (written by %d ranks, now %d): seeded this rank's RNGs "
             "deterministically from (seed=%d, rank=%d) -> %d",
-            ckpt_dir, rank(), saved_world, world_size(), self.seed, rank(), derived,
+            ckpt_dir,
+            rank(),
+            saved_world,
+            world_size(),
+            self.seed,
+            rank(),
+            derived,
         )
 
 

@@ -52,7 +52,9 @@ def list_complete(path: Path) -> list[Path]:
     for root in (path / "checkpoints", path):
         if found := complete_checkpoints(root):
             return found
-    return [ckpt for run in sorted(path.iterdir()) if run.is_dir() for ckpt in complete_checkpoints(run / "checkpoints")]
+    return [
+        ckpt for run in sorted(path.iterdir()) if run.is_dir() for ckpt in complete_checkpoints(run / "checkpoints")
+    ]
 
 
 def describe_complete(path: Path, limit: int = 8) -> str:
@@ -122,12 +124,18 @@ def resolve_resume(resume: bool | str, output_dir: str | Path) -> Path | None:
         why = "holds no complete checkpoint"
     # Where the user probably meant: the closest existing folder of the path's run, and output_dir.
     roots = [p for p in (path, path.parent, path.parent.parent) if p.is_dir()][:1] + [Path(output_dir).expanduser()]
-    nearby = sorted({c.resolve() for root in roots for c in list_complete(root)},
-                    key=lambda p: (_written_at(p), step_of(p)))
-    listing = ("complete checkpoints nearby:\n" + "\n".join(f"    {p}" for p in nearby[-10:])) if nearby else (
-        "no complete checkpoint was found there or under train.output_dir")
-    raise CheckpointError(f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
-                          f"or to true for the newest one. {listing}")
+    nearby = sorted(
+        {c.resolve() for root in roots for c in list_complete(root)}, key=lambda p: (_written_at(p), step_of(p))
+    )
+    listing = (
+        ("complete checkpoints nearby:\n" + "\n".join(f"    {p}" for p in nearby[-10:]))
+        if nearby
+        else ("no complete checkpoint was found there or under train.output_dir")
+    )
+    raise CheckpointError(
+        f"train.resume: {path} {why}; set it to a step_N folder that holds {COMPLETE}, "
+        f"or to true for the newest one. {listing}"
+    )
 
 
 def newest_export(root: Path, name: str = "final") -> Path | None:

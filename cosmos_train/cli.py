@@ -61,7 +61,11 @@ def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> No
     else:
         p.add_argument("--config", type=Path, required=True, help="Job TOML file.")
     p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="Override a key, e.g. --set train.epoch=2 (repeatable; applied after COSMOS_TRAIN__* env vars).",
     )
 
@@ -75,8 +79,12 @@ def _config_check(args: argparse.Namespace) -> int:
         for name, stage in pipeline.training_stages():  # each stage's keys that have no effect, said here too
             notes = load_config(stage.config, stage.overrides, check_paths=False).no_effect
             if notes:
-                print(f"# [{name}] {NO_EFFECT_HEADER.removeprefix('# ')}", *(f"#   {n.line()}" for n in notes),
-                      sep="\n", file=sys.stderr)
+                print(
+                    f"# [{name}] {NO_EFFECT_HEADER.removeprefix('# ')}",
+                    *(f"#   {n.line()}" for n in notes),
+                    sep="\n",
+                    file=sys.stderr,
+                )
         print(f"# ok: {args.config} (post-train pipeline: {pipeline.folder})", file=sys.stderr)
         return 0
     if is_world_model_recipe(args.config):  # the world-model RL layout: its own schema
@@ -85,8 +93,11 @@ def _config_check(args: argparse.Namespace) -> int:
         wfm = load_wfm_config(args.config, args.overrides)
         print(wfm.to_toml(), end="")
         if wfm.cosmos_rl_defaults:  # cosmos-rl's form: what the recipe left out is cosmos-rl's default
-            print(f"# cosmos-rl's form (no model.model_name_or_path): cosmos-rl's defaults taken for "
-                  f"{', '.join(wfm.cosmos_rl_defaults)}", file=sys.stderr)
+            print(
+                f"# cosmos-rl's form (no model.model_name_or_path): cosmos-rl's defaults taken for "
+                f"{', '.join(wfm.cosmos_rl_defaults)}",
+                file=sys.stderr,
+            )
         if wfm.no_effect:
             print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in wfm.no_effect), sep="\n", file=sys.stderr)
         print(f"# ok: {args.config} (wfm_rl: {wfm.model.rl.algorithm})", file=sys.stderr)
@@ -101,10 +112,15 @@ def _config_check(args: argparse.Namespace) -> int:
     if cfg.no_effect:
         print(NO_EFFECT_HEADER, *(f"#   {n.line()}" for n in cfg.no_effect), sep="\n", file=sys.stderr)
     if model_type is None:
-        print(f"# policy.model_name_or_path = {model!r}: not a local folder and not in the Hugging Face cache, so its "
-              "model type (family) is checked when the model loads", file=sys.stderr)
-    print(f"# ok: {args.config} ({cfg.policy_type}"
-          f"{'' if model_type is None else f', model type {model_type}'})", file=sys.stderr)
+        print(
+            f"# policy.model_name_or_path = {model!r}: not a local folder and not in the Hugging Face cache, so its "
+            "model type (family) is checked when the model loads",
+            file=sys.stderr,
+        )
+    print(
+        f"# ok: {args.config} ({cfg.policy_type}{'' if model_type is None else f', model type {model_type}'})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -144,14 +160,16 @@ def _train(args: argparse.Namespace) -> int:
         from flows.grpo import GRPOParams, grpo
 
         _quiet_prefect_console()
-        result = grpo(GRPOParams(config=str(args.config), overrides=args.overrides, dataset_script=script,
-                                 run_dir=args.run_dir))
+        result = grpo(
+            GRPOParams(config=str(args.config), overrides=args.overrides, dataset_script=script, run_dir=args.run_dir)
+        )
     else:
         from flows.sft import SFTParams, sft
 
         _quiet_prefect_console()
-        result = sft(SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=script,
-                               run_dir=args.run_dir))
+        result = sft(
+            SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=script, run_dir=args.run_dir)
+        )
     print(result["run_dir"])
     return 0
 
@@ -162,8 +180,9 @@ def _wfm_rl(args: argparse.Namespace) -> int:
 
     load_wfm_config(args.config, args.overrides)
     if args.wfm_mode:
-        print(f"note: --wfm-mode {args.wfm_mode}: cosmos-rl's entry script is not needed here (ignored)",
-              file=sys.stderr)
+        print(
+            f"note: --wfm-mode {args.wfm_mode}: cosmos-rl's entry script is not needed here (ignored)", file=sys.stderr
+        )
     from flows.wfm_rl import WfmRLParams, wfm_rl
 
     _quiet_prefect_console()
@@ -183,8 +202,9 @@ def _make_tiny_wfm(args: argparse.Namespace) -> int:
 def _make_synthetic_wfm(args: argparse.Namespace) -> int:
     from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data, write_text_embeddings  # why: HEAVY
 
-    out = make_synthetic_wfm_data(args.out, n=args.n, num_frames=args.num_frames, height=args.size,
-                                  width=args.size, seed=args.seed)
+    out = make_synthetic_wfm_data(
+        args.out, n=args.n, num_frames=args.num_frames, height=args.size, width=args.size, seed=args.seed
+    )
     if args.text_embeddings_from:  # precomputed embeddings, as the seed's offline_text_embedding datasets have
         from cosmos_train.wfm.model import encode_prompts, load_wfm  # why: HEAVY
 
@@ -202,8 +222,13 @@ def _prepare_data(args: argparse.Namespace) -> int:
 
     _quiet_prefect_console()
 
-    print(prepare_data(PrepareDataParams(config=str(args.config), overrides=args.overrides,
-                                         dataset_script=args.script, run_dir=args.run_dir)))
+    print(
+        prepare_data(
+            PrepareDataParams(
+                config=str(args.config), overrides=args.overrides, dataset_script=args.script, run_dir=args.run_dir
+            )
+        )
+    )
     return 0
 
 
@@ -268,16 +293,17 @@ def _reward_service(args: argparse.Namespace) -> int:
     resolve_token(args.host, args.insecure_no_token)  # refuse before loading anything
     if args.exit_with_parent:
         watch_parent(grace_s=10)
-    serve(load_service_config(args.config), host=args.host, port=args.port,
-          insecure_no_token=args.insecure_no_token)
+    serve(load_service_config(args.config), host=args.host, port=args.port, insecure_no_token=args.insecure_no_token)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="cosmos-train", description=__doc__.split("\n")[0],
+        prog="cosmos-train",
+        description=__doc__.split("\n")[0],
         epilog="cosmos-rl's form also works: cosmos-train --config FILE [SCRIPT.py] runs `sft` or `grpo` as the "
-               "config's trainer type says (wfm-rl for a world-model recipe).")
+        "config's trainer type says (wfm-rl for a world-model recipe).",
+    )
     ap.add_argument("--debug", action="store_true", help="Show the traceback of an input error too.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -291,10 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = sub.add_parser("make-tiny-model", help="Build an offline tiny model folder (Qwen2.5-VL by default).")
     tiny.add_argument("out", type=Path)
-    tiny.add_argument("--family", default="qwen2_5_vl",
-                      choices=["qwen2_5_vl", "qwen3_vl", "cosmos3_edge", "qwen2", "qwen3", "llama", "mistral"],
-                      help="Architecture: Qwen2.5-VL (Cosmos-Reason1), Qwen3-VL (Cosmos-Reason2), Cosmos3-Edge, or a "
-                           "text-only language model: qwen2 (Qwen2.5), qwen3 (dense), llama, mistral.")
+    tiny.add_argument(
+        "--family",
+        default="qwen2_5_vl",
+        choices=["qwen2_5_vl", "qwen3_vl", "cosmos3_edge", "qwen2", "qwen3", "llama", "mistral"],
+        help="Architecture: Qwen2.5-VL (Cosmos-Reason1), Qwen3-VL (Cosmos-Reason2), Cosmos3-Edge, or a "
+        "text-only language model: qwen2 (Qwen2.5), qwen3 (dense), llama, mistral.",
+    )
     tiny.add_argument("--size", default="tiny", choices=["tiny", "small"])
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_make_tiny_model)
@@ -312,15 +341,18 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument("--run-dir", default=None, help="Continue in this run folder (default: a new one).")
         train.set_defaults(func=_train)
 
-    wfm = sub.add_parser("wfm-rl", help="World-model RL (Flow-GRPO / DDRL) of a Cosmos-Predict DiT through the "
-                                        "wfm_rl flow.")
+    wfm = sub.add_parser(
+        "wfm-rl", help="World-model RL (Flow-GRPO / DDRL) of a Cosmos-Predict DiT through the wfm_rl flow."
+    )
     _add_config_args(wfm)
     wfm.add_argument("--run-dir", default=None, help="Continue in this run folder (default: a new one).")
     wfm.add_argument("--wfm-mode", default=None, help="cosmos-rl's entry script argument (accepted, not needed).")
     wfm.set_defaults(func=_wfm_rl)
 
-    twfm = sub.add_parser("make-tiny-wfm", help="Build an offline tiny Cosmos-Predict2.5-layout diffusers folder "
-                                                "(DiT, Wan VAE, text encoder).")
+    twfm = sub.add_parser(
+        "make-tiny-wfm",
+        help="Build an offline tiny Cosmos-Predict2.5-layout diffusers folder (DiT, Wan VAE, text encoder).",
+    )
     twfm.add_argument("out", type=Path)
     twfm.add_argument("--seed", type=int, default=0)
     twfm.set_defaults(func=_make_tiny_wfm)
@@ -331,8 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     swfm.add_argument("--num-frames", type=int, default=9, help="Frames per video.")
     swfm.add_argument("--size", type=int, default=32, help="Width and height in pixels.")
     swfm.add_argument("--seed", type=int, default=0)
-    swfm.add_argument("--text-embeddings-from", default=None, metavar="WFM_DIR",
-                      help="Also write text_embedding/*.pickle with this model folder's text encoder.")
+    swfm.add_argument(
+        "--text-embeddings-from",
+        default=None,
+        metavar="WFM_DIR",
+        help="Also write text_embedding/*.pickle with this model folder's text encoder.",
+    )
     swfm.add_argument("--max-prompt-length", type=int, default=128)
     swfm.set_defaults(func=_make_synthetic_wfm)
 
@@ -344,8 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="Evaluate checkpoints on video benchmarks and compare them.")
     _add_config_args(ev)
-    ev.add_argument("--model", dest="models", action="append", default=[],
-                    help="Checkpoint folder or hub id (repeatable: base, SFT, RL ...).")
+    ev.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=[],
+        help="Checkpoint folder or hub id (repeatable: base, SFT, RL ...).",
+    )
     ev.set_defaults(func=_eval)
 
     exp = sub.add_parser("export", help="Convert a saved checkpoint to Hugging Face safetensors.")
@@ -359,8 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-endpoint-url", default=None, help="An S3-compatible store's endpoint (default: AWS_* env).")
     up.set_defaults(func=_upload)
 
-    pt = sub.add_parser("post-train", help="The pipeline: prepare-data, SFT, evaluate, GRPO, evaluate, upload "
-                                           "(a rerun skips the stages that finished).")
+    pt = sub.add_parser(
+        "post-train",
+        help="The pipeline: prepare-data, SFT, evaluate, GRPO, evaluate, upload "
+        "(a rerun skips the stages that finished).",
+    )
     _add_config_args(pt)
     pt.set_defaults(func=_post_train)
 
@@ -368,15 +412,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     demo.set_defaults(func=_demo)
 
-    rs = sub.add_parser("reward-service", help="Serve rewards over HTTP (the reference service's protocol, "
-                                               "token from REWARD_SERVICE_TOKEN).")
+    rs = sub.add_parser(
+        "reward-service",
+        help="Serve rewards over HTTP (the reference service's protocol, token from REWARD_SERVICE_TOKEN).",
+    )
     rs.add_argument("--config", type=Path, default=None, help="rewards.toml (queue, limits, TTL, handlers).")
     rs.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: loopback only).")
     rs.add_argument("--port", type=int, default=8080)
-    rs.add_argument("--insecure-no-token", action="store_true",
-                    help="Run without a token (allowed on a loopback host only, for local testing).")
-    rs.add_argument("--exit-with-parent", action="store_true",
-                    help="Stop when the process that started this one dies (a service a flow manages).")
+    rs.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="Run without a token (allowed on a loopback host only, for local testing).",
+    )
+    rs.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="Stop when the process that started this one dies (a service a flow manages).",
+    )
     rs.set_defaults(func=_reward_service)
     return ap
 

@@ -25,24 +25,72 @@ from cosmos_train.metrics import read_metrics
 
 # (panel title, metric key, draw the validation rows too) per policy type
 CURVES: dict[str, tuple[tuple[str, str, bool], ...]] = {
-    "sft": (("loss", "loss", True), ("learning rate", "lr", False), ("grad norm", "grad_norm", False),
-            ("tokens/s", "tokens_per_s", False)),
-    "grpo": (("mean reward", "reward_mean", True), ("accuracy", "accuracy", True), ("KL to reference", "kl", False),
-             ("completion tokens (mean)", "response_length_mean", False), ("grad norm", "grad_norm", False),
-             ("learning rate", "lr", False), ("tokens/s", "tokens_per_s", False)),
-    "wfm_rl": (("mean reward", "reward_mean", True), ("held-out diffusion loss", "heldout_diffusion_loss", True),
-               ("data (flow-matching) loss", "data_loss", False), ("KL to reference", "kl", False),
-               ("clipped fraction", "clip_frac", False), ("grad norm", "grad_norm", False),
-               ("learning rate", "lr", False)),
+    "sft": (
+        ("loss", "loss", True),
+        ("learning rate", "lr", False),
+        ("grad norm", "grad_norm", False),
+        ("tokens/s", "tokens_per_s", False),
+    ),
+    "grpo": (
+        ("mean reward", "reward_mean", True),
+        ("accuracy", "accuracy", True),
+        ("KL to reference", "kl", False),
+        ("completion tokens (mean)", "response_length_mean", False),
+        ("grad norm", "grad_norm", False),
+        ("learning rate", "lr", False),
+        ("tokens/s", "tokens_per_s", False),
+    ),
+    "wfm_rl": (
+        ("mean reward", "reward_mean", True),
+        ("held-out diffusion loss", "heldout_diffusion_loss", True),
+        ("data (flow-matching) loss", "data_loss", False),
+        ("KL to reference", "kl", False),
+        ("clipped fraction", "clip_frac", False),
+        ("grad norm", "grad_norm", False),
+        ("learning rate", "lr", False),
+    ),
 }
 # the per-step table's columns (the step first), in this order where present
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    "sft": ("loss", "lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "peak_mem_gb",
-            "tflops_per_device", "mfu"),
-    "grpo": ("reward_mean", "reward_std", "accuracy", "kl", "response_length_mean", "loss", "grad_norm", "lr",
-             "tokens_per_s", "rollout_time", "train_time", "update_tflops_per_device", "update_mfu"),
-    "wfm_rl": ("reward_mean", "reward_std", "policy_loss", "data_loss", "kl", "clip_frac", "ratio", "grad_norm",
-               "lr", "rollout_time", "step_time"),
+    "sft": (
+        "loss",
+        "lr",
+        "grad_norm",
+        "tokens_per_s",
+        "samples_per_s",
+        "step_time",
+        "peak_mem_gb",
+        "tflops_per_device",
+        "mfu",
+    ),
+    "grpo": (
+        "reward_mean",
+        "reward_std",
+        "accuracy",
+        "kl",
+        "response_length_mean",
+        "loss",
+        "grad_norm",
+        "lr",
+        "tokens_per_s",
+        "rollout_time",
+        "train_time",
+        "update_tflops_per_device",
+        "update_mfu",
+    ),
+    "wfm_rl": (
+        "reward_mean",
+        "reward_std",
+        "policy_loss",
+        "data_loss",
+        "kl",
+        "clip_frac",
+        "ratio",
+        "grad_norm",
+        "lr",
+        "rollout_time",
+        "step_time",
+    ),
 }
 TABLE_ROWS = 100
 
@@ -95,8 +143,11 @@ def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Pat
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
     train, val = per_step(metrics, "train"), per_step(metrics, "val")
-    panels = [(title, key, with_val) for title, key, with_val in CURVES.get(policy_type, CURVES["sft"])
-              if series(train, key)[1] or (with_val and series(val, key)[1])]
+    panels = [
+        (title, key, with_val)
+        for title, key, with_val in CURVES.get(policy_type, CURVES["sft"])
+        if series(train, key)[1] or (with_val and series(val, key)[1])
+    ]
     if not panels:
         return None
     cols = 2
@@ -111,8 +162,14 @@ def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Pat
         if key == "reward_mean" and y:
             sx, sd = series([r for r in train if number(r, key) is not None], "reward_std")
             if len(sx) == len(x):
-                ax.fill_between(x, [m - s for m, s in zip(y, sd)], [m + s for m, s in zip(y, sd)],
-                                color="#4c72b0", alpha=0.2, label="± std")
+                ax.fill_between(
+                    x,
+                    [m - s for m, s in zip(y, sd)],
+                    [m + s for m, s in zip(y, sd)],
+                    color="#4c72b0",
+                    alpha=0.2,
+                    label="± std",
+                )
         if with_val:
             vx, vy = series(val, key)
             if vy:
@@ -129,7 +186,6 @@ def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
-
 
 
 def curves_markdown(png: Path | None, title: str) -> str:

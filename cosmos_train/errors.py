@@ -134,8 +134,19 @@ class RepeatedFailure(RuntimeError):
 
 KINDS: dict[str, type[UserError]] = {
     cls.kind: cls
-    for cls in (UserError, ConfigError, DataError, MediaError, BenchmarkError, ModelError, CheckpointError,
-                AuthError, UploadError, DiskFullError, TrainingDiverged)
+    for cls in (
+        UserError,
+        ConfigError,
+        DataError,
+        MediaError,
+        BenchmarkError,
+        ModelError,
+        CheckpointError,
+        AuthError,
+        UploadError,
+        DiskFullError,
+        TrainingDiverged,
+    )
 }
 
 
@@ -144,8 +155,9 @@ NO_SPACE = "No space left on device"  # strerror(ENOSPC), also in errors of libr
 
 def disk_full_at(where: str | os.PathLike | None) -> DiskFullError:
     """The one disk-full paragraph, naming where the write failed."""
-    return DiskFullError(f"no space left on {where or 'the output folder'}: free space there or point "
-                         "train.output_dir at a larger disk")
+    return DiskFullError(
+        f"no space left on {where or 'the output folder'}: free space there or point train.output_dir at a larger disk"
+    )
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -205,8 +217,7 @@ def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> DiskFu
 
 
 # ------------------------------------------------------------------------- across processes
-def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int | None = None,
-                     rank: int = 0) -> bool:
+def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int | None = None, rank: int = 0) -> bool:
     """Record why this rank stopped, for the launching task (written atomically; the first rank wins).
     Returns whether this rank's record is the one kept."""
     path = Path(run_dir) / ERROR_FILE
@@ -254,8 +265,9 @@ def error_from_record(record: dict[str, Any]) -> UserError | None:
     return err
 
 
-def report_rank_failure(exc: BaseException, run_dir: str | os.PathLike, step: int | None = None,
-                        rank: int = 0) -> int | None:
+def report_rank_failure(
+    exc: BaseException, run_dir: str | os.PathLike, step: int | None = None, rank: int = 0
+) -> int | None:
     """At the top of a torchrun rank: record why it stops (RUN/error.json) and, for a user error, print its
     paragraph and return the exit code. None for a crash: the caller re-raises it with its traceback."""
     import sys

@@ -52,8 +52,9 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
         raise FileNotFoundError(f"{config_path}: the run's config.toml is missing (expected next to checkpoints/)")
     if is_world_model_recipe(config_path):  # a world-model RL run: its DiT into the base diffusers folder
         wfm = load_wfm_config(config_path, env={}, check_paths=False)
-        return export_wfm(wfm.model.model_name_or_path, read_checkpoint_model(ckpt_dir), out_dir,
-                          revision=wfm.model.model_revision)
+        return export_wfm(
+            wfm.model.model_name_or_path, read_checkpoint_model(ckpt_dir), out_dir, revision=wfm.model.model_revision
+        )
     cfg = load_config(config_path, env={}, check_paths=False)
     source = resolve_model_dir(cfg.policy.model_name_or_path, cfg.policy.model_revision)
     hf_model = build_meta_model(source)

@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     except ChildFailedError as e:
         cause = root_cause(list(e.failures.values()))
-        print(f"[launch] rank {cause.local_rank} exited with code {cause.exitcode}; torchrun stopped the others",
-              file=sys.stderr)
+        print(
+            f"[launch] rank {cause.local_rank} exited with code {cause.exitcode}; torchrun stopped the others",
+            file=sys.stderr,
+        )
         return cause.exitcode if 0 < cause.exitcode < 256 else 1
     return 0
 

@@ -51,8 +51,12 @@ class MetricsLogger:
 
             os.environ.setdefault("WANDB_MODE", "online" if os.environ.get("WANDB_API_KEY") else "offline")
             self._wandb = wandb.init(
-                project=cfg.logging.project_name, name=cfg.logging.experiment_name or run_dir.name,
-                dir=str(run_dir), config=cfg.model_dump(mode="json"), id=run_dir.name, resume="allow",
+                project=cfg.logging.project_name,
+                name=cfg.logging.experiment_name or run_dir.name,
+                dir=str(run_dir),
+                config=cfg.model_dump(mode="json"),
+                id=run_dir.name,
+                resume="allow",
                 group=cfg.logging.group_name,
             )
         self.console = enabled and "console" in cfg.logging.logger
@@ -89,8 +93,10 @@ class MetricsLogger:
 
             columns = sorted({k for r in rows for k in r if not isinstance(r[k], dict)})
             # [*columns]: a new list, which mypy types as wandb.Table's (invariant) list[str | int]
-            self._wandb.log({"samples": wandb.Table(columns=[*columns], data=[[r.get(c) for c in columns] for r in rows])},
-                            step=step)
+            self._wandb.log(
+                {"samples": wandb.Table(columns=[*columns], data=[[r.get(c) for c in columns] for r in rows])},
+                step=step,
+            )
         if self.console:
             first = rows[0]
             print(f"[sample] step {step} reward={_fmt(first.get('reward'))} {first.get('completion')!r}", flush=True)
@@ -102,8 +108,11 @@ class MetricsLogger:
         for path in (self.path, self.path.parent / SAMPLES_FILE):
             if not path.exists():
                 continue
-            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path != self.path \
+            rows = (
+                [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+                if path != self.path
                 else read_metrics(self.path.parent)
+            )
             kept = [r for r in rows if int(r.get("step", 0)) <= step]
             write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 

@@ -67,8 +67,10 @@ class GRPOStage(TrainStage):
     """[grpo]: the RL stage, started from the SFT stage's export when there is one."""
 
     export: Literal["best", "final"] = Field(
-        "best", description="The export that goes on to evaluation and upload: best (by validation reward, "
-        "when the run kept one) or final.")
+        "best",
+        description="The export that goes on to evaluation and upload: best (by validation reward, "
+        "when the run kept one) or final.",
+    )
 
 
 class EvaluateStage(Section):
@@ -85,11 +87,14 @@ class UploadStage(Section):
 
     to: list[str] = Field(..., min_length=1, description="Targets: s3://bucket/prefix or hf://org/repo URLs.")
     models: Literal["final", "all"] = Field(
-        "final", description="final: the last training stage's export; all: every training stage's export "
-        "(each under <target>/<stage>).")
+        "final",
+        description="final: the last training stage's export; all: every training stage's export "
+        "(each under <target>/<stage>).",
+    )
     s3_endpoint_url: str | None = Field(None, description="Endpoint of an S3-compatible store (unset: AWS_* env).")
     s3_credentials_secret: str | None = Field(
-        None, description="Prefect Secret block with the S3 credentials as JSON (unset: PROD_S3_CHECKPOINT_* / AWS_*).")
+        None, description="Prefect Secret block with the S3 credentials as JSON (unset: PROD_S3_CHECKPOINT_* / AWS_*)."
+    )
     hf_token_secret: str | None = Field(None, description="Prefect Secret block with the Hub token (unset: HF_TOKEN).")
     hf_private: bool = Field(True, description="Create a Hub repo private when it does not exist.")
 
@@ -98,11 +103,16 @@ class PipelineConfig(Section):
     """The whole pipeline file."""
 
     name: str = Field(
-        ..., min_length=1, max_length=120, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="The pipeline folder's name under output_dir; a rerun with the same name continues it.")
+        ...,
+        min_length=1,
+        max_length=120,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The pipeline folder's name under output_dir; a rerun with the same name continues it.",
+    )
     output_dir: str = Field("./outputs/post-train", description="Where pipeline folders are made.")
     model: str | None = Field(
-        None, description="Base model of the first training stage (unset: that stage's policy.model_name_or_path).")
+        None, description="Base model of the first training stage (unset: that stage's policy.model_name_or_path)."
+    )
     sft: TrainStage | None = Field(None, description="The SFT stage (absent: no SFT).")
     grpo: GRPOStage | None = Field(None, description="The GRPO stage (absent: no GRPO).")
     evaluate: EvaluateStage | None = Field(None, description="Evaluation after each training stage (absent: none).")
@@ -197,11 +207,15 @@ def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
             out += [f"{name} (config {stage.config}): {p}" for p in e.problems]
             continue
         if job.policy_type != name:
-            out.append(f"{name}.config: {stage.config} is a {job.policy_type} job config; the [{name}] stage "
-                       f"needs train.train_policy.type = \"{name}\"")
+            out.append(
+                f"{name}.config: {stage.config} is a {job.policy_type} job config; the [{name}] stage "
+                f'needs train.train_policy.type = "{name}"'
+            )
         elif not job.train.ckpt.export_safetensors:
-            out.append(f"{name}: train.ckpt.export_safetensors = false in {stage.config}; a pipeline stage must "
-                       "export (the next stage starts from the export)")
+            out.append(
+                f"{name}: train.ckpt.export_safetensors = false in {stage.config}; a pipeline stage must "
+                "export (the next stage starts from the export)"
+            )
     if cfg.evaluate is not None:
         try:
             load_eval_config(cfg.evaluate.config, cfg.evaluate.overrides)
@@ -270,8 +284,13 @@ class PipelineState:
     def unfinished_run_dir(self, name: str, key: str) -> str | None:
         """The run folder of this stage's earlier attempt with the same key, to continue in."""
         rec = self.stages.get(name)
-        if rec and rec.get("status") != "done" and rec.get("key") == key and rec.get("run_dir") \
-                and Path(rec["run_dir"]).is_dir():
+        if (
+            rec
+            and rec.get("status") != "done"
+            and rec.get("key") == key
+            and rec.get("run_dir")
+            and Path(rec["run_dir"]).is_dir()
+        ):
             return rec["run_dir"]
         return None
 

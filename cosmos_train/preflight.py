@@ -32,9 +32,14 @@ from cosmos_train.models.load import resolve_attention
 from cosmos_train.models.parallelize import compute_dtype
 
 
-def check_job(config: str | Path, overrides: list[str] | None = None, dataset_script: str | None = None,
-              run_dir: str | Path | None = None, read_rows: bool = True,
-              policy_type: Literal["sft", "grpo"] | None = None) -> Config:
+def check_job(
+    config: str | Path,
+    overrides: list[str] | None = None,
+    dataset_script: str | None = None,
+    run_dir: str | Path | None = None,
+    read_rows: bool = True,
+    policy_type: Literal["sft", "grpo"] | None = None,
+) -> Config:
     """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong.
 
     read_rows: also read local datasets' rows (`check_rows`). The flows pass False: their next step,
@@ -43,14 +48,17 @@ def check_job(config: str | Path, overrides: list[str] | None = None, dataset_sc
     other kind is refused (each trainer would otherwise fail later on the other's rows)."""
     cfg = load_config(config, overrides or [])  # every config check, unsupported settings included
     if policy_type is not None and cfg.policy_type != policy_type:
-        raise ConfigError(f"train.train_policy.type = {cfg.policy_type!r}: this is the {policy_type} command / "
-                          f"flow; run the {cfg.policy_type} one (`cosmos-train {cfg.policy_type}`)", str(config))
+        raise ConfigError(
+            f"train.train_policy.type = {cfg.policy_type!r}: this is the {policy_type} command / "
+            f"flow; run the {cfg.policy_type} one (`cosmos-train {cfg.policy_type}`)",
+            str(config),
+        )
     check_attention(cfg)
-    check_model_family(cfg.policy.model_name_or_path,
-                       vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
+    check_model_family(cfg.policy.model_name_or_path, vllm=cfg.policy_type == "grpo" and cfg.rollout.backend == "vllm")
     if dataset_script is not None and not Path(dataset_script).expanduser().is_file():
-        raise DataError(f"dataset script {dataset_script}: no such file (pass the path of a .py file, "
-                        "see examples/my_dataset.py)")
+        raise DataError(
+            f"dataset script {dataset_script}: no such file (pass the path of a .py file, see examples/my_dataset.py)"
+        )
     datasets = [("train.train_policy.dataset", cfg.train.train_policy.dataset)]
     if cfg.validation.enable and cfg.validation.dataset is not None:
         datasets.append(("validation.dataset", cfg.validation.dataset))
@@ -106,10 +114,12 @@ def check_model_family(model: str, vllm: bool = False, key: str = "policy.model_
     if family is None:
         why = f" ({UNSUPPORTED_TYPES[model_type]})" if model_type in UNSUPPORTED_TYPES else ""
         supported = ", ".join(t for f in FAMILIES for t in f.model_types)
-        raise ModelError(f"{key} = {model!r} is a {model_type!r} model{why}, which no family here loads: the "
-                         f"supported model types are {supported} (vision-language: Cosmos-Reason1 / Qwen2.5-VL, "
-                         "Cosmos-Reason2 / Qwen3-VL, Cosmos3-Edge; text-only: Qwen2.5, Qwen3 dense, Llama, Mistral). "
-                         f"Point {key} at a model of one of these families")
+        raise ModelError(
+            f"{key} = {model!r} is a {model_type!r} model{why}, which no family here loads: the "
+            f"supported model types are {supported} (vision-language: Cosmos-Reason1 / Qwen2.5-VL, "
+            "Cosmos-Reason2 / Qwen3-VL, Cosmos3-Edge; text-only: Qwen2.5, Qwen3 dense, Llama, Mistral). "
+            f"Point {key} at a model of one of these families"
+        )
     if vllm:
         check_vllm_family(family.name, model)
     return str(model_type)
@@ -120,15 +130,16 @@ def check_dataset_paths(key: str, ds: DatasetConfig, has_script: bool = False) -
     if ds.annotation_path and not Path(ds.annotation_path).expanduser().is_file():
         raise DataError(f"{key}.annotation_path: {ds.annotation_path} does not exist (the LLaVA json file)")
     if ds.media_path and not Path(ds.media_path).expanduser().is_dir():
-        raise DataError(f"{key}.media_path: {ds.media_path} is not a folder (the root that relative media "
-                        "paths in the rows are read from)")
+        raise DataError(
+            f"{key}.media_path: {ds.media_path} is not a folder (the root that relative media "
+            "paths in the rows are read from)"
+        )
     if has_script and ds.source in ("auto", "script") and not ds.name:
         return  # the dataset script provides the rows
     detect_source(ds)
 
 
-def check_eval(config: str | Path, overrides: list[str] | None = None,
-               models: list[str] | None = None) -> EvalConfig:
+def check_eval(config: str | Path, overrides: list[str] | None = None, models: list[str] | None = None) -> EvalConfig:
     """An evaluation's config, every benchmark's questions (read, not answered) and local model folders;
     returns the validated config."""
     cfg = load_eval_config(config, overrides or [])
@@ -138,8 +149,10 @@ def check_eval(config: str | Path, overrides: list[str] | None = None,
         path = Path(model).expanduser()
         looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
         if looks_local and not path.exists():
-            raise ModelError(f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
-                             "or a hub id org/name)")
+            raise ModelError(
+                f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
+                "or a hub id org/name)"
+            )
         check_model_family(model, vllm=cfg.engine == "vllm", key="--model" if models else "model.model_name")
     return cfg
 
@@ -149,8 +162,11 @@ def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, 
     on_bad_row = "fail", raise naming the first bad rows. Hub datasets, Cosmos-Reason copies (their
     clips are extracted on first read) and dataset scripts (the user's own code) are left to data
     preparation: reading them here could take as long as preparing them."""
-    ds = cfg.validation.dataset if role == "val" and cfg.validation.dataset is not None else \
-        cfg.train.train_policy.dataset
+    ds = (
+        cfg.validation.dataset
+        if role == "val" and cfg.validation.dataset is not None
+        else cfg.train.train_policy.dataset
+    )
     if dataset_script is not None or detect_source(ds) in ("cosmos", "script"):
         return
     if not (ds.annotation_path or Path(ds.name).expanduser().exists()):
@@ -160,5 +176,7 @@ def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, 
     if bad and ds.on_bad_row == "fail":
         lines = [f"  - {s['error']['message']}" for s in bad[:shown]]
         more = f"\n  ... and {len(bad) - shown} more" if len(bad) > shown else ""
-        raise DataError(f"{len(bad)} bad row(s) of {len(samples)} ({role}); fix them or set "
-                        'dataset.on_bad_row = "skip" to drop and count them:\n' + "\n".join(lines) + more)
+        raise DataError(
+            f"{len(bad)} bad row(s) of {len(samples)} ({role}); fix them or set "
+            'dataset.on_bad_row = "skip" to drop and count them:\n' + "\n".join(lines) + more
+        )

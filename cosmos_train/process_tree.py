@@ -88,9 +88,14 @@ def start_reaper(grace_s: float = 10.0) -> None:
     if not os.path.isdir("/proc"):
         return
     read_end, write_end = os.pipe()
-    subprocess.Popen([sys.executable, "-m", "cosmos_train.process_tree", str(os.getpid()), str(read_end),
-                      str(grace_s)], pass_fds=(read_end,), start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen(
+        [sys.executable, "-m", "cosmos_train.process_tree", str(os.getpid()), str(read_end), str(grace_s)],
+        pass_fds=(read_end,),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(read_end)
     os.set_inheritable(write_end, False)  # only this process holds it: EOF means this process is gone
     _REAPER_PIPE.append(write_end)

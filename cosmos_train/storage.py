@@ -46,7 +46,9 @@ from cosmos_train.errors import AuthError, UploadError, UploadUnavailable
 MANIFEST = "MANIFEST.json"
 MIB = 1024 * 1024
 S3_MIN_PART = 5 * MIB
-COPY_LIMIT = 5 * 1024 * MIB  # the largest object CopyObject copies in one request  # S3 refuses smaller parts (except the last): EntityTooSmall
+COPY_LIMIT = (
+    5 * 1024 * MIB
+)  # the largest object CopyObject copies in one request  # S3 refuses smaller parts (except the last): EntityTooSmall
 LARGE_FOLDER_BYTES = 50 * 1024 * MIB  # the Hub's large-folder path above this
 
 
@@ -89,7 +91,9 @@ def folder_files(local: Path) -> list[Path]:
     local = Path(local)
     if local.is_file():
         return [local]
-    return sorted(p for p in local.rglob("*") if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+    return sorted(
+        p for p in local.rglob("*") if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+    )
 
 
 def sha256_file(path: Path, chunk: int = 8 * MIB) -> str:
@@ -133,18 +137,34 @@ class S3Settings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def s3_settings(env: Mapping[str, str], *, endpoint_url: str | None = None, part_size_mb: int = 64,
-                concurrency: int = 4, credentials: Mapping[str, str] | None = None) -> S3Settings:
+def s3_settings(
+    env: Mapping[str, str],
+    *,
+    endpoint_url: str | None = None,
+    part_size_mb: int = 64,
+    concurrency: int = 4,
+    credentials: Mapping[str, str] | None = None,
+) -> S3Settings:
     """The store's settings: keys from `credentials` (access_key_id, secret_access_key, session_token,
     endpoint_url, region), else PROD_S3_CHECKPOINT_*, else AWS_* in `env`, else None (boto3's chain:
     ~/.aws, instance roles); the endpoint from the config key `endpoint_url`, else the chosen source's,
     else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL."""
-    prod = {k: env.get(f"PROD_S3_CHECKPOINT_{v}") for k, v in (
-        ("access_key_id", "ACCESS_KEY_ID"), ("secret_access_key", "SECRET_ACCESS_KEY"),
-        ("endpoint_url", "ENDPOINT_URL"), ("region", "REGION_NAME"))}
-    aws = {"access_key_id": env.get("AWS_ACCESS_KEY_ID"), "secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
-           "session_token": env.get("AWS_SESSION_TOKEN"), "region": env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
-           "endpoint_url": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")}
+    prod = {
+        k: env.get(f"PROD_S3_CHECKPOINT_{v}")
+        for k, v in (
+            ("access_key_id", "ACCESS_KEY_ID"),
+            ("secret_access_key", "SECRET_ACCESS_KEY"),
+            ("endpoint_url", "ENDPOINT_URL"),
+            ("region", "REGION_NAME"),
+        )
+    }
+    aws = {
+        "access_key_id": env.get("AWS_ACCESS_KEY_ID"),
+        "secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
+        "session_token": env.get("AWS_SESSION_TOKEN"),
+        "region": env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
+        "endpoint_url": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+    }
     src: Mapping[str, str | None] = {}
     for candidate in (credentials or {}, prod, aws):
         if candidate.get("access_key_id") and candidate.get("secret_access_key"):
@@ -153,8 +173,12 @@ def s3_settings(env: Mapping[str, str], *, endpoint_url: str | None = None, part
     return S3Settings(
         endpoint_url=endpoint_url or src.get("endpoint_url") or aws["endpoint_url"],
         region=src.get("region") or aws["region"],
-        access_key_id=src.get("access_key_id"), secret_access_key=src.get("secret_access_key"),
-        session_token=src.get("session_token"), part_size=part_size_mb * MIB, concurrency=concurrency)
+        access_key_id=src.get("access_key_id"),
+        secret_access_key=src.get("secret_access_key"),
+        session_token=src.get("session_token"),
+        part_size=part_size_mb * MIB,
+        concurrency=concurrency,
+    )
 
 
 def s3_client(settings: S3Settings) -> Any:
@@ -163,26 +187,37 @@ def s3_client(settings: S3Settings) -> Any:
 
     kwargs: dict[str, Any] = {}
     if settings.access_key_id:
-        kwargs.update(aws_access_key_id=settings.access_key_id, aws_secret_access_key=settings.secret_access_key,
-                      aws_session_token=settings.session_token)
+        kwargs.update(
+            aws_access_key_id=settings.access_key_id,
+            aws_secret_access_key=settings.secret_access_key,
+            aws_session_token=settings.session_token,
+        )
     # boto3 asks for a region; an S3-compatible store on its own endpoint usually ignores it
     region = settings.region or "us-east-1"
-    config = BotoConfig(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10, read_timeout=120,
-                        max_pool_connections=max(10, settings.concurrency * 2))
+    config = BotoConfig(
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=10,
+        read_timeout=120,
+        max_pool_connections=max(10, settings.concurrency * 2),
+    )
     return boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=region, config=config, **kwargs)
 
 
-_REFUSED = {"InvalidAccessKeyId": "the access key is not known to the store",
-            "SignatureDoesNotMatch": "the secret key does not match the access key",
-            "AccessDenied": "these credentials may not write there",
-            "ExpiredToken": "the session token has expired",
-            "InvalidToken": "the session token is not valid",
-            "NoSuchBucket": "the bucket does not exist (create it, or fix s3_bucket / the URL)",
-            "InvalidBucketName": "that is not a valid bucket name",
-            "AllAccessDisabled": "all access to this object has been disabled"}
-_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or PROD_S3_CHECKPOINT_ACCESS_KEY_ID / "
-                     "_SECRET_ACCESS_KEY, or train.ckpt.s3_credentials_secret), and AWS_ENDPOINT_URL or "
-                     "train.ckpt.s3_endpoint_url for an S3-compatible store")
+_REFUSED = {
+    "InvalidAccessKeyId": "the access key is not known to the store",
+    "SignatureDoesNotMatch": "the secret key does not match the access key",
+    "AccessDenied": "these credentials may not write there",
+    "ExpiredToken": "the session token has expired",
+    "InvalidToken": "the session token is not valid",
+    "NoSuchBucket": "the bucket does not exist (create it, or fix s3_bucket / the URL)",
+    "InvalidBucketName": "that is not a valid bucket name",
+    "AllAccessDisabled": "all access to this object has been disabled",
+}
+_CREDENTIALS_HINT = (
+    "set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or PROD_S3_CHECKPOINT_ACCESS_KEY_ID / "
+    "_SECRET_ACCESS_KEY, or train.ckpt.s3_credentials_secret), and AWS_ENDPOINT_URL or "
+    "train.ckpt.s3_endpoint_url for an S3-compatible store"
+)
 
 
 def s3_error(exc: BaseException, target: str) -> Exception:
@@ -201,8 +236,9 @@ def s3_error(exc: BaseException, target: str) -> Exception:
         if code in _REFUSED:
             if code in ("NoSuchBucket", "InvalidBucketName", "AllAccessDisabled"):
                 return UploadError(f"{target}: the store refused the upload ({code}: {_REFUSED[code]})")
-            return AuthError(f"{target}: the store refused the credentials ({code}: {_REFUSED[code]}); "
-                             f"{_CREDENTIALS_HINT}")
+            return AuthError(
+                f"{target}: the store refused the credentials ({code}: {_REFUSED[code]}); {_CREDENTIALS_HINT}"
+            )
         if status in (401, 403) and not code.isalpha():  # a HEAD's refusal: a status, no code
             return AuthError(f"{target}: the store refused the credentials (HTTP {status}); {_CREDENTIALS_HINT}")
         if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
@@ -235,12 +271,22 @@ def _same_object(client: Any, bucket: str, key: str, size: int, sha: str) -> boo
     return int(head.get("ContentLength", -1)) == size and head.get("Metadata", {}).get("sha256") == sha
 
 
-def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: str, settings: S3Settings,
-               report: UploadReport, on_part: Callable[[int], None] | None) -> None:
+def _multipart(
+    client: Any,
+    bucket: str,
+    key: str,
+    path: Path,
+    size: int,
+    sha: str,
+    settings: S3Settings,
+    report: UploadReport,
+    on_part: Callable[[int], None] | None,
+) -> None:
     """Upload `path` in parts, reusing the parts of an earlier cut-off upload of the same bytes."""
     parts = _parts(size, settings.part_size)
-    earlier = [u for u in client.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", [])
-               if u["Key"] == key]
+    earlier = [
+        u for u in client.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []) if u["Key"] == key
+    ]
     earlier.sort(key=lambda u: u["Initiated"])
     done: dict[int, str] = {}
     upload_id, reused_from_earlier = None, False
@@ -264,8 +310,9 @@ def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: s
 
     def send(part: tuple[int, int, int]) -> tuple[int, str]:
         n, off, length = part
-        etag = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n,
-                                  Body=_read(path, off, length))["ETag"]
+        etag = client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=_read(path, off, length)
+        )["ETag"]
         if on_part:
             on_part(n)
         return n, etag
@@ -277,23 +324,40 @@ def _multipart(client: Any, bucket: str, key: str, path: Path, size: int, sha: s
             report.parts_sent += 1
             report.bytes_sent += parts[n - 1][2]
     client.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=upload_id,
-        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": done[n]} for n in sorted(done)]})
+        Bucket=bucket,
+        Key=key,
+        UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": done[n]} for n in sorted(done)]},
+    )
     if report.parts_reused and reused_from_earlier:
         # The continued upload carries the sha256 its first attempt was created with, and the file may have
         # changed since in parts that attempt never sent: write this file's sha256, so an unchanged-file
         # skip is never decided on a stale one (a copy in place; S3 copies up to 5 GiB in one request).
         if size <= COPY_LIMIT:
-            client.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": key},
-                               Metadata={"sha256": sha}, MetadataDirective="REPLACE")
+            client.copy_object(
+                Bucket=bucket,
+                Key=key,
+                CopySource={"Bucket": bucket, "Key": key},
+                Metadata={"sha256": sha},
+                MetadataDirective="REPLACE",
+            )
         else:
             client.delete_object(Bucket=bucket, Key=key)  # no trustworthy checksum: the next upload re-sends
-            raise UploadUnavailable(f"s3://{bucket}/{key}: a continued upload over 5 GiB cannot be re-stamped; "
-                                    "it was removed and a retry uploads it whole")
+            raise UploadUnavailable(
+                f"s3://{bucket}/{key}: a continued upload over 5 GiB cannot be re-stamped; "
+                "it was removed and a retry uploads it whole"
+            )
 
 
-def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta: Mapping[str, Any] | None = None,
-                     client: Any = None, on_part: Callable[[int], None] | None = None) -> UploadReport:
+def upload_folder_s3(
+    local: Path,
+    target: Target,
+    settings: S3Settings,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    client: Any = None,
+    on_part: Callable[[int], None] | None = None,
+) -> UploadReport:
     """Upload the folder (or file) `local` under `target` (s3://bucket/prefix), MANIFEST.json last."""
     local = Path(local)
     if not local.exists():
@@ -309,8 +373,9 @@ def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta:
         from botocore.exceptions import ClientError  # why: only s3:// targets
 
         if isinstance(e, ClientError) and str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
-            raise UploadError(f"{target.url}: the bucket {bucket!r} does not exist (create it, or fix s3_bucket / "
-                              "the URL)") from None
+            raise UploadError(
+                f"{target.url}: the bucket {bucket!r} does not exist (create it, or fix s3_bucket / the URL)"
+            ) from None
         raise s3_error(e, target.url) from None
     try:
         files = folder_files(local)
@@ -333,8 +398,12 @@ def upload_folder_s3(local: Path, target: Target, settings: S3Settings, *, meta:
                 report.bytes_sent += size
             report.files_sent += 1
         manifest = {"files": entries, "source": str(local), "uploaded_at": time.time(), **dict(meta or {})}
-        client.put_object(Bucket=bucket, Key=manifest_key, Body=json.dumps(manifest, indent=1).encode(),
-                          ContentType="application/json")
+        client.put_object(
+            Bucket=bucket,
+            Key=manifest_key,
+            Body=json.dumps(manifest, indent=1).encode(),
+            ContentType="application/json",
+        )
     except (UploadError, UploadUnavailable, FileNotFoundError):
         raise
     except Exception as e:  # noqa: BLE001 (botocore's errors mapped to ours)
@@ -362,8 +431,10 @@ def hf_token(env: Mapping[str, str], token: str | None = None) -> str:
     """The token passed (a Prefect Secret the flow resolved), else HF_TOKEN; none is an UploadError."""
     token = token or env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
     if not token:
-        raise AuthError("Hugging Face upload: no token; set HF_TOKEN to a token with write access "
-                          "(or train.ckpt.hf_token_secret to a Prefect Secret block holding one)")
+        raise AuthError(
+            "Hugging Face upload: no token; set HF_TOKEN to a token with write access "
+            "(or train.ckpt.hf_token_secret to a Prefect Secret block holding one)"
+        )
     return token
 
 
@@ -371,15 +442,25 @@ def hf_error(exc: BaseException, repo: str) -> Exception:
     status = getattr(getattr(exc, "response", None), "status_code", None)
     name = type(exc).__name__
     if status in (401, 403) or name in ("RepositoryNotFoundError", "GatedRepoError"):
-        return AuthError(f"hf://{repo}: the Hub refused the upload ({status or name}): the token needs write "
-                           "access to that repo (or to the org it is created in)")
+        return AuthError(
+            f"hf://{repo}: the Hub refused the upload ({status or name}): the token needs write "
+            "access to that repo (or to the org it is created in)"
+        )
     if status is not None and 400 <= status < 500:
         return UploadError(f"hf://{repo}: the Hub refused the upload ({status}: {exc})")
     return UploadUnavailable(f"hf://{repo}: cannot reach the Hub ({name}: {exc}); a retry resumes")
 
 
-def upload_folder_hf(local: Path, target: Target, *, token: str, commit_message: str, private: bool = True,
-                     api: Any = None, large_folder_bytes: int = LARGE_FOLDER_BYTES) -> UploadReport:
+def upload_folder_hf(
+    local: Path,
+    target: Target,
+    *,
+    token: str,
+    commit_message: str,
+    private: bool = True,
+    api: Any = None,
+    large_folder_bytes: int = LARGE_FOLDER_BYTES,
+) -> UploadReport:
     """Create the repo if missing and upload `local` in one commit (or the resumable large-folder path)."""
     local = Path(local)
     started = time.monotonic()
@@ -400,8 +481,14 @@ def upload_folder_hf(local: Path, target: Target, *, token: str, commit_message:
             api.upload_large_folder(repo_id=repo, folder_path=str(local), repo_type="model", private=private)
             report.note = "large-folder upload (several commits)"
         else:
-            api.upload_folder(repo_id=repo, folder_path=str(local), path_in_repo=target.prefix or None,
-                              repo_type="model", commit_message=commit_message, token=token)
+            api.upload_folder(
+                repo_id=repo,
+                folder_path=str(local),
+                path_in_repo=target.prefix or None,
+                repo_type="model",
+                commit_message=commit_message,
+                token=token,
+            )
     except Exception as e:  # noqa: BLE001 (mapped: refused vs unavailable)
         raise hf_error(e, repo) from e
     report.files_sent, report.bytes_sent = len(files), total

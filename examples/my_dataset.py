@@ -66,22 +66,35 @@ def _rows(root: Path, split: str, n: int, policy_type: str) -> list[dict]:
             _write_clip(clip, direction, seed=i + (0 if split == "train" else 100_000))
         if policy_type == "grpo":
             # An RL row: the source builds the lettered prompt and keeps the answer as reference.
-            rows.append({"id": f"{split}-{i}", "video": str(clip),
-                         "qa_pairs": {"question": QUESTION, "index2ans": OPTIONS, "answer": letter}})
+            rows.append(
+                {
+                    "id": f"{split}-{i}",
+                    "video": str(clip),
+                    "qa_pairs": {"question": QUESTION, "index2ans": OPTIONS, "answer": letter},
+                }
+            )
         else:
             # A chat sample written out in full; any vision setting on the part wins over [dataset.vision].
-            rows.append({
-                "id": f"{split}-{i}",
-                "messages": [
-                    {"role": "user", "content": [
-                        {"type": "video", "video": str(clip), "nframes": FRAMES},
-                        {"type": "text", "text": f"{QUESTION}\n(A) left\n(B) right"},
-                    ]},
-                    {"role": "assistant", "content": f"<think>The square ends further {direction}.</think>\n\n"
-                                                     f"<answer>{letter}</answer>"},
-                ],
-                "reference": letter,
-            })
+            rows.append(
+                {
+                    "id": f"{split}-{i}",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "video", "video": str(clip), "nframes": FRAMES},
+                                {"type": "text", "text": f"{QUESTION}\n(A) left\n(B) right"},
+                            ],
+                        },
+                        {
+                            "role": "assistant",
+                            "content": f"<think>The square ends further {direction}.</think>\n\n"
+                            f"<answer>{letter}</answer>",
+                        },
+                    ],
+                    "reference": letter,
+                }
+            )
     return rows
 
 

@@ -1,7 +1,8 @@
 """The `evaluate` flow: evaluate several checkpoints (base, SFT, RL ...) and compare them.
 
-    cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model [--model RUN/safetensors/final] [--set k=v]
-    prefect deployment run 'evaluate/evaluate' --param params='{"config": "configs/eval-tiny.toml", "models": ["outputs/tiny-model"]}'
+    cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
+    prefect deployment run 'evaluate/evaluate' --param params='{"config": "configs/eval-tiny.toml",
+        "models": ["outputs/tiny-model"]}'                   # one JSON value, broken here only to fit the page
 
 One task per model (run one after the other: they share the accelerator), then a table artifact
 with every model's accuracy and Wilson 95% interval per dataset side by side (`eval-comparison`),
@@ -36,11 +37,14 @@ class EvaluateParams(BaseModel):
     )
     labels: list[str] | None = Field(None, description="Results-folder name per model (default: from the paths).")
     newest_export_in: str | None = Field(
-        None, description="Also evaluate the newest <run>/safetensors/final found under this folder (e.g. the "
-        "training output_dir; a nightly schedule scores the latest model this way).")
+        None,
+        description="Also evaluate the newest <run>/safetensors/final found under this folder (e.g. the "
+        "training output_dir; a nightly schedule scores the latest model this way).",
+    )
     overrides: list[str] = Field(default_factory=list, description="key.path=value overrides, applied last.")
     eval_retries: int = Field(
-        1, ge=0,
+        1,
+        ge=0,
         description="Reruns of a model's evaluation after a crash (not after bad input); with "
         "evaluation.skip_saved a rerun resumes from the videos already written.",
     )
@@ -68,8 +72,10 @@ def _evaluate(params: EvaluateParams) -> dict[str, Any]:
     if params.newest_export_in:
         newest = newest_export(Path(params.newest_export_in))
         if newest is None:
-            raise ModelError(f"newest_export_in: no <run>/safetensors/final export under {params.newest_export_in} "
-                             "(train a model there first, or point at the training output_dir)")
+            raise ModelError(
+                f"newest_export_in: no <run>/safetensors/final export under {params.newest_export_in} "
+                "(train a model there first, or point at the training output_dir)"
+            )
         logger.info("newest export under %s: %s", params.newest_export_in, newest)
         models.append(str(newest))
     # fail before any model loads; the one read of the evaluation config, every model's task gets it

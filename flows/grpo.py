@@ -46,8 +46,11 @@ def _grpo(params: GRPOParams) -> dict:
     create_markdown_artifact(grpo_summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
     table = completions_table(report.completions)
     if table:
-        create_table_artifact(table, key="grpo-completions",
-                              description=f"GRPO {run.name}: sampled completions of step {table[0]['step']}")
+        create_table_artifact(
+            table,
+            key="grpo-completions",
+            description=f"GRPO {run.name}: sampled completions of step {table[0]['step']}",
+        )
     publish_curves(run, "grpo")  # the final version of the curves refreshed during training
     create_markdown_artifact(export_markdown(result), key="grpo-export", description=f"GRPO {run.name}: exports")
     get_run_logger().info("GRPO done: %s (curves in %s)", result.get("final"), run / "plots")

@@ -40,8 +40,18 @@ from tasks.errors import user_errors_reported
 from tasks.run_folder import CONFIG_FILE, new_run_dir
 
 LOG_TAIL_LINES = 40
-SUMMARY_COLUMNS = ("model", "run / step", "accuracy", "chance", "flags", "reward", "train seconds", "uploaded to",
-                   "export", "run folder")
+SUMMARY_COLUMNS = (
+    "model",
+    "run / step",
+    "accuracy",
+    "chance",
+    "flags",
+    "reward",
+    "train seconds",
+    "uploaded to",
+    "export",
+    "run folder",
+)
 
 
 class PostTrainParams(BaseModel):
@@ -51,7 +61,8 @@ class PostTrainParams(BaseModel):
     overrides: list[str] = Field(
         default_factory=list,
         description="key.path=value overrides of the pipeline file; `sft.train.max_num_steps=40` goes to the "
-        "sft stage's job config.")
+        "sft stage's job config.",
+    )
 
 
 @flow(name="post-train", log_prints=True)
@@ -93,14 +104,20 @@ class Pipeline:
         self.rows: list[dict[str, Any]] = []
 
     # ---------------------------------------------------------------- one stage
-    def stage(self, name: str, key: str, body: Callable[[str | None], tuple[dict[str, Any], list[str]]]
-              ) -> dict[str, Any]:
+    def stage(
+        self, name: str, key: str, body: Callable[[str | None], tuple[dict[str, Any], list[str]]]
+    ) -> dict[str, Any]:
         """Run `body(run_dir_to_continue)` unless a finished record with this key exists; record it."""
         done = self.state.finished(name, key)
         if done is not None:
             self.logger.info("%s: finished in an earlier run with the same config and inputs; skipped", name)
-            self.rows.append({"stage": name, "ran": "skipped (done earlier)",
-                              "seconds": round(self.state.stages[name].get("seconds", 0.0), 1)})
+            self.rows.append(
+                {
+                    "stage": name,
+                    "ran": "skipped (done earlier)",
+                    "seconds": round(self.state.stages[name].get("seconds", 0.0), 1),
+                }
+            )
             return done
         resume = self.state.unfinished_run_dir(name, key)
         if resume:
@@ -116,7 +133,9 @@ class Pipeline:
                 f"- error: {type(e).__name__}: {str(e)[:1500]}\n\nRun the same pipeline again: finished stages "
                 f"are skipped and this one continues from its newest checkpoint.\n\n"
                 f"Last lines of its log:\n\n```\n{_log_tail(run_dir)}\n```\n",
-                key="post-train-failure", description=f"post-train {self.cfg.name}: {name} failed")
+                key="post-train-failure",
+                description=f"post-train {self.cfg.name}: {name} failed",
+            )
             raise
         self.state.finish(name, result, outputs)
         self.rows.append({"stage": name, "ran": "ran", "seconds": round(self.state.stages[name]["seconds"], 1)})
@@ -153,13 +172,19 @@ class Pipeline:
         for name, stage in self.cfg.training_stages():
             job = self._resolve(name, base, self.folder / "prepare" / name)
             base = base or job.policy.model_name_or_path  # the first stage's own model, when the file names none
-            key = stage_key(f"prepare-{name}", job.model_dump(mode="json"),
-                            [*_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)])
+            key = stage_key(
+                f"prepare-{name}",
+                job.model_dump(mode="json"),
+                [*_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)],
+            )
 
             def body(_: str | None, stage: Any = stage, job: Config = job) -> tuple[dict, list]:
                 run = resolved_run_folder(job, new_run_dir(job))
-                manifest = prepare_data(PrepareDataParams(config=str(run / CONFIG_FILE), run_dir=str(run),
-                                                          dataset_script=stage.dataset_script))
+                manifest = prepare_data(
+                    PrepareDataParams(
+                        config=str(run / CONFIG_FILE), run_dir=str(run), dataset_script=stage.dataset_script
+                    )
+                )
                 return {"manifest": manifest}, [manifest]
 
             self.stage(f"prepare-{name}", key, body)
@@ -169,8 +194,11 @@ class Pipeline:
     def train(self, name: str, model: str) -> dict[str, Any]:
         stage = getattr(self.cfg, name)
         job = self._resolve(name, model, self.folder / name)
-        key = stage_key(name, job.model_dump(mode="json"),
-                        [*_local(model), *_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)])
+        key = stage_key(
+            name,
+            job.model_dump(mode="json"),
+            [*_local(model), *_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)],
+        )
 
         def body(resume: str | None) -> tuple[dict, list]:
             # the same key: a resumed run folder's config.toml is this very config, written again
@@ -178,18 +206,34 @@ class Pipeline:
             self.state.set_run_dir(name, str(run))
             config, script = str(run / CONFIG_FILE), stage.dataset_script
             if name == "sft":
-                result = sft(SFTParams(config=config, run_dir=str(run), dataset_script=script,
-                                       train_retries=stage.train_retries, timeout_s=stage.timeout_s))
+                result = sft(
+                    SFTParams(
+                        config=config,
+                        run_dir=str(run),
+                        dataset_script=script,
+                        train_retries=stage.train_retries,
+                        timeout_s=stage.timeout_s,
+                    )
+                )
             else:
-                result = grpo(GRPOParams(config=config, run_dir=str(run), dataset_script=script,
-                                         train_retries=stage.train_retries, timeout_s=stage.timeout_s))
+                result = grpo(
+                    GRPOParams(
+                        config=config,
+                        run_dir=str(run),
+                        dataset_script=script,
+                        train_retries=stage.train_retries,
+                        timeout_s=stage.timeout_s,
+                    )
+                )
             if job.no_effect:  # the stage file's keys with no effect (its run folder's config.toml has them too)
                 result["no_effect"] = [n.line() for n in job.no_effect]
             best = (result.get("best") or {}).get("path")
             export = best if name == "grpo" and stage.export == "best" and best else result.get("final")
             if not export:
-                raise RuntimeError(f"{name}: the run in {run} wrote no export (train.ckpt.export_safetensors "
-                                   f"must stay true in a pipeline: the next stage starts from it)")
+                raise RuntimeError(
+                    f"{name}: the run in {run} wrote no export (train.ckpt.export_safetensors "
+                    f"must stay true in a pipeline: the next stage starts from it)"
+                )
             return {**result, "export": export}, [export]
 
         return self.stage(name, key, body)
@@ -202,16 +246,22 @@ class Pipeline:
         key = stage_key(f"evaluate-{label}", eval_cfg.model_dump(mode="json"), [*_local(model)])
 
         def body(_: str | None) -> tuple[dict, list]:
-            out = evaluate(EvaluateParams(config=ev.config, models=[model], labels=[label], overrides=overrides,
-                                          eval_retries=ev.eval_retries))
+            out = evaluate(
+                EvaluateParams(
+                    config=ev.config, models=[model], labels=[label], overrides=overrides, eval_retries=ev.eval_retries
+                )
+            )
             result = out["results"][0]
             return result, [result["results_json"]]
 
         result = self.stage(f"evaluate-{label}", key, body)
         if label in self.state.stages:  # a trained stage: its verdict beside it (accuracy vs chance, flags)
             run = self.state.stages[label].get("run_dir")
-            create_markdown_artifact(verdict_markdown(run_label(model) or label, result, run),
-                                     key=f"verdict-{label}", description=f"post-train {self.cfg.name}: {label} evaluated")
+            create_markdown_artifact(
+                verdict_markdown(run_label(model) or label, result, run),
+                key=f"verdict-{label}",
+                description=f"post-train {self.cfg.name}: {label} evaluated",
+            )
         return result
 
     def upload(self, exports: dict[str, str]) -> list[dict[str, Any]]:
@@ -229,19 +279,28 @@ class Pipeline:
                 export = exports[name]
                 key = stage_key(f"upload-{name}", {"url": target.url}, [export])
 
-                def body(_: str | None, export: str = export, target: Any = target, name: str = name
-                         ) -> tuple[dict, list]:
-                    report = upload(UploadParams(source=export, to=target.url, s3_endpoint_url=up.s3_endpoint_url,
-                                                 s3_credentials_secret=up.s3_credentials_secret,
-                                                 hf_token_secret=up.hf_token_secret, hf_private=up.hf_private))
+                def body(
+                    _: str | None, export: str = export, target: Any = target, name: str = name
+                ) -> tuple[dict, list]:
+                    report = upload(
+                        UploadParams(
+                            source=export,
+                            to=target.url,
+                            s3_endpoint_url=up.s3_endpoint_url,
+                            s3_credentials_secret=up.s3_credentials_secret,
+                            hf_token_secret=up.hf_token_secret,
+                            hf_private=up.hf_private,
+                        )
+                    )
                     return {**report, "stage": name, "url": target.url, "ok": True}, []
 
                 records.append(self.stage(f"upload {name} -> {target.url}", key, body))
         return records
 
     # ---------------------------------------------------------------- the report
-    def summary(self, exports: dict[str, str], evaluations: list[dict[str, Any]],
-                uploads: list[dict[str, Any]]) -> dict[str, Any]:
+    def summary(
+        self, exports: dict[str, str], evaluations: list[dict[str, Any]], uploads: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         by_label = {e["label"]: e for e in evaluations}
         table = []
         for name in ["base", *exports]:
@@ -251,8 +310,10 @@ class Pipeline:
                 row["run / step"] = run_label(exports[name]) or exports[name]
             if ev:
                 micro = ev["scores"]["overall"]["micro"]
-                row["accuracy"] = (f"{100 * micro['accuracy']:.1f} % [{100 * micro['ci95_low']:.1f}, "
-                                   f"{100 * micro['ci95_high']:.1f}] (n={micro['total']})")
+                row["accuracy"] = (
+                    f"{100 * micro['accuracy']:.1f} % [{100 * micro['ci95_low']:.1f}, "
+                    f"{100 * micro['ci95_high']:.1f}] (n={micro['total']})"
+                )
                 profile = answer_profile(ev)
                 if profile:
                     row["chance"] = f"{100 * profile['chance']:.1f} %"
@@ -271,13 +332,25 @@ class Pipeline:
                 row["uploaded to"] = ", ".join(sent) + (f" (NOT uploaded: {', '.join(failed)})" if failed else "")
             if name in by_label or name in exports:
                 table.append({c: row.get(c, "") for c in SUMMARY_COLUMNS})  # every row every column, paths last
-        create_table_artifact(table, key="post-train-summary",
-                              description=f"post-train {self.cfg.name}: the stages compared ({self.folder})")
-        create_table_artifact(self.rows, key="post-train-stages",
-                              description=f"post-train {self.cfg.name}: which stages ran and which were skipped")
-        summary = {"folder": str(self.folder), "exports": exports, "models": table, "stages": self.rows,
-                   "evaluations": by_label, "uploads": uploads,
-                   "runs": {name: self.state.stages[name] for name in exports}}
+        create_table_artifact(
+            table,
+            key="post-train-summary",
+            description=f"post-train {self.cfg.name}: the stages compared ({self.folder})",
+        )
+        create_table_artifact(
+            self.rows,
+            key="post-train-stages",
+            description=f"post-train {self.cfg.name}: which stages ran and which were skipped",
+        )
+        summary = {
+            "folder": str(self.folder),
+            "exports": exports,
+            "models": table,
+            "stages": self.rows,
+            "evaluations": by_label,
+            "uploads": uploads,
+            "runs": {name: self.state.stages[name] for name in exports},
+        }
         for row in table:
             self.logger.info("%s", "  ".join(f"{k}: {v}" for k, v in row.items()))
         return summary

@@ -50,8 +50,11 @@ def reward_service_flow(params: RewardServiceParams) -> dict:
                 raise RuntimeError(f"the reward service exited with code {proc.returncode}; log {log_path}:\n{tail}")
             if time.monotonic() - last_metrics >= METRICS_EVERY_S:
                 last_metrics = time.monotonic()
-                metrics = httpx.get(base.removesuffix("/api/reward") + "/metrics",
-                                    headers={"Authorization": f"Bearer {token}"}, timeout=5).json()
+                metrics = httpx.get(
+                    base.removesuffix("/api/reward") + "/metrics",
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=5,
+                ).json()
                 logger.info("reward service metrics: %s", metrics)
             time.sleep(0.5)
     return {"url": base, "served_s": round(time.monotonic() - started, 1), "log": str(log_path)}

@@ -6,8 +6,8 @@
 Steps (tasks/training_run.py, shared with `grpo`; the job TOML is read once, then each step gets the resolved
 job): resolve-config -> prepare-data (manifest.jsonl) -> torchrun (checkpoints/, safetensors/final) ->
 artifacts: `sft-summary`, `training-curves` (loss, lr, grad norm, tokens/s; refreshed during training),
-`training-metrics` (per-step table), `sft-export` (paths as text). A retry of the training task resumes from the run folder's newest checkpoint instead of
-starting over.
+`training-metrics` (per-step table), `sft-export` (paths as text). A retry of the training task resumes from the run
+folder's newest checkpoint instead of starting over.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def _sft(params: SFTParams) -> dict:
     job = resolve_training_job(params, "sft")  # the one read of the job TOML; later steps get `job`
     result = run_trainer(job, "sft", retries=params.train_retries, timeout_s=params.timeout_s)
     run = job.run
-    create_markdown_artifact(sft_summary_markdown(run, result, read_metrics(run)), key="sft-summary",
-                             description=f"SFT {run.name}")
+    create_markdown_artifact(
+        sft_summary_markdown(run, result, read_metrics(run)), key="sft-summary", description=f"SFT {run.name}"
+    )
     publish_curves(run, "sft")  # the final version of the curves refreshed during training
     create_markdown_artifact(export_markdown(result), key="sft-export", description=f"SFT {run.name}: exports")
     return {"run_dir": str(run), **result}

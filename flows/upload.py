@@ -46,8 +46,10 @@ def upload_source(source: str | Path) -> tuple[Path, str]:
         inside_run = src.parent.name in ("safetensors", "diffusers") and (src.parent.parent / "config.toml").is_file()
         return src, f"{src.parent.parent.name}/{src.parent.name}/{src.name}" if inside_run else src.name
     if (src / "config.toml").is_file():
-        raise UploadError(f"{source}: this run folder has no safetensors/final (or diffusers/final) export (the run "
-                          "did not finish, or its export was off); upload a checkpoint's export folder instead")
+        raise UploadError(
+            f"{source}: this run folder has no safetensors/final (or diffusers/final) export (the run "
+            "did not finish, or its export was off); upload a checkpoint's export folder instead"
+        )
     raise UploadError(f"{source}: no such folder, or it is empty (a run folder or an export folder is uploaded)")
 
 
@@ -57,12 +59,17 @@ def upload(params: UploadParams) -> dict[str, Any]:
     with user_errors_reported("upload"):
         folder, what = upload_source(params.source)
         target = parse_target(params.to)
-        ckpt = CheckpointConfig(s3_endpoint_url=params.s3_endpoint_url,
-                                s3_credentials_secret=params.s3_credentials_secret,
-                                hf_token_secret=params.hf_token_secret, hf_private=params.hf_private)
+        ckpt = CheckpointConfig(
+            s3_endpoint_url=params.s3_endpoint_url,
+            s3_credentials_secret=params.s3_credentials_secret,
+            hf_token_secret=params.hf_token_secret,
+            hf_private=params.hf_private,
+        )
         report = upload_task(str(folder), target.url, {"what": what}, ckpt)
         create_markdown_artifact(
             f"# Uploaded `{folder}`\n\n- to: {target.url}\n- files sent: {report['files_sent']}, unchanged: "
             f"{report['files_unchanged']}, {report['bytes_sent'] / 1e6:.1f} MB in {report['seconds']:.1f} s\n",
-            key="upload", description=f"{what} -> {target.url}")
+            key="upload",
+            description=f"{what} -> {target.url}",
+        )
         return report

@@ -55,16 +55,28 @@ def _wfm_rl(params: WfmRLParams) -> dict:
     with wfm_reward_env(cfg, run) as env:
         if env.get("WFM_REWARD_ENQUEUE_URL"):
             logger.info("reward service: %s", env["WFM_REWARD_ENQUEUE_URL"])
-        train(cfg, "cosmos_train.wfm.trainer", str(run), ["--config", str(job.config_file), "--resume-own-run"],
-              total_steps=cfg.trainer.max_iter, timeout_s=params.timeout_s, env=env)
+        train(
+            cfg,
+            "cosmos_train.wfm.trainer",
+            str(run),
+            ["--config", str(job.config_file), "--resume-own-run"],
+            total_steps=cfg.trainer.max_iter,
+            timeout_s=params.timeout_s,
+            env=env,
+        )
     result = json.loads((run / "result.json").read_text())
     summary = run_summary(run)
-    create_markdown_artifact(summary_markdown(summary, run), key="wfm-summary", description=f"world-model RL {run.name}")
+    create_markdown_artifact(
+        summary_markdown(summary, run), key="wfm-summary", description=f"world-model RL {run.name}"
+    )
     publish_curves(run, "wfm_rl")
     grid = sample_grid(run)
     if grid is not None:
-        create_markdown_artifact(curves_markdown(grid, f"Samples before / after training: {run.name}"),
-                                 key="wfm-samples", description=f"world-model RL {run.name}: samples")
+        create_markdown_artifact(
+            curves_markdown(grid, f"Samples before / after training: {run.name}"),
+            key="wfm-samples",
+            description=f"world-model RL {run.name}: samples",
+        )
     if cfg.no_effect:
         result["no_effect"] = [n.line() for n in cfg.no_effect]
     return {"run_dir": str(run), "data": data, "summary": summary, **result}

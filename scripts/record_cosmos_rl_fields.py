@@ -118,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "tests/data/cosmos_rl_fields.json")
     args = parser.parse_args(argv)
     rows = record(args.source.read_text())
-    doc = {"source": "nvidia-cosmos/cosmos-rl cosmos_rl/policy/config/__init__.py", "commit": args.commit,
-           "fields": rows}
+    doc = {
+        "source": "nvidia-cosmos/cosmos-rl cosmos_rl/policy/config/__init__.py",
+        "commit": args.commit,
+        "fields": rows,
+    }
     args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"{len(rows)} keys -> {args.out}", file=sys.stderr)
     root = Path(__file__).resolve().parents[1]

@@ -28,9 +28,17 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.prefect_server import start_server  # noqa: E402
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 SHOTS = {  # file -> (flow name, artifact key)
     "ui-training-curves.png": ("sft", "training-curves"),
     "ui-evaluation-flags.png": ("evaluate", "eval-comparison"),
@@ -69,22 +77,55 @@ def main() -> int:
         env = server.env()
         cli = [sys.executable, "-m", "cosmos_train.cli"]
         subprocess.run([*cli, "make-tiny-model", str(work / "model")], env=env, cwd=ROOT, check=True)
-        subprocess.run([*cli, "make-synthetic-data", str(work / "data"), "--n-train", "256", "--n-test", "40"],
-                       env=env, cwd=ROOT, check=True)
+        subprocess.run(
+            [*cli, "make-synthetic-data", str(work / "data"), "--n-train", "256", "--n-test", "40"],
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
         data = work / "data"
-        subprocess.run([*cli, "post-train", "--config", str(ROOT / "configs" / "tiny-post-train.toml"),
-                        "--set", f'output_dir="{work / "runs"}"', "--set", f'model="{work / "model"}"',
-                        "--set", f'sft.train.train_policy.dataset.name="{data}"',
-                        "--set", f"sft.train.max_num_steps={args.sft_steps}",
-                        "--set", f'grpo.train.train_policy.dataset.name="{data}"',
-                        "--set", f"grpo.train.max_num_steps={args.grpo_steps}",
-                        "--set", f'evaluate.data_dir="{data}"'], env=env, cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                *cli,
+                "post-train",
+                "--config",
+                str(ROOT / "configs" / "tiny-post-train.toml"),
+                "--set",
+                f'output_dir="{work / "runs"}"',
+                "--set",
+                f'model="{work / "model"}"',
+                "--set",
+                f'sft.train.train_policy.dataset.name="{data}"',
+                "--set",
+                f"sft.train.max_num_steps={args.sft_steps}",
+                "--set",
+                f'grpo.train.train_policy.dataset.name="{data}"',
+                "--set",
+                f"grpo.train.max_num_steps={args.grpo_steps}",
+                "--set",
+                f'evaluate.data_dir="{data}"',
+            ],
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
         args.out.mkdir(parents=True, exist_ok=True)
         for name, (flow_name, key) in SHOTS.items():
             page = f"{url}/artifacts/artifact/{_artifact_id(f'{url}/api', flow_name, key)}"
-            subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}",
-                            f"--screenshot={args.out / name}", "--window-size=1600,900",
-                            "--virtual-time-budget=20000", page], check=True, capture_output=True, timeout=180)
+            subprocess.run(
+                [
+                    chromium,
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={work / 'chromium'}",
+                    f"--screenshot={args.out / name}",
+                    "--window-size=1600,900",
+                    "--virtual-time-budget=20000",
+                    page,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
             print(args.out / name)
     shutil.rmtree(work, ignore_errors=True)  # the server (and every run it started) was stopped above
     return 0

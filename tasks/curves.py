@@ -22,11 +22,17 @@ def publish_curves(run_dir: Path, policy_type: str) -> None:
     run_dir = Path(run_dir)
     png = plot_curves(run_dir, policy_type)
     what = policy_type.upper()
-    create_markdown_artifact(curves_markdown(png, f"{what} curves: {run_dir.name}"), key="training-curves",
-                             description=f"{what} {run_dir.name}: training curves")
+    create_markdown_artifact(
+        curves_markdown(png, f"{what} curves: {run_dir.name}"),
+        key="training-curves",
+        description=f"{what} {run_dir.name}: training curves",
+    )
     table = metrics_table(run_dir, policy_type)
     if table:
         sampled = "" if len(table) == table[-1]["step"] - table[0]["step"] + 1 else f", {len(table)} sampled"
-        create_table_artifact(table, key="training-metrics",
-                              description=f"{what} {run_dir.name}: per-step metrics (steps {table[0]['step']}-"
-                                          f"{table[-1]['step']}{sampled})")
+        create_table_artifact(
+            table,
+            key="training-metrics",
+            description=f"{what} {run_dir.name}: per-step metrics (steps {table[0]['step']}-"
+            f"{table[-1]['step']}{sampled})",
+        )

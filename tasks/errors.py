@@ -30,9 +30,11 @@ def retry_only_crashes(task: Any, task_run: Any, state: Any) -> bool:
 
 
 def failure_markdown(what: str, error: UserError) -> str:
-    return (f"# {what} stopped: {error.kind} error\n\n```\n{error.paragraph}\n```\n\n"
-            "This is a problem with the input, not a crash: it was not retried. Fix what the message names "
-            "and run again.\n")
+    return (
+        f"# {what} stopped: {error.kind} error\n\n```\n{error.paragraph}\n```\n\n"
+        "This is a problem with the input, not a crash: it was not retried. Fix what the message names "
+        "and run again.\n"
+    )
 
 
 @contextmanager

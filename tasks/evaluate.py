@@ -31,6 +31,11 @@ def evaluate_model_task(config: EvalConfig, model: str | None, label: str) -> di
     cfg = config.model_copy(deep=True)  # the label is this model's; the flow's config serves every model
     cfg.model.name = label
     result = evaluate_model(cfg, model, log=logger.info)
-    logger.info("%s: micro %.3f, macro %.3f -> %s", label, result.scores.micro.accuracy,
-                result.scores.macro.accuracy, result.results_json)
+    logger.info(
+        "%s: micro %.3f, macro %.3f -> %s",
+        label,
+        result.scores.micro.accuracy,
+        result.scores.macro.accuracy,
+        result.results_json,
+    )
     return result.to_dict()

@@ -34,7 +34,9 @@ class _Progress:
 
     def __init__(self, key: str, description: str):
         artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
-        assert isinstance(artifact_id, UUID)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+        assert isinstance(
+            artifact_id, UUID
+        )  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
         self.artifact_id = artifact_id
         self.last = 0.0
 
@@ -46,9 +48,14 @@ class _Progress:
 
 
 def _failure_markdown(split_role: str, error: DataValidationError) -> str:
-    lines = [f"# Data preparation failed ({split_role})", "",
-             "Rows that did not validate (set `dataset.on_bad_row = \"skip\"` to drop and count them):", "",
-             "| file:row | id | reason | message |", "|---|---|---|---|"]
+    lines = [
+        f"# Data preparation failed ({split_role})",
+        "",
+        'Rows that did not validate (set `dataset.on_bad_row = "skip"` to drop and count them):',
+        "",
+        "| file:row | id | reason | message |",
+        "|---|---|---|---|",
+    ]
     for p in error.problems:
         lines.append(f"| `{p.origin}` | {p.id} | {p.reason} | {p.message.replace('|', '/')[:300]} |")
     return "\n".join(lines) + "\n"
@@ -74,12 +81,20 @@ def prepare_data_task(job: ResolvedJob[Config]) -> dict[str, Any]:
         try:
             report: PrepReport = prepare_split(cfg, role, run_dir, processor, dataset_script, progress=progress)
         except DataValidationError as e:
-            create_markdown_artifact(_failure_markdown(role, e), key=f"prepare-data-report{suffix}",
-                                     description=f"data preparation failed ({role})")
+            create_markdown_artifact(
+                _failure_markdown(role, e),
+                key=f"prepare-data-report{suffix}",
+                description=f"data preparation failed ({role})",
+            )
             raise
         logger.info(
             "%s: %d rows read, %d kept, %d skipped %s, %d truncated -> %s",
-            role, report.rows_read, report.rows_kept, report.rows_skipped, report.skipped or "", report.truncated,
+            role,
+            report.rows_read,
+            report.rows_kept,
+            report.rows_skipped,
+            report.skipped or "",
+            report.truncated,
             report.manifest_path,
         )
         if report.rows_kept == 0:
@@ -87,8 +102,11 @@ def prepare_data_task(job: ResolvedJob[Config]) -> dict[str, Any]:
                 f"{report.dataset}: none of its {report.rows_read} {role} rows passed validation (skipped by "
                 f"reason: {report.skipped}); the first examples of each reason are in {report.report_path}"
             )
-        create_markdown_artifact(report_markdown(report), key=f"prepare-data-report{suffix}",
-                                 description=f"data preparation ({role}): {Path(run_dir).name}")
+        create_markdown_artifact(
+            report_markdown(report),
+            key=f"prepare-data-report{suffix}",
+            description=f"data preparation ({role}): {Path(run_dir).name}",
+        )
         key = "manifest" if role == "train" else f"{role}_manifest"
         out[key] = report.manifest_path
         out[f"{role}_rows_kept"] = report.rows_kept

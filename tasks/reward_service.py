@@ -47,9 +47,13 @@ def secret_value(block_name: str) -> str:
     try:
         block = Secret.load(block_name)
     except ValueError as e:
-        raise ValueError(f"no Prefect Secret block named {block_name!r}: create it in the UI (Blocks -> Secret) "
-                         f"or with `Secret(value=...).save({block_name!r})`") from e
-    assert isinstance(block, Secret)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+        raise ValueError(
+            f"no Prefect Secret block named {block_name!r}: create it in the UI (Blocks -> Secret) "
+            f"or with `Secret(value=...).save({block_name!r})`"
+        ) from e
+    assert isinstance(
+        block, Secret
+    )  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
     return str(block.get())
 
 
@@ -63,19 +67,39 @@ def remote_reward_env(cfg: Config) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def reward_service(log_path: Path, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                   config: str | None = None) -> Iterator[tuple[subprocess.Popen, str, str]]:
+def reward_service(
+    log_path: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    token: str | None = None,
+    config: str | None = None,
+) -> Iterator[tuple[subprocess.Popen, str, str]]:
     """`cosmos-train reward-service` as a child that dies with this process: yields (process, base URL
     of its API, token) once it answers ping, and stops it on the way out."""
     port = port or free_port()
     token = token or secrets.token_urlsafe(32)
     base = f"http://{host}:{port}/api/reward"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "cosmos_train.cli", "reward-service", "--host", host, "--port", str(port),
-           "--exit-with-parent", *(["--config", config] if config else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmos_train.cli",
+        "reward-service",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--exit-with-parent",
+        *(["--config", config] if config else []),
+    ]
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "REWARD_SERVICE_TOKEN": token})
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "REWARD_SERVICE_TOKEN": token},
+        )
     try:
         _wait_until_up(proc, f"{base}/ping", token, log_path)
         yield proc, base, token
@@ -87,8 +111,11 @@ def reward_service(log_path: Path, host: str = "127.0.0.1", port: int | None = N
 def local_reward_service(run_dir: Path, token_env: str = "REMOTE_REWARD_TOKEN") -> Iterator[dict[str, str]]:
     """A service for one run on loopback with a fresh token: yields the ranks' environment."""
     with reward_service(run_dir / "logs" / "reward_service.log") as (_, base, token):
-        yield {"REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue", "REMOTE_REWARD_FETCH_URL": f"{base}/pull",
-               token_env: token}
+        yield {
+            "REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue",
+            "REMOTE_REWARD_FETCH_URL": f"{base}/pull",
+            token_env: token,
+        }
 
 
 def _wait_until_up(proc: subprocess.Popen, ping: str, token: str, log_path: Path) -> None:
@@ -96,8 +123,10 @@ def _wait_until_up(proc: subprocess.Popen, ping: str, token: str, log_path: Path
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:]
-            raise RewardServiceFailed(f"the run's reward service exited with code {proc.returncode} before it "
-                                      f"answered (log {log_path}):\n{tail}")
+            raise RewardServiceFailed(
+                f"the run's reward service exited with code {proc.returncode} before it "
+                f"answered (log {log_path}):\n{tail}"
+            )
         try:
             if httpx.post(ping, headers={"Authorization": f"Bearer {token}"}, timeout=2.0).status_code == 200:
                 return
@@ -105,8 +134,9 @@ def _wait_until_up(proc: subprocess.Popen, ping: str, token: str, log_path: Path
             pass
         time.sleep(0.2)
     _stop(proc)
-    raise RewardServiceFailed(f"the run's reward service did not answer ping within {START_TIMEOUT_S:.0f} s "
-                              f"(log {log_path})")
+    raise RewardServiceFailed(
+        f"the run's reward service did not answer ping within {START_TIMEOUT_S:.0f} s (log {log_path})"
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:

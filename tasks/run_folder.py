@@ -70,8 +70,9 @@ def absolute_script(dataset_script: str | None) -> str | None:
 
 
 @task(name="resolve-config", cache_policy=NO_CACHE)
-def resolve_config(cfg: Config, config: str, overrides: list[str], run_dir: str | None = None,
-                   dataset_script: str | None = None) -> ResolvedJob[Config]:
+def resolve_config(
+    cfg: Config, config: str, overrides: list[str], run_dir: str | None = None, dataset_script: str | None = None
+) -> ResolvedJob[Config]:
     """Write `cfg` (the job config the flow loaded from `config` + `overrides`) as RUN/config.toml, once.
 
     Continuing a run folder that has its own config.toml: that file with the same overrides (the run keeps the

@@ -73,8 +73,14 @@ def resolve_nproc(cfg: AnyJobConfig) -> int:
 
 def torchrun_command(cfg: AnyJobConfig, module: str, args: list[str]) -> list[str]:
     launch = cfg.launch
-    cmd = [sys.executable, "-m", "cosmos_train.launch", f"--nproc_per_node={resolve_nproc(cfg)}",
-           f"--nnodes={launch.nnodes}", f"--max_restarts={launch.max_restarts}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmos_train.launch",
+        f"--nproc_per_node={resolve_nproc(cfg)}",
+        f"--nnodes={launch.nnodes}",
+        f"--max_restarts={launch.max_restarts}",
+    ]
     if launch.nnodes > 1:
         if not launch.rdzv_endpoint or not launch.rdzv_id:  # the config check says so first; a hand-built Config
             raise ConfigError("launch.rdzv_endpoint / launch.rdzv_id: required when launch.nnodes > 1")
@@ -130,27 +136,41 @@ def failure_from_run(run_dir: Path, returncode: int, tail: list[str]) -> Excepti
             return disk_full_at(run_dir)
     # Nonces (temporary folder names, ids) differ between attempts of the same crash: left out.
     message = re.sub(r"[0-9a-f]{8,}", "#", (record or {}).get("message") or "")
-    signature = {"type": (record or {}).get("type"), "message": message,
-                 "step": (record or {}).get("step"), "returncode": returncode}
+    signature = {
+        "type": (record or {}).get("type"),
+        "message": message,
+        "step": (record or {}).get("step"),
+        "returncode": returncode,
+    }
     failures = run_dir / FAILURES_FILE
-    previous = [json.loads(line) for line in failures.read_text().splitlines() if line.strip()] \
-        if failures.exists() else []
+    previous = (
+        [json.loads(line) for line in failures.read_text().splitlines() if line.strip()] if failures.exists() else []
+    )
     try:
         with failures.open("a") as f:
             f.write(json.dumps(signature) + "\n")
     except OSError:
         pass  # the record only spares a repeated retry; the failure itself is what must be raised
-    what = (f"{record['type']} at step {record['step']} on rank {record['rank']}: {record['message']}"
-            if record else f"exit code {returncode}")
+    what = (
+        f"{record['type']} at step {record['step']} on rank {record['rank']}: {record['message']}"
+        if record
+        else f"exit code {returncode}"
+    )
     detail = f"torchrun failed ({what}); last lines:\n" + "\n".join(tail)
     if record is not None and previous and previous[-1] == signature:
         return RepeatedFailure("the same crash happened twice at the same step, so it is not retried: " + detail)
     return TorchrunFailed(detail)
 
 
-def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeout_s: float | None,
-                   env: dict[str, str] | None = None, on_new_steps: Callable[[], None] | None = None,
-                   refresh_s: float = 30.0) -> int:
+def stream_process(
+    cmd: list[str],
+    run_dir: Path,
+    total_steps: int | None,
+    timeout_s: float | None,
+    env: dict[str, str] | None = None,
+    on_new_steps: Callable[[], None] | None = None,
+    refresh_s: float = 30.0,
+) -> int:
     """Run `cmd`, its output into the run's log and RUN/logs/train.log, the progress artifact following
     RUN/metrics.jsonl; `on_new_steps()` (the live curves) when steps were logged since its last call: at the
     first logged step, then `refresh_s` seconds later, then at doubling intervals up to REFRESH_MAX_S."""
@@ -160,8 +180,15 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
     log_file = run_dir / "logs" / "train.log"
     tail: deque[str] = deque(maxlen=40)
     (run_dir / ERROR_FILE).unlink(missing_ok=True)  # only this launch's error counts
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -177,9 +204,12 @@ def stream_process(cmd: list[str], run_dir: Path, total_steps: int | None, timeo
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    progress_id = create_progress_artifact(progress=0.0, key="training-progress",
-                                           description=f"steps done in {run_dir}")
-    assert isinstance(progress_id, UUID)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+    progress_id = create_progress_artifact(
+        progress=0.0, key="training-progress", description=f"steps done in {run_dir}"
+    )
+    assert isinstance(
+        progress_id, UUID
+    )  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
     deadline = time.monotonic() + timeout_s if timeout_s else None
     refreshed_at, next_refresh = None, 0.0
     try:
@@ -231,13 +261,19 @@ def gpu_slots(cfg: AnyJobConfig) -> Iterator[int]:
         try:
             limit = client.read_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
-            logger.warning("no global concurrency limit %r: this run does not wait for GPUs other runs hold "
-                           "(create it once per pool: prefect gcl create %s --limit <GPUs>)", name, name)
+            logger.warning(
+                "no global concurrency limit %r: this run does not wait for GPUs other runs hold "
+                "(create it once per pool: prefect gcl create %s --limit <GPUs>)",
+                name,
+                name,
+            )
             yield 0
             return
     if n > limit.limit:
-        raise ConfigError(f"launch.gpu_concurrency_limit: this run needs {n} GPU slots but the limit {name!r} has "
-                          f"{limit.limit}; raise it (prefect gcl update {name} --limit {n}) or use fewer GPUs")
+        raise ConfigError(
+            f"launch.gpu_concurrency_limit: this run needs {n} GPU slots but the limit {name!r} has "
+            f"{limit.limit}; raise it (prefect gcl update {name} --limit {n}) or use fewer GPUs"
+        )
     logger.info("waiting for %d of the %d slots of the global concurrency limit %r", n, limit.limit, name)
     with concurrency(name, occupy=n, strict=True):
         yield n
@@ -246,25 +282,41 @@ def gpu_slots(cfg: AnyJobConfig) -> Iterator[int]:
 def _failure_markdown(run_dir: Path, error: BaseException) -> str:
     log = run_dir / "logs" / "train.log"
     lines = log.read_text(errors="replace").splitlines()[-FAILURE_LOG_LINES:] if log.is_file() else []
-    return (f"# Training failed\n\n- run folder: `{run_dir}`\n- error: {type(error).__name__}: "
-            f"{str(error).splitlines()[0][:1000] if str(error) else ''}\n- full log: `{log}`\n\n"
-            f"Last {len(lines)} log lines:\n\n```\n" + "\n".join(lines) + "\n```\n")
+    return (
+        f"# Training failed\n\n- run folder: `{run_dir}`\n- error: {type(error).__name__}: "
+        f"{str(error).splitlines()[0][:1000] if str(error) else ''}\n- full log: `{log}`\n\n"
+        f"Last {len(lines)} log lines:\n\n```\n" + "\n".join(lines) + "\n```\n"
+    )
 
 
 @task(name="torchrun", cache_policy=NO_CACHE, retry_condition_fn=retry_only_crashes)
-def run_torchrun(cfg: AnyJobConfig, module: str, run_dir: str, args: list[str], total_steps: int | None = None,
-                 timeout_s: float | None = None, env: dict[str, str] | None = None) -> str:
+def run_torchrun(
+    cfg: AnyJobConfig,
+    module: str,
+    run_dir: str,
+    args: list[str],
+    total_steps: int | None = None,
+    timeout_s: float | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
     """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint.
     env: added to the ranks' environment (e.g. where the run's reward service listens). A failed attempt
     leaves the `training-failure` artifact: the run folder, the error and the log's last lines."""
     rd = Path(run_dir)
     with gpu_slots(cfg):
         try:
-            stream_process(torchrun_command(cfg, module, args), rd, total_steps, timeout_s,
-                           env={**launch_env(cfg), **(env or {})},
-                           on_new_steps=lambda: publish_curves(rd, cfg.policy_type), refresh_s=REFRESH_S)
+            stream_process(
+                torchrun_command(cfg, module, args),
+                rd,
+                total_steps,
+                timeout_s,
+                env={**launch_env(cfg), **(env or {})},
+                on_new_steps=lambda: publish_curves(rd, cfg.policy_type),
+                refresh_s=REFRESH_S,
+            )
         except BaseException as e:
-            create_markdown_artifact(_failure_markdown(rd, e), key="training-failure",
-                                     description=f"training failed in {rd.name}")
+            create_markdown_artifact(
+                _failure_markdown(rd, e), key="training-failure", description=f"training failed in {rd.name}"
+            )
             raise
     return run_dir

@@ -47,15 +47,17 @@ class TrainJobParams(BaseModel):
 def resolve_training_job(params: TrainJobParams, policy_type: PolicyType) -> ResolvedJob[Config]:
     """The job config read, validated and written into its run folder, once; call it inside a flow."""
     # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
-    cfg = check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False,
-                    policy_type=policy_type)
+    cfg = check_job(
+        params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False, policy_type=policy_type
+    )
     job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
     get_run_logger().info("run folder: %s", job.run)
     return job
 
 
-def run_trainer(job: ResolvedJob[Config], policy_type: PolicyType, retries: int = 1,
-                timeout_s: float | None = None) -> dict[str, Any]:
+def run_trainer(
+    job: ResolvedJob[Config], policy_type: PolicyType, retries: int = 1, timeout_s: float | None = None
+) -> dict[str, Any]:
     """Prepare the data and train with cosmos_train.train.<policy_type> in the job's run folder.
 
     Returns its result.json (with the keys that had no effect and the uploads). Call it inside a flow: it uses
@@ -78,8 +80,15 @@ def run_trainer(job: ResolvedJob[Config], policy_type: PolicyType, retries: int 
         uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread
         # a failed or cancelled run stops the background uploads (run_uploads' exit) and reports its error;
         # what went up stays
-        train(cfg, f"cosmos_train.train.{policy_type}", str(run), args, total_steps=cfg.train.max_num_steps,
-              timeout_s=timeout_s, env=env)
+        train(
+            cfg,
+            f"cosmos_train.train.{policy_type}",
+            str(run),
+            args,
+            total_steps=cfg.train.max_num_steps,
+            timeout_s=timeout_s,
+            env=env,
+        )
         records = uploads.finish()
     result = json.loads((run / "result.json").read_text())
     if cfg.no_effect:  # the config's keys that had no effect here, for the summary

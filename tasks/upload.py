@@ -53,9 +53,13 @@ def _secret(name: str | None) -> str | None:
     try:
         block = Secret.load(name)
     except ValueError as e:
-        raise AuthError(f"Prefect Secret block {name!r} not found ({e}); create it in the UI (Blocks) or with "
-                        f"`Secret(value=...).save({name!r})`") from None
-    assert isinstance(block, Secret)  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
+        raise AuthError(
+            f"Prefect Secret block {name!r} not found ({e}); create it in the UI (Blocks) or with "
+            f"`Secret(value=...).save({name!r})`"
+        ) from None
+    assert isinstance(
+        block, Secret
+    )  # prefect's async_dispatch types results as value | coroutine; sync callers get the value
     value = block.get()
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -69,8 +73,10 @@ def _s3_credentials(name: str | None) -> dict[str, str] | None:
     except json.JSONDecodeError:
         creds = None
     if not isinstance(creds, dict) or not creds.get("access_key_id") or not creds.get("secret_access_key"):
-        raise AuthError(f"Prefect Secret block {name!r}: expected JSON {{\"access_key_id\": ..., "
-                        "\"secret_access_key\": ..., optional \"session_token\", \"endpoint_url\", \"region\"}")
+        raise AuthError(
+            f'Prefect Secret block {name!r}: expected JSON {{"access_key_id": ..., '
+            '"secret_access_key": ..., optional "session_token", "endpoint_url", "region"}'
+        )
     return creds
 
 
@@ -79,25 +85,41 @@ def upload_folder(local: str | Path, url: str, meta: dict[str, Any], ckpt: Check
     ckpt = ckpt or CheckpointConfig()
     target = parse_target(url)
     if target.scheme == "s3":
-        settings = s3_settings(os.environ, endpoint_url=ckpt.s3_endpoint_url, part_size_mb=ckpt.upload_part_size_mb,
-                               concurrency=ckpt.upload_concurrency,
-                               credentials=_s3_credentials(ckpt.s3_credentials_secret))
+        settings = s3_settings(
+            os.environ,
+            endpoint_url=ckpt.s3_endpoint_url,
+            part_size_mb=ckpt.upload_part_size_mb,
+            concurrency=ckpt.upload_concurrency,
+            credentials=_s3_credentials(ckpt.s3_credentials_secret),
+        )
         report = upload_folder_s3(Path(local), target, settings, meta=meta)
     else:
         token = hf_token(os.environ, _secret(ckpt.hf_token_secret))
         message = f"cosmos-train {meta.get('run', '')}: {meta.get('what', Path(local).name)} at step {meta.get('step')}"
-        report = upload_folder_hf(Path(local), target, token=token, commit_message=message.strip(),
-                                  private=ckpt.hf_private)
+        report = upload_folder_hf(
+            Path(local), target, token=token, commit_message=message.strip(), private=ckpt.hf_private
+        )
     return report.as_dict()
 
 
-@task(name="upload", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=[2, 10, 30],
-      retry_condition_fn=retry_only_crashes)
+@task(
+    name="upload",
+    cache_policy=NO_CACHE,
+    retries=3,
+    retry_delay_seconds=[2, 10, 30],
+    retry_condition_fn=retry_only_crashes,
+)
 def upload_task(local: str, url: str, meta: dict[str, Any], ckpt: CheckpointConfig | None = None) -> dict:
     """Upload `local` to `url` (s3://bucket/prefix or hf://org/repo); retried only when a retry can help."""
     report = upload_folder(local, url, meta, ckpt)
-    get_run_logger().info("uploaded %s -> %s (%d files sent, %d unchanged, %.1f MB)", local, url,
-                          report["files_sent"], report["files_unchanged"], report["bytes_sent"] / 1e6)
+    get_run_logger().info(
+        "uploaded %s -> %s (%d files sent, %d unchanged, %.1f MB)",
+        local,
+        url,
+        report["files_sent"],
+        report["files_unchanged"],
+        report["bytes_sent"] / 1e6,
+    )
     return report
 
 
@@ -151,9 +173,15 @@ class RunUploads:
         exports = self.run / "safetensors"
         if exports.is_dir():
             # an export folder appears whole (models/hf_folder.py renames it into place); `final` waits for finish()
-            found += [(f"safetensors/{p.name}", p) for p in sorted(exports.iterdir())
-                      if p.is_dir() and not p.name.startswith(".") and ".tmp" not in p.name
-                      and p.name != "final" and (p / "config.json").is_file()]
+            found += [
+                (f"safetensors/{p.name}", p)
+                for p in sorted(exports.iterdir())
+                if p.is_dir()
+                and not p.name.startswith(".")
+                and ".tmp" not in p.name
+                and p.name != "final"
+                and (p / "config.json").is_file()
+            ]
         return found
 
     def scan(self) -> None:
@@ -178,8 +206,15 @@ class RunUploads:
         try:
             report = upload_folder(path, url, meta, self.ckpt)
         except FileNotFoundError:
-            self._record({"what": what, "url": url, "ok": False, "error": "removed from the run folder (max_keep "
-                          "rotation) before its upload finished"}, key)
+            self._record(
+                {
+                    "what": what,
+                    "url": url,
+                    "ok": False,
+                    "error": "removed from the run folder (max_keep rotation) before its upload finished",
+                },
+                key,
+            )
             return
         except UploadUnavailable as e:
             self.attempts[key] = self.attempts.get(key, 0) + 1
@@ -227,4 +262,3 @@ def run_uploads(cfg: Config, run: Path) -> Iterator[RunUploads]:
         yield uploads
     finally:
         uploads._stop.set()
-

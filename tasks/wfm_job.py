@@ -1,9 +1,9 @@
 """The world-model RL job's tasks: its run folder, its data check, its reward service, and the trainer launch.
 
-    job = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])   # the one read of the TOML -> RUN/config.toml
-    report = check_wfm_data(job)                                        # the config object, not the file again
-    with wfm_reward_env(job.cfg, job.run) as env:                       # WFM_REWARD_* when the reward is a service
-        run_torchrun(job.cfg, "cosmos_train.wfm.trainer", str(job.run), ["--config", str(job.config_file)], env=env)
+job = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])   # the one read of the TOML -> RUN/config.toml
+report = check_wfm_data(job)                                        # the config object, not the file again
+with wfm_reward_env(job.cfg, job.run) as env:                       # WFM_REWARD_* when the reward is a service
+    run_torchrun(job.cfg, "cosmos_train.wfm.trainer", str(job.run), ["--config", str(job.config_file)], env=env)
 """
 
 from __future__ import annotations
@@ -50,8 +50,14 @@ def check_wfm_data(job: ResolvedJob[WfmConfig]) -> dict[str, Any]:
     settings = cfg.video.scan_settings
     samples, report = scan_dataset(**settings)
     save_scan(job.run / SCAN_FILE, settings, samples, report)  # the ranks reuse it
-    return {"type": "local", "rows": len(samples), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
-            "problems": report.problems, "summary": report.summary()}
+    return {
+        "type": "local",
+        "rows": len(samples),
+        "skipped": report.n_skipped,
+        "skipped_by_reason": report.by_reason,
+        "problems": report.problems,
+        "summary": report.summary(),
+    }
 
 
 @contextlib.contextmanager
@@ -63,9 +69,15 @@ def wfm_reward_env(cfg: WfmConfig, run_dir: Path) -> Iterator[dict[str, str]]:
         yield {}
         return
     if not rc.local_service:
-        yield {k: os.environ[k] for k in ("WFM_REWARD_TOKEN", "WFM_REWARD_ENQUEUE_URL", "WFM_REWARD_FETCH_URL")
-               if k in os.environ}
+        yield {
+            k: os.environ[k]
+            for k in ("WFM_REWARD_TOKEN", "WFM_REWARD_ENQUEUE_URL", "WFM_REWARD_FETCH_URL")
+            if k in os.environ
+        }
         return
     with reward_service(run_dir / "logs" / "reward_service.log") as (_, base, token):
-        yield {"WFM_REWARD_ENQUEUE_URL": f"{base}/enqueue", "WFM_REWARD_FETCH_URL": f"{base}/pull",
-               "WFM_REWARD_TOKEN": token}
+        yield {
+            "WFM_REWARD_ENQUEUE_URL": f"{base}/enqueue",
+            "WFM_REWARD_FETCH_URL": f"{base}/pull",
+            "WFM_REWARD_TOKEN": token,
+        }

@@ -76,17 +76,37 @@ def write_tiny_sft_config(path: Path, model: Path, data: Path, output_dir: Path,
     save_mode = train.pop("save_mode", "sync")
     batch = train.pop("train_batch_per_replica", 4)
     lines = [
-        "[train]", f'output_dir = "{output_dir}"', f"max_num_steps = {steps}", "epoch = 10",
-        f"train_batch_per_replica = {batch}", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'optm_decay_type = "linear"',
-        'param_dtype = "float32"', "seed = 1",
+        "[train]",
+        f'output_dir = "{output_dir}"',
+        f"max_num_steps = {steps}",
+        "epoch = 10",
+        f"train_batch_per_replica = {batch}",
+        "optm_lr = 1e-3",
+        "optm_warmup_steps = 1",
+        'optm_decay_type = "linear"',
+        'param_dtype = "float32"',
+        "seed = 1",
         *[f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in train.items()],
-        "[train.ckpt]", "save_freq = 2", f'save_mode = "{save_mode}"', "max_keep = -1", "export_safetensors = true",
-        "[train.train_policy]", 'type = "sft"', "micro_batch = 2",
-        "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train_letter"',
-        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
+        "[train.ckpt]",
+        "save_freq = 2",
+        f'save_mode = "{save_mode}"',
+        "max_keep = -1",
+        "export_safetensors = true",
+        "[train.train_policy]",
+        'type = "sft"',
+        "micro_batch = 2",
+        "[train.train_policy.dataset]",
+        f'name = "{data}"',
+        'split = "train_letter"',
+        "[train.train_policy.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        "model_max_length = 512",
         "model_gradient_checkpointing = false",
-        "[logging]", 'logger = ["console"]',
+        "[logging]",
+        'logger = ["console"]',
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -119,18 +139,36 @@ def write_tiny_grpo_config(path: Path, model: Path, data: Path, output_dir: Path
     from cosmos_train.config import load_config
 
     base = {
-        "train.output_dir": str(output_dir), "train.max_num_steps": 4, "train.epoch": 10,
-        "train.train_batch_per_replica": 16, "train.optm_lr": 1e-3, "train.optm_warmup_steps": 0,
-        "train.param_dtype": "float32", "train.seed": 1, "train.ckpt.save_freq": 2, "train.ckpt.save_mode": "sync",
-        "train.ckpt.max_keep": -1, "train.train_policy.type": "grpo", "train.train_policy.micro_batch": 4,
+        "train.output_dir": str(output_dir),
+        "train.max_num_steps": 4,
+        "train.epoch": 10,
+        "train.train_batch_per_replica": 16,
+        "train.optm_lr": 1e-3,
+        "train.optm_warmup_steps": 0,
+        "train.param_dtype": "float32",
+        "train.seed": 1,
+        "train.ckpt.save_freq": 2,
+        "train.ckpt.save_mode": "sync",
+        "train.ckpt.max_keep": -1,
+        "train.train_policy.type": "grpo",
+        "train.train_policy.micro_batch": 4,
         "train.train_policy.on_policy": True,
-        "train.train_policy.reward_function": ["leading_space"], "train.train_policy.epsilon_high": 0.28,
+        "train.train_policy.reward_function": ["leading_space"],
+        "train.train_policy.epsilon_high": 0.28,
         "train.train_policy.dataset.media_path": str(data),
-        "train.train_policy.dataset.vision.min_pixels": 3136, "train.train_policy.dataset.vision.max_pixels": 3136,
-        "rollout.backend": "hf", "rollout.batch_size": 4, "rollout.n_generation": 4, "rollout.max_response_length": 3,
-        "validation.reward_function": ["leading_space"], "validation.max_response_length": 3,
-        "policy.model_name_or_path": str(model), "policy.model_max_length": 512,
-        "policy.model_gradient_checkpointing": False, "logging.completion_sample_freq": 1, "custom.data": str(data),
+        "train.train_policy.dataset.vision.min_pixels": 3136,
+        "train.train_policy.dataset.vision.max_pixels": 3136,
+        "rollout.backend": "hf",
+        "rollout.batch_size": 4,
+        "rollout.n_generation": 4,
+        "rollout.max_response_length": 3,
+        "validation.reward_function": ["leading_space"],
+        "validation.max_response_length": 3,
+        "policy.model_name_or_path": str(model),
+        "policy.model_max_length": 512,
+        "policy.model_gradient_checkpointing": False,
+        "logging.completion_sample_freq": 1,
+        "custom.data": str(data),
     }
     base.update(keys)
 
@@ -183,8 +221,11 @@ def kill_a_rank_after_step_2(out_dir: Path, trainer_module: str, timeout_s: floa
             for run in out_dir.glob("*"):
                 m = run / "metrics.jsonl"
                 if (run / "checkpoints" / "step_2").exists() and m.exists() and m.read_text().count('"train"') >= 3:
-                    pids = [p for p in processes_with(trainer_module, str(run / "config.toml"))
-                            if p not in processes_with("cosmos_train.launch")]
+                    pids = [
+                        p
+                        for p in processes_with(trainer_module, str(run / "config.toml"))
+                        if p not in processes_with("cosmos_train.launch")
+                    ]
                     if pids:
                         os.kill(pids[0], signal.SIGKILL)
                         killed.append(pids[0])

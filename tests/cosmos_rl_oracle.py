@@ -35,7 +35,8 @@ def oracle_root() -> Path:
     pkg = ORACLE_DIR / "cosmos_rl"
     if not (pkg / "__init__.py").is_file():
         pytest.fail(
-            f"cosmos-rl {ORACLE_VERSION} (the parity tests' oracle) is not installed at {ORACLE_DIR}: run `make oracle` "
+            f"cosmos-rl {ORACLE_VERSION} (the parity tests' oracle) is not installed at {ORACLE_DIR}: "
+            "run `make oracle` "
             f"(or `make test`, which installs it), or point COSMOS_RL_ORACLE at a --no-deps install of it",
             pytrace=False,
         )
@@ -128,7 +129,8 @@ def oracle_learning_rates(steps: int, lr: float = 1.0, **train: Any) -> list[flo
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     # the shape of its OptimizersContainer that LRSchedulersContainer reads: model parts and optimizers
     container = type("Optimizers", (SimpleNamespace,), {"__len__": lambda self: 1})(
-        model_parts=[None], optimizers=[[opt]])
+        model_parts=[None], optimizers=[[opt]]
+    )
     sched = oracle_module("cosmos_rl.policy.trainer.optm").build_lr_schedulers(container, cfg, steps)
     out = [opt.param_groups[0]["lr"]]
     for _ in range(steps):

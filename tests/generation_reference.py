@@ -64,9 +64,12 @@ def teacher_forced(model: Any, encoded: Any, completion: list[int], s: Any) -> A
     inputs["mm_token_type_ids"] = torch.cat([encoded.mm_token_type_ids, pad]).unsqueeze(0)
     with torch.inference_mode():
         logits = model(**inputs).logits[0, len(prompt) - 1 : -1]
-    return torch.tensor([
-        processed_logprobs(logits[t], s, prompt + completion[:t], completion[:t])[token].item() for t, token in enumerate(completion)
-    ])
+    return torch.tensor(
+        [
+            processed_logprobs(logits[t], s, prompt + completion[:t], completion[:t])[token].item()
+            for t, token in enumerate(completion)
+        ]
+    )
 
 
 def greedy_reference(model: Any, processor: Any, chat: list[dict[str, Any]], max_new: int) -> list[int]:

@@ -37,8 +37,16 @@ class ServiceThread:
 
     def start(self, timeout: float = 20.0) -> ServiceThread:
         self.app = create_app(self.config, self.token)
-        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="error",
-                                                     lifespan="on", timeout_graceful_shutdown=10))
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                self.app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="error",
+                lifespan="on",
+                timeout_graceful_shutdown=10,
+            )
+        )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
@@ -58,8 +66,9 @@ class ServiceThread:
 
 
 @contextmanager
-def running_service(config: ServiceConfig | None = None, token: str | None = TOKEN,
-                    port: int | None = None) -> Iterator[tuple[str, Any]]:
+def running_service(
+    config: ServiceConfig | None = None, token: str | None = TOKEN, port: int | None = None
+) -> Iterator[tuple[str, Any]]:
     """Yields (base URL, the RewardService) while the server runs."""
     st = ServiceThread(config, token, port).start()
     try:

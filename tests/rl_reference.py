@@ -24,12 +24,15 @@ def completion_sequence(prompt: EncodedChat, completion: Completion, origin: str
         input_ids=torch.cat([prompt.input_ids, ids]),
         labels=torch.cat([prompt_labels, ids]),
         attention_mask=torch.ones(len(prompt.input_ids) + len(ids), dtype=prompt.attention_mask.dtype),
-        mm_token_type_ids=torch.cat([prompt.mm_token_type_ids, torch.zeros(len(ids), dtype=prompt.mm_token_type_ids.dtype)]),
+        mm_token_type_ids=torch.cat(
+            [prompt.mm_token_type_ids, torch.zeros(len(ids), dtype=prompt.mm_token_type_ids.dtype)]
+        ),
     )
 
 
-def token_logprobs(logits: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor,
-                   temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    logits: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-prob of each label under softmax(logits / temperature) [B, K], mask of label positions [B, K]).
     logits [B, K, V] are those at `positions` (predicting labels at positions + 1). Temperature 0 (greedy
     sampling) scores under temperature 1, as the engines report greedy log-probs."""

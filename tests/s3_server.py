@@ -38,8 +38,12 @@ class S3Server:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
-                "AWS_ENDPOINT_URL": self.url, "AWS_DEFAULT_REGION": "us-east-1"}
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
 
     def client(self, **overrides: str):  # noqa: ANN201 (a boto3 client)
         import boto3
@@ -49,8 +53,11 @@ class S3Server:
 
     def objects(self, prefix: str = "") -> dict[str, bytes]:
         c = self.client()
-        keys = [o["Key"] for page in c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-                for o in page.get("Contents", [])]
+        keys = [
+            o["Key"]
+            for page in c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+            for o in page.get("Contents", [])
+        ]
         return {k: c.get_object(Bucket=self.bucket, Key=k)["Body"].read() for k in keys}
 
 
@@ -62,9 +69,14 @@ def s3_server(workdir: Path, bucket: str = "cosmos-test-bucket") -> Iterator[S3S
     url = f"http://127.0.0.1:{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     log = (workdir / "moto.log").open("w")
-    proc = subprocess.Popen([MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            cwd=workdir, start_new_session=True,
-                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)})
+    proc = subprocess.Popen(
+        [MOTO, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+        start_new_session=True,
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(SETUP_REQUESTS)},
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -73,14 +85,21 @@ def s3_server(workdir: Path, bucket: str = "cosmos-test-bucket") -> Iterator[S3S
                 break
             except httpx.HTTPError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start: {(workdir / 'moto.log').read_text()[-2000:]}") from None
+                    raise RuntimeError(
+                        f"moto_server did not start: {(workdir / 'moto.log').read_text()[-2000:]}"
+                    ) from None
                 time.sleep(0.2)
         kw = {"endpoint_url": url, "region_name": "us-east-1"}
         iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
         iam.create_user(UserName="trainer")
         key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        iam.put_user_policy(
+            UserName="trainer",
+            PolicyName="all",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
         server = S3Server(url, bucket, key["AccessKeyId"], key["SecretAccessKey"])
         server.client().create_bucket(Bucket=bucket)
         yield server

@@ -34,13 +34,22 @@ UNTIL_FULL = 1_000_000
 
 # (cosmos-rl key, our key, our value for its value): the same setting, said the other way round.
 CONVERTED: list[tuple[tuple[str, ...], tuple[str, ...], Callable[[Any], Any]]] = [
-    (("train", "train_policy", "unbiased_advantage"), ("train", "train_policy", "scale_rewards"),
-     lambda v: not v if isinstance(v, bool) else v),
-    (("train", "train_policy", "use_rollout_logprobs_for_loss"), ("train", "train_policy", "old_logprobs"),
-     lambda v: ("engine" if v else "recompute") if isinstance(v, bool) else v),
+    (
+        ("train", "train_policy", "unbiased_advantage"),
+        ("train", "train_policy", "scale_rewards"),
+        lambda v: not v if isinstance(v, bool) else v,
+    ),
+    (
+        ("train", "train_policy", "use_rollout_logprobs_for_loss"),
+        ("train", "train_policy", "old_logprobs"),
+        lambda v: ("engine" if v else "recompute") if isinstance(v, bool) else v,
+    ),
     # cosmos-rl: > 0 refill rounds at most, <= 0 refill until the batch is full (here: a bound no run reaches)
-    (("train", "train_policy", "max_retry_for_on_policy"), ("train", "train_policy", "dynamic_sampling_max_rounds"),
-     lambda v: (v if v > 0 else UNTIL_FULL) if isinstance(v, int) and not isinstance(v, bool) else v),
+    (
+        ("train", "train_policy", "max_retry_for_on_policy"),
+        ("train", "train_policy", "dynamic_sampling_max_rounds"),
+        lambda v: (v if v > 0 else UNTIL_FULL) if isinstance(v, int) and not isinstance(v, bool) else v,
+    ),
 ]
 
 
@@ -97,8 +106,11 @@ def resolve_policy_type(raw: dict[str, Any], rl_alias: bool) -> list[str]:
         return []
     if tp["type"] != "sft":
         return []
-    return [f"train.train_policy.{k}: a GRPO setting, but train.train_policy.type = \"sft\"; remove it for an SFT "
-            "run, or set type = \"grpo\" for an RL run" for k in grpo_keys]
+    return [
+        f'train.train_policy.{k}: a GRPO setting, but train.train_policy.type = "sft"; remove it for an SFT '
+        'run, or set type = "grpo" for an RL run'
+        for k in grpo_keys
+    ]
 
 
 def _get_parent(raw: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:

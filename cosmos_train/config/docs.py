@@ -87,8 +87,9 @@ def _tag(model: type[BaseModel]) -> str:
     return f" (type = {_format(field.default)})" if field is not None else ""
 
 
-def _sections(model: type[BaseModel], path: str, names: Sequence[str] | None = None, heading: str = ""
-              ) -> Iterator[tuple[str, type[BaseModel], list[str]]]:
+def _sections(
+    model: type[BaseModel], path: str, names: Sequence[str] | None = None, heading: str = ""
+) -> Iterator[tuple[str, type[BaseModel], list[str]]]:
     """(heading, table model, its keys shown) for a table and every table below it. A union of tables (SFT's and
     GRPO's train_policy) is its shared keys under the table's name, then each member's own keys under its type."""
     shown = list(model.model_fields) if names is None else list(names)
@@ -113,9 +114,12 @@ def _cell(text: str) -> str:
 def section_tables(root: type[BaseModel], title: str) -> str:
     out = [f"## {title}", ""]
     for heading, model, names in _sections(root, ""):
-        rows = [(name, model.model_fields[name]) for name in names
-                if not section_models(model.model_fields[name].annotation)
-                or typing.get_origin(model.model_fields[name].annotation) is list]
+        rows = [
+            (name, model.model_fields[name])
+            for name in names
+            if not section_models(model.model_fields[name].annotation)
+            or typing.get_origin(model.model_fields[name].annotation) is list
+        ]
         if not rows:
             continue
         doc = (model.__doc__ or "").strip().split("\n\n")[0]
@@ -124,8 +128,10 @@ def section_tables(root: type[BaseModel], title: str) -> str:
             out += [_cell(doc), ""]
         out += ["| key | type | default | bounds | description |", "|---|---|---|---|---|"]
         for name, field in rows:
-            out.append(f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | "
-                       f"{_cell(_bounds(field))} | {_cell(field.description or '')} |")
+            out.append(
+                f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | "
+                f"{_cell(_bounds(field))} | {_cell(field.description or '')} |"
+            )
         out.append("")
     return "\n".join(out)
 
@@ -133,11 +139,19 @@ def section_tables(root: type[BaseModel], title: str) -> str:
 def config_reference(evaluation: type[BaseModel], world_model: type[BaseModel]) -> str:
     """docs/CONFIG.md: the job config's tables, then the evaluation config's and the world-model config's (passed
     in: they sit in layers above this one)."""
-    head = ["# Config reference", "",
-            "Generated from the schema by `cosmos-train config docs` (do not edit by hand). Every key's "
-            "bounds are enforced by `cosmos-train config check` and by every command before it starts.", "", ""]
-    kinds: list[tuple[type[BaseModel], str]] = [(Config, "Job config (TOML)"), (evaluation, "Evaluation config (TOML or YAML)"),
-             (world_model, "World-model RL config (TOML: configs/wfm/, configs/tiny-wfm-*.toml)")]
+    head = [
+        "# Config reference",
+        "",
+        "Generated from the schema by `cosmos-train config docs` (do not edit by hand). Every key's "
+        "bounds are enforced by `cosmos-train config check` and by every command before it starts.",
+        "",
+        "",
+    ]
+    kinds: list[tuple[type[BaseModel], str]] = [
+        (Config, "Job config (TOML)"),
+        (evaluation, "Evaluation config (TOML or YAML)"),
+        (world_model, "World-model RL config (TOML: configs/wfm/, configs/tiny-wfm-*.toml)"),
+    ]
     return "\n".join(head) + "\n".join(section_tables(model, title) for model, title in kinds)
 
 
@@ -196,29 +210,32 @@ def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
             checked = ", ".join(filter(None, ["default", checked]))
         rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} | {checked} |")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return "\n".join([
-        "# cosmos-rl's config keys here",
-        "",
-        "Generated from cosmos-rl's schema (`cosmos_rl/policy/config/__init__.py` at "
-        f"{recorded['commit'][:12]}, recorded by `scripts/record_cosmos_rl_fields.py`) and ours; "
-        "tests/unit/test_cosmos_rl_keys.py fails when it drifts. See docs/MIGRATING_FROM_COSMOS_RL.md.",
-        "",
-        "- **implemented**: the same meaning (under our name where one is given); where the defaults differ "
-        "both are shown.",
-        "- **no effect**: accepted; `cosmos-train config check` lists it with the reason, and the run folder's "
-        "config.toml and the run summary keep that list.",
-        "- **no effect / refused**: accepted at the values that run as asked; any other value is refused with "
-        "what to do instead.",
-        "",
-        f"{len(rows)} keys: {summary}.",
-        "",
-        "- **checked against cosmos-rl's code**: tests/unit/test_cosmos_rl_parity.py runs ours beside the installed "
-        "cosmos-rl 0.4.7 (`make oracle`) on the same inputs: `default` against its `Config()`, and the named "
-        "function (`compute_loss`, `compute_logprobs`, `GRPO.compute_advantage`, `build_lr_schedulers`, "
-        "`recompute_total_steps`: the controller's step count) for the key's meaning.",
-        "",
-        "| key | state | default here (cosmos-rl's) | what to know | checked against cosmos-rl's code |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-    ])
+    return "\n".join(
+        [
+            "# cosmos-rl's config keys here",
+            "",
+            "Generated from cosmos-rl's schema (`cosmos_rl/policy/config/__init__.py` at "
+            f"{recorded['commit'][:12]}, recorded by `scripts/record_cosmos_rl_fields.py`) and ours; "
+            "tests/unit/test_cosmos_rl_keys.py fails when it drifts. See docs/MIGRATING_FROM_COSMOS_RL.md.",
+            "",
+            "- **implemented**: the same meaning (under our name where one is given); where the defaults differ "
+            "both are shown.",
+            "- **no effect**: accepted; `cosmos-train config check` lists it with the reason, and the run folder's "
+            "config.toml and the run summary keep that list.",
+            "- **no effect / refused**: accepted at the values that run as asked; any other value is refused with "
+            "what to do instead.",
+            "",
+            f"{len(rows)} keys: {summary}.",
+            "",
+            "- **checked against cosmos-rl's code**: tests/unit/test_cosmos_rl_parity.py runs ours beside the "
+            "installed "
+            "cosmos-rl 0.4.7 (`make oracle`) on the same inputs: `default` against its `Config()`, and the named "
+            "function (`compute_loss`, `compute_logprobs`, `GRPO.compute_advantage`, `build_lr_schedulers`, "
+            "`recompute_total_steps`: the controller's step count) for the key's meaning.",
+            "",
+            "| key | state | default here (cosmos-rl's) | what to know | checked against cosmos-rl's code |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )

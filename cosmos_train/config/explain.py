@@ -69,8 +69,12 @@ def _tags(model: type[BaseModel]) -> tuple[Any, ...]:
     return get_args(field.annotation) if field is not None else ()
 
 
-_BOUND_OPS = ((annotated_types.Gt, "gt", ">"), (annotated_types.Ge, "ge", ">="),
-              (annotated_types.Lt, "lt", "<"), (annotated_types.Le, "le", "<="))
+_BOUND_OPS = (
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Ge, "ge", ">="),
+    (annotated_types.Lt, "lt", "<"),
+    (annotated_types.Le, "le", "<="),
+)
 _COMPARISON_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 # How pydantic names the members of a union in an error's location ('int', "literal['auto']",
 # 'function-after[...]'): never a key, so left out of the key path.
@@ -152,9 +156,7 @@ def explain_errors(e: ValidationError, root: type[BaseModel]) -> list[str]:
     return out
 
 
-def _locate(
-    loc: tuple[Any, ...], root: type[BaseModel]
-) -> tuple[str, type[BaseModel] | None, FieldInfo | None]:
+def _locate(loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[str, type[BaseModel] | None, FieldInfo | None]:
     """The key path of an error location ('train.optm_betas[1]'), the section it ends in and its field."""
     path = ""
     section: type[BaseModel] | None = root
@@ -211,4 +213,3 @@ def _message(err: Any, section: type[BaseModel] | None, field: FieldInfo | None)
     if kind.endswith(("_parsing", "_type")) or kind == "int_from_float":
         msg = msg.split(", ")[0]  # "must be a valid integer, unable to parse string ...": the value is shown
     return msg, ""
-

@@ -103,12 +103,18 @@ def fold_context_and_pipeline(par: ParallelismConfig) -> list[NoEffect]:
     if factor == 1:
         return []
     shard = par.dp_shard_size
-    notes = [NoEffect(f"policy.parallelism.{key}", getattr(par, key),
-                      f"no {what} parallelism here: its ranks shard the model with FSDP instead "
-                      f"(dp_shard_size {'-1, all ranks' if shard == -1 else f'{shard} -> {shard * factor}'}); the "
-                      "same result, but each rank holds whole sequences (gradient checkpointing keeps activations "
-                      "small)")
-             for key, what in (("cp_size", "context"), ("pp_size", "pipeline")) if getattr(par, key) > 1]
+    notes = [
+        NoEffect(
+            f"policy.parallelism.{key}",
+            getattr(par, key),
+            f"no {what} parallelism here: its ranks shard the model with FSDP instead "
+            f"(dp_shard_size {'-1, all ranks' if shard == -1 else f'{shard} -> {shard * factor}'}); the "
+            "same result, but each rank holds whole sequences (gradient checkpointing keeps activations "
+            "small)",
+        )
+        for key, what in (("cp_size", "context"), ("pp_size", "pipeline"))
+        if getattr(par, key) > 1
+    ]
     if shard != -1:
         par.dp_shard_size = shard * factor
     par.cp_size = par.pp_size = 1
@@ -120,22 +126,37 @@ def speed_only_settings(cfg: Config) -> list[NoEffect]:
     another key's value leaves without effect (as in cosmos-rl)."""
     out = []
     if cfg.train.async_tp_enabled:
-        out.append(NoEffect("train.async_tp_enabled", True, "tensor-parallel communication is not overlapped "
-                            "yet: the same math, in sequence"))
+        out.append(
+            NoEffect(
+                "train.async_tp_enabled",
+                True,
+                "tensor-parallel communication is not overlapped yet: the same math, in sequence",
+            )
+        )
     if cfg.policy_type == "grpo" and "batch_size" in cfg.rollout.model_fields_set:
         out.append(NoEffect("rollout.batch_size", cfg.rollout.batch_size, INERT["rollout.batch_size"]))
     tp = cfg.train.train_policy
     if not isinstance(tp, GRPOPolicyConfig):  # the keys below are GRPO's
         return out
     if tp.behav_imp_weight_cap is not None and not tp.use_decoupled_loss:
-        out.append(NoEffect("train.train_policy.behav_imp_weight_cap", tp.behav_imp_weight_cap,
-                            "caps the decoupled loss's importance weights; use_decoupled_loss is false (as in "
-                            "cosmos-rl, the cap then does nothing)"))
+        out.append(
+            NoEffect(
+                "train.train_policy.behav_imp_weight_cap",
+                tp.behav_imp_weight_cap,
+                "caps the decoupled loss's importance weights; use_decoupled_loss is false (as in "
+                "cosmos-rl, the cap then does nothing)",
+            )
+        )
     for key, default in (("advantage_low", -5.0), ("advantage_high", 5.0)):
         if not tp.clip_advantages and getattr(tp, key) != default:
-            out.append(NoEffect(f"train.train_policy.{key}", getattr(tp, key),
-                                "cosmos-rl's language-model GRPO trainer does not clip advantages; set "
-                                "train.train_policy.clip_advantages = true to clip them here"))
+            out.append(
+                NoEffect(
+                    f"train.train_policy.{key}",
+                    getattr(tp, key),
+                    "cosmos-rl's language-model GRPO trainer does not clip advantages; set "
+                    "train.train_policy.clip_advantages = true to clip them here",
+                )
+            )
     return out
 
 

@@ -36,7 +36,7 @@ def env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     out = []
     for name, value in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            path = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+            path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
             out.append((path, _parse_value(value)))
     return out
 

@@ -19,9 +19,7 @@ class CheckpointConfig(Section):
     enable_checkpoint: bool = Field(True, description="Save resumable checkpoints.")
     save_freq: int = Field(100, ge=1, description="Save every this many optimizer steps.")
     save_mode: Literal["async", "sync"] = Field("async", description="async overlaps the write with training.")
-    max_keep: MinusOneOrPositive = Field(
-        2, description="Checkpoints kept, oldest removed first (-1 keeps all)."
-    )
+    max_keep: MinusOneOrPositive = Field(2, description="Checkpoints kept, oldest removed first (-1 keeps all).")
     export_safetensors: bool = Field(True, description="Export HF safetensors at each save and at the end.")
     upload_hf: bool = Field(
         False, description="Upload the final safetensors export to the Hub (repo hf_repo_name, token HF_TOKEN)."
@@ -35,20 +33,23 @@ class CheckpointConfig(Section):
     )
     # `true` in the seed guides means the final one; "all" uploads every export and checkpoint.
     upload_s3: Literal[False, "final", "all"] | bool = Field(
-        False, description="Upload to S3: final = the final export after training; all = every export and "
-        "checkpoint as it is written (in the background), then the final one."
+        False,
+        description="Upload to S3: final = the final export after training; all = every export and "
+        "checkpoint as it is written (in the background), then the final one.",
     )
     s3_bucket: str | None = Field(None, description="S3 bucket the upload goes to.")
     s3_prefix: str = Field(
         "outputs", description="Key prefix inside s3_bucket; a run's files go under <s3_prefix>/<run folder name>/."
     )
     s3_endpoint_url: str | None = Field(
-        None, description="Endpoint of an S3-compatible store (unset: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
-        "PROD_S3_CHECKPOINT_ENDPOINT_URL or AWS)."
+        None,
+        description="Endpoint of an S3-compatible store (unset: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
+        "PROD_S3_CHECKPOINT_ENDPOINT_URL or AWS).",
     )
     s3_credentials_secret: str | None = Field(
-        None, description="Name of a Prefect Secret block holding JSON {access_key_id, secret_access_key, "
-        "[session_token, endpoint_url, region]} (unset: PROD_S3_CHECKPOINT_* or the AWS_* environment)."
+        None,
+        description="Name of a Prefect Secret block holding JSON {access_key_id, secret_access_key, "
+        "[session_token, endpoint_url, region]} (unset: PROD_S3_CHECKPOINT_* or the AWS_* environment).",
     )
     upload_part_size_mb: int = Field(
         64, ge=5, le=5120, description="S3 multipart part size in MiB (S3's own bounds: 5 MiB to 5 GiB)."
@@ -76,16 +77,22 @@ class TrainConfig(Section):
     optm_weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (0: none).")
     optm_betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam (beta1, beta2), each in [0, 1).")
     optm_warmup_steps: int | float = Field(
-        20, ge=0, description="Linear warmup in trainer steps (an integer), or a fraction of the run's steps (a "
-        "float <= 1.0, rounded down); at most the run (0: none)."
+        20,
+        ge=0,
+        description="Linear warmup in trainer steps (an integer), or a fraction of the run's steps (a "
+        "float <= 1.0, rounded down); at most the run (0: none).",
     )
     optm_warmup_start_factor: float = Field(
-        0.0, ge=0, le=1,
+        0.0,
+        ge=0,
+        le=1,
         description="Warmup ramps the factor from this to 1: step s of w gets f + (1 - f) * s / (w - 1), so the "
         "first step trains at f * optm_lr (cosmos-rl's schedule).",
     )
     optm_decay_ratio: float | None = Field(
-        None, ge=0, le=1,
+        None,
+        ge=0,
+        le=1,
         description="Decay over only this fraction of the run's steps (rounded) at the end, the steps between "
         "warmup and decay at the peak (warmup-stable-decay); unset: decay over every step after warmup.",
     )
@@ -96,8 +103,9 @@ class TrainConfig(Section):
     optm_grad_norm_clip: float = Field(1.0, ge=0, description="Clip total grad norm (0 disables).")
     epsilon: float = Field(1e-6, gt=0, description="Optimizer eps (not the PPO clip).")
     master_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Dtype the weights (and Adam's moments) are held and updated in; bfloat16 halves "
-        "their memory at the cost of update precision. Exports keep it."
+        "float32",
+        description="Dtype the weights (and Adam's moments) are held and updated in; bfloat16 halves "
+        "their memory at the cost of update precision. Exports keep it.",
     )
     param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Compute dtype of FSDP params (float32 is used on CPU)."
@@ -111,42 +119,46 @@ class TrainConfig(Section):
     )
     logprob_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Dtype of GRPO log-probs.")
     train_batch_per_replica: int = Field(
-        8, ge=1,
+        8,
+        ge=1,
         description="SFT: samples per model replica per step (its dp_shard ranks split them). GRPO: completions per "
         "replica per step (cosmos-rl's meaning: train_batch_per_replica / rollout.n_generation prompts), a multiple "
-        "or a divisor of n_generation; below it a group trains as n_generation / train_batch_per_replica steps."
+        "or a divisor of n_generation; below it a group trains as n_generation / train_batch_per_replica steps.",
     )
     epoch: int = Field(1, ge=1, description="Passes over the training dataset.")
     max_num_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
-    output_dir: str = Field(
-        "./outputs", min_length=1, description="A timestamp sub-folder is appended per run."
-    )
+    output_dir: str = Field("./outputs", min_length=1, description="A timestamp sub-folder is appended per run.")
     resume: bool | str = Field(False, description="true: newest checkpoint in output_dir; or a path.")
     seed: int = Field(0, ge=0, description="Seed of torch, numpy and random (the rank is added).")
     deterministic: bool = Field(False, description="Deterministic kernels: reproducible and slower.")
     compile: bool = Field(
-        False, description="torch.compile each transformer block (language and vision) before FSDP2: faster steps "
-        "after a compile of about a minute at start and one recompile for varying lengths."
+        False,
+        description="torch.compile each transformer block (language and vision) before FSDP2: faster steps "
+        "after a compile of about a minute at start and one recompile for varying lengths.",
     )
     async_tp_enabled: bool = Field(
         False, description="Async tensor parallel (accepted; not implemented yet: said by config check)."
     )
     sequence_packing: bool = Field(False, description="Pack samples padding-free into one sequence.")
     fused_linear_ce: bool = Field(
-        False, description="SFT: the LM head and the cross entropy run fused, fused_linear_ce_chunk label tokens at "
+        False,
+        description="SFT: the LM head and the cross entropy run fused, fused_linear_ce_chunk label tokens at "
         "a time with their gradients (train/linear_ce.py): the [label tokens x vocabulary] logits are never held "
         "whole, for the same loss and gradients. Refused for GRPO (its loss reads per-token log-probs) and with a "
-        "LoRA adapter on lm_head."
+        "LoRA adapter on lm_head.",
     )
     fused_linear_ce_chunk: int = Field(
-        2048, ge=1, le=1_048_576,
+        2048,
+        ge=1,
+        le=1_048_576,
         description="Label tokens per chunk of the fused head + loss; its peak is one chunk x vocabulary fp32 "
         "buffer (2048 x 151,936 = 1.2 GiB for Qwen2.5-VL) plus the head's fp32 gradient.",
     )
     save_ckpt_at_exit: bool = Field(True, description="Checkpoint on SIGTERM/SIGUSR1 before exiting.")
     sync_weight_interval: int = Field(1, ge=1, description="GRPO: steps between weight syncs to rollout.")
     skip_nonfinite_steps: int = Field(
-        0, ge=0,
+        0,
+        ge=0,
         description="Steps whose loss or gradient norm is NaN/inf that may be skipped (no update) before the "
         "run stops naming the step; 0 stops at the first.",
     )
@@ -161,17 +173,13 @@ class ParallelismConfig(Section):
     (cosmos-rl's context and pipeline parallelism) run as that many times more FSDP shards: the same
     result, said by `config check` (`fold_context_and_pipeline`)."""
 
-    dp_shard_size: MinusOneOrPositive = Field(
-        -1, description="FSDP shard group size; -1 = all remaining ranks."
-    )
+    dp_shard_size: MinusOneOrPositive = Field(-1, description="FSDP shard group size; -1 = all remaining ranks.")
     dp_replicate_size: int = Field(1, ge=1, description="HSDP replicas (1 for GRPO).")
     tp_size: int = Field(1, ge=1, description="Tensor parallel size.")
     cp_size: int = Field(
         1, ge=1, description="Context (sequence) parallel size; > 1 runs as cp_size x more FSDP shards here."
     )
-    pp_size: int = Field(
-        1, ge=1, description="Pipeline parallel size; > 1 runs as pp_size x more FSDP shards here."
-    )
+    pp_size: int = Field(1, ge=1, description="Pipeline parallel size; > 1 runs as pp_size x more FSDP shards here.")
 
     def product(self, shard: int) -> int:
         """Ranks the sizes need with `shard` ranks per FSDP group."""
@@ -187,8 +195,7 @@ class ParallelismConfig(Section):
         rest = self.product(1)
         if world_size % rest:
             raise ConfigError(
-                [f"policy.parallelism: world size {world_size} is not divisible by "
-                 f"dp_replicate*tp*cp*pp = {rest}"]
+                [f"policy.parallelism: world size {world_size} is not divisible by dp_replicate*tp*cp*pp = {rest}"]
             )
         return world_size // rest
 
@@ -198,10 +205,12 @@ class ParallelismConfig(Section):
         product = self.product(shard)
         if product != world_size:
             raise ConfigError(
-                [f"{section}: dp_replicate_size*dp_shard_size*tp_size*cp_size*pp_size = "
-                 f"{self.dp_replicate_size}*{shard}*{self.tp_size}*{self.cp_size}*{self.pp_size} = {product}, "
-                 f"but {world_size} processes were launched (set dp_shard_size = -1 to use them all, "
-                 f"or change launch.nproc_per_node)"]
+                [
+                    f"{section}: dp_replicate_size*dp_shard_size*tp_size*cp_size*pp_size = "
+                    f"{self.dp_replicate_size}*{shard}*{self.tp_size}*{self.cp_size}*{self.pp_size} = {product}, "
+                    f"but {world_size} processes were launched (set dp_shard_size = -1 to use them all, "
+                    f"or change launch.nproc_per_node)"
+                ]
             )
 
 
@@ -214,17 +223,19 @@ class LoraConfig(Section):
     )
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout probability on the adapter input.")
     target_modules: str | list[str] | None = Field(
-        None, description="Modules that get adapters: a list of names (e.g. ['q_proj', 'v_proj']), a regex over "
+        None,
+        description="Modules that get adapters: a list of names (e.g. ['q_proj', 'v_proj']), a regex over "
         "module paths, or 'all-linear' (every linear layer but lm_head, the vision tower's too); unset: the "
-        "language model's attention and MLP projections."
+        "language model's attention and MLP projections.",
     )
     modules_to_save: list[str] | None = Field(
         None, description="Modules trained in full beside the adapters (e.g. ['lm_head']); saved with the adapter."
     )
     use_rslora: bool = Field(False, description="Scale updates by lora_alpha / sqrt(r) instead of lora_alpha / r.")
     init_lora_weights: bool | Literal["gaussian"] = Field(
-        True, description="A's initialisation (B starts at zero, so training starts from the base model): true is "
-        "Kaiming-uniform, 'gaussian' normal(0, 1/r); false also draws B (for tests: the start is not the base)."
+        True,
+        description="A's initialisation (B starts at zero, so training starts from the base model): true is "
+        "Kaiming-uniform, 'gaussian' normal(0, 1/r); false also draws B (for tests: the start is not the base).",
     )
     r_pattern: dict[str, Annotated[int, Field(ge=1)]] | None = Field(
         None, description="Per-module rank: {regex of module paths = rank} (peft's rank_pattern)."
@@ -246,11 +257,12 @@ class PolicyConfig(Section):
         True, description="Recompute activations in backward: less memory, about a third more compute."
     )
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"] = Field(
-        "auto", description="Attention kernel of the trained model. auto: flash_attention_2 for SFT on a GPU where "
+        "auto",
+        description="Attention kernel of the trained model. auto: flash_attention_2 for SFT on a GPU where "
         "the flash-attn package is installed and the compute dtype is 16-bit (padded and packed rows run varlen), "
         "else sdpa (packed rows then attend per sample, train/packed_attention.py). flash_attention_2 / 3 named "
         "here are refused where flash-attn (flash_attn_interface for 3) is not installed, on a CPU, and for GRPO "
-        "(its shared-prompt rows need a 4D mask flash attention cannot take)."
+        "(its shared-prompt rows need a 4D mask flash attention cannot take).",
     )
     freeze_pattern: list[str] | str | None = Field(None, description="Regexes of parameter names to freeze.")
     trainable_pattern: list[str] | str | None = Field(None, description="Regexes: train only these.")
@@ -262,8 +274,10 @@ class PolicyConfig(Section):
     @model_validator(mode="after")
     def _patterns_exclusive(self) -> PolicyConfig:
         if self.lora is not None and (self.freeze_pattern or self.trainable_pattern):
-            raise ValueError("[policy.lora] trains the adapters (and lora.modules_to_save) only; remove "
-                             "freeze_pattern / trainable_pattern, or [policy.lora] for full fine-tuning")
+            raise ValueError(
+                "[policy.lora] trains the adapters (and lora.modules_to_save) only; remove "
+                "freeze_pattern / trainable_pattern, or [policy.lora] for full fine-tuning"
+            )
         if self.freeze_pattern and self.trainable_pattern:
             raise ValueError(
                 "freeze_pattern and trainable_pattern are exclusive: keep one "
@@ -282,13 +296,9 @@ class SamplingConfig(Section):
     """[rollout.sampling_config]: how rollouts are sampled."""
 
     temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy).")
-    top_p: float = Field(
-        1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of this mass (1: off)."
-    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of this mass (1: off).")
     top_k: MinusOneOrPositive = Field(-1, description="Sample from the k likeliest tokens (-1: off).")
-    repetition_penalty: float = Field(
-        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
-    )
+    repetition_penalty: float = Field(1.0, gt=0, description="Divides logits of tokens already present (1: off).")
 
 
 class RolloutParallelismConfig(Section):
@@ -304,8 +314,10 @@ class RolloutConfig(Section):
     backend: Literal["vllm", "hf"] = Field("vllm", description="vllm on GPU; hf (transformers) anywhere.")
     n_generation: int = Field(16, ge=1, description="Completions per prompt (the GRPO group size).")
     batch_size: int = Field(
-        1, ge=1, description="cosmos-rl's engine prompt batch; no effect here: a step samples train_batch_per_replica "
-        "/ n_generation prompts per replica and gives a rank's share to its engine at once."
+        1,
+        ge=1,
+        description="cosmos-rl's engine prompt batch; no effect here: a step samples train_batch_per_replica "
+        "/ n_generation prompts per replica and gives a rank's share to its engine at once.",
     )
     max_response_length: int = Field(2048, ge=1, description="Max new tokens per completion.")
     gpu_memory_utilization: float = Field(
@@ -314,12 +326,11 @@ class RolloutConfig(Section):
     quantization: Literal["none", "fp8"] = Field("none", description="Rollout weight quantization.")
     enable_chunked_prefill: bool = Field(False, description="vLLM chunked prefill of long prompts.")
     enforce_eager: bool = Field(
-        True, description="vLLM: run the model eagerly, no CUDA graphs (faster start, less memory; false "
-        "captures graphs for faster decoding)."
+        True,
+        description="vLLM: run the model eagerly, no CUDA graphs (faster start, less memory; false "
+        "captures graphs for faster decoding).",
     )
-    sampling_config: SamplingConfig = Field(
-        default_factory=SamplingConfig, description="Sampling parameters."
-    )
+    sampling_config: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
     seed: int | None = Field(None, ge=0, description="Sampling seed (unset: random).")
     parallelism: RolloutParallelismConfig = Field(
         default_factory=lambda: RolloutParallelismConfig(), description="How the rollout engine is split."
@@ -332,37 +343,36 @@ class ValidationConfig(Section):
     enable: bool = Field(False, description="Validate during training (alias: train.enable_validation).")
     freq: int = Field(20, ge=1, description="Validate every this many steps (alias: train.validation_step).")
     val_before_train: bool = Field(
-        False, description="Also validate the starting weights before the first step (GRPO always does: the "
-        "best export must beat them)."
+        False,
+        description="Also validate the starting weights before the first step (GRPO always does: the "
+        "best export must beat them).",
     )
     batch_size: int = Field(
         8, ge=1, description="Samples per validation batch (alias: train.validation_batch_per_replica)."
     )
     dataset: DatasetConfig | None = Field(None, description="Default: the train dataset's held-out split.")
-    temperature: float = Field(
-        0.0, ge=0, description="Sampling temperature of validation answers (0: greedy)."
-    )
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature of validation answers (0: greedy).")
     n_generation: int = Field(1, ge=1, description="Completions per validation prompt.")
     max_response_length: int | None = Field(
         None, ge=1, description="Max new tokens per validation answer (unset: rollout.max_response_length)."
     )
-    top_p: float = Field(
-        1.0, gt=0, le=1, description="Nucleus sampling of validation answers (1: off)."
-    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of validation answers (1: off).")
     top_k: MinusOneOrPositive = Field(
-        1, description="Sample validation answers from the k likeliest tokens: 1 (the default, as cosmos-rl) is "
-        "greedy whatever the temperature; -1: off."
+        1,
+        description="Sample validation answers from the k likeliest tokens: 1 (the default, as cosmos-rl) is "
+        "greedy whatever the temperature; -1: off.",
     )
     repetition_penalty: float = Field(
         1.0, gt=0, description="Divides logits of tokens already present in validation answers (1: off)."
     )
     reward_function: str | list[str] | dict[str, float] = Field(
         default_factory=list,
-        description="Reward name(s) scoring answers, or {name = weight} (empty: train.train_policy.reward_function)."
+        description="Reward name(s) scoring answers, or {name = weight} (empty: train.train_policy.reward_function).",
     )
     use_remote_reward: bool | None = Field(
-        None, description="Score validation answers with the training's remote reward service as well "
-        "(train.train_policy.remote_reward); unset: as train.train_policy.use_remote_reward (cosmos-rl's default)."
+        None,
+        description="Score validation answers with the training's remote reward service as well "
+        "(train.train_policy.remote_reward); unset: as train.train_policy.use_remote_reward (cosmos-rl's default).",
     )
 
 
@@ -397,38 +407,40 @@ class LaunchConfig(Section):
         "auto", description="'auto': every GPU, or the parallelism product on CPU (2 when dp_shard_size=-1)."
     )
     node_rank: int = Field(
-        0, ge=0, description="This machine's index, 0 to nnodes - 1 (e.g. COSMOS_TRAIN__LAUNCH__NODE_RANK="
-        "$SLURM_NODEID, or a Kubernetes indexed Job's $JOB_COMPLETION_INDEX)."
+        0,
+        ge=0,
+        description="This machine's index, 0 to nnodes - 1 (e.g. COSMOS_TRAIN__LAUNCH__NODE_RANK="
+        "$SLURM_NODEID, or a Kubernetes indexed Job's $JOB_COMPLETION_INDEX).",
     )
     rdzv_endpoint: str | None = Field(
-        None, description="host:port where the nodes meet (torchrun's c10d rendezvous; node 0's address).")
+        None, description="host:port where the nodes meet (torchrun's c10d rendezvous; node 0's address)."
+    )
     rdzv_id: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
         description="Name of one multi-node job, the same on every node: the run folder is "
-        "<output_dir>/<rdzv_id> on storage all nodes share (required when nnodes > 1).")
+        "<output_dir>/<rdzv_id> on storage all nodes share (required when nnodes > 1).",
+    )
     socket_ifname: str | None = Field(
-        None, description="Network interface the ranks' gloo / NCCL sockets use (sets GLOO_SOCKET_IFNAME and "
-        "NCCL_SOCKET_IFNAME unless already set; e.g. eth0, ib0; unset: their own choice).")
+        None,
+        description="Network interface the ranks' gloo / NCCL sockets use (sets GLOO_SOCKET_IFNAME and "
+        "NCCL_SOCKET_IFNAME unless already set; e.g. eth0, ib0; unset: their own choice).",
+    )
     gpu_concurrency_limit: str | None = Field(
-        "gpu", description="Prefect global concurrency limit a training run on GPUs takes one slot of per GPU "
-        "it uses (`prefect gcl create gpu --limit 8`); unset or no GPU: no limit taken."
+        "gpu",
+        description="Prefect global concurrency limit a training run on GPUs takes one slot of per GPU "
+        "it uses (`prefect gcl create gpu --limit 8`); unset or no GPU: no limit taken.",
     )
-    max_restarts: int = Field(
-        0, ge=0, description="torchrun restarts of failed workers before the run fails."
-    )
+    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers before the run fails.")
 
 
 class Config(JobSettings):
     """The whole job. `Config()` alone is valid: the reference framework's defaults."""
 
-    train: TrainConfig = Field(
-        default_factory=TrainConfig, description="Optimizer, schedule, batches, run length."
-    )
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimizer, schedule, batches, run length.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The model trained.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="GRPO generation.")
-    validation: ValidationConfig = Field(
-        default_factory=ValidationConfig, description="Validation during training."
-    )
+    validation: ValidationConfig = Field(default_factory=ValidationConfig, description="Validation during training.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metric sinks.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
     custom: dict[str, Any] = Field(default_factory=dict, description="Free-form, for users' dataset scripts.")

@@ -57,7 +57,9 @@ class DatasetConfig(Section):
     )
     annotation_path: str | None = Field(None, description="LLaVA json annotation file.")
     media_path: str = Field("", description="LLaVA media root ('' when paths are absolute).")
-    video_suffix: str = Field("", description="Video folder: file suffix after the id, e.g. '.camera_front_wide_120fov'.")
+    video_suffix: str = Field(
+        "", description="Video folder: file suffix after the id, e.g. '.camera_front_wide_120fov'."
+    )
     caption_prompt: str = Field(
         "Describe what you see in this video.", description="Video folder: the user prompt for captions."
     )
@@ -113,8 +115,10 @@ class RemoteRewardConfig(Section):
     """[train.train_policy.remote_reward]: rewards scored by an HTTP service."""
 
     scale: float = Field(
-        1.0, gt=0, description="Multiplier on the service's total: scale x clip(sum of weight x score, "
-        "reward_clip_min, reward_clip_max)."
+        1.0,
+        gt=0,
+        description="Multiplier on the service's total: scale x clip(sum of weight x score, "
+        "reward_clip_min, reward_clip_max).",
     )
     reward_fns: list[RemoteRewardFn] = Field(default_factory=list, description="The rewards to ask for.")
     reward_clip_min: float | None = Field(
@@ -130,36 +134,50 @@ class RemoteRewardConfig(Section):
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"reward_clip_min ({lo}) must be <= reward_clip_max ({hi})")
         return self
+
     batch_size: int = Field(8, ge=1, le=65536, description="Items per request to the reward service.")
     local_service: bool = Field(
         False,
         description="The grpo flow starts `cosmos-train reward-service` on loopback for this run (a fresh token, "
         "a free port, RUN/logs/reward_service.log), points the trainer at it and stops it at the end; "
-        "leave enqueue_url / fetch_url unset.")
+        "leave enqueue_url / fetch_url unset.",
+    )
     enqueue_url: str | None = Field(
-        None, description="The service's enqueue URL, e.g. http://127.0.0.1:8080/api/reward/enqueue "
-        "(unset: env REMOTE_REWARD_ENQUEUE_URL).")
+        None,
+        description="The service's enqueue URL, e.g. http://127.0.0.1:8080/api/reward/enqueue "
+        "(unset: env REMOTE_REWARD_ENQUEUE_URL).",
+    )
     fetch_url: str | None = Field(
-        None, description="The service's pull URL, e.g. http://127.0.0.1:8080/api/reward/pull "
-        "(unset: env REMOTE_REWARD_FETCH_URL).")
+        None,
+        description="The service's pull URL, e.g. http://127.0.0.1:8080/api/reward/pull "
+        "(unset: env REMOTE_REWARD_FETCH_URL).",
+    )
     token_secret: str | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="Name of a Prefect Secret block holding the service's token: the flow reads it and hands "
-        "it to the ranks as token_env (unset: token_env comes from the environment as it is).")
+        "it to the ranks as token_env (unset: token_env comes from the environment as it is).",
+    )
     token_env: str = Field(
-        "REMOTE_REWARD_TOKEN", min_length=1,
+        "REMOTE_REWARD_TOKEN",
+        min_length=1,
         description="Name of the environment variable holding the service's token (the token itself never "
-        "goes in the TOML; unset variable: no Authorization header).")
+        "goes in the TOML; unset variable: no Authorization header).",
+    )
     timeout_s: float = Field(30.0, gt=0, le=3600, description="Seconds one HTTP call may take.")
     max_retries: int = Field(
-        8, ge=0, le=100,
+        8,
+        ge=0,
+        le=100,
         description="Retries of a call that failed to connect, timed out, or got 429 / 502 / 503 / 504 "
-        "(exponential backoff with jitter, Retry-After honoured).")
+        "(exponential backoff with jitter, Retry-After honoured).",
+    )
     backoff_s: float = Field(0.5, gt=0, le=600, description="First retry delay; doubles each retry.")
     backoff_max_s: float = Field(30.0, gt=0, le=3600, description="Longest delay between two retries.")
     poll_interval_s: float = Field(0.2, gt=0, le=600, description="Seconds between pulls of a result not ready.")
     result_timeout_s: float = Field(
-        600.0, gt=0, le=86400, description="Seconds to wait for one request's scores before failing the step.")
+        600.0, gt=0, le=86400, description="Seconds to wait for one request's scores before failing the step."
+    )
 
 
 class TrainPolicyConfig(Section):
@@ -167,7 +185,8 @@ class TrainPolicyConfig(Section):
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="The training dataset.")
     micro_batch: int = Field(
-        2, ge=1,
+        2,
+        ge=1,
         description="Samples (GRPO: completions) per micro-batch: gradient accumulation splits each "
         "optimizer step's batch into these (GRPO: each normalised by its own tokens, as cosmos-rl's mini-batches; "
         "see loss_denominator). Alias: mini_batch (cosmos-rl's name).",
@@ -176,9 +195,7 @@ class TrainPolicyConfig(Section):
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
     dataloader_shuffle: bool = Field(True, description="Shuffle rows every epoch.")
     dataloader_seed: int = Field(0, ge=0, description="Seed of the shuffle (the epoch is added).")
-    dataloader_num_workers: int = Field(
-        0, ge=0, description="DataLoader worker processes decoding video (0: inline)."
-    )
+    dataloader_num_workers: int = Field(0, ge=0, description="DataLoader worker processes decoding video (0: inline).")
     dataloader_prefetch_factor: int | None = Field(
         None, ge=1, description="Batches prefetched per worker (default 2; needs dataloader_num_workers > 0)."
     )
@@ -195,8 +212,9 @@ class TrainPolicyConfig(Section):
     )
     prompt_column_name: str | None = Field(None, description="Column holding the prompt.")
     response_column_name: str | None = Field(
-        None, description="Column holding each row's reference answer, which rewards score against (unset or "
-        "'': the first of reference, answer, correct_answer that the row has)."
+        None,
+        description="Column holding each row's reference answer, which rewards score against (unset or "
+        "'': the first of reference, answer, correct_answer that the row has).",
     )
     reward_function: str | list[str] | dict[str, float] = Field(
         default_factory=lambda: ["single_choice"], description="Reward name(s), or {name = weight}."
@@ -212,29 +230,32 @@ class TrainPolicyConfig(Section):
 class SFTPolicyConfig(TrainPolicyConfig):
     """[train.train_policy] with type = "sft": supervised fine-tuning on the dataset's conversations."""
 
-    type: Literal["sft"] = Field("sft", description="sft: supervised fine-tuning (the default when no GRPO-only key is set).")
+    type: Literal["sft"] = Field(
+        "sft", description="sft: supervised fine-tuning (the default when no GRPO-only key is set)."
+    )
 
 
 class GRPOPolicyConfig(TrainPolicyConfig):
     """[train.train_policy] with type = "grpo": GRPO (and its DAPO / GSPO variants) on the dataset's prompts."""
 
-    type: Literal["grpo"] = Field("grpo", description="grpo: RL from rewards (inferred when a GRPO-only key or a cosmos-rl RL alias is present).")
+    type: Literal["grpo"] = Field(
+        "grpo", description="grpo: RL from rewards (inferred when a GRPO-only key or a cosmos-rl RL alias is present)."
+    )
     variant: Literal["grpo", "gspo", "dapo"] = Field("grpo", description="Policy-gradient variant.")
     temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
-    epsilon_low: float = Field(
-        0.2, ge=0, lt=1, description="PPO clip below 1: the ratio is kept >= 1 - epsilon_low."
-    )
+    epsilon_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below 1: the ratio is kept >= 1 - epsilon_low.")
     epsilon_high: float = Field(0.2, ge=0, description="PPO clip above 1 (DAPO clip-higher: 0.28).")
-    lower_bound_ratio: float = Field(
-        3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages."
-    )
+    lower_bound_ratio: float = Field(3.0, gt=1, description="Dual-clip bound c (> 1) for negative advantages.")
     loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"] = Field(
-        "token-mean", description="Loss aggregation over each micro-batch (cosmos-rl's mini-batch): the mean over "
-        "its completion tokens, the mean over its completions of each one's token mean or token sum, or the sum."
+        "token-mean",
+        description="Loss aggregation over each micro-batch (cosmos-rl's mini-batch): the mean over "
+        "its completion tokens, the mean over its completions of each one's token mean or token sum, or the sum.",
     )
     unbiased_loss_max_tokens: int | None = Field(
-        None, ge=1, description="Dr.GRPO: with loss_type = 'seq-mean-token-mean', divide each completion's token "
-        "sum by this constant instead of its length (unset: its length)."
+        None,
+        ge=1,
+        description="Dr.GRPO: with loss_type = 'seq-mean-token-mean', divide each completion's token "
+        "sum by this constant instead of its length (unset: its length).",
     )
     loss_denominator: Literal["micro_batch", "update"] = Field(
         "micro_batch",
@@ -245,34 +266,43 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         "seq-mean-token-sum the denominator is completions x rollout.max_response_length.",
     )
     kl_beta: float = Field(
-        0.0, ge=0, description="Weight of the k3 KL to the frozen reference, each token's term clamped to "
-        "[-10, 10] (0.1 held Cosmos-Reason1-7B)."
+        0.0,
+        ge=0,
+        description="Weight of the k3 KL to the frozen reference, each token's term clamped to "
+        "[-10, 10] (0.1 held Cosmos-Reason1-7B).",
     )
     unbiased_kl_estimate: bool = Field(
-        False, description="Weight each token's k3 KL by the ratio exp(logp - old logp) (an unbiased estimate "
-        "when the policy has moved from the sampler's)."
+        False,
+        description="Weight each token's k3 KL by the ratio exp(logp - old logp) (an unbiased estimate "
+        "when the policy has moved from the sampler's).",
     )
     mu_iterations: int = Field(
-        1, ge=1, description="Optimizer updates per step, each a pass over the step's completions (old log-probs "
-        "from the first pass).")
+        1,
+        ge=1,
+        description="Optimizer updates per step, each a pass over the step's completions (old log-probs "
+        "from the first pass).",
+    )
     entropy_coeff: float = Field(
-        0.0, ge=0, description="Weight of the entropy bonus: the loss minus this times the mean entropy of each "
-        "micro-batch's completion tokens (with gradient; 0: logged only)."
+        0.0,
+        ge=0,
+        description="Weight of the entropy bonus: the loss minus this times the mean entropy of each "
+        "micro-batch's completion tokens (with gradient; 0: logged only).",
     )
     allowed_outdated_steps: int = Field(
-        4, ge=0,
-        description="Drop rollouts older than this many weight versions (0: only the current weights)."
+        4, ge=0, description="Drop rollouts older than this many weight versions (0: only the current weights)."
     )
     on_policy: bool = Field(
         False,
         description="true: fully synchronous, each step sampled in the trainer's process with the newest "
         "weights (colocated engine). false: a rollout worker process per rank samples ahead of training "
         "(max_inflight_steps), its batches at most allowed_outdated_steps weight versions old; with "
-        "rollout.parallelism.tp_size > 1 the colocated tensor-parallel engine is used, synchronously.")
+        "rollout.parallelism.tp_size > 1 the colocated tensor-parallel engine is used, synchronously.",
+    )
     max_inflight_steps: int | None = Field(
-        None, ge=0,
+        None,
+        ge=0,
         description="Asynchronous rollout: batches sampled ahead of the one being trained (unset: 1; "
-        "0: none ahead, each batch sampled after the previous step's weights arrive)."
+        "0: none ahead, each batch sampled after the previous step's weights arrive).",
     )
     overlong_reward: OverlongPenaltyConfig = Field(
         default_factory=OverlongPenaltyConfig, description="Soft penalty on overlong responses."
@@ -288,8 +318,9 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         "With mu_iterations = 1 and one mini-batch per rollout the trainer's own forward gives them for free.",
     )
     scale_rewards: bool = Field(
-        True, description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO). "
-        "cosmos-rl's unbiased_advantage = true is scale_rewards = false."
+        True,
+        description="Divide each group's advantages by its reward std (GRPO); false: r - mean (Dr.GRPO). "
+        "cosmos-rl's unbiased_advantage = true is scale_rewards = false.",
     )
     advantage_std: Literal["population", "sample"] = Field(
         "population",
@@ -297,15 +328,19 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         "(torch.std, TRL's: sqrt(n / (n - 1)) larger, so advantages are that much smaller).",
     )
     clip_advantages: bool = Field(
-        False, description="Clip advantages to [advantage_low, advantage_high] (ours; cosmos-rl's language-model "
+        False,
+        description="Clip advantages to [advantage_low, advantage_high] (ours; cosmos-rl's language-model "
         "GRPO trainer does not clip, its diffusion trainers do). A group of n can reach sqrt(n - 1).",
     )
     advantage_low: float = Field(
-        -5.0, le=0, description="With clip_advantages: advantages below this are raised to it.")
+        -5.0, le=0, description="With clip_advantages: advantages below this are raised to it."
+    )
     advantage_high: float = Field(
-        5.0, ge=0, description="With clip_advantages: advantages above this are lowered to it.")
+        5.0, ge=0, description="With clip_advantages: advantages above this are lowered to it."
+    )
     min_filter_prefix_tokens: int | None = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="Within a group, completions that share a longest common prefix of at least this many "
         "tokens but got different rewards leave that prefix out of the loss (it cannot be credited or "
         "blamed); a completion that is all prefix keeps its tokens (unset: off).",
@@ -316,7 +351,8 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         "sampling (empty: the total reward).",
     )
     dynamic_sampling_max_rounds: int = Field(
-        2, ge=0,
+        2,
+        ge=0,
         description="variant = 'dapo': groups whose rewards are all equal are dropped and new prompts "
         "sampled, at most this many extra rounds per step (what stays short is logged). cosmos-rl's "
         "max_retry_for_on_policy sets it (<= 0: until the batch is full).",
@@ -325,20 +361,22 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         False, description="Leave completions cut at rollout.max_response_length out of the loss (DAPO)."
     )
     behav_imp_weight_cap: float | None = Field(
-        None, gt=0,
+        None,
+        gt=0,
         description="With use_decoupled_loss: tokens whose trainer/sampler probability ratio exceeds this cap are "
-        "left out of the loss (weight 0; e.g. 2-3; unset: no cap). No effect without use_decoupled_loss."
+        "left out of the loss (weight 0; e.g. 2-3; unset: no cap). No effect without use_decoupled_loss.",
     )
     use_decoupled_loss: bool = Field(
         False,
         description="Decoupled PPO loss: the ratio is against the trainer's old log-probs and each token is "
-        "weighted by exp(old - sampler log-prob), the engine/trainer importance ratio."
+        "weighted by exp(old - sampler log-prob), the engine/trainer importance ratio.",
     )
 
 
 # The keys only the GRPO table has: one of them in a table naming no type makes it GRPO (aliases.resolve_policy_type).
-GRPO_ONLY_KEYS: tuple[str, ...] = tuple(k for k in GRPOPolicyConfig.model_fields if k not in TrainPolicyConfig.model_fields
-                                        and k != "type")
+GRPO_ONLY_KEYS: tuple[str, ...] = tuple(
+    k for k in GRPOPolicyConfig.model_fields if k not in TrainPolicyConfig.model_fields and k != "type"
+)
 
 
 def _policy_tag(value: Any) -> Any:

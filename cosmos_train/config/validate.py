@@ -39,9 +39,11 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
             f"({t.train_batch_per_replica}) (micro-batches of equal size)"
         )
     if cfg.policy_type == "sft" and t.train_policy.balance_dp_token is False:
-        out.append("train.train_policy.balance_dp_token = false: SFT here always normalises the loss over the step's "
-                   "label tokens on every rank (cosmos-rl's SFT default, true); a per-rank mean is not implemented "
-                   "for SFT: remove the key or set it true")
+        out.append(
+            "train.train_policy.balance_dp_token = false: SFT here always normalises the loss over the step's "
+            "label tokens on every rank (cosmos-rl's SFT default, true); a per-rank mean is not implemented "
+            "for SFT: remove the key or set it true"
+        )
     if cfg.policy_type == "grpo":
         out += grpo_problems(cfg)
     if cfg.policy_type == "grpo" and cfg.policy.parallelism.dp_replicate_size != 1:
@@ -50,11 +52,14 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
         out.append(f"launch.node_rank: {cfg.launch.node_rank} must be < launch.nnodes ({cfg.launch.nnodes})")
     if cfg.launch.nnodes > 1:
         if not cfg.launch.rdzv_endpoint:
-            out.append("launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0, the same on "
-                       "every node)")
+            out.append(
+                "launch.rdzv_endpoint: required when launch.nnodes > 1 (host:port of node 0, the same on every node)"
+            )
         if not cfg.launch.rdzv_id:
-            out.append("launch.rdzv_id: required when launch.nnodes > 1 (a name for this job, the same on every "
-                       "node; the run folder is <output_dir>/<rdzv_id> on shared storage)")
+            out.append(
+                "launch.rdzv_id: required when launch.nnodes > 1 (a name for this job, the same on every "
+                "node; the run folder is <output_dir>/<rdzv_id> on shared storage)"
+            )
     if check_paths:
         model = cfg.policy.model_name_or_path
         if looks_local(model) and not Path(model).expanduser().exists():
@@ -76,25 +81,37 @@ def grpo_problems(cfg: Config) -> list[str]:
     out = []
     rr = tp.remote_reward
     if rr.local_service and (rr.enqueue_url or rr.fetch_url):
-        out.append("train.train_policy.remote_reward: local_service = true starts a service for the run and "
-                   "points the trainer at it; remove enqueue_url / fetch_url, or set local_service = false "
-                   "to use the service they name")
+        out.append(
+            "train.train_policy.remote_reward: local_service = true starts a service for the run and "
+            "points the trainer at it; remove enqueue_url / fetch_url, or set local_service = false "
+            "to use the service they name"
+        )
     tbpr, n = t.train_batch_per_replica, r.n_generation
-    if (tbpr % n if tbpr >= n else n % tbpr):
+    if tbpr % n if tbpr >= n else n % tbpr:
         out.append(
             f"train.train_batch_per_replica: a step trains on {tbpr} completions per replica; with "
             f"rollout.n_generation = {n} that splits a group unevenly (each rank samples whole groups here): set it "
             "to a multiple or a divisor of n_generation"
         )
     if tp.use_decoupled_loss and tp.old_logprobs == "engine":
-        out.append("train.train_policy.use_decoupled_loss weights each token by the trainer/sampler ratio, which "
-                   "is 1 when the old log-probs are the sampler's (use_rollout_logprobs_for_loss / old_logprobs = "
-                   "\"engine\"); set one of them (cosmos-rl refuses both too)")
+        out.append(
+            "train.train_policy.use_decoupled_loss weights each token by the trainer/sampler ratio, which "
+            "is 1 when the old log-probs are the sampler's (use_rollout_logprobs_for_loss / old_logprobs = "
+            '"engine"); set one of them (cosmos-rl refuses both too)'
+        )
     if tp.unbiased_loss_max_tokens is not None and tp.loss_type != "seq-mean-token-mean":
-        out.append(f"train.train_policy.unbiased_loss_max_tokens applies to loss_type = \"seq-mean-token-mean\" "
-                   f"only (it is {tp.loss_type!r}); remove it or change loss_type")
-    engine_logprobs = [k for k, on in (("old_logprobs = \"engine\"", tp.old_logprobs == "engine"),
-                                       ("use_decoupled_loss", tp.use_decoupled_loss)) if on]
+        out.append(
+            f'train.train_policy.unbiased_loss_max_tokens applies to loss_type = "seq-mean-token-mean" '
+            f"only (it is {tp.loss_type!r}); remove it or change loss_type"
+        )
+    engine_logprobs = [
+        k
+        for k, on in (
+            ('old_logprobs = "engine"', tp.old_logprobs == "engine"),
+            ("use_decoupled_loss", tp.use_decoupled_loss),
+        )
+        if on
+    ]
     if tp.temperature != r.sampling_config.temperature and engine_logprobs:
         out.append(
             f"train.train_policy.temperature ({tp.temperature}) and rollout.sampling_config.temperature "
@@ -104,18 +121,24 @@ def grpo_problems(cfg: Config) -> list[str]:
         )
     stale = t.sync_weight_interval - 1  # versions behind the policy the engine's weights get, at most
     if tp.on_policy and stale:
-        out.append(f"train.sync_weight_interval ({t.sync_weight_interval}) > 1 with train.train_policy.on_policy = "
-                   "true: on-policy rollouts need the newest weights every step; set sync_weight_interval = 1")
+        out.append(
+            f"train.sync_weight_interval ({t.sync_weight_interval}) > 1 with train.train_policy.on_policy = "
+            "true: on-policy rollouts need the newest weights every step; set sync_weight_interval = 1"
+        )
     elif stale > tp.allowed_outdated_steps:
-        out.append(f"train.sync_weight_interval ({t.sync_weight_interval}) samples rollouts up to {stale} weight "
-                   f"versions old, more than train.train_policy.allowed_outdated_steps ({tp.allowed_outdated_steps}) "
-                   "allows: lower the interval or raise the bound")
+        out.append(
+            f"train.sync_weight_interval ({t.sync_weight_interval}) samples rollouts up to {stale} weight "
+            f"versions old, more than train.train_policy.allowed_outdated_steps ({tp.allowed_outdated_steps}) "
+            "allows: lower the interval or raise the bound"
+        )
     if r.n_generation < 2:
         out.append("rollout.n_generation: GRPO compares completions within a group; set it to 2 or more")
     rr = tp.remote_reward
     if tp.use_remote_reward and not rr.reward_fns:
-        out.append("train.train_policy.remote_reward.reward_fns: use_remote_reward = true asks the service for "
-                   "nothing; list the rewards ([[train.train_policy.remote_reward.reward_fns]] name = ...)")
+        out.append(
+            "train.train_policy.remote_reward.reward_fns: use_remote_reward = true asks the service for "
+            "nothing; list the rewards ([[train.train_policy.remote_reward.reward_fns]] name = ...)"
+        )
     remote_names = [f.name for f in rr.reward_fns] if tp.use_remote_reward else []
     if len(set(remote_names)) != len(remote_names):
         out.append("train.train_policy.remote_reward.reward_fns: a name is listed twice")
@@ -136,22 +159,32 @@ def unsupported_settings(cfg: Config) -> list[str]:
     out = []
     if cfg.policy_type == "grpo":
         if cfg.rollout.backend == "hf" and cfg.rollout.parallelism.tp_size > 1:
-            out.append("rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
-                       "set tp_size = 1 or rollout.backend = \"vllm\"")
+            out.append(
+                "rollout.parallelism.tp_size: the hf rollout engine runs one model copy per rank; "
+                'set tp_size = 1 or rollout.backend = "vllm"'
+            )
     if cfg.policy_type == "grpo" and cfg.train.fused_linear_ce:
-        out.append("train.fused_linear_ce: the fused LM head + cross entropy serves SFT's loss; GRPO's loss reads "
-                   "per-token log-probs from the logits: set fused_linear_ce = false")
+        out.append(
+            "train.fused_linear_ce: the fused LM head + cross entropy serves SFT's loss; GRPO's loss reads "
+            "per-token log-probs from the logits: set fused_linear_ce = false"
+        )
     if cfg.policy_type == "grpo" and cfg.policy.attn_implementation.startswith("flash"):
-        out.append(f"policy.attn_implementation: {cfg.policy.attn_implementation} cannot take the 4D attention mask "
-                   "of GRPO's shared-prompt rows (a group's completions after one copy of its prompt); set it to "
-                   "\"auto\" or \"sdpa\"")
+        out.append(
+            f"policy.attn_implementation: {cfg.policy.attn_implementation} cannot take the 4D attention mask "
+            "of GRPO's shared-prompt rows (a group's completions after one copy of its prompt); set it to "
+            '"auto" or "sdpa"'
+        )
     if cfg.train.fused_linear_ce and cfg.policy.lora is not None and lora_adapts_lm_head(cfg.policy.lora):
-        out.append("train.fused_linear_ce: policy.lora.target_modules gives lm_head an adapter, whose low-rank "
-                   "branch the fused head + loss (one plain weight) would leave out; drop lm_head from "
-                   "target_modules (modules_to_save = [\"lm_head\"] trains it whole) or set fused_linear_ce = false")
+        out.append(
+            "train.fused_linear_ce: policy.lora.target_modules gives lm_head an adapter, whose low-rank "
+            "branch the fused head + loss (one plain weight) would leave out; drop lm_head from "
+            'target_modules (modules_to_save = ["lm_head"] trains it whole) or set fused_linear_ce = false'
+        )
     if cfg.policy.lora is not None and cfg.policy.parallelism.tp_size > 1:
-        out.append("policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
-                   "shard with FSDP (dp_shard_size) instead, adapters are small")
+        out.append(
+            "policy.lora: LoRA with tensor parallelism (policy.parallelism.tp_size > 1) is not supported; "
+            "shard with FSDP (dp_shard_size) instead, adapters are small"
+        )
     return out
 
 

@@ -9,8 +9,17 @@ from typing import Any
 
 # The top-level sections of world-model (Cosmos-Predict) recipes (cosmos-rl's, and cosmos_train/wfm/config.py's),
 # none of which a vision-language job has.
-WORLD_MODEL_SECTIONS = ("model", "model_parallel", "trainer", "dataloader_train", "dataloader_val", "optimizer",
-                        "scheduler", "checkpoint", "job")
+WORLD_MODEL_SECTIONS = (
+    "model",
+    "model_parallel",
+    "trainer",
+    "dataloader_train",
+    "dataloader_val",
+    "optimizer",
+    "scheduler",
+    "checkpoint",
+    "job",
+)
 
 
 def world_model_sections(raw: dict[str, Any]) -> list[str]:
@@ -36,16 +45,24 @@ def world_model_refusal(sections: list[str], trainer_type: str | None = None) ->
     """One paragraph for a world-model recipe: its own layout (sections) or cosmos-rl's diffusers trainer
     (['policy.is_diffusers = true'], with its train.train_policy.trainer_type: "diffusion_nft" is named)."""
     if any(s.startswith("policy.") for s in sections):
-        nft = (f'; its train.train_policy.trainer_type = "{trainer_type}" (DiffusionNFT: LoRA adapters, no '
-               "per-step likelihood) is not implemented here" if trainer_type == "diffusion_nft" else
-               f'; its train.train_policy.trainer_type = "{trainer_type}" is not a trainer here' if trainer_type
-               else "")
-        return (f"this is a recipe of cosmos-rl's diffusers trainer ({', '.join(sections)}), not a vision-language "
-                f"job ([train], [policy], [rollout], [validation]){nft}; world-model RL (Flow-GRPO / DDRL on a "
-                "Cosmos-Predict DiT, the same diffusers model: model.model_name_or_path = policy.model_name_or_path, "
-                "model.model_revision = policy.model_revision) runs here from the world-model layout ([model], "
-                "[model.rl], [trainer], [dataloader_train], ...: configs/wfm/*.toml, configs/tiny-wfm-*.toml) with "
-                "`cosmos-train wfm-rl --config FILE`. See docs/MIGRATING_FROM_COSMOS_RL.md")
-    return (f"this is a world-model (Cosmos-Predict) recipe ({', '.join(f'[{k}]' for k in sections)}), not a "
-            "vision-language job: run it with `cosmos-train wfm-rl --config FILE` (or cosmos-rl's form "
-            "`cosmos-train --config FILE`); `cosmos-train config check FILE` checks it")
+        nft = (
+            f'; its train.train_policy.trainer_type = "{trainer_type}" (DiffusionNFT: LoRA adapters, no '
+            "per-step likelihood) is not implemented here"
+            if trainer_type == "diffusion_nft"
+            else f'; its train.train_policy.trainer_type = "{trainer_type}" is not a trainer here'
+            if trainer_type
+            else ""
+        )
+        return (
+            f"this is a recipe of cosmos-rl's diffusers trainer ({', '.join(sections)}), not a vision-language "
+            f"job ([train], [policy], [rollout], [validation]){nft}; world-model RL (Flow-GRPO / DDRL on a "
+            "Cosmos-Predict DiT, the same diffusers model: model.model_name_or_path = policy.model_name_or_path, "
+            "model.model_revision = policy.model_revision) runs here from the world-model layout ([model], "
+            "[model.rl], [trainer], [dataloader_train], ...: configs/wfm/*.toml, configs/tiny-wfm-*.toml) with "
+            "`cosmos-train wfm-rl --config FILE`. See docs/MIGRATING_FROM_COSMOS_RL.md"
+        )
+    return (
+        f"this is a world-model (Cosmos-Predict) recipe ({', '.join(f'[{k}]' for k in sections)}), not a "
+        "vision-language job: run it with `cosmos-train wfm-rl --config FILE` (or cosmos-rl's form "
+        "`cosmos-train --config FILE`); `cosmos-train config check FILE` checks it"
+    )

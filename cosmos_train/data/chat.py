@@ -13,7 +13,8 @@ before it is tokenised, so the timestamp tokens are those the processor gives.
 
 Labels: -100 everywhere except the tokens of each assistant turn's content and its closing
 <|im_end|> (a template without ChatML's turns, e.g. Llama's or Mistral's: the content as rendered and the
-tokenizer's eos token when the template writes it right after). The newline the Qwen template writes after <|im_end|> is NOT labelled: generation stops
+tokenizer's eos token when the template writes it right after). The newline the Qwen template writes after <|im_end|>
+is NOT labelled: generation stops
 at <|im_end|> (the eos), so the newline is never sampled and training on it teaches nothing.
 
 Tokenisation matches inference: the text is cut at each assistant content boundary and the pieces
@@ -122,7 +123,9 @@ class _VisionItem:
 class FrameReader(Protocol):
     """Where decoded frames come from: `ClipCache` (disk, across runs) or `FrameMemo` (memory, one run)."""
 
-    def read_video(self, path: str | os.PathLike, settings: media.VisionSettings | None = None) -> tuple[torch.Tensor, float]: ...
+    def read_video(
+        self, path: str | os.PathLike, settings: media.VisionSettings | None = None
+    ) -> tuple[torch.Tensor, float]: ...
 
     def load_image(self, source: Any, settings: media.VisionSettings | None = None) -> torch.Tensor: ...
 
@@ -163,9 +166,7 @@ def _validate(messages: Sequence[dict], where: str) -> None:
             except ValueError as err:
                 raise ValueError(f"{where}messages[{i}].content[{j}]: {err}") from None
             if kind != "text" and msg["role"] == "assistant":
-                raise ValueError(
-                    f"{where}messages[{i}].content[{j}]: assistant turns cannot hold {kind} parts"
-                )
+                raise ValueError(f"{where}messages[{i}].content[{j}]: assistant turns cannot hold {kind} parts")
 
 
 def _load_vision(
@@ -233,8 +234,11 @@ _MEDIA_IN_TEMPLATE = re.compile(r"image|video")
 
 
 def _has_media(messages: Sequence[dict]) -> bool:
-    return any(isinstance(m.get("content"), list) and any(
-        isinstance(part, dict) and _part_kind(part) in ("image", "video") for part in m["content"]) for m in messages)
+    return any(
+        isinstance(m.get("content"), list)
+        and any(isinstance(part, dict) and _part_kind(part) in ("image", "video") for part in m["content"])
+        for m in messages
+    )
 
 
 def _chat_template(processor_or_tokenizer: Any, tokenizer: PreTrainedTokenizerBase) -> str:
@@ -280,8 +284,10 @@ def _render_chunks(
         else:  # another template (Llama's, Mistral's): the content as rendered, and the eos token right after it
             span = _assistant_span(seg, msg, tokenizer.eos_token)
             if span is None:
-                raise ValueError(f"messages[{i}]: the template rendered the assistant turn neither as "
-                                 f"{header!r}...{IM_END} nor with its content as written")
+                raise ValueError(
+                    f"messages[{i}]: the template rendered the assistant turn neither as "
+                    f"{header!r}...{IM_END} nor with its content as written"
+                )
             body_start, body_end = span
         chunks += [(seg[:body_start], False), (seg[body_start:body_end], True), (seg[body_end:], False)]
     if add_generation_prompt:
@@ -344,8 +350,7 @@ def _expand_pads(
             f"{wanted['video']} (does a text part contain a literal {IMAGE_PAD} or {VIDEO_PAD}?)"
         )
     # One entry per pad: (item, run length, the item's first run).
-    runs = {k: iter([(it, n, i == 0) for it, r in item_runs if it.kind == k for i, n in enumerate(r)])
-            for k in pad_ids}
+    runs = {k: iter([(it, n, i == 0) for it, r in item_runs if it.kind == k for i, n in enumerate(r)]) for k in pad_ids}
     out_ids: list[int] = []
     out_labels: list[int] = []
     types: list[int] = []
@@ -388,15 +393,13 @@ def _timestamp_start(ids: list[int], block_start: int, seconds: float, tokenizer
     <|vision_start|> before it (so truncation drops the timestamp and wrapper with the block); the block itself
     when the text before it tokenised differently."""
     stamp = tokenizer(f"<{seconds:.1f} seconds>", add_special_tokens=False)["input_ids"]
-    if not (stamp and block_start >= len(stamp) and ids[block_start - len(stamp):block_start] == stamp):
+    if not (stamp and block_start >= len(stamp) and ids[block_start - len(stamp) : block_start] == stamp):
         return block_start
     start = block_start - len(stamp)
     return start - 1 if start > 0 and ids[start - 1] == tokenizer.convert_tokens_to_ids(VISION_START) else start
 
 
-def _stack(
-    items: list[_VisionItem], kind: str
-) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+def _stack(items: list[_VisionItem], kind: str) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     chosen = [it for it in items if it.kind == kind]
     if not chosen:
         return None, None, None
@@ -445,9 +448,11 @@ def encode_chat(
     except ValueError as err:
         raise ValueError(f"{where}{err}") from None
     if _has_media(messages) and not _MEDIA_IN_TEMPLATE.search(template):
-        raise DataError(f"{where}the chat has image / video parts, but the model's chat template has no place for "
-                        "them: a text-only language model (a tokenizer, no processor) takes text rows only; use a "
-                        "vision-language model, or rows without media")
+        raise DataError(
+            f"{where}the chat has image / video parts, but the model's chat template has no place for "
+            "them: a text-only language model (a tokenizer, no processor) takes text rows only; use a "
+            "vision-language model, or rows without media"
+        )
     items = _load_vision(messages, where, vision_defaults, clip_cache, layout)
     try:
         chunks = _render_chunks(tokenizer, template, messages, add_generation_prompt)

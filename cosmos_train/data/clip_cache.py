@@ -139,8 +139,7 @@ class ClipCache:
         digest = self.file_digest(path)
         if digest is None:
             return None
-        what = {"version": CACHE_VERSION, "kind": kind, "content": digest,
-                "settings": dataclasses.asdict(settings)}
+        what = {"version": CACHE_VERSION, "kind": kind, "content": digest, "settings": dataclasses.asdict(settings)}
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
     # ------------------------------------------------------------------ entries
@@ -165,9 +164,13 @@ class ClipCache:
             header = json.loads(data[at : at + n])
             payload = data[at + n :]
             shape = [int(s) for s in header["shape"]]
-            if (header["key"] != key or len(shape) != ndim or shape[ndim - 3] != 3
-                    or len(payload) != int(np.prod(shape))
-                    or hashlib.blake2b(payload, digest_size=16).hexdigest() != header["checksum"]):
+            if (
+                header["key"] != key
+                or len(shape) != ndim
+                or shape[ndim - 3] != 3
+                or len(payload) != int(np.prod(shape))
+                or hashlib.blake2b(payload, digest_size=16).hexdigest() != header["checksum"]
+            ):
                 raise ValueError("key, size or checksum mismatch")
             array = np.frombuffer(payload, dtype=np.uint8).reshape(shape)
             return torch.from_numpy(array.copy()), float(header["sample_fps"])
@@ -178,10 +181,14 @@ class ClipCache:
     def _store(self, key: str, tensor: torch.Tensor, sample_fps: float) -> None:
         """Write atomically (temporary file + rename); a full disk or read-only cache only costs the caching."""
         payload = tensor.contiguous().numpy().tobytes()
-        header = json.dumps({
-            "key": key, "shape": list(tensor.shape), "sample_fps": sample_fps,
-            "checksum": hashlib.blake2b(payload, digest_size=16).hexdigest(),
-        }).encode()
+        header = json.dumps(
+            {
+                "key": key,
+                "shape": list(tensor.shape),
+                "sample_fps": sample_fps,
+                "checksum": hashlib.blake2b(payload, digest_size=16).hexdigest(),
+            }
+        ).encode()
         try:
             write_atomic(self.entry_path(key), MAGIC + _HEADER_LEN.pack(len(header)) + header + payload)
         except OSError:

@@ -281,8 +281,13 @@ def resize_frames(frames: torch.Tensor, height: int, width: int) -> torch.Tensor
     if frames.shape[-2:] == (height, width):
         return frames
     chunks = [
-        F.interpolate(frames[start : start + _RESIZE_CHUNK].contiguous(), size=(height, width), mode="bicubic",
-                      align_corners=False, antialias=True)
+        F.interpolate(
+            frames[start : start + _RESIZE_CHUNK].contiguous(),
+            size=(height, width),
+            mode="bicubic",
+            align_corners=False,
+            antialias=True,
+        )
         for start in range(0, frames.shape[0], _RESIZE_CHUNK)
     ]
     return torch.cat(chunks)
@@ -330,9 +335,7 @@ def patch_timestamps(frame_times: list[float], temporal_patch_size: int) -> tupl
     times = list(frame_times)
     if pad := -len(times) % temporal_patch_size:
         times += [times[-1]] * pad
-    return tuple(
-        (times[i] + times[i + temporal_patch_size - 1]) / 2 for i in range(0, len(times), temporal_patch_size)
-    )
+    return tuple((times[i] + times[i + temporal_patch_size - 1]) / 2 for i in range(0, len(times), temporal_patch_size))
 
 
 def _is_sized(height: int, width: int, factor: int = PATCH_SIZE * MERGE_SIZE) -> bool:
@@ -378,9 +381,7 @@ def preprocess_video(
         if len(frame_times) != num_frames:
             raise ValueError(f"{len(frame_times)} frame times for {num_frames} frames")
         timestamps = patch_timestamps(frame_times, layout.temporal_patch_size)
-    return VisionInput(
-        pixel_values, grid_thw, layout.temporal_patch_size / sample_fps, timestamps, layout.merge_size
-    )
+    return VisionInput(pixel_values, grid_thw, layout.temporal_patch_size / sample_fps, timestamps, layout.merge_size)
 
 
 # ---------------------------------------------------------------- images
@@ -402,9 +403,7 @@ def _resize_image(image: Image.Image, settings: VisionSettings) -> Image.Image:
     return image.resize((width, height), resample=Image.Resampling.BICUBIC)
 
 
-def load_image(
-    source: ImageSource, settings: VisionSettings | None = None
-) -> torch.Tensor:
+def load_image(source: ImageSource, settings: VisionSettings | None = None) -> torch.Tensor:
     """Open an image (path, PIL image or encoded bytes), convert to RGB and resize as
     qwen-vl-utils' fetch_image does. Returns uint8 [3, H, W], H and W multiples of settings.factor."""
     settings = settings or VisionSettings()
@@ -458,7 +457,8 @@ def prepare_video(
 
 
 def prepare_image(
-    source: MediaSource | Image.Image | bytes, settings: VisionSettings | None = None,
+    source: MediaSource | Image.Image | bytes,
+    settings: VisionSettings | None = None,
     layout: VisionLayout = QWEN2_VL_LAYOUT,
 ) -> VisionInput:
     """load_image + preprocess_image."""

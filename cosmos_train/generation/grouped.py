@@ -53,7 +53,7 @@ class GroupedEngine:
         mine = dist.get_rank(self.group)
         start = sum(len(g) for g in gathered[:mine])
         answers = self.inner.generate([chat for g in gathered for chat in g], sampling)
-        return answers[start:start + len(requests)]
+        return answers[start : start + len(requests)]
 
     def update_weights(self, weights: WeightSource, version: int | None = None) -> int:
         return self.inner.update_weights(weights, version)

@@ -84,7 +84,11 @@ def collate_left(encoded: Sequence[Any], pad_id: int) -> dict[str, torch.Tensor]
         input_ids[i, longest - n :] = e.input_ids
         attention_mask[i, longest - n :] = 1
         type_ids[i, longest - n :] = e.mm_token_type_ids
-    out: dict[str, torch.Tensor] = {"input_ids": input_ids, "attention_mask": attention_mask, "mm_token_type_ids": type_ids}
+    out: dict[str, torch.Tensor] = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "mm_token_type_ids": type_ids,
+    }
     for key in VISION_KEYS:
         parts = [getattr(e, key) for e in encoded if getattr(e, key) is not None]
         if parts:
@@ -145,7 +149,9 @@ class HFEngine:
 
     name = "hf"
 
-    def __init__(self, cfg: GenerationConfig, model: Any = None, processor: Any = None, frame_memo_bytes: int = 2 << 30):
+    def __init__(
+        self, cfg: GenerationConfig, model: Any = None, processor: Any = None, frame_memo_bytes: int = 2 << 30
+    ):
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
@@ -219,16 +225,22 @@ class HFEngine:
         n = sampling.n
         # prompt + completion stay within max_length (vLLM's max_model_len rule): a long prompt
         # gets fewer new tokens and ends with "length"
-        budget = [min(sampling.max_new_tokens, self.cfg.max_length - len(encoded[r // n])) for r in range(len(encoded) * n)]
+        budget = [
+            min(sampling.max_new_tokens, self.cfg.max_length - len(encoded[r // n])) for r in range(len(encoded) * n)
+        ]
         if min(budget) < 1:
             longest = max(len(e) for e in encoded)
-            raise DataError(f"a prompt is {longest} tokens, which leaves no room for a completion within "
-                            f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
-                            "(fewer frames or pixels)")
+            raise DataError(
+                f"a prompt is {longest} tokens, which leaves no room for a completion within "
+                f"max_length {self.cfg.max_length}; raise the model length or shorten the prompt "
+                "(fewer frames or pixels)"
+            )
         batch = collate_left(encoded, self.pad_id)
         if self.text_only:
             batch.pop("mm_token_type_ids")
-        batch = {k: v.to(self.device, dtype=self.dtype) if k in FLOAT_KEYS else v.to(self.device) for k, v in batch.items()}
+        batch = {
+            k: v.to(self.device, dtype=self.dtype) if k in FLOAT_KEYS else v.to(self.device) for k, v in batch.items()
+        }
         mask = batch["attention_mask"]
         positions, deltas = self._positions(batch)
         out = self.model(**batch, position_ids=positions, use_cache=True, logits_to_keep=1)
@@ -270,7 +282,9 @@ class HFEngine:
                 seen_any[torch.arange(len(tokens)), tokens] = True
                 generated_counts[torch.arange(len(tokens)), tokens] += 1
             finished = torch.isin(tokens, stop_ids)
-            for row, (sample_index, token, logprob) in enumerate(zip(active.tolist(), tokens.tolist(), chosen.tolist())):
+            for row, (sample_index, token, logprob) in enumerate(
+                zip(active.tolist(), tokens.tolist(), chosen.tolist())
+            ):
                 sample = samples[sample_index]
                 sample.tokens.append(token)
                 sample.logprobs.append(logprob)
@@ -287,7 +301,13 @@ class HFEngine:
             if not keep.all():
                 index = keep.nonzero().squeeze(-1)
                 cache.batch_select_indices(index)
-                active, tokens, mask, deltas, text_pos = active[index], tokens[index], mask[index], deltas[index], text_pos[index]
+                active, tokens, mask, deltas, text_pos = (
+                    active[index],
+                    tokens[index],
+                    mask[index],
+                    deltas[index],
+                    text_pos[index],
+                )
                 if seen_any is not None and generated_counts is not None:
                     seen_any, generated_counts = seen_any[index], generated_counts[index]
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
@@ -296,8 +316,11 @@ class HFEngine:
             if not self.text_only:
                 position = position.unsqueeze(0).expand(3, -1, -1)
             out = self.model(
-                input_ids=tokens.unsqueeze(-1), attention_mask=mask, position_ids=position,
-                past_key_values=cache, use_cache=True,
+                input_ids=tokens.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=position,
+                past_key_values=cache,
+                use_cache=True,
             )
             cache, logits = out.past_key_values, out.logits[:, -1]
         del cache
@@ -307,14 +330,16 @@ class HFEngine:
             text = self._decode(sample.tokens)
             if sample.stop_at is not None:
                 text = text[: sample.stop_at]
-            groups[sample.request].append(Completion(
-                text=text,
-                token_ids=sample.tokens,
-                logprobs=sample.logprobs,
-                finish_reason=sample.finish_reason or "length",
-                prompt_token_ids=encoded[sample.request].input_ids.tolist(),
-                weight_version=version,
-            ))
+            groups[sample.request].append(
+                Completion(
+                    text=text,
+                    token_ids=sample.tokens,
+                    logprobs=sample.logprobs,
+                    finish_reason=sample.finish_reason or "length",
+                    prompt_token_ids=encoded[sample.request].input_ids.tolist(),
+                    weight_version=version,
+                )
+            )
         return groups
 
     def _decode(self, tokens: list[int]) -> str:
@@ -359,8 +384,10 @@ class HFEngine:
                     unknown.append(name)
                     continue
                 if tuple(target.shape) != tuple(tensor.shape):
-                    raise ModelError(f"update_weights (hf engine): {name} has shape {tuple(tensor.shape)}, the "
-                                     f"loaded model's is {tuple(target.shape)}")
+                    raise ModelError(
+                        f"update_weights (hf engine): {name} has shape {tuple(tensor.shape)}, the "
+                        f"loaded model's is {tuple(target.shape)}"
+                    )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
             if unknown:
                 raise unknown_names_error(unknown, len(targets), self.name)

@@ -97,8 +97,16 @@ class VLLMEngine:
         check_vllm_family(family, cfg.model_path)  # before an engine start of minutes
         # a text-only model (qwen2, qwen3, llama, mistral): prompt token ids only, no multimodal data
         self.text_only = family_of(family).text_only
-        self.llm: Any = LLM(**llm_kwargs(cfg, cuda=cuda, cpu=current_platform.is_cpu(), sleep_mode=self.sleep_mode,
-                                            worker_extension=WORKER_EXTENSION, text_only=self.text_only))
+        self.llm: Any = LLM(
+            **llm_kwargs(
+                cfg,
+                cuda=cuda,
+                cpu=current_platform.is_cpu(),
+                sleep_mode=self.sleep_mode,
+                worker_extension=WORKER_EXTENSION,
+                text_only=self.text_only,
+            )
+        )
         self.processor = load_processor(cfg.tokenizer_path or cfg.model_path)
         tokenizer = get_tokenizer(self.processor)
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")

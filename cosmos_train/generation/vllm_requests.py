@@ -104,7 +104,9 @@ def source_metadata(indices: list[int], fps: float, total_frames: int) -> dict[s
     }
 
 
-def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLoader = load_video_frames) -> dict[str, Any]:
+def build_request(
+    chat: Chat, render: Callable[[Chat], str], load_video: VideoLoader = load_video_frames
+) -> dict[str, Any]:
     """One vLLM prompt dict: {"prompt", "multi_modal_data": {"video": (frames, metadata)},
     "mm_processor_kwargs": {"do_resize": False, "fps": sample_fps}}.
 
@@ -115,8 +117,10 @@ def build_request(chat: Chat, render: Callable[[Chat], str], load_video: VideoLo
     """
     videos, images = media_parts(chat)
     if images:
-        raise DataError(f"the vLLM engine takes video parts only, this chat has {len(images)} image part(s); "
-                        "use engine = 'hf' for images")
+        raise DataError(
+            f"the vLLM engine takes video parts only, this chat has {len(images)} image part(s); "
+            "use engine = 'hf' for images"
+        )
     if len(videos) > 1:
         raise DataError(f"the vLLM engine takes one video per chat (limit_mm_per_prompt), this chat has {len(videos)}")
     request: dict[str, Any] = {"prompt": render(chat)}
@@ -138,8 +142,10 @@ def build_text_request(chat: Chat, encode: Callable[[Chat], Sequence[int]]) -> d
     refused here, before vLLM sees it."""
     videos, images = media_parts(chat)
     if videos or images:
-        raise DataError(f"this is a text-only language model, and the chat has {len(videos)} video and {len(images)} "
-                        "image part(s): give it text rows only")
+        raise DataError(
+            f"this is a text-only language model, and the chat has {len(videos)} video and {len(images)} "
+            "image part(s): give it text rows only"
+        )
     return {"prompt_token_ids": [int(i) for i in encode(chat)]}
 
 
@@ -180,11 +186,13 @@ VLLM_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen2", "qwen3", "llama", "mistral")
 def check_vllm_family(family: str, model_path: str) -> None:
     """ConfigError saying what to do when vLLM cannot serve a model of `family` from `model_path`."""
     if family not in VLLM_FAMILIES:
-        raise ConfigError([
-            f"the vLLM engine cannot load {model_path} ({family}): vLLM reads {family} only from its Diffusers "
-            "checkpoint layout, not a transformers folder. Use the transformers engine: rollout.backend = \"hf\" "
-            "(training) or engine = \"hf\" (evaluation)"
-        ])
+        raise ConfigError(
+            [
+                f"the vLLM engine cannot load {model_path} ({family}): vLLM reads {family} only from its Diffusers "
+                'checkpoint layout, not a transformers folder. Use the transformers engine: rollout.backend = "hf" '
+                '(training) or engine = "hf" (evaluation)'
+            ]
+        )
 
 
 def resolve_dtype(dtype: str, cuda: bool) -> str:
@@ -197,8 +205,9 @@ def resolve_dtype(dtype: str, cuda: bool) -> str:
     return dtype
 
 
-def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool, worker_extension: str,
-               text_only: bool = False) -> dict[str, Any]:
+def llm_kwargs(
+    cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool, worker_extension: str, text_only: bool = False
+) -> dict[str, Any]:
     """Keyword arguments of vllm.LLM for `cfg` (one video and no image per prompt; text_only: a language model,
     no multimodal limits).
 
@@ -231,8 +240,12 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
         # the torchrun ranks are vLLM's world: tp_size consecutive ranks per engine, the rest data parallel
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world % cfg.tp_size:
-            raise ConfigError([f"rollout.parallelism.tp_size ({cfg.tp_size}) must divide the {world} ranks the "
-                               "rollout engine is colocated with"])
+            raise ConfigError(
+                [
+                    f"rollout.parallelism.tp_size ({cfg.tp_size}) must divide the {world} ranks the "
+                    "rollout engine is colocated with"
+                ]
+            )
         kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs["data_parallel_size"] = world // cfg.tp_size
     return kwargs
@@ -241,8 +254,10 @@ def llm_kwargs(cfg: GenerationConfig, *, cuda: bool, cpu: bool, sleep_mode: bool
 def sampled_logprobs(token_ids: Sequence[int], logprobs: Any) -> list[float]:
     """The log-prob of each sampled token from vLLM's per-position {token id: Logprob} entries."""
     if logprobs is None or len(logprobs) != len(token_ids):
-        raise RuntimeError(f"vLLM returned {0 if logprobs is None else len(logprobs)} log-prob entries for "
-                           f"{len(token_ids)} tokens; the engine asks for logprobs=0 on every request")
+        raise RuntimeError(
+            f"vLLM returned {0 if logprobs is None else len(logprobs)} log-prob entries for "
+            f"{len(token_ids)} tokens; the engine asks for logprobs=0 on every request"
+        )
     return [float(entry[token].logprob) for token, entry in zip(token_ids, logprobs)]
 
 
@@ -255,12 +270,14 @@ def completions(output: Any, weight_version: int) -> list[Completion]:
         reason = FINISH_REASONS.get(sample.finish_reason)
         if reason is None:
             raise RuntimeError(f"vLLM finished a completion with reason {sample.finish_reason!r} (aborted?)")
-        out.append(Completion(
-            text=sample.text,
-            token_ids=token_ids,
-            logprobs=sampled_logprobs(token_ids, sample.logprobs),
-            finish_reason=reason,
-            prompt_token_ids=prompt_ids,
-            weight_version=weight_version,
-        ))
+        out.append(
+            Completion(
+                text=sample.text,
+                token_ids=token_ids,
+                logprobs=sampled_logprobs(token_ids, sample.logprobs),
+                finish_reason=reason,
+                prompt_token_ids=prompt_ids,
+                weight_version=weight_version,
+            )
+        )
     return out

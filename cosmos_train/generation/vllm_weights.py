@@ -34,7 +34,10 @@ from cosmos_train.models.hf_folder import build_meta_model, hf_state_dict, resol
 from cosmos_train.models.wrappers import strip_wrappers
 
 # vLLM's fused layers (Qwen2 / Qwen2.5-VL packed_modules_mapping, text and vision towers)
-FUSED = ((re.compile(r"\.(q_proj|k_proj|v_proj)\."), ".qkv_proj."), (re.compile(r"\.(gate_proj|up_proj)\."), ".gate_up_proj."))
+FUSED = (
+    (re.compile(r"\.(q_proj|k_proj|v_proj)\."), ".qkv_proj."),
+    (re.compile(r"\.(gate_proj|up_proj)\."), ".gate_up_proj."),
+)
 DEFAULT_CHUNK_BYTES = 512 << 20
 
 
@@ -144,8 +147,12 @@ class PushPlan:
 
 
 # ------------------------------------------------------------------------------------ the wire
-_TYPES: dict[str, type] = {"Tensor": torch.Tensor, "Parameter": torch.nn.Parameter, "TypedStorage": torch.storage.TypedStorage,
-                           "UntypedStorage": torch.UntypedStorage}
+_TYPES: dict[str, type] = {
+    "Tensor": torch.Tensor,
+    "Parameter": torch.nn.Parameter,
+    "TypedStorage": torch.storage.TypedStorage,
+    "UntypedStorage": torch.UntypedStorage,
+}
 
 
 def _encode_ipc_arg(arg: Any) -> Any:
@@ -173,7 +180,9 @@ def device_uuid(device: torch.device | int) -> str:
     return str(torch.cuda.get_device_properties(device).uuid)
 
 
-def encode_tensor(tensor: torch.Tensor, dtype: torch.dtype | None, ipc_uuid: str | None) -> tuple[list[Any], torch.Tensor]:
+def encode_tensor(
+    tensor: torch.Tensor, dtype: torch.dtype | None, ipc_uuid: str | None
+) -> tuple[list[Any], torch.Tensor]:
     """(wire form, the tensor it refers to: keep it alive until the worker has read it).
 
     Floating tensors are cast to `dtype` (the engine's) first, which halves the bytes of a float32

@@ -22,8 +22,10 @@ from cosmos_train.generation.base import WeightSource
 def safetensors_files(folder: Path) -> list[Path]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise ModelError(f"update_weights: {folder} holds no *.safetensors file; pass an exported checkpoint "
-                         "folder (safetensors/step_N or safetensors/final of a run)")
+        raise ModelError(
+            f"update_weights: {folder} holds no *.safetensors file; pass an exported checkpoint "
+            "folder (safetensors/step_N or safetensors/final of a run)"
+        )
     return files
 
 

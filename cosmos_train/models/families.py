@@ -90,8 +90,13 @@ class FamilySpec:
 
 
 _QWEN_TP_PLAN = {
-    "self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
-    "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise",
+    "self_attn.q_proj": "colwise",
+    "self_attn.k_proj": "colwise",
+    "self_attn.v_proj": "colwise",
+    "self_attn.o_proj": "rowwise",
+    "mlp.gate_proj": "colwise",
+    "mlp.up_proj": "colwise",
+    "mlp.down_proj": "rowwise",
 }
 
 _QWEN_LORA = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -99,8 +104,12 @@ _QWEN_LORA = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_pro
 _TEXT_LORA = r"(.*\.)?model\.layers\.\d+\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(
-        name="qwen2_5_vl", description="Qwen2.5-VL (Cosmos-Reason1)", model_types=("qwen2_5_vl",),
-        language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
+        name="qwen2_5_vl",
+        description="Qwen2.5-VL (Cosmos-Reason1)",
+        model_types=("qwen2_5_vl",),
+        language_layers=_qwen_vl_language_layers,
+        vision_blocks=_qwen_vl_vision_blocks,
+        tp_plan=_QWEN_TP_PLAN,
         vision_prefixes=("model.visual.",),
         # the language model's attention and MLP projections (the vision tower and lm_head stay as they are)
         lora_targets=_QWEN_LORA,
@@ -108,20 +117,31 @@ FAMILIES: tuple[FamilySpec, ...] = (
         processor_classes=("Qwen2_5_VLProcessor",),
     ),
     FamilySpec(
-        name="qwen3_vl", description="Qwen3-VL (Cosmos-Reason2)", model_types=("qwen3_vl",),
+        name="qwen3_vl",
+        description="Qwen3-VL (Cosmos-Reason2)",
+        model_types=("qwen3_vl",),
         # q_norm / k_norm normalise each head's head_dim: replicated, they work on column-sharded heads
-        language_layers=_qwen_vl_language_layers, vision_blocks=_qwen_vl_vision_blocks, tp_plan=_QWEN_TP_PLAN,
+        language_layers=_qwen_vl_language_layers,
+        vision_blocks=_qwen_vl_vision_blocks,
+        tp_plan=_QWEN_TP_PLAN,
         vision_prefixes=("model.visual.",),  # blocks, merger and the deepstack mergers
         lora_targets=_QWEN_LORA,
         vision_layout=QWEN3_VL_LAYOUT,
         processor_classes=("Qwen3VLProcessor",),
     ),
     FamilySpec(
-        name="cosmos3_edge", description="Cosmos3-Edge", model_types=("cosmos3_edge",),
-        language_layers=_qwen_vl_language_layers, vision_blocks=_cosmos3_vision_blocks,
+        name="cosmos3_edge",
+        description="Cosmos3-Edge",
+        model_types=("cosmos3_edge",),
+        language_layers=_qwen_vl_language_layers,
+        vision_blocks=_cosmos3_vision_blocks,
         tp_plan={
-            "self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
-            "self_attn.o_proj": "rowwise", "mlp.fc1": "colwise", "mlp.fc2": "rowwise",
+            "self_attn.q_proj": "colwise",
+            "self_attn.k_proj": "colwise",
+            "self_attn.v_proj": "colwise",
+            "self_attn.o_proj": "rowwise",
+            "mlp.fc1": "colwise",
+            "mlp.fc2": "rowwise",
         },
         vision_prefixes=("model.visual.", "model.projector."),
         lora_targets=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|fc1|fc2)",
@@ -130,16 +150,26 @@ FAMILIES: tuple[FamilySpec, ...] = (
     ),
     # Text-only language models (cosmos-rl's text recipes): the causal LM class, `model.layers` as blocks, no
     # vision tower, a tokenizer in place of a processor; rows with images or videos are refused for them.
-    *(FamilySpec(
-        name=name, description=description, model_types=(name,),
-        language_layers=_qwen_vl_language_layers, vision_blocks=_no_vision_blocks, tp_plan=_QWEN_TP_PLAN,
-        vision_prefixes=(), lora_targets=_TEXT_LORA, vision_layout=QWEN2_VL_LAYOUT, processor_classes=(),
-    ) for name, description in (
-        ("qwen2", "Qwen2 / Qwen2.5, text only"),
-        ("qwen3", "Qwen3 dense, text only"),
-        ("llama", "Llama 2 / 3, text only"),
-        ("mistral", "Mistral, text only"),
-    )),
+    *(
+        FamilySpec(
+            name=name,
+            description=description,
+            model_types=(name,),
+            language_layers=_qwen_vl_language_layers,
+            vision_blocks=_no_vision_blocks,
+            tp_plan=_QWEN_TP_PLAN,
+            vision_prefixes=(),
+            lora_targets=_TEXT_LORA,
+            vision_layout=QWEN2_VL_LAYOUT,
+            processor_classes=(),
+        )
+        for name, description in (
+            ("qwen2", "Qwen2 / Qwen2.5, text only"),
+            ("qwen3", "Qwen3 dense, text only"),
+            ("llama", "Llama 2 / 3, text only"),
+            ("mistral", "Mistral, text only"),
+        )
+    ),
 )
 
 # Model types cosmos-rl's public configs name that no spec here covers: refused by name before anything starts
@@ -152,7 +182,7 @@ UNSUPPORTED_TYPES: dict[str, str] = {
     "gpt_oss": "mixture-of-experts blocks (expert parallelism) are not implemented",
     "gemma3": "Gemma-3 has no family spec here (its vision tower and blocks are not mapped)",
     "phi3": "Phi-3 / Phi-4 fuse q, k, v (qkv_proj) and gate, up (gate_up_proj): no tensor-parallel plan or "
-            "LoRA targets are written for that layout",
+    "LoRA targets are written for that layout",
 }
 
 
@@ -182,6 +212,8 @@ def family_of(model_or_config: Any) -> FamilySpec:
         if model_type in family.model_types:
             return family
     why = f" ({UNSUPPORTED_TYPES[model_type]})" if model_type in UNSUPPORTED_TYPES else ""
-    raise ModelError(f"model type {model_type!r} is not supported{why}: the trainer knows the blocks, tensor-parallel "
-                     f"plan and vision layout of {supported()}. Use a model of one of these families, or add its "
-                     "spec (cosmos_train/models/families.py)")
+    raise ModelError(
+        f"model type {model_type!r} is not supported{why}: the trainer knows the blocks, tensor-parallel "
+        f"plan and vision layout of {supported()}. Use a model of one of these families, or add its "
+        "spec (cosmos_train/models/families.py)"
+    )

@@ -96,7 +96,6 @@ FINITE_CHUNK = 2**24
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
-
 def export_safetensors(
     model: nn.Module,
     out_dir: Path,
@@ -120,7 +119,12 @@ def export_safetensors(
     if rank() == 0:
         try:
             out = write_hf_folder(
-                state, out_dir, source_dir, hf_model=unwrap(model), max_shard_bytes=max_shard_bytes, dtype=dtype,
+                state,
+                out_dir,
+                source_dir,
+                hf_model=unwrap(model),
+                max_shard_bytes=max_shard_bytes,
+                dtype=dtype,
                 lora=lora_parts(unwrap(model)),
             )
         except BaseException as e:  # noqa: BLE001 - re-raised below once every rank knows
@@ -186,7 +190,7 @@ def refuse_non_finite(state: dict[str, torch.Tensor], out_dir: Path) -> None:
             continue
         flat = tensor.reshape(-1)
         for start in range(0, flat.numel(), FINITE_CHUNK):
-            chunk = flat[start:start + FINITE_CHUNK]
+            chunk = flat[start : start + FINITE_CHUNK]
             if not bool(torch.isfinite(chunk).all()):
                 bad = int((~torch.isfinite(chunk)).sum())
                 raise TrainingDiverged(

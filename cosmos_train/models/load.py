@@ -58,8 +58,15 @@ TOKENIZER_FILES: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
 PROCESSOR_FILES = (("image preprocessor config", (("preprocessor_config.json",), ("processor_config.json",))),)
 MODEL_FILES = (
     ("model config", (("config.json",),)),
-    ("weights", (("model.safetensors",), ("model.safetensors.index.json",), ("pytorch_model.bin",),
-                 ("pytorch_model.bin.index.json",))),
+    (
+        "weights",
+        (
+            ("model.safetensors",),
+            ("model.safetensors.index.json",),
+            ("pytorch_model.bin",),
+            ("pytorch_model.bin.index.json",),
+        ),
+    ),
 )
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 T = TypeVar("T")
@@ -71,12 +78,14 @@ class _WithoutVideo(ProcessorMixin):
 
     video_processor_type: str
 
-    def __init__(
-        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs
-    ):
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs):
         # The token attributes the real __init__ sets; that __init__ insists on a video processor.
-        for name, default in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
-                              ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
+        for name, default in (
+            ("image", "<|image_pad|>"),
+            ("video", "<|video_pad|>"),
+            ("vision_start", "<|vision_start|>"),
+            ("vision_end", "<|vision_end|>"),
+        ):
             token = getattr(tokenizer, f"{name}_token", None) or default
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
@@ -107,9 +116,7 @@ class _WithoutVideo(ProcessorMixin):
         video_cfg.pop("image_processor_type", None)
         video_cfg["video_processor_type"] = self.video_processor_type
         video_cfg["processor_class"] = real
-        (out / "video_preprocessor_config.json").write_text(
-            json.dumps(video_cfg, indent=2, sort_keys=True) + "\n"
-        )
+        (out / "video_preprocessor_config.json").write_text(json.dumps(video_cfg, indent=2, sort_keys=True) + "\n")
         return files
 
 
@@ -156,7 +163,9 @@ def check_model_source(path: str | Path, need: Literal["processor", "tokenizer",
             return None
         raise ModelError(f"model {path}: no such folder, and not a hub id (org/name)")
     if not folder.is_dir():
-        raise ModelError(f"model {folder}: not a folder (a model folder holds config.json, weights and tokenizer files)")
+        raise ModelError(
+            f"model {folder}: not a folder (a model folder holds config.json, weights and tokenizer files)"
+        )
     wanted = {"processor": TOKENIZER_FILES + PROCESSOR_FILES, "tokenizer": TOKENIZER_FILES, "model": MODEL_FILES}[need]
     missing = [
         f"{what} ({' or '.join(' + '.join(group) for group in options)})"
@@ -200,8 +209,9 @@ def load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin | PreTrain
     (`cosmos_train.vision.processor.get_tokenizer`, `cosmos_train.data.chat.encode_chat`)."""
     folder = check_model_source(path, "tokenizer")  # a folder that exists, or a hub id
     if is_text_only(path, **kwargs):
-        return _from_hub_or_folder(path, folder, "tokenizer files",
-                                   lambda: AutoTokenizer.from_pretrained(str(path), **kwargs))
+        return _from_hub_or_folder(
+            path, folder, "tokenizer files", lambda: AutoTokenizer.from_pretrained(str(path), **kwargs)
+        )
     folder = check_model_source(path, "processor")
     return _from_hub_or_folder(path, folder, "tokenizer / processor files", lambda: _load_processor(path, **kwargs))
 
@@ -228,7 +238,9 @@ def _load_processor(path: str | Path, **kwargs: Any) -> ProcessorMixin:
 def family_name(path: str | Path, **kwargs: Any) -> str:
     """The family of the model at `path` from its config.json (Qwen2.5-VL where a processor folder has none)."""
     resolved = cached_file(
-        str(path), "config.json", _raise_exceptions_for_missing_entries=False,
+        str(path),
+        "config.json",
+        _raise_exceptions_for_missing_entries=False,
         _raise_exceptions_for_connection_errors=False,
         **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
     )
@@ -245,9 +257,7 @@ def _processor_chat_template(path: str | Path, **kwargs: Any) -> str | None:
             name,
             _raise_exceptions_for_missing_entries=False,
             _raise_exceptions_for_connection_errors=False,
-            **{
-                k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")
-            },
+            **{k: v for k, v in kwargs.items() if k in ("revision", "cache_dir", "token", "local_files_only")},
         )
         if resolved is None:
             continue
@@ -268,20 +278,33 @@ def resolve_attention(requested: str, device: torch.device, compute_dtype: torch
     key, raised before the weights load (transformers would fail inside from_pretrained)."""
     half = compute_dtype in (torch.bfloat16, torch.float16)
     if requested == "auto":
-        usable = (device.type == "cuda" and half and policy_type == "sft"
-                  and importlib.util.find_spec("flash_attn") is not None)
+        usable = (
+            device.type == "cuda"
+            and half
+            and policy_type == "sft"
+            and importlib.util.find_spec("flash_attn") is not None
+        )
         return "flash_attention_2" if usable else "sdpa"
     package = _FLASH_PACKAGES.get(requested)
     if package is None:
         return requested
-    why = ("the policy trains on a CPU" if device.type != "cuda"
-           else f"the compute dtype is {str(compute_dtype).removeprefix('torch.')} (train.param_dtype: flash "
-                "attention takes bfloat16 or float16)" if not half
-           else f"the {package} package is not installed (pip install {package.replace('_', '-')})"
-           if importlib.util.find_spec(package) is None else None)
+    why = (
+        "the policy trains on a CPU"
+        if device.type != "cuda"
+        else f"the compute dtype is {str(compute_dtype).removeprefix('torch.')} (train.param_dtype: flash "
+        "attention takes bfloat16 or float16)"
+        if not half
+        else f"the {package} package is not installed (pip install {package.replace('_', '-')})"
+        if importlib.util.find_spec(package) is None
+        else None
+    )
     if why:
-        raise ConfigError([f"policy.attn_implementation = \"{requested}\" cannot run here: {why}; set it to "
-                           "\"auto\" (flash attention where it can run, else sdpa) or \"sdpa\""])
+        raise ConfigError(
+            [
+                f'policy.attn_implementation = "{requested}" cannot run here: {why}; set it to '
+                '"auto" (flash attention where it can run, else sdpa) or "sdpa"'
+            ]
+        )
     return requested
 
 
@@ -301,7 +324,9 @@ def load_model(
     # an unknown model type is refused before the weights are read; a text-only one loads as a causal LM
     auto = AutoModelForCausalLM if family_of(family_name(path)).text_only else AutoModelForImageTextToText
     model = _from_hub_or_folder(
-        path, folder, "config and weights",
+        path,
+        folder,
+        "config and weights",
         lambda: auto.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation, **kwargs),
     )
     family_of(model)

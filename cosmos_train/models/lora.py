@@ -52,8 +52,13 @@ def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]
             raise ValueError("target_modules unset: the model is needed to find its family's default targets")
         return family_of(model).lora_targets
     if lora.target_modules == "all-linear" and model is not None:
-        return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
-                       if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] != "lm_head"})
+        return sorted(
+            {
+                n.rsplit(".", 1)[-1]
+                for n, m in model.named_modules()
+                if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] != "lm_head"
+            }
+        )
     return lora.target_modules
 
 
@@ -63,10 +68,15 @@ def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: st
     return PeftLoraConfig(
         # peft annotates lora_alpha as int but computes scaling = lora_alpha / r, so a float alpha works
         lora_alpha=lora.lora_alpha,  # type: ignore[arg-type]
-        r=lora.r, lora_dropout=lora.lora_dropout, target_modules=targets,
-        use_rslora=lora.use_rslora, init_lora_weights=lora.init_lora_weights,
-        rank_pattern=dict(lora.r_pattern or {}), alpha_pattern=dict(lora.alpha_pattern or {}),
-        modules_to_save=list(lora.modules_to_save or []) or None, base_model_name_or_path=base_model,
+        r=lora.r,
+        lora_dropout=lora.lora_dropout,
+        target_modules=targets,
+        use_rslora=lora.use_rslora,
+        init_lora_weights=lora.init_lora_weights,
+        rank_pattern=dict(lora.r_pattern or {}),
+        alpha_pattern=dict(lora.alpha_pattern or {}),
+        modules_to_save=list(lora.modules_to_save or []) or None,
+        base_model_name_or_path=base_model,
     )
 
 
@@ -81,9 +91,13 @@ def apply_lora(model: nn.Module, lora: LoraConfig) -> tuple[int, int]:
     except ValueError as e:
         if "not found in the base model" not in str(e) and "Target modules" not in str(e):
             raise
-        raise ConfigError([f"policy.lora.target_modules: {lora.target_modules!r} matches no module of the model "
-                           f"({str(e).splitlines()[0][:200]}); name modules as they appear in "
-                           "model.named_modules(), e.g. 'q_proj', or a regex"]) from None
+        raise ConfigError(
+            [
+                f"policy.lora.target_modules: {lora.target_modules!r} matches no module of the model "
+                f"({str(e).splitlines()[0][:200]}); name modules as they appear in "
+                "model.named_modules(), e.g. 'q_proj', or a regex"
+            ]
+        ) from None
     model.requires_grad_(False)
     for name, p in model.named_parameters():
         if ".lora_A." in name or ".lora_B." in name:
@@ -106,12 +120,16 @@ def apply_lora(model: nn.Module, lora: LoraConfig) -> tuple[int, int]:
 
 def lora_scalings(model: nn.Module) -> dict[str, float]:
     """{module path: scaling} of every adapted module (per-module rank / alpha patterns included)."""
-    return {strip_wrappers(name): float(m.scaling[ADAPTER]) for name, m in model.named_modules()
-            if hasattr(m, "lora_A") and ADAPTER in getattr(m, "scaling", {})}
+    return {
+        strip_wrappers(name): float(m.scaling[ADAPTER])
+        for name, m in model.named_modules()
+        if hasattr(m, "lora_A") and ADAPTER in getattr(m, "scaling", {})
+    }
 
 
-def merged_items(items: Iterable[tuple[str, torch.Tensor]], scalings: Mapping[str, float]
-                 ) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_items(
+    items: Iterable[tuple[str, torch.Tensor]], scalings: Mapping[str, float]
+) -> Iterator[tuple[str, torch.Tensor]]:
     """The base model's (name, tensor) stream of an adapted model's stream: `<m>.base_layer.<p>` -> `<m>.<p>`,
     with `<m>.weight` = base + scaling * B @ A once the module's three tensors have passed; the adapters
     themselves are not yielded. Tensors must be full (gathered) ones; at most one module is held."""
@@ -119,7 +137,7 @@ def merged_items(items: Iterable[tuple[str, torch.Tensor]], scalings: Mapping[st
     for name, tensor in items:
         match = _LORA_PART.search(name)
         if match is not None:
-            module = name[:match.start()]
+            module = name[: match.start()]
             pending.setdefault(module, {})[match.group(1)] = tensor
         elif ".base_layer." in name:
             module, param = name.rsplit(".base_layer.", 1)
@@ -133,8 +151,10 @@ def merged_items(items: Iterable[tuple[str, torch.Tensor]], scalings: Mapping[st
         parts = pending[module]
         if {"base", "lora_A", "lora_B"} <= set(parts):
             del pending[module]
-            yield f"{module}.weight", merge_weight(parts["base"], parts["lora_A"], parts["lora_B"],
-                                                   _scaling(scalings, module))
+            yield (
+                f"{module}.weight",
+                merge_weight(parts["base"], parts["lora_A"], parts["lora_B"], _scaling(scalings, module)),
+            )
     if pending:
         raise ValueError(f"LoRA merge: modules without all of base, lora_A and lora_B: {sorted(pending)[:5]}")
 
@@ -178,21 +198,23 @@ def adapter_state(state: Mapping[str, torch.Tensor], parts: LoraParts) -> dict[s
     for name, tensor in state.items():
         name = strip_wrappers(name)
         if (m := _LORA_PART.search(name)) is not None:
-            out[f"base_model.model.{name[:m.start()]}.{m.group(1)}.weight"] = tensor.contiguous()
+            out[f"base_model.model.{name[: m.start()]}.{m.group(1)}.weight"] = tensor.contiguous()
         elif any(name.startswith(f"{p}.") for p in parts.save_paths):
             out[f"base_model.model.{name}"] = tensor.contiguous()
     return out
 
 
-def write_adapter(folder: Path, adapters: Mapping[str, torch.Tensor], parts: LoraParts,
-                  base_model: str | None) -> Path:
+def write_adapter(folder: Path, adapters: Mapping[str, torch.Tensor], parts: LoraParts, base_model: str | None) -> Path:
     """adapter_model.safetensors + adapter_config.json in `folder`: `peft.PeftModel.from_pretrained(base,
     folder)` loads them."""
     folder.mkdir(parents=True, exist_ok=True)
     save_file(dict(adapters), str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     cfg = parts.peft_config.to_dict()
     cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
-    cfg.update(peft_type="LORA", base_model_name_or_path=base_model,
-               modules_to_save=sorted({p.rsplit(".", 1)[-1] for p in parts.save_paths}) or None)
+    cfg.update(
+        peft_type="LORA",
+        base_model_name_or_path=base_model,
+        modules_to_save=sorted({p.rsplit(".", 1)[-1] for p in parts.save_paths}) or None,
+    )
     (folder / "adapter_config.json").write_text(json.dumps(cfg, indent=2, default=str) + "\n")
     return folder

@@ -39,8 +39,10 @@ def _blocks(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
     spec = family_of(model)
     layers, vision = spec.language_layers(model), spec.vision_blocks(model)
     if not layers:
-        raise ModelError(f"{type(model).__name__}: the {spec.description} spec finds no language decoder layers; "
-                         "FSDP2 would shard the whole model as one unit (fix the spec in models/families.py)")
+        raise ModelError(
+            f"{type(model).__name__}: the {spec.description} spec finds no language decoder layers; "
+            "FSDP2 would shard the whole model as one unit (fix the spec in models/families.py)"
+        )
     return layers, vision
 
 
@@ -50,8 +52,9 @@ def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
     text_cfg = getattr(model.config, "text_config", model.config)
     for key in ("num_attention_heads", "num_key_value_heads"):
         if getattr(text_cfg, key) % dist.tp:
-            raise ValueError(f"policy.parallelism.tp_size {dist.tp} must divide the model's {key} "
-                             f"({getattr(text_cfg, key)})")
+            raise ValueError(
+                f"policy.parallelism.tp_size {dist.tp} must divide the model's {key} ({getattr(text_cfg, key)})"
+            )
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     plan = {module: styles[style]() for module, style in family_of(model).tp_plan.items()}
     layers, _ = _blocks(model)
@@ -76,8 +79,9 @@ def parallelize(model: PreTrainedModel, dist: DistInfo, cfg: Config) -> PreTrain
         for block in vision_blocks + layers:
             block.compile()
     if dist.device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=compute_dtype(cfg, dist.device),
-                                  reduce_dtype=_DTYPES[t.fsdp_reduce_dtype])
+        mp = MixedPrecisionPolicy(
+            param_dtype=compute_dtype(cfg, dist.device), reduce_dtype=_DTYPES[t.fsdp_reduce_dtype]
+        )
     else:
         mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     if dist.world_size == 1 and dist.device.type == "cpu" and not t.fsdp_offload:

@@ -196,7 +196,8 @@ def _text_only_config(family: str, size: str, vocab_size: int, special_ids: dict
     s = SIZES[size]
     cls = {"qwen2": Qwen2Config, "qwen3": Qwen3Config, "llama": LlamaConfig, "mistral": MistralConfig}[family]
     keys = _text_config(s, vocab_size, special_ids) | {
-        "max_position_embeddings": 32768, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        "max_position_embeddings": 32768,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
     }
     if family == "qwen2":  # Qwen2.5's config.json derives head_dim and has no sliding window in use
         keys = {k: v for k, v in keys.items() if k != "head_dim"} | {"use_sliding_window": False}
@@ -206,9 +207,14 @@ def _text_only_config(family: str, size: str, vocab_size: int, special_ids: dict
 def _qwen_vision_config(s: TinySize, patch_size: int) -> dict:
     """The vision-tower keys Qwen2.5-VL and Qwen3-VL share."""
     return {
-        "depth": s.vision_depth, "hidden_size": s.vision_hidden, "intermediate_size": s.vision_intermediate,
-        "num_heads": s.vision_heads, "out_hidden_size": s.text_hidden, "patch_size": patch_size,
-        "spatial_merge_size": MERGE_SIZE, "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+        "depth": s.vision_depth,
+        "hidden_size": s.vision_hidden,
+        "intermediate_size": s.vision_intermediate,
+        "num_heads": s.vision_heads,
+        "out_hidden_size": s.text_hidden,
+        "patch_size": patch_size,
+        "spatial_merge_size": MERGE_SIZE,
+        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
     }
 
 
@@ -217,8 +223,12 @@ def _qwen3_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) ->
     s = SIZES[size]
     text_config = _text_config(s, vocab_size, special_ids) | {
         "max_position_embeddings": 262144,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
-                            "mrope_section": list(s.mrope_section), "mrope_interleaved": True},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5000000.0,
+            "mrope_section": list(s.mrope_section),
+            "mrope_interleaved": True,
+        },
     }
     vision_config = _qwen_vision_config(s, patch_size=16) | {
         # a 16 x 16 learned position grid, interpolated to the input (the 8B has 48 x 48)
@@ -226,16 +236,20 @@ def _qwen3_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) ->
         # the 8B adds block 8, 16 and 24's features to the first language layers; here the first block's
         "deepstack_visual_indexes": [0],
     }
-    return Qwen3VLConfig(text_config=text_config, vision_config=vision_config, tie_word_embeddings=False,
-                         **_token_ids(special_ids))
+    return Qwen3VLConfig(
+        text_config=text_config, vision_config=vision_config, tie_word_embeddings=False, **_token_ids(special_ids)
+    )
 
 
 def _cosmos3_edge_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Cosmos3EdgeConfig:
     """Cosmos3-Edge: SigLIP-style vision encoder, 2 x 2 projector, relu2 MLP language model with M-RoPE."""
     s = SIZES[size]
     text_config = _text_config(s, vocab_size, special_ids) | {
-        "rope_parameters": {"rope_type": "default", "rope_theta": 100_000_000.0,
-                            "mrope_section": list(s.mrope_section)},
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 100_000_000.0,
+            "mrope_section": list(s.mrope_section),
+        },
     }
     vision_config = {
         "hidden_size": s.vision_hidden,
@@ -246,9 +260,13 @@ def _cosmos3_edge_config(size: str, vocab_size: int, special_ids: dict[str, int]
         "spatial_merge_size": MERGE_SIZE,
         "num_patches": 256,
     }
-    return Cosmos3EdgeConfig(text_config=text_config, vision_config=vision_config,
-                             projector_hidden_size=4 * s.vision_hidden, tie_word_embeddings=False,
-                             **_token_ids(special_ids))
+    return Cosmos3EdgeConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        projector_hidden_size=4 * s.vision_hidden,
+        tie_word_embeddings=False,
+        **_token_ids(special_ids),
+    )
 
 
 def _qwen2_5_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) -> Qwen2_5_VLConfig:
@@ -256,9 +274,7 @@ def _qwen2_5_vl_config(size: str, vocab_size: int, special_ids: dict[str, int]) 
     s = SIZES[size]
     head_dim = s.text_hidden // s.text_heads
     if head_dim // 2 != sum(s.mrope_section):
-        raise ValueError(
-            f"size {size!r}: mrope_section {s.mrope_section} must sum to head_dim/2 = {head_dim // 2}"
-        )
+        raise ValueError(f"size {size!r}: mrope_section {s.mrope_section} must sum to head_dim/2 = {head_dim // 2}")
     # Qwen2.5-VL's text config derives head_dim from hidden_size / heads itself (its config.json has none)
     text_config = {k: v for k, v in _text_config(s, vocab_size, special_ids).items() if k != "head_dim"} | {
         "max_position_embeddings": 32768,
@@ -301,19 +317,37 @@ def build_tokenizer(size: str) -> PreTrainedTokenizerFast:
 def _image_processor_config(family: str = "qwen2_5_vl") -> dict:
     if family == "qwen3_vl":  # Qwen3-VL's preprocessor_config.json: 16 px patches, 0.5 mean / std
         return {
-            "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen3VLProcessor",
-            "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-            "do_convert_rgb": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen3VLProcessor",
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
             "size": {"shortest_edge": 65536, "longest_edge": 16777216},
-            "patch_size": 16, "temporal_patch_size": TEMPORAL_PATCH_SIZE, "merge_size": MERGE_SIZE, "resample": 3,
+            "patch_size": 16,
+            "temporal_patch_size": TEMPORAL_PATCH_SIZE,
+            "merge_size": MERGE_SIZE,
+            "resample": 3,
         }
     if family == "cosmos3_edge":
         return {
-            "image_processor_type": "Cosmos3EdgeImageProcessor", "processor_class": "Cosmos3EdgeProcessor",
-            "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-            "do_convert_rgb": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "image_processor_type": "Cosmos3EdgeImageProcessor",
+            "processor_class": "Cosmos3EdgeProcessor",
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
             "size": {"shortest_edge": 256 * 256, "longest_edge": 4096 * 4096},
-            "patch_size": 16, "temporal_patch_size": 1, "merge_size": MERGE_SIZE, "resample": 3,
+            "patch_size": 16,
+            "temporal_patch_size": 1,
+            "merge_size": MERGE_SIZE,
+            "resample": 3,
         }
     return {
         "image_processor_type": "Qwen2VLImageProcessor",
@@ -338,8 +372,11 @@ def _image_processor_config(family: str = "qwen2_5_vl") -> dict:
 def _video_processor_config(family: str = "qwen2_5_vl") -> dict:
     cfg = _image_processor_config(family)
     del cfg["image_processor_type"]
-    cfg["video_processor_type"] = {"qwen2_5_vl": "Qwen2VLVideoProcessor", "qwen3_vl": "Qwen3VLVideoProcessor",
-                                   "cosmos3_edge": "Cosmos3EdgeVideoProcessor"}[family]
+    cfg["video_processor_type"] = {
+        "qwen2_5_vl": "Qwen2VLVideoProcessor",
+        "qwen3_vl": "Qwen3VLVideoProcessor",
+        "cosmos3_edge": "Cosmos3EdgeVideoProcessor",
+    }[family]
     # The families' video defaults: frames are sampled by the caller (our video.py), not here.
     cfg.update({"do_sample_frames": False, "fps": 2.0, "min_frames": 4, "max_frames": 768})
     if family == "qwen3_vl":
@@ -385,8 +422,13 @@ def make_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0, fami
     )
     model.save_pretrained(out)
 
-    template = {"qwen2_5_vl": QWEN25_VL_CHAT_TEMPLATE, "qwen2": QWEN25_CHAT_TEMPLATE, "llama": QWEN25_CHAT_TEMPLATE,
-                "mistral": QWEN25_CHAT_TEMPLATE, "qwen3": QWEN3_CHAT_TEMPLATE}.get(family, QWEN3_VL_CHAT_TEMPLATE)
+    template = {
+        "qwen2_5_vl": QWEN25_VL_CHAT_TEMPLATE,
+        "qwen2": QWEN25_CHAT_TEMPLATE,
+        "llama": QWEN25_CHAT_TEMPLATE,
+        "mistral": QWEN25_CHAT_TEMPLATE,
+        "qwen3": QWEN3_CHAT_TEMPLATE,
+    }.get(family, QWEN3_VL_CHAT_TEMPLATE)
     tokenizer.chat_template = template
     tokenizer.save_pretrained(out)
     # Hub Qwen2.5-VL checkpoints name their tokenizer class Qwen2Tokenizer; transformers' Qwen2Tokenizer

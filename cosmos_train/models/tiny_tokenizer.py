@@ -17,7 +17,7 @@ import itertools
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 # Qwen2's split regex (transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX).
-QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""  # noqa: E501 (Qwen2's exact regex)
 
 # Qwen2.5-VL's added tokens in id order; the bool is the `special` flag of the real tokenizer.json.
 QWEN25_VL_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
@@ -137,8 +137,7 @@ def training_corpus() -> list[str]:
     lines.extend(f"{n} {n / 4:.2f} {n * 37 % 1000}" for n in range(200))
     words = _WORDS.split()
     lines.extend(
-        f"The {w} is {words[(i * 7) % len(words)]}, and {words[(i * 13) % len(words)]}."
-        for i, w in enumerate(words)
+        f"The {w} is {words[(i * 7) % len(words)]}, and {words[(i * 13) % len(words)]}." for i, w in enumerate(words)
     )
     lines.extend(f"{w.capitalize()} {w}s {w}ed {w}ing" for w in words)
     return lines
@@ -153,9 +152,7 @@ def build_qwen_style_tokenizer(vocab_size: int = 1024) -> Tokenizer:
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size <= len(alphabet):
         raise ValueError(f"vocab_size must exceed the {len(alphabet)} byte symbols, got {vocab_size}")
-    tok = Tokenizer(
-        models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
-    )
+    tok = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -177,9 +174,6 @@ def build_qwen_style_tokenizer(vocab_size: int = 1024) -> Tokenizer:
         # The corpus is too small to learn that many merges: say so rather than shift every special id.
         raise ValueError(f"the embedded corpus yields only {learned} BPE tokens, asked for {vocab_size}")
     tok.add_tokens(
-        [
-            AddedToken(t, special=s, normalized=False, lstrip=False, rstrip=False)
-            for t, s in QWEN25_VL_ADDED_TOKENS
-        ]
+        [AddedToken(t, special=s, normalized=False, lstrip=False, rstrip=False) for t, s in QWEN25_VL_ADDED_TOKENS]
     )
     return tok

@@ -72,8 +72,9 @@ def create_app(config: ServiceConfig, token: str | None) -> FastAPI:
         finally:
             await service.stop()
 
-    app = FastAPI(title="cosmos-train reward service", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="cosmos-train reward service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.service = service
 
     @app.exception_handler(ProtocolError)

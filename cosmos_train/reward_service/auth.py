@@ -18,13 +18,19 @@ def check_request(request: Request, token: str | None) -> None:
     its query string). token None: the service runs without one (loopback only, --insecure-no-token)."""
     named = QUERY_TOKEN_NAMES & {k.lower() for k in request.query_params}
     if named:
-        raise ProtocolError(401, f"query string: a credential ({', '.join(sorted(named))}) in the URL is refused; "
-                                 "send it as the header 'Authorization: Bearer <token>'")
+        raise ProtocolError(
+            401,
+            f"query string: a credential ({', '.join(sorted(named))}) in the URL is refused; "
+            "send it as the header 'Authorization: Bearer <token>'",
+        )
     if token is None:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given:
-        raise ProtocolError(401, "Authorization: missing; send 'Authorization: Bearer <token>' "
-                                 f"(the service's {TOKEN_ENV})", {"WWW-Authenticate": "Bearer"})
+        raise ProtocolError(
+            401,
+            f"Authorization: missing; send 'Authorization: Bearer <token>' (the service's {TOKEN_ENV})",
+            {"WWW-Authenticate": "Bearer"},
+        )
     if not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise ProtocolError(401, "Authorization: wrong token", {"WWW-Authenticate": "Bearer"})

@@ -31,12 +31,14 @@ class JudgeSettings(Section):
     """[handlers.vlm_judge]: a local VLM asked a yes/no question about each completion."""
 
     model_path: str | None = Field(
-        None, description="Local model folder loaded through the generation layer (unset: the handler is off).")
+        None, description="Local model folder loaded through the generation layer (unset: the handler is off)."
+    )
     device: str = Field("cpu", description="HF engine device: cpu | cuda | cuda:N | auto.")
     dtype: str = Field("float32", description="float32 | bfloat16 | float16 | auto.")
     question: str = Field(
         "Is the answer correct and well reasoned? Answer yes or no.",
-        description="The yes/no question asked after the prompt and the completion.")
+        description="The yes/no question asked after the prompt and the completion.",
+    )
     max_length: int = Field(4096, ge=64, le=1 << 20, description="Prompt + answer tokens the judge accepts.")
 
 
@@ -50,27 +52,39 @@ class ServiceConfig(Section):
     """The whole rewards.toml."""
 
     queue_size: int = Field(
-        256, ge=1, le=1_000_000,
-        description="Requests waiting to be scored; one more is answered 429 with Retry-After (never dropped).")
+        256,
+        ge=1,
+        le=1_000_000,
+        description="Requests waiting to be scored; one more is answered 429 with Retry-After (never dropped).",
+    )
     max_body_mb: float = Field(
-        512.0, gt=0, le=64 * 1024, description="Largest enqueue body in MiB; a larger one is answered 413.")
+        512.0, gt=0, le=64 * 1024, description="Largest enqueue body in MiB; a larger one is answered 413."
+    )
     result_ttl_s: float = Field(
-        600.0, gt=0, le=7 * 24 * 3600,
-        description="Seconds a finished result waits to be pulled before it is dropped.")
+        600.0, gt=0, le=7 * 24 * 3600, description="Seconds a finished result waits to be pulled before it is dropped."
+    )
     pulled_grace_s: float = Field(
-        30.0, ge=0, le=3600,
-        description="Seconds a result stays after its last pull, so a pull whose answer was lost can be retried.")
+        30.0,
+        ge=0,
+        le=3600,
+        description="Seconds a result stays after its last pull, so a pull whose answer was lost can be retried.",
+    )
     request_id_ttl_s: float = Field(
-        3600.0, gt=0, le=7 * 24 * 3600,
-        description="Seconds a client request id is remembered, so a retried enqueue returns the same uuid.")
+        3600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="Seconds a client request id is remembered, so a retried enqueue returns the same uuid.",
+    )
     workers: int = Field(2, ge=1, le=256, description="Threads scoring requests off the event loop.")
     retry_after_s: int = Field(1, ge=1, le=3600, description="Retry-After (seconds) sent with a 429.")
     state_dir: str | None = Field(
         None,
         description="Folder where queued requests and results are kept on disk, so a restarted service finishes "
-        "queued work and still answers pulls and retried enqueues (unset: memory only).")
+        "queued work and still answers pulls and retried enqueues (unset: memory only).",
+    )
     latency_window: int = Field(
-        4096, ge=16, le=1_000_000, description="Latest latencies per handler that /metrics' p50 / p99 are over.")
+        4096, ge=16, le=1_000_000, description="Latest latencies per handler that /metrics' p50 / p99 are over."
+    )
     handlers: HandlerSettings = Field(default_factory=HandlerSettings, description="Per-handler settings.")
 
     @property

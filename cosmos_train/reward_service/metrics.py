@@ -43,7 +43,8 @@ class Metrics:
             for name in sorted(set(self.scored) | set(self.errors)):
                 lat = np.asarray(self.latency[name], dtype=np.float64)
                 handlers[name] = {
-                    "scored": self.scored[name], "errors": self.errors[name],
+                    "scored": self.scored[name],
+                    "errors": self.errors[name],
                     "latency_p50_s": float(np.percentile(lat, 50)) if lat.size else None,
                     "latency_p99_s": float(np.percentile(lat, 99)) if lat.size else None,
                 }

@@ -147,11 +147,16 @@ def parse_enqueue(body: bytes, handlers: Mapping[str, Handler]) -> Enqueued:
             raise _bad(f"tensor: media_type {media_type!r} needs tensor bytes after the JSON line")
         media, dtype_name = decode_tensor(tensor)
         if media.ndim != MEDIA_NDIM[media_type] or 0 in media.shape:
-            raise _bad(f"tensor: media_type {media_type!r} takes shape {MEDIA_LAYOUT[media_type]}, "
-                       f"got {list(media.shape)}")
+            raise _bad(
+                f"tensor: media_type {media_type!r} takes shape {MEDIA_LAYOUT[media_type]}, got {list(media.shape)}"
+            )
         size = int(media.shape[0])
-        input_info = {"shape": list(media.shape), "dtype": dtype_name,
-                      "min": f"{float(media.min()):.3f}", "max": f"{float(media.max()):.3f}"}
+        input_info = {
+            "shape": list(media.shape),
+            "dtype": dtype_name,
+            "min": f"{float(media.min()):.3f}",
+            "max": f"{float(media.max()):.3f}",
+        }
     for key, items in (("prompts", prompts), ("video_infos", video_infos), ("completions", completions)):
         if items and len(items) != size:
             raise _bad(f"{key}: {len(items)} items for a batch of {size}")
@@ -163,6 +168,13 @@ def parse_enqueue(body: bytes, handlers: Mapping[str, Handler]) -> Enqueued:
         why = handlers[name].refuse(media_type, bool(completions))
         if why:
             raise _bad(f"reward_fn.{name}: {why}")
-    batch = Batch(media_type=media_type, size=size, media=media, prompts=prompts, video_infos=video_infos,
-                  completions=completions, samples=samples)
+    batch = Batch(
+        media_type=media_type,
+        size=size,
+        media=media,
+        prompts=prompts,
+        video_infos=video_infos,
+        completions=completions,
+        samples=samples,
+    )
     return Enqueued(batch=batch, weights=weights, input_info=input_info)

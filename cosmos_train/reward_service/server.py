@@ -37,16 +37,21 @@ def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = o
     if insecure_no_token and is_loopback(host):
         return None
     if insecure_no_token:
-        raise AuthError(f"reward service: --insecure-no-token is only allowed on a loopback host, not {host!r} "
-                        f"(anyone who can reach it could queue work); set {TOKEN_ENV} to a secret token, or "
-                        "serve on --host 127.0.0.1")
-    raise AuthError(f"reward service: no token; set {TOKEN_ENV} to a secret token (clients send it as "
-                    "'Authorization: Bearer <token>'), or pass --insecure-no-token to run without one on "
-                    "a loopback host for local testing")
+        raise AuthError(
+            f"reward service: --insecure-no-token is only allowed on a loopback host, not {host!r} "
+            f"(anyone who can reach it could queue work); set {TOKEN_ENV} to a secret token, or "
+            "serve on --host 127.0.0.1"
+        )
+    raise AuthError(
+        f"reward service: no token; set {TOKEN_ENV} to a secret token (clients send it as "
+        "'Authorization: Bearer <token>'), or pass --insecure-no-token to run without one on "
+        "a loopback host for local testing"
+    )
 
 
-def serve(config: ServiceConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          insecure_no_token: bool = False) -> None:
+def serve(
+    config: ServiceConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, insecure_no_token: bool = False
+) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop it gracefully: batches being scored finish)."""
     import uvicorn  # why: the ASGI server only when serving (a process that only reads the config skips it)
 

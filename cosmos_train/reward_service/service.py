@@ -115,8 +115,10 @@ class RewardService:
         if len(self.pending) >= self.config.queue_size:
             self.request_stats.count("rejected_429")
             raise ProtocolError(
-                429, f"queue full ({self.config.queue_size} requests waiting); retry after "
-                f"{self.config.retry_after_s} s", {"Retry-After": str(self.config.retry_after_s)})
+                429,
+                f"queue full ({self.config.queue_size} requests waiting); retry after {self.config.retry_after_s} s",
+                {"Retry-After": str(self.config.retry_after_s)},
+            )
 
     async def enqueue(self, body: bytes, request_id: str | None = None) -> str:
         if (known := self._known(request_id)) is not None:
@@ -135,8 +137,12 @@ class RewardService:
         self._check_room()
         job = Job(str(uuidlib.uuid4()), request_id, time.time(), parsed)
         if self.state is not None:
-            await run_in_threadpool(self.state.write_pending, job.uuid,
-                                    {"uuid": job.uuid, "request_id": request_id, "created": job.created}, body)
+            await run_in_threadpool(
+                self.state.write_pending,
+                job.uuid,
+                {"uuid": job.uuid, "request_id": request_id, "created": job.created},
+                body,
+            )
         self._accept(job)
         self.request_stats.count("enqueued")
         return job.uuid
@@ -149,8 +155,11 @@ class RewardService:
         if res is None:
             if uuid in self.pending:
                 raise ProtocolError(400, "not ready: the scores are being computed; pull again later")
-            raise ProtocolError(404, f"uuid: {uuid!r} is unknown or its result expired (kept "
-                                     f"{self.config.result_ttl_s:g} s, or {self.config.pulled_grace_s:g} s after a pull)")
+            raise ProtocolError(
+                404,
+                f"uuid: {uuid!r} is unknown or its result expired (kept "
+                f"{self.config.result_ttl_s:g} s, or {self.config.pulled_grace_s:g} s after a pull)",
+            )
         doc = res.docs.get(kind)
         if doc is None:
             raise ProtocolError(400, f"type: {kind!r} was not asked for this uuid; asked: {', '.join(res.docs)}")
@@ -162,8 +171,12 @@ class RewardService:
 
     def metrics(self) -> dict[str, Any]:
         queued = self._queue.qsize() if self._queue is not None else 0
-        return self.request_stats.snapshot(queue_depth=queued, in_flight=self.in_flight, results_held=len(self.results),
-                                      queue_size=self.config.queue_size)
+        return self.request_stats.snapshot(
+            queue_depth=queued,
+            in_flight=self.in_flight,
+            results_held=len(self.results),
+            queue_size=self.config.queue_size,
+        )
 
     # ------------------------------------------------------------------ work
     async def _worker(self) -> None:
@@ -204,8 +217,14 @@ class RewardService:
                 continue
             seconds = time.perf_counter() - t0
             self.request_stats.handler_done(name, seconds, ok=True)
-            docs[name] = {"scores": {name: scores}, "input_info": job.parsed.input_info,
-                          "duration": f"{seconds:.2f}", "decoded_duration": "0.00", "type": name, "weight": weight}
+            docs[name] = {
+                "scores": {name: scores},
+                "input_info": job.parsed.input_info,
+                "duration": f"{seconds:.2f}",
+                "decoded_duration": "0.00",
+                "type": name,
+                "weight": weight,
+            }
         result = Result(job.uuid, job.request_id, time.time(), docs)
         if self.state is not None:
             self.state.write_done(job.uuid, result.record())

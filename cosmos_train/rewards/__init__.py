@@ -88,6 +88,7 @@ def exact_match_reward(completion: str, sample: Mapping[str, Any]) -> float:
 
 def _math(rule: Callable[[str, str], float]) -> RewardFn:
     """A `cosmos_train.rewards.math` rule as a reward of the row's reference (0 for a row without one)."""
+
     def reward(completion: str, sample: Mapping[str, Any]) -> float:
         reference = reference_answer(sample)
         return 0.0 if reference is None else rule(completion, reference)
@@ -102,6 +103,7 @@ register_reward("direct_math")(_math(direct_math_reward))
 
 def _script_reward(fn: Callable[..., float]) -> RewardFn:
     """A dataset script's `fn(completion, reference, sample)` as a reward of (completion, sample)."""
+
     def reward(completion: str, sample: Mapping[str, Any]) -> float:
         return float(fn(completion, reference_answer(sample), sample))
 
@@ -134,8 +136,9 @@ class BatchScorer(Protocol):
     @property
     def weights(self) -> dict[str, float]: ...
 
-    def score_batch(self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
-                    ) -> list[dict[str, float]]: ...
+    def score_batch(
+        self, completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, float]]: ...
 
     def total(self, parts: Mapping[str, float]) -> float: ...
 
@@ -178,8 +181,9 @@ class RewardSet:
         return out
 
 
-def combine(spec: str | Sequence[str] | Mapping[str, float], remote: Any = None,
-            env: Mapping[str, str] | None = None) -> RewardSet:
+def combine(
+    spec: str | Sequence[str] | Mapping[str, float], remote: Any = None, env: Mapping[str, str] | None = None
+) -> RewardSet:
     """The rewards `spec` names, weighted; ConfigError naming the unknown ones and the known names.
     `remote`: a `config.RemoteRewardConfig` whose rewards the service scores alongside (URLs and token
     from it or the environment `env`)."""
@@ -187,8 +191,12 @@ def combine(spec: str | Sequence[str] | Mapping[str, float], remote: Any = None,
     if remote is not None:
         clash = sorted(set(weights) & {f.name for f in remote.reward_fns})
         if clash:
-            raise ConfigError([f"{WHERE}: {', '.join(clash)} is both a local reward and a remote_reward.reward_fns "
-                               "name; score it in one place"])
+            raise ConfigError(
+                [
+                    f"{WHERE}: {', '.join(clash)} is both a local reward and a remote_reward.reward_fns "
+                    "name; score it in one place"
+                ]
+            )
         return RewardSet(_known(weights), RemoteScorer.from_config(remote, os.environ if env is None else env))
     if not weights:
         raise ConfigError([f"{WHERE}: names no reward; known: {', '.join(sorted(REWARDS))}"])
@@ -198,8 +206,13 @@ def combine(spec: str | Sequence[str] | Mapping[str, float], remote: Any = None,
 def _known(weights: dict[str, float]) -> dict[str, float]:
     unknown = [n for n in weights if n not in REWARDS]
     if unknown:
-        raise ConfigError([f"{WHERE}: {n!r} is not a registered reward; known: {', '.join(sorted(REWARDS))} "
-                           "(a dataset script adds its own through REWARD_FUNCTIONS)" for n in unknown])
+        raise ConfigError(
+            [
+                f"{WHERE}: {n!r} is not a registered reward; known: {', '.join(sorted(REWARDS))} "
+                "(a dataset script adds its own through REWARD_FUNCTIONS)"
+                for n in unknown
+            ]
+        )
     return weights
 
 

@@ -65,7 +65,8 @@ _VERB = re.compile(
 )
 # A negation right before the letter: "not A", "isn't (B)", "can't be C", "wouldn't pick D", "rule out A".
 _NEGATED_BEFORE = re.compile(
-    r"(?:\bnot|\bcannot|n['’]t|\bnever|\bneither|\bnor|\brather than|\binstead of|\brul(?:e|ed|ing) out|\beliminat\w*|\bexclud\w*)"
+    r"(?:\bnot|\bcannot|n['’]t|\bnever|\bneither|\bnor|\brather than|\binstead of"
+    r"|\brul(?:e|ed|ing) out|\beliminat\w*|\bexclud\w*)"
     r"(?:\s+(?:be|choose|pick|select|say|go with|option|choice|letter))*\s*[\(\[]?$",
     re.I,
 )
@@ -180,11 +181,7 @@ def letter_from_text(text: str, options: Mapping[str, str]) -> str | None:
     paren = _unique([m.group(1) for m in _PAREN.finditer(s) if m.group(1) in valid and not _rejected(s, m)])
     if paren is not None:
         return paren
-    lone = [
-        m.group(1)
-        for m in _LONE.finditer(s)
-        if m.group(1) in valid and not _is_word(s, m) and not _rejected(s, m)
-    ]
+    lone = [m.group(1) for m in _LONE.finditer(s) if m.group(1) in valid and not _is_word(s, m) and not _rejected(s, m)]
     return _unique(lone)
 
 

@@ -70,15 +70,26 @@ class RemoteRewardClient:
         enqueue = rc.enqueue_url or env.get("REMOTE_REWARD_ENQUEUE_URL", "")
         fetch = rc.fetch_url or env.get("REMOTE_REWARD_FETCH_URL", "")
         where = "train.train_policy.remote_reward"
-        missing = [f"{where}.{key}: unset, and so is env {var}; give the reward service's URL"
-                   for key, var, value in (("enqueue_url", VLM_ENV[0], enqueue), ("fetch_url", VLM_ENV[1], fetch))
-                   if not value]
+        missing = [
+            f"{where}.{key}: unset, and so is env {var}; give the reward service's URL"
+            for key, var, value in (("enqueue_url", VLM_ENV[0], enqueue), ("fetch_url", VLM_ENV[1], fetch))
+            if not value
+        ]
         if missing:
             raise ConfigError(missing)
-        return cls(ClientSettings(
-            enqueue_url=enqueue, fetch_url=fetch, token=env.get(rc.token_env) or None, timeout_s=rc.timeout_s,
-            max_retries=rc.max_retries, backoff_s=rc.backoff_s, backoff_max_s=rc.backoff_max_s,
-            poll_interval_s=rc.poll_interval_s, result_timeout_s=rc.result_timeout_s))
+        return cls(
+            ClientSettings(
+                enqueue_url=enqueue,
+                fetch_url=fetch,
+                token=env.get(rc.token_env) or None,
+                timeout_s=rc.timeout_s,
+                max_retries=rc.max_retries,
+                backoff_s=rc.backoff_s,
+                backoff_max_s=rc.backoff_max_s,
+                poll_interval_s=rc.poll_interval_s,
+                result_timeout_s=rc.result_timeout_s,
+            )
+        )
 
     @classmethod
     def for_world_model(cls, env: Mapping[str, str] = os.environ, **overrides: Any) -> RemoteRewardClient:
@@ -87,8 +98,11 @@ class RemoteRewardClient:
         missing = [f"env {v}: unset; give the reward service's URL" for v in (enqueue_var, fetch_var) if not env.get(v)]
         if missing:
             raise ConfigError(missing, what="world-model reward service settings")
-        return cls(ClientSettings(enqueue_url=env[enqueue_var], fetch_url=env[fetch_var],
-                                  token=env.get(token_var) or None, **overrides))
+        return cls(
+            ClientSettings(
+                enqueue_url=env[enqueue_var], fetch_url=env[fetch_var], token=env.get(token_var) or None, **overrides
+            )
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -117,22 +131,26 @@ class RemoteRewardClient:
                 response = self._http.post(url, **kw)
                 if response.status_code not in RETRY_STATUSES:
                     if response.status_code == 401:
-                        raise AuthError(f"reward service {url}: {_detail(response)}; set the token variable "
-                                        "(REMOTE_REWARD_TOKEN, remote_reward.token_env, or WFM_REWARD_TOKEN)")
+                        raise AuthError(
+                            f"reward service {url}: {_detail(response)}; set the token variable "
+                            "(REMOTE_REWARD_TOKEN, remote_reward.token_env, or WFM_REWARD_TOKEN)"
+                        )
                     return response
                 last = f"HTTP {response.status_code}: {_detail(response)}"
             except httpx.TransportError as e:  # refused, reset, timed out: the service may be restarting
                 last = f"{type(e).__name__}: {e}"
             if attempt < self.settings.max_retries:
                 time.sleep(self._delay(attempt, response))
-        raise RemoteRewardError(f"reward service {url}: no answer after {self.settings.max_retries + 1} tries "
-                                f"(last: {last})")
+        raise RemoteRewardError(
+            f"reward service {url}: no answer after {self.settings.max_retries + 1} tries (last: {last})"
+        )
 
     # ------------------------------------------------------------------ protocol
     def enqueue(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> str:
         payload = json.dumps(meta).encode("utf-8") + b"\n" + tensor
-        headers = self._headers({"Content-Type": "application/octet-stream",
-                                 "X-Request-Id": request_id or str(uuidlib.uuid4())})
+        headers = self._headers(
+            {"Content-Type": "application/octet-stream", "X-Request-Id": request_id or str(uuidlib.uuid4())}
+        )
         r = self._post(self.settings.enqueue_url, content=payload, headers=headers)
         if r.status_code != 200:
             raise RemoteRewardError(f"reward service refused the request (HTTP {r.status_code}): {_detail(r)}")
@@ -148,11 +166,14 @@ class RemoteRewardClient:
             if r.status_code == 404:
                 raise _Forgotten(uuid)
             if r.status_code != 400 or not _detail(r).startswith("not ready"):
-                raise RemoteRewardError(f"reward service: {kind} for {uuid} failed (HTTP {r.status_code}): "
-                                        f"{_detail(r)}")
+                raise RemoteRewardError(
+                    f"reward service: {kind} for {uuid} failed (HTTP {r.status_code}): {_detail(r)}"
+                )
             if time.monotonic() > deadline:
-                raise RemoteRewardError(f"reward service: {kind} for {uuid} not ready after "
-                                        f"{self.settings.result_timeout_s:g} s (remote_reward.result_timeout_s)")
+                raise RemoteRewardError(
+                    f"reward service: {kind} for {uuid} not ready after "
+                    f"{self.settings.result_timeout_s:g} s (remote_reward.result_timeout_s)"
+                )
             time.sleep(self.settings.poll_interval_s)
 
     def submit(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> PendingScores:
@@ -181,8 +202,10 @@ class PendingScores:
                 return {name: self.client.pull(self.uuid, name, deadline) for name in self.meta["reward_fn"]}
             except _Forgotten:
                 self.uuid = self.client.enqueue(self.meta, self.tensor, self.request_id)
-        raise RemoteRewardError(f"reward service forgot request {self.request_id} {RESUBMITS + 1} times "
-                                "(restarting without a state_dir, or result_ttl_s too short)")
+        raise RemoteRewardError(
+            f"reward service forgot request {self.request_id} {RESUBMITS + 1} times "
+            "(restarting without a state_dir, or result_ttl_s too short)"
+        )
 
 
 def _detail(r: httpx.Response) -> str:
@@ -211,8 +234,14 @@ class RemoteScorer:
 
     @classmethod
     def from_config(cls, rc: Any, env: Mapping[str, str] = os.environ) -> RemoteScorer:
-        return cls(RemoteRewardClient.from_config(rc, env), list(rc.reward_fns), rc.scale, rc.batch_size,
-                   rc.reward_clip_min, rc.reward_clip_max)
+        return cls(
+            RemoteRewardClient.from_config(rc, env),
+            list(rc.reward_fns),
+            rc.scale,
+            rc.batch_size,
+            rc.reward_clip_min,
+            rc.reward_clip_max,
+        )
 
     @property
     def weights(self) -> dict[str, float]:
@@ -230,18 +259,22 @@ class RemoteScorer:
         reward_fn = {f.name: 1.0 for f in self.fns}  # the service scores; weights apply here (they may be < 0)
         pending = []
         for start in range(0, len(completions), self.batch_size):
-            rows = samples[start:start + self.batch_size]
-            meta = {"media_type": "text", "reward_fn": reward_fn,
-                    "completions": list(completions[start:start + self.batch_size]),
-                    "prompts": [user_text(s.get("messages", [])) for s in rows],
-                    "samples": [{"reference": reference_answer(s), "options": s.get("options")} for s in rows]}
+            rows = samples[start : start + self.batch_size]
+            meta = {
+                "media_type": "text",
+                "reward_fn": reward_fn,
+                "completions": list(completions[start : start + self.batch_size]),
+                "prompts": [user_text(s.get("messages", [])) for s in rows],
+                "samples": [{"reference": reference_answer(s), "options": s.get("options")} for s in rows],
+            }
             pending.append((len(rows), self.client.submit(meta)))
         parts: list[dict[str, float]] = []
         for n, job in pending:
             docs = job.result()
             for i in range(n):
-                parts.append({f.name: _clip(_score(docs[f.name]["scores"], f.score_key or f.name, i), f)
-                              for f in self.fns})
+                parts.append(
+                    {f.name: _clip(_score(docs[f.name]["scores"], f.score_key or f.name, i), f) for f in self.fns}
+                )
         return parts
 
 

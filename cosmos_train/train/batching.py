@@ -58,10 +58,16 @@ class MicroBatch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=True)
 
-        return replace(self, input_ids=self.input_ids.to(device), labels=self.labels.to(device),
-                       attention_mask=move(self.attention_mask), mm_token_type_ids=self.mm_token_type_ids.to(device),
-                       vision={k: v.to(device, non_blocking=True) for k, v in self.vision.items()},
-                       position_ids=move(self.position_ids), logit_positions=move(self.logit_positions))
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            labels=self.labels.to(device),
+            attention_mask=move(self.attention_mask),
+            mm_token_type_ids=self.mm_token_type_ids.to(device),
+            vision={k: v.to(device, non_blocking=True) for k, v in self.vision.items()},
+            position_ids=move(self.position_ids),
+            logit_positions=move(self.logit_positions),
+        )
 
 
 def cat_vision(samples: list[EncodedChat]) -> dict[str, torch.Tensor]:
@@ -100,9 +106,16 @@ def collate_packed(samples: list[EncodedChat]) -> MicroBatch:
     ids = torch.cat([s.input_ids for s in samples])[None].long()
     labels = torch.cat([s.labels for s in samples])[None].long()
     types = torch.cat([s.mm_token_type_ids for s in samples])[None].long()
-    return MicroBatch(ids, labels, None, types, cat_vision(samples),
-                      packed_lengths=[len(s.input_ids) for s in samples],
-                      packed_media=[_media_counts(s) for s in samples], n_samples=len(samples))
+    return MicroBatch(
+        ids,
+        labels,
+        None,
+        types,
+        cat_vision(samples),
+        packed_lengths=[len(s.input_ids) for s in samples],
+        packed_media=[_media_counts(s) for s in samples],
+        n_samples=len(samples),
+    )
 
 
 def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:
@@ -117,11 +130,11 @@ def packed_position_ids(rope_index_fn: Any, mb: MicroBatch) -> torch.Tensor:
         seg = slice(start, start + length)
         kwargs: dict[str, Any] = {}
         if n_img:
-            kwargs["image_grid_thw"] = v["image_grid_thw"][img_i:img_i + n_img]
+            kwargs["image_grid_thw"] = v["image_grid_thw"][img_i : img_i + n_img]
         if n_vid:
-            kwargs["video_grid_thw"] = v["video_grid_thw"][vid_i:vid_i + n_vid]
+            kwargs["video_grid_thw"] = v["video_grid_thw"][vid_i : vid_i + n_vid]
             if "second_per_grid_ts" in v:
-                kwargs["second_per_grid_ts"] = v["second_per_grid_ts"][vid_i:vid_i + n_vid]
+                kwargs["second_per_grid_ts"] = v["second_per_grid_ts"][vid_i : vid_i + n_vid]
         img_i, vid_i = img_i + n_img, vid_i + n_vid
         ids = mb.input_ids[:, seg]
         if n_img or n_vid:
@@ -153,7 +166,8 @@ def _model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
         if mask is not None and mask.dtype == torch.bool and attention_of(model) == "eager":
             # eager attention adds the mask to the scores; sdpa takes the boolean one as it is
             mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill(
-                ~mask, torch.finfo(torch.float32).min)
+                ~mask, torch.finfo(torch.float32).min
+            )
         kw["attention_mask"] = mask
     elif mb.packed_lengths is not None:
         core = model.model if hasattr(model, "model") else model
@@ -168,7 +182,7 @@ def _model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
 
 
 def split_micro_batches(samples: list[Any], mini_batch: int) -> list[list[Any]]:
-    return [samples[i:i + mini_batch] for i in range(0, len(samples), mini_batch)]
+    return [samples[i : i + mini_batch] for i in range(0, len(samples), mini_batch)]
 
 
 def attention_of(model: Any) -> str:

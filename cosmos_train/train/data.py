@@ -41,8 +41,14 @@ class SFTDataset(Dataset):
     """clip_cache: a ClipCache or its folder (`dataset.cache_dir`); decoded clips are kept there so a
     later epoch or run reads them instead of decoding. None decodes every time."""
 
-    def __init__(self, samples: list[dict], processor: Any, max_length: int, overlength: str,
-                 clip_cache: ClipCache | str | os.PathLike | None = None):
+    def __init__(
+        self,
+        samples: list[dict],
+        processor: Any,
+        max_length: int,
+        overlength: str,
+        clip_cache: ClipCache | str | os.PathLike | None = None,
+    ):
         self.samples = samples
         self.processor = processor
         self.max_length = max_length
@@ -55,7 +61,12 @@ class SFTDataset(Dataset):
     def __getitem__(self, i: int) -> Any:
         s = self.samples[i]
         try:
-            return encode_chat(self.processor, s["messages"], max_length=self.max_length,
-                               truncation=self.truncation, clip_cache=self.clip_cache)
+            return encode_chat(
+                self.processor,
+                s["messages"],
+                max_length=self.max_length,
+                truncation=self.truncation,
+                clip_cache=self.clip_cache,
+            )
         except Exception as e:
             raise RowError(f"row {s.get('id', i)} ({s.get('origin', '?')}): {e}") from e

@@ -38,8 +38,17 @@ if TYPE_CHECKING:
 
 # Dense (no sparsity) bf16 tensor-core peak per GPU, FLOP/s, from the vendors' data sheets.
 PEAK_BF16: tuple[tuple[str, float], ...] = (
-    ("H200", 989.4e12), ("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989.4e12), ("GH200", 989.4e12),
-    ("B200", 2250e12), ("B100", 1750e12), ("A100", 312e12), ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12),
+    ("H200", 989.4e12),
+    ("H100 NVL", 835e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989.4e12),
+    ("GH200", 989.4e12),
+    ("B200", 2250e12),
+    ("B100", 1750e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L40", 181e12),
+    ("A10", 125e12),
 )
 _MERGER_NAMES = (".merger.", ".projector.", "deepstack_merger")
 
@@ -85,8 +94,14 @@ class FlopCounter:
                     vision += p.numel()
             else:
                 language += p.numel()
-        return cls(language, int(config.num_hidden_layers), int(config.hidden_size), vision, merger,
-                   spec.vision_layout.merge_size)
+        return cls(
+            language,
+            int(config.num_hidden_layers),
+            int(config.hidden_size),
+            vision,
+            merger,
+            spec.vision_layout.merge_size,
+        )
 
     def forward_flops(self, tokens: int, pairs: int, patches: int) -> float:
         """One forward pass over `tokens` tokens (vision pads included) attending over `pairs` (query, key)
@@ -100,16 +115,21 @@ class FlopCounter:
         passes: 3 for forward and backward (training), 1 for a forward only (reference / old log-probs)."""
         total = 0.0
         for mb in micro:
-            patches = sum(int(g.prod(-1).sum()) for k in ("image_grid_thw", "video_grid_thw")
-                          if (g := mb.vision.get(k)) is not None)
+            patches = sum(
+                int(g.prod(-1).sum())
+                for k in ("image_grid_thw", "video_grid_thw")
+                if (g := mb.vision.get(k)) is not None
+            )
             mask = mb.attention_mask
             if mask is not None and mask.dim() == 4:  # explicit layout (GRPO's shared prompt): its allowed pairs
                 allowed = int(mask.sum()) if mask.dtype == torch.bool else int((mask == 0).sum())
                 total += self.forward_flops(mb.input_ids.numel(), 2 * allowed, 0)
             else:
                 lengths = mb.packed_lengths or (
-                    [int(n) for n in mask.sum(-1).tolist()] if mask is not None
-                    else [mb.input_ids.shape[1]] * mb.input_ids.shape[0])
+                    [int(n) for n in mask.sum(-1).tolist()]
+                    if mask is not None
+                    else [mb.input_ids.shape[1]] * mb.input_ids.shape[0]
+                )
                 total += sum(self.forward_flops(n, n * n, 0) for n in lengths)
             total += self.forward_flops(0, 0, patches)
         return passes * total

@@ -70,8 +70,16 @@ from cosmos_train.vision.settings import VisionSettings
 
 VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
 # policy_loss metrics averaged over the step's completion tokens
-_TOKEN_METRICS = ("kl", "clip_low_fraction", "clip_high_fraction", "dual_clip_fraction", "ratio_mean",
-                  "is_weight_mean", "is_capped_fraction", "entropy")
+_TOKEN_METRICS = (
+    "kl",
+    "clip_low_fraction",
+    "clip_high_fraction",
+    "dual_clip_fraction",
+    "ratio_mean",
+    "is_weight_mean",
+    "is_capped_fraction",
+    "entropy",
+)
 
 
 class _Micro:
@@ -113,8 +121,9 @@ class GRPOTrainer(Trainer):
         self.policy_cfg = policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
-        self.rewards = combine(policy_cfg.reward_function,
-                               remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None)
+        self.rewards = combine(
+            policy_cfg.reward_function, remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None
+        )
         val_remote = cfg.validation.use_remote_reward
         val_remote = policy_cfg.use_remote_reward if val_remote is None else val_remote
         # cosmos-rl validates through the remote service too when training does (it picks which weights are best):
@@ -128,19 +137,30 @@ class GRPOTrainer(Trainer):
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         prompts = cfg.prompts_per_step
         if prompts % dist.dp_size:
-            raise ConfigError([
-                f"the {prompts} prompt(s) of a step (train.train_batch_per_replica / rollout.n_generation, at least "
-                f"1) must be divisible by the {dist.dp_size} data-parallel rank(s) ({dist.world_size} processes / "
-                f"tp_size {dist.tp}): each rank samples whole groups for an equal share of the prompts; raise "
-                "train.train_batch_per_replica or run fewer data-parallel ranks"
-            ])
-        self.sampler = GlobalBatchSampler(len(self.rows), prompts, dist.dp_size, dist.dp_rank,
-                                          shuffle=policy_cfg.dataloader_shuffle, seed=policy_cfg.dataloader_seed,
-                                          drop_last=True)
+            raise ConfigError(
+                [
+                    f"the {prompts} prompt(s) of a step (train.train_batch_per_replica / rollout.n_generation, "
+                    f"at least 1) must be divisible by the {dist.dp_size} data-parallel rank(s) "
+                    f"({dist.world_size} processes / tp_size {dist.tp}): each rank samples whole groups for an "
+                    "equal share of the prompts; raise "
+                    "train.train_batch_per_replica or run fewer data-parallel ranks"
+                ]
+            )
+        self.sampler = GlobalBatchSampler(
+            len(self.rows),
+            prompts,
+            dist.dp_size,
+            dist.dp_rank,
+            shuffle=policy_cfg.dataloader_shuffle,
+            seed=policy_cfg.dataloader_seed,
+            drop_last=True,
+        )
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:
-            raise DataError(f"{len(self.rows)} training row(s) make no step of {prompts} prompts: add rows or lower "
-                            "train.train_batch_per_replica")
+            raise DataError(
+                f"{len(self.rows)} training row(s) make no step of {prompts} prompts: add rows or lower "
+                "train.train_batch_per_replica"
+            )
         total_steps = per_epoch * t.epoch
         if t.max_num_steps is not None:
             total_steps = min(total_steps, t.max_num_steps)
@@ -150,11 +170,16 @@ class GRPOTrainer(Trainer):
         self.init_schedule(total_steps, total_steps * self.rl_steps_per_step)
         self.reference = load_policy(cfg, dist, trainable=False)[0] if policy_cfg.kl_beta > 0 else None
         self.loss_cfg = PolicyLossConfig(
-            epsilon_low=policy_cfg.epsilon_low, epsilon_high=policy_cfg.epsilon_high,
-            dual_clip=policy_cfg.lower_bound_ratio, sequence_ratio=policy_cfg.variant == "gspo",
-            kl_beta=policy_cfg.kl_beta, unbiased_kl=policy_cfg.unbiased_kl_estimate,
-            decoupled=policy_cfg.use_decoupled_loss, is_cap=policy_cfg.behav_imp_weight_cap,
-            loss_type=policy_cfg.loss_type, max_tokens=policy_cfg.unbiased_loss_max_tokens,
+            epsilon_low=policy_cfg.epsilon_low,
+            epsilon_high=policy_cfg.epsilon_high,
+            dual_clip=policy_cfg.lower_bound_ratio,
+            sequence_ratio=policy_cfg.variant == "gspo",
+            kl_beta=policy_cfg.kl_beta,
+            unbiased_kl=policy_cfg.unbiased_kl_estimate,
+            decoupled=policy_cfg.use_decoupled_loss,
+            is_cap=policy_cfg.behav_imp_weight_cap,
+            loss_type=policy_cfg.loss_type,
+            max_tokens=policy_cfg.unbiased_loss_max_tokens,
         )
         # the trainer's log-probs are of softmax(logits / train_policy.temperature), as in cosmos-rl; the engine
         # samples at rollout.sampling_config.temperature (config checks they agree where engine log-probs count)
@@ -178,8 +203,10 @@ class GRPOTrainer(Trainer):
         if not policy_cfg.on_policy and r.parallelism.tp_size == 1:
             return WorkerRollout(self.cfg, self.run_dir, dataset_script, self.dist, 2 * local_procs, self.model_dir)
         if not policy_cfg.on_policy:
-            self.log(f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
-                     "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)")
+            self.log(
+                f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
+                "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)"
+            )
         return ColocatedRollout(self.cfg, self.dist, self.rewards, self.rows, processes_per_host=local_procs)
 
     def _vision_defaults(self) -> VisionSettings | None:
@@ -188,8 +215,12 @@ class GRPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ checkpoint contents
     def checkpoint_extra(self) -> dict[str, Any]:
-        return {**super().checkpoint_extra(), "weight_version": self.weight_version, "best": self.best,
-                "reference": "initial policy" if self.reference is not None else None}
+        return {
+            **super().checkpoint_extra(),
+            "weight_version": self.weight_version,
+            "best": self.best,
+            "reference": "initial policy" if self.reference is not None else None,
+        }
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
         super().restore_extra(extra)
@@ -202,8 +233,9 @@ class GRPOTrainer(Trainer):
         uninterrupted one did. Ranks of one policy TP group (same prompts) or one rollout TP group
         (one engine) share it. `run_rollout` derives its sampling and refill seeds from purpose 0."""
         step = self.step if step is None else step
-        return (self.cfg.train.seed * 1_000_003 + step * 10_007 + self.rollout_source.seed_rank * 101
-                + purpose * 7) % SEED_MOD
+        return (
+            self.cfg.train.seed * 1_000_003 + step * 10_007 + self.rollout_source.seed_rank * 101 + purpose * 7
+        ) % SEED_MOD
 
     @staticmethod
     def _chat(row: Mapping[str, Any]) -> Chat:
@@ -211,9 +243,14 @@ class GRPOTrainer(Trainer):
         return prompt_messages(row["messages"], origin=str(row.get("id", "")))
 
     def _encode_prompt(self, row: dict) -> EncodedChat:
-        return encode_chat(self.processor, self._chat(row), add_generation_prompt=True,
-                           max_length=self.cfg.policy.model_max_length, clip_cache=self.frames,
-                           vision_defaults=self.vision_defaults)
+        return encode_chat(
+            self.processor,
+            self._chat(row),
+            add_generation_prompt=True,
+            max_length=self.cfg.policy.model_max_length,
+            clip_cache=self.frames,
+            vision_defaults=self.vision_defaults,
+        )
 
     def samples_of(self, groups: list[Group]) -> list[RLSample]:
         """The training sequences of `groups`. A completion holding a vision placeholder token (an untrained
@@ -231,8 +268,16 @@ class GRPOTrainer(Trainer):
                     self.vision_token_completions += 1
                     continue
                 check_prompt_ids(prompt, c, origin)
-                out.append(RLSample(prompt, list(c.token_ids), float(adv), behav_tensor(c),
-                                    in_loss=not (mask_truncated and c.finish_reason == "length"), ignore_prefix=skip))
+                out.append(
+                    RLSample(
+                        prompt,
+                        list(c.token_ids),
+                        float(adv),
+                        behav_tensor(c),
+                        in_loss=not (mask_truncated and c.finish_reason == "length"),
+                        ignore_prefix=skip,
+                    )
+                )
         return out
 
     # ------------------------------------------------------------------ training on one rollout
@@ -243,7 +288,7 @@ class GRPOTrainer(Trainer):
         policy_cfg = self.policy_cfg
         k = self.rl_steps_per_step
         bounds = [round(i * len(samples) / k) for i in range(k + 1)]
-        parts = [samples[bounds[i]:bounds[i + 1]] for i in range(k)]
+        parts = [samples[bounds[i] : bounds[i + 1]] for i in range(k)]
         counts = [len(split_micro_batches(p, policy_cfg.micro_batch)) if p else 0 for p in parts]
         most = [int(c) for c in all_reduce_max(torch.tensor(counts, dtype=torch.float64), self.dist.device).tolist()]
         out = []
@@ -288,12 +333,17 @@ class GRPOTrainer(Trainer):
             return _LossScales([total] * n, [1.0] * n, float(self.dist.dp_size), whole_update=True, total=total)
         held = sum(m.count for m in micro)
         shares = [m.count / held if held else 0.0 for m in micro]
-        tokens = all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64),
-                                self.dist.device) / self.dist.tp
+        tokens = (
+            all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64), self.dist.device)
+            / self.dist.tp
+        )
         total = float(tokens.sum())
-        if policy_cfg.loss_type == "token-mean" and policy_cfg.balance_dp_token:  # unset: false for GRPO (cosmos-rl's default)
-            return _LossScales([float(t) or None for t in tokens.tolist()], shares, float(self.dist.dp_size),
-                               total=total)
+        if (
+            policy_cfg.loss_type == "token-mean" and policy_cfg.balance_dp_token
+        ):  # unset: false for GRPO (cosmos-rl's default)
+            return _LossScales(
+                [float(t) or None for t in tokens.tolist()], shares, float(self.dist.dp_size), total=total
+            )
         return _LossScales([None] * n, shares, 1.0, total=total)
 
     def train_on(self, samples: list[RLSample], filler: RLSample) -> dict[str, float]:
@@ -320,9 +370,15 @@ class GRPOTrainer(Trainer):
                     continue
                 loss_sum = [0.0]
 
-                def loss_fn(i: int, mb: MicroBatch, logits: torch.Tensor, keep: torch.Tensor,
-                            micro: list[_Micro] = micro, scales: _LossScales = scales,
-                            loss_sum: list[float] = loss_sum) -> torch.Tensor:
+                def loss_fn(
+                    i: int,
+                    mb: MicroBatch,
+                    logits: torch.Tensor,
+                    keep: torch.Tensor,
+                    micro: list[_Micro] = micro,
+                    scales: _LossScales = scales,
+                    loss_sum: list[float] = loss_sum,
+                ) -> torch.Tensor:
                     m = micro[i]
                     norm = scales.normalisers[i]
                     layout = m.layout.to(logits.device)
@@ -335,14 +391,26 @@ class GRPOTrainer(Trainer):
                             m.old = logp.detach()
                         old = m.old
                     loss, values = policy_loss(
-                        logp, old, m.advantages.to(logp.device), mask, self.loss_cfg, ref_logprobs=m.ref,
-                        behav_logprobs=behav, normaliser=norm)
+                        logp,
+                        old,
+                        m.advantages.to(logp.device),
+                        mask,
+                        self.loss_cfg,
+                        ref_logprobs=m.ref,
+                        behav_logprobs=behav,
+                        normaliser=norm,
+                    )
                     loss = loss * scales.dp_factor
                     with torch.set_grad_enabled(bool(policy_cfg.entropy_coeff)):  # logged always, trained on when asked
                         entropy = layout.per_position(token_entropy(logits[0].float() / (self.temperature or 1.0)))
-                    if policy_cfg.entropy_coeff:  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
-                        bonus = (aggregate(entropy, mask, policy_cfg.loss_type, norm) * scales.dp_factor if scales.whole_update
-                                 else aggregate(entropy, mask, "token-mean"))
+                    if (
+                        policy_cfg.entropy_coeff
+                    ):  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
+                        bonus = (
+                            aggregate(entropy, mask, policy_cfg.loss_type, norm) * scales.dp_factor
+                            if scales.whole_update
+                            else aggregate(entropy, mask, "token-mean")
+                        )
                         loss = loss - policy_cfg.entropy_coeff * bonus
                     loss = loss * scales.shares[i]
                     n = float(mask.sum())
@@ -370,8 +438,12 @@ class GRPOTrainer(Trainer):
         tokens = max(glob.pop("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in glob.items()}
         out["clip_fraction"] = out.get("clip_low_fraction", 0.0) + out.get("clip_high_fraction", 0.0)
-        out.update(loss=sum(losses) / max(len(losses), 1), grad_norm=max(norms) if norms else 0.0,
-                   updates=float(len(losses)), skipped=not applied)
+        out.update(
+            loss=sum(losses) / max(len(losses), 1),
+            grad_norm=max(norms) if norms else 0.0,
+            updates=float(len(losses)),
+            skipped=not applied,
+        )
         return out
 
     # ------------------------------------------------------------------ one step
@@ -419,13 +491,22 @@ class GRPOTrainer(Trainer):
             self.sync_weights(version=self.step + 1)  # the weights after this step
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
-        stats["vision_token_completions"] = (float(all_reduce_sum(self.vision_token_completions, self.dist.device))
-                                             / self.dist.tp)
-        return {**stats, **sampled.metrics, **values, "rollout_time": t_rollout, "train_time": t_train,
-                "step_time": step_time, "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time,
-                "weight_version": self.weight_version,
-                "lr": self.scheduler.get_last_lr()[0], "peak_mem_gb": peak_memory_gb(self.dist.device),
-                "epoch": self.pos.epoch}
+        stats["vision_token_completions"] = (
+            float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
+        )
+        return {
+            **stats,
+            **sampled.metrics,
+            **values,
+            "rollout_time": t_rollout,
+            "train_time": t_train,
+            "step_time": step_time,
+            "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time,
+            "weight_version": self.weight_version,
+            "lr": self.scheduler.get_last_lr()[0],
+            "peak_mem_gb": peak_memory_gb(self.dist.device),
+            "epoch": self.pos.epoch,
+        }
 
     def _from_tp_leader(self, rollout: Rollout) -> Rollout:
         """The ranks of one policy TP group hold slices of one model and must train on the same batch: they
@@ -471,9 +552,18 @@ class GRPOTrainer(Trainer):
         rows = []
         for g in sampled:
             for c, reward, parts, adv in zip(g.completions, g.rewards, g.parts, g.advantages):
-                rows.append({"id": g.row.get("id"), "prompt": user_text(g.row.get("messages") or []), "reference": reference_answer(g.row),
-                             "completion": c.text, "reward": reward, "parts": parts, "advantage": adv,
-                             "finish_reason": c.finish_reason})
+                rows.append(
+                    {
+                        "id": g.row.get("id"),
+                        "prompt": user_text(g.row.get("messages") or []),
+                        "reference": reference_answer(g.row),
+                        "completion": c.text,
+                        "reward": reward,
+                        "parts": parts,
+                        "advantage": adv,
+                        "finish_reason": c.finish_reason,
+                    }
+                )
         self.metrics.log_samples(step, rows[:count])
 
     # ------------------------------------------------------------------ validation and the best weights
@@ -484,12 +574,15 @@ class GRPOTrainer(Trainer):
             self.sync_weights()
         n_rows = len(self.val_rows)
         share = -(-n_rows // self.dist.dp_size)
-        mine = self.val_rows[self.dist.dp_rank * share:(self.dist.dp_rank + 1) * share]
+        mine = self.val_rows[self.dist.dp_rank * share : (self.dist.dp_rank + 1) * share]
         accuracy = accuracy_part(self.val_rewards.names)  # the validation reward's part that is an accuracy
         sums = torch.zeros(3, dtype=torch.float64)  # answers, their rewards, their accuracy part
         answers = self.rollout_source.generate_for_validation(
-            [self._chat(r) for r in mine], validation_sampling(self.cfg, self._seed(3)), together=share,
-            filler=self._chat(self.val_rows[0]))
+            [self._chat(r) for r in mine],
+            validation_sampling(self.cfg, self._seed(3)),
+            together=share,
+            filler=self._chat(self.val_rows[0]),
+        )
         for row, completions in zip(mine, answers):
             for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
                 right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
@@ -507,8 +600,12 @@ class GRPOTrainer(Trainer):
         # every rank holds the same all-reduced value, so all take this branch together (export is collective)
         if self.best is None or values[metric] > self.best["value"]:
             path = self.export("best") if self.cfg.train.ckpt.export_safetensors else None
-            self.best = {"step": self.step, "metric": metric, "value": values[metric],
-                         "path": str(path) if path else None}
+            self.best = {
+                "step": self.step,
+                "metric": metric,
+                "value": values[metric],
+                "path": str(path) if path else None,
+            }
             if self.dist.is_main:
                 (self.run_dir / "best.json").write_text(json.dumps(self.best, indent=2))
                 self.log(f"best validation {metric} {values[metric]:.4f} at step {self.step}")
@@ -516,10 +613,12 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------ around the loop
     def describe(self) -> str:
         r = self.cfg.rollout
-        return (f"{super().describe()} on {self.dist.world_size} process(es): {self.cfg.prompts_per_step} prompts x "
-                f"{r.n_generation} completions a step, {self.rl_steps_per_step} update(s) x "
-                f"{self.policy_cfg.mu_iterations} pass(es), {len(self.rows)} rows, "
-                f"rollout {self.rollout_source.description}")
+        return (
+            f"{super().describe()} on {self.dist.world_size} process(es): {self.cfg.prompts_per_step} prompts x "
+            f"{r.n_generation} completions a step, {self.rl_steps_per_step} update(s) x "
+            f"{self.policy_cfg.mu_iterations} pass(es), {len(self.rows)} rows, "
+            f"rollout {self.rollout_source.description}"
+        )
 
     @property
     def validating(self) -> bool:

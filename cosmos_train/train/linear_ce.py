@@ -29,14 +29,22 @@ from cosmos_train.errors import ConfigError
 from cosmos_train.train.losses import IGNORE
 
 
-def linear_ce_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                  chunk_rows: int = 2048) -> tuple[torch.Tensor, int]:
+def linear_ce_sum(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int = 2048
+) -> tuple[torch.Tensor, int]:
     """(sum of CE of `targets` under logits = hidden @ weight.T, number of counted tokens): hidden [N, H],
     weight [V, H], targets [N] (IGNORE: not counted). Differentiable in `hidden` and `weight`; equal to
     `F.cross_entropy(hidden @ weight.T, targets, ignore_index=IGNORE, reduction="sum")` in value and gradient."""
-    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1] or targets.shape != hidden.shape[:1]:
-        raise ValueError(f"linear_ce_sum: hidden [N, H], weight [V, H], targets [N]; got {tuple(hidden.shape)}, "
-                         f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+    if (
+        hidden.dim() != 2
+        or weight.dim() != 2
+        or hidden.shape[1] != weight.shape[1]
+        or targets.shape != hidden.shape[:1]
+    ):
+        raise ValueError(
+            f"linear_ce_sum: hidden [N, H], weight [V, H], targets [N]; got {tuple(hidden.shape)}, "
+            f"{tuple(weight.shape)}, {tuple(targets.shape)}"
+        )
     if chunk_rows < 1:
         raise ValueError(f"linear_ce_sum: chunk_rows must be >= 1, got {chunk_rows}")
     targets = targets.to(hidden.device)
@@ -47,9 +55,14 @@ def linear_ce_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Ten
     return _LinearCrossEntropy.apply(hidden, weight, targets, chunk_rows), n_tokens
 
 
-def _chunked(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int,
-             need_hidden: bool, need_weight: bool
-             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def _chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_rows: int,
+    need_hidden: bool,
+    need_weight: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(loss sum in fp32, d loss / d hidden or None, d loss / d weight in fp32 or None), one chunk of rows at a time."""
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if need_hidden else None
@@ -57,13 +70,19 @@ def _chunked(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, 
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
     for start in range(0, hidden.shape[0], chunk_rows):
         rows = slice(start, start + chunk_rows)
-        loss += _chunk(hidden[rows], weight, targets[rows], None if grad_hidden is None else grad_hidden[rows],
-                       grad_weight)
+        loss += _chunk(
+            hidden[rows], weight, targets[rows], None if grad_hidden is None else grad_hidden[rows], grad_weight
+        )
     return loss, grad_hidden, grad_weight
 
 
-def _chunk(h: torch.Tensor, weight: torch.Tensor, t: torch.Tensor, grad_h: torch.Tensor | None,
-           grad_weight: torch.Tensor | None) -> torch.Tensor:
+def _chunk(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    t: torch.Tensor,
+    grad_h: torch.Tensor | None,
+    grad_weight: torch.Tensor | None,
+) -> torch.Tensor:
     """One chunk's CE sum; its d loss / d h written into `grad_h`, its d loss / d weight added to `grad_weight`.
     A function of its own so the chunk's [n, V] buffer is freed before the next chunk allocates one."""
     counted = t != IGNORE
@@ -96,11 +115,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """Forward computes the loss and both gradients chunk by chunk; backward scales them (the loss is a scalar)."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                chunk_rows: int) -> torch.Tensor:
-        loss, grad_hidden, grad_weight = _chunked(hidden, weight, targets, chunk_rows,
-                                                  need_hidden=ctx.needs_input_grad[0],
-                                                  need_weight=ctx.needs_input_grad[1])
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int
+    ) -> torch.Tensor:
+        loss, grad_hidden, grad_weight = _chunked(
+            hidden,
+            weight,
+            targets,
+            chunk_rows,
+            need_hidden=ctx.needs_input_grad[0],
+            need_weight=ctx.needs_input_grad[1],
+        )
         ctx.weight_dtype = weight.dtype
         ctx.save_for_backward(grad_hidden, grad_weight)
         return loss
@@ -120,7 +145,11 @@ def head_weight(lm_head: torch.nn.Module) -> torch.Tensor:
     the fused loss would compute wrongly) is refused naming the key."""
     if type(lm_head) is not torch.nn.Linear or lm_head.bias is not None:
         kind = f"{type(lm_head).__module__}.{type(lm_head).__qualname__}"  # peft's LoRA layer is also "Linear"
-        raise ConfigError([f"train.fused_linear_ce: the model's lm_head is {kind}"
-                           f"{' with a bias' if getattr(lm_head, 'bias', None) is not None else ''}; the fused loss "
-                           "computes a bias-free linear head: set fused_linear_ce = false"])
+        raise ConfigError(
+            [
+                f"train.fused_linear_ce: the model's lm_head is {kind}"
+                f"{' with a bias' if getattr(lm_head, 'bias', None) is not None else ''}; the fused loss "
+                "computes a bias-free linear head: set fused_linear_ce = false"
+            ]
+        )
     return lm_head.weight

@@ -82,8 +82,7 @@ class BaseTrainer(ABC, Generic[ConfigT]):
     scheduler: Any
     total_steps: int
 
-    def __init__(self, cfg: ConfigT, run_dir: Path, dist: DistInfo, model: nn.Module,
-                 optimizer: torch.optim.Optimizer):
+    def __init__(self, cfg: ConfigT, run_dir: Path, dist: DistInfo, model: nn.Module, optimizer: torch.optim.Optimizer):
         self.cfg, self.run_dir, self.dist = cfg, run_dir, dist
         self.settings = self.loop_settings(cfg)
         self.model, self.optimizer = model, optimizer
@@ -141,8 +140,9 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         if ckpt is None:
             ckpt = resolve_resume(s.resume, s.output_dir)
             if ckpt is None and s.resume is True:
-                self.resume_note = (f"{s.resume_key} = true: no complete checkpoint under {s.output_dir}; "
-                                    "started from step 0")
+                self.resume_note = (
+                    f"{s.resume_key} = true: no complete checkpoint under {s.output_dir}; started from step 0"
+                )
                 self.log(self.resume_note)
         if ckpt is None:
             return
@@ -155,8 +155,9 @@ class BaseTrainer(ABC, Generic[ConfigT]):
 
     def save(self, blocking: bool = False) -> Path:
         """A checkpoint of this step (the checkpoint manager logs where and how long it took)."""
-        return self.ckpt.save(self.step, self.model, self.optimizer, self.scheduler, self.checkpoint_extra(),
-                              blocking=blocking)
+        return self.ckpt.save(
+            self.step, self.model, self.optimizer, self.scheduler, self.checkpoint_extra(), blocking=blocking
+        )
 
     @abstractmethod
     def export(self, name: str) -> Path | None:
@@ -232,8 +233,10 @@ class BaseTrainer(ABC, Generic[ConfigT]):
     def skip_nonfinite(self, values: dict[str, Any]) -> None:
         """A step that made no update (train_step said "skipped"). A trainer that allows skipping overrides this;
         here the run stops."""
-        raise TrainingDiverged(f"step {self.step}: loss {values.get('loss')} / gradient norm "
-                               f"{values.get('grad_norm')} not finite: training diverged")
+        raise TrainingDiverged(
+            f"step {self.step}: loss {values.get('loss')} / gradient norm "
+            f"{values.get('grad_norm')} not finite: training diverged"
+        )
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
@@ -264,9 +267,16 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         if self.stopped:
             return {"step": self.step, "stopped": True}
         self.metrics.close()
-        return {"step": self.step, "stopped": False, "final": str(final) if final else None, **self.result_extra(),
-                "resumed_from": self.resumed_from, "resume_note": self.resume_note,
-                "skipped_steps": self.skipped_steps, **last}
+        return {
+            "step": self.step,
+            "stopped": False,
+            "final": str(final) if final else None,
+            **self.result_extra(),
+            "resumed_from": self.resumed_from,
+            "resume_note": self.resume_note,
+            "skipped_steps": self.skipped_steps,
+            **last,
+        }
 
     def log(self, msg: str) -> None:
         """A line of the run's log (rank 0's, unless logging was set up for all ranks: `cosmos_train.logs`)."""
@@ -279,8 +289,11 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
     its paragraph in RUN/error.json and exit 2, a crash its traceback; 143 when stopped by a signal."""
     ap = argparse.ArgumentParser(description=f"{trainer_cls.name} trainer (run under torchrun).")
     ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
-    ap.add_argument("--resume-own-run", action="store_true",
-                    help="Resume from this run folder's newest checkpoint if it has one (used by retries).")
+    ap.add_argument(
+        "--resume-own-run",
+        action="store_true",
+        help="Resume from this run folder's newest checkpoint if it has one (used by retries).",
+    )
     trainer_cls.add_arguments(ap)
     args = ap.parse_args(argv)
     run_dir = args.config.resolve().parent
@@ -301,8 +314,7 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
         # A user error: its paragraph and exit 2 (RUN/error.json tells the launching task); a crash
         # re-raises with its traceback. No barrier: the other ranks may be anywhere.
         teardown(barrier=False)
-        code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None,
-                                   rank=dist.rank if dist else 0)
+        code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None, rank=dist.rank if dist else 0)
         if code is None:
             raise
         return code

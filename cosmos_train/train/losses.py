@@ -37,6 +37,7 @@ def label_positions(labels: torch.Tensor) -> torch.Tensor:
 def kept_ce_sum(logits: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, int]:
     """token_ce_sum for logits computed at `positions` only ([B, K, V]): the same value, less work."""
     targets = labels[:, positions + 1].to(logits.device)
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           ignore_index=IGNORE, reduction="sum")
+    loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
     return loss, int((targets != IGNORE).sum())

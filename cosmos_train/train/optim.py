@@ -31,7 +31,9 @@ def apply_freeze_patterns(model: nn.Module, policy: PolicyConfig) -> tuple[int, 
     unused = [r.pattern for r in freeze + train_only if r.pattern not in used]
     if unused:
         key = "trainable_pattern" if train_only else "freeze_pattern"
-        raise ValueError(f"policy.{key}: {unused} match no parameter name (e.g. {next(iter(dict(model.named_parameters())))})")
+        raise ValueError(
+            f"policy.{key}: {unused} match no parameter name (e.g. {next(iter(dict(model.named_parameters())))})"
+        )
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if trainable == 0:
         raise ValueError("policy.freeze_pattern/trainable_pattern leave no trainable parameter")
@@ -109,5 +111,6 @@ def lr_factor(step: int, sched: Schedule, decay_type: str, min_factor: float, st
 def build_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> LambdaLR:
     """One tick per trainer step (SFT and GRPO alike, however many optimizer updates a step makes)."""
     sched = schedule_of(cfg, total_steps)
-    return LambdaLR(opt, lambda s: lr_factor(s, sched, cfg.optm_decay_type, cfg.optm_min_lr_factor,
-                                             cfg.optm_warmup_start_factor))
+    return LambdaLR(
+        opt, lambda s: lr_factor(s, sched, cfg.optm_decay_type, cfg.optm_min_lr_factor, cfg.optm_warmup_start_factor)
+    )

@@ -31,23 +31,40 @@ NAME = "cosmos_packed_sdpa"
 _REPLACES = ("sdpa", "eager")
 
 
-def packed_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                cu_seq_lens_q: torch.Tensor | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def packed_sdpa(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """query [1, H, L, D], key / value [1, H_kv, L, D] -> ([1, L, H, D], None); causal within each segment of
     `cu_seq_lens_q` (cumulative bounds [0, L_1, L_1 + L_2, ..., L]). Without bounds: transformers' SDPA."""
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                      dropout=dropout, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
     if query.shape[0] != 1:
         raise ValueError(f"a packed row has batch size 1, got {query.shape[0]}")
     bounds = cu_seq_lens_q.tolist()
     p = dropout if module.training else 0.0
     gqa = key.shape[1] != query.shape[1]
     outs = [
-        F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], dropout_p=p,
-                                       is_causal=True, scale=scaling, enable_gqa=gqa)
-        for s, e in zip(bounds[:-1], bounds[1:]) if e > s
+        F.scaled_dot_product_attention(
+            query[:, :, s:e],
+            key[:, :, s:e],
+            value[:, :, s:e],
+            dropout_p=p,
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
+        for s, e in zip(bounds[:-1], bounds[1:])
+        if e > s
     ]
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 

@@ -61,8 +61,7 @@ def read_run_report(run_dir: Path) -> RunReport:
     result_path = run_dir / "result.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
     metrics = read_metrics(run_dir)
-    return RunReport(run_dir, result, per_step(metrics, "train"), per_step(metrics, "val"),
-                     read_completions(run_dir))
+    return RunReport(run_dir, result, per_step(metrics, "train"), per_step(metrics, "val"), read_completions(run_dir))
 
 
 def _first_last(rows: list[dict[str, Any]], key: str, fmt: str) -> str | None:
@@ -76,8 +75,12 @@ def grpo_summary_markdown(report: RunReport) -> str:
     """Steps, reward and accuracy first -> last, best validation accuracy, KL, time split, throughput,
     exports, resume notes and skipped steps."""
     r, train, val = report.result, report.train, report.val
-    lines = [f"# GRPO run `{report.run_dir.name}`", "", f"- run folder: `{report.run_dir}`",
-             f"- steps: {r.get('step')}" + (" (stopped early)" if r.get("stopped") else "")]
+    lines = [
+        f"# GRPO run `{report.run_dir.name}`",
+        "",
+        f"- run folder: `{report.run_dir}`",
+        f"- steps: {r.get('step')}" + (" (stopped early)" if r.get("stopped") else ""),
+    ]
     if (reward := _first_last(train, "reward_mean", ".3f")) is not None:
         lines.append(f"- reward (train mean): {reward}")
     if (acc := _first_last(train, "accuracy", ".3f")) is not None:
@@ -85,8 +88,10 @@ def grpo_summary_markdown(report: RunReport) -> str:
     val_steps, val_acc = series(val, "accuracy")
     if val_acc:
         best = max(range(len(val_acc)), key=lambda i: val_acc[i])  # the first of equal bests
-        lines.append(f"- validation accuracy: best {val_acc[best]:.3f} at step {val_steps[best]}, "
-                     f"last {val_acc[-1]:.3f} (step {val_steps[-1]})")
+        lines.append(
+            f"- validation accuracy: best {val_acc[best]:.3f} at step {val_steps[best]}, "
+            f"last {val_acc[-1]:.3f} (step {val_steps[-1]})"
+        )
     _, kl = series(train, "kl")
     if kl:
         lines.append(f"- KL: last {kl[-1]:.4g}, max {max(kl):.4g}")
@@ -95,22 +100,28 @@ def grpo_summary_markdown(report: RunReport) -> str:
     if rollout and training:
         total = sum(rollout) + sum(training)
         share = 100.0 * sum(rollout) / total if total > 0 else 0.0
-        lines.append(f"- time: rollout {sum(rollout):.1f} s ({share:.0f}%), training {sum(training):.1f} s "
-                     f"({100.0 - share:.0f}%)")
+        lines.append(
+            f"- time: rollout {sum(rollout):.1f} s ({share:.0f}%), training {sum(training):.1f} s "
+            f"({100.0 - share:.0f}%)"
+        )
     _, tps = series(train, "tokens_per_s")
     if tps:
         lines.append(f"- throughput: {tps[-1]:.0f} tokens/s (last step), {sum(tps) / len(tps):.0f} mean")
     _, tflops = series(train, "update_tflops_per_device")
     if tflops:
         _, mfu = series(train, "update_mfu")
-        lines.append(f"- policy update: {tflops[-1]:.3g} model TFLOP/s per device (last step)"
-                     + (f", MFU {mfu[-1]:.1%}" if mfu else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)"))
+        lines.append(
+            f"- policy update: {tflops[-1]:.3g} model TFLOP/s per device (last step)"
+            + (f", MFU {mfu[-1]:.1%}" if mfu else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)")
+        )
     lines.append(f"- final export: `{r['final']}`" if r.get("final") else "- final export: none")
     if best_export := r.get("best"):
         value = best_export.get("value")
         shown = f"{value:.3f}" if isinstance(value, int | float) else value
-        lines.append(f"- best export: `{best_export.get('path')}` ({best_export.get('metric')} {shown} "
-                     f"at step {best_export.get('step')})")
+        lines.append(
+            f"- best export: `{best_export.get('path')}` ({best_export.get('metric')} {shown} "
+            f"at step {best_export.get('step')})"
+        )
     lines += result_notes(r)
     if not report.completions:
         lines.append("- no completions sampled (completions.jsonl is empty or missing)")
@@ -122,13 +133,20 @@ def sft_summary_markdown(run_dir: Path, result: dict[str, Any], metrics: list[di
     loss, the export, resume notes."""
     train = [m for m in metrics if m.get("kind") == "train"]
     val = [m for m in metrics if m.get("kind") == "val"]
-    lines = [f"# SFT run `{run_dir.name}`", "", f"- run folder: `{run_dir}`",
-             f"- steps: {result.get('step')}", f"- export: `{result.get('final')}`"]
+    lines = [
+        f"# SFT run `{run_dir.name}`",
+        "",
+        f"- run folder: `{run_dir}`",
+        f"- steps: {result.get('step')}",
+        f"- export: `{result.get('final')}`",
+    ]
     if train:
         first, last = train[0], train[-1]
-        lines += [f"- loss: {first['loss']:.4f} (step {first['step']}) -> {last['loss']:.4f} (step {last['step']})",
-                  f"- throughput (last step): {last['tokens_per_s']:.0f} tokens/s, {last['samples_per_s']:.1f} samples/s",
-                  f"- peak memory: {max(m['peak_mem_gb'] for m in train):.2f} GB"]
+        lines += [
+            f"- loss: {first['loss']:.4f} (step {first['step']}) -> {last['loss']:.4f} (step {last['step']})",
+            f"- throughput (last step): {last['tokens_per_s']:.0f} tokens/s, {last['samples_per_s']:.1f} samples/s",
+            f"- peak memory: {max(m['peak_mem_gb'] for m in train):.2f} GB",
+        ]
         if "tflops_per_device" in last:
             mfu = f", MFU {last['mfu']:.1%}" if "mfu" in last else " (MFU: peak unknown, set COSMOS_PEAK_TFLOPS)"
             lines.append(f"- model FLOPs (last step): {last['tflops_per_device']:.3g} TFLOP/s per device{mfu}")
@@ -165,8 +183,13 @@ def completions_table(completions: list[dict[str, Any]], limit: int = TABLE_ROWS
     block.reverse()
     table = []
     for row in block:
-        out = {"step": row.get("step"), "id": row.get("id"), "prompt": _clip(row.get("prompt"), PROMPT_CHARS, tail=True),
-               "completion": _clip(row.get("completion"), COMPLETION_CHARS), "reward": _round(row.get("reward"))}
+        out = {
+            "step": row.get("step"),
+            "id": row.get("id"),
+            "prompt": _clip(row.get("prompt"), PROMPT_CHARS, tail=True),
+            "completion": _clip(row.get("completion"), COMPLETION_CHARS),
+            "reward": _round(row.get("reward")),
+        }
         out.update({f"reward/{k}": _round(v) for k, v in (row.get("parts") or {}).items()})
         out["advantage"] = _round(row.get("advantage"))
         table.append(out)
@@ -196,11 +219,15 @@ def upload_notes(records: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in records:
         if r.get("ok"):
-            lines.append(f"- uploaded `{r['what']}` -> {r['url']} ({r['files_sent']} files sent, "
-                         f"{r['files_unchanged']} unchanged)")
+            lines.append(
+                f"- uploaded `{r['what']}` -> {r['url']} ({r['files_sent']} files sent, "
+                f"{r['files_unchanged']} unchanged)"
+            )
         else:
-            lines.append(f"- NOT uploaded `{r['what']}` -> {r['url']}: {r.get('error')} (the files are in the "
-                         f"run folder; `cosmos-train upload RUN/{r['what']} --to {r['url']}` retries)")
+            lines.append(
+                f"- NOT uploaded `{r['what']}` -> {r['url']}: {r.get('error')} (the files are in the "
+                f"run folder; `cosmos-train upload RUN/{r['what']} --to {r['url']}` retries)"
+            )
     return lines
 
 

@@ -53,8 +53,13 @@ class SharedPrefixLayout:
     width: int  # the longest completion
 
     def to(self, device: torch.device) -> SharedPrefixLayout:
-        return replace(self, logit_index=self.logit_index.to(device), sample=self.sample.to(device),
-                       column=self.column.to(device), target=self.target.to(device))
+        return replace(
+            self,
+            logit_index=self.logit_index.to(device),
+            sample=self.sample.to(device),
+            column=self.column.to(device),
+            target=self.target.to(device),
+        )
 
     def grid(self, values: torch.Tensor) -> torch.Tensor:
         """Per-token values [N] as [n_samples, width] (zeros past each completion's end)."""
@@ -83,8 +88,10 @@ def _prompt_positions(prompt: EncodedChat, rope_index: Callable[..., Any]) -> tu
     n = len(prompt.input_ids)
     if prompt.video_grid_thw is None and prompt.image_grid_thw is None:
         return torch.arange(n).expand(3, n), 0
-    kwargs: dict[str, Any] = {"attention_mask": torch.ones(1, n, dtype=torch.long),
-                              "mm_token_type_ids": prompt.mm_token_type_ids[None].long()}
+    kwargs: dict[str, Any] = {
+        "attention_mask": torch.ones(1, n, dtype=torch.long),
+        "mm_token_type_ids": prompt.mm_token_type_ids[None].long(),
+    }
     for key in ("video_grid_thw", "image_grid_thw", "second_per_grid_ts"):
         if getattr(prompt, key) is not None:
             kwargs[key] = getattr(prompt, key)
@@ -92,7 +99,9 @@ def _prompt_positions(prompt: EncodedChat, rope_index: Callable[..., Any]) -> tu
     return pos[:, 0, :].cpu(), int(delta.reshape(-1)[0])
 
 
-def shared_prefix_batch(samples: list[RLSample], rope_index: Callable[..., Any]) -> tuple[MicroBatch, SharedPrefixLayout]:
+def shared_prefix_batch(
+    samples: list[RLSample], rope_index: Callable[..., Any]
+) -> tuple[MicroBatch, SharedPrefixLayout]:
     """One micro-batch row for `samples` (module docstring); consecutive samples with the same prompt
     object form one block. rope_index: the model's `get_rope_index`."""
     ids: list[torch.Tensor] = []
@@ -157,9 +166,14 @@ def shared_prefix_batch(samples: list[RLSample], rope_index: Callable[..., Any])
         position_ids=torch.cat([torch.cat(text_pos)[None], torch.cat(rope_pos, dim=1)], dim=0)[:, None, :],
         logit_positions=keep,
     )
-    layout = SharedPrefixLayout(logit_index, torch.tensor(sample_of, dtype=torch.long),
-                                torch.tensor(column, dtype=torch.long), torch.tensor(target, dtype=torch.long),
-                                len(samples), max((len(s.token_ids) for s in samples), default=0))
+    layout = SharedPrefixLayout(
+        logit_index,
+        torch.tensor(sample_of, dtype=torch.long),
+        torch.tensor(column, dtype=torch.long),
+        torch.tensor(target, dtype=torch.long),
+        len(samples),
+        max((len(s.token_ids) for s in samples), default=0),
+    )
     return batch, layout
 
 
@@ -176,6 +190,8 @@ def check_prompt_ids(prompt: EncodedChat, completion: Completion, origin: str = 
 
 def behav_tensor(completion: Completion) -> torch.Tensor:
     if completion.logprobs is None or len(completion.logprobs) != len(completion.token_ids):
-        raise ModelError("the rollout engine returned no per-token log-probs for a completion; GRPO needs them "
-                         "(generation engines report them for every sampled token)")
+        raise ModelError(
+            "the rollout engine returned no per-token log-probs for a completion; GRPO needs them "
+            "(generation engines report them for every sampled token)"
+        )
     return torch.tensor(completion.logprobs, dtype=torch.float32)

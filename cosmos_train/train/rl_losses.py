@@ -38,8 +38,13 @@ SEQUENCE_LOG_RATIO_MAX = 10.0
 KL_BOUND = 10.0
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6,
-                     std: AdvantageStd = "population") -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+    std: AdvantageStd = "population",
+) -> torch.Tensor:
     """Per-completion advantage: reward minus its group's mean, divided by the group's std + eps
     (GRPO) or not (Dr.GRPO: scale_by_std False). Groups are consecutive runs of `group_size` in
     `rewards` [P * group_size]. std is the population one (numpy's np.std, as cosmos-rl computes it);
@@ -48,8 +53,11 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_by_std: bool 
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     if scale_by_std:
         correction = 1 if std == "sample" else 0
-        spread = (grouped.std(dim=1, keepdim=True, correction=correction) if group_size > correction
-                  else torch.zeros_like(centred[:, :1]))
+        spread = (
+            grouped.std(dim=1, keepdim=True, correction=correction)
+            if group_size > correction
+            else torch.zeros_like(centred[:, :1])
+        )
         centred = centred / (spread + eps)
     return centred.reshape(-1)
 
@@ -75,8 +83,13 @@ def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer_length: int,
     return -penalty_factor * over / buffer_length
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: LossType, normaliser: float | None = None,
-              max_tokens: int | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: LossType,
+    normaliser: float | None = None,
+    max_tokens: int | None = None,
+) -> torch.Tensor:
     """One scalar from per-token values [B, T] under `mask` (module docstring). `normaliser` replaces the
     token count of "token-mean"; `max_tokens` each completion's length in "seq-mean-token-mean" (Dr.GRPO)."""
     mask = mask.to(per_token.dtype)

@@ -115,20 +115,25 @@ class Shaping:
 
 
 def _score(
-    engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, sampling: SamplingParams,
-    system_prompt: str | None, shaping: Shaping,
+    engine: GenerationEngine,
+    rows: Sequence[Mapping[str, Any]],
+    rewards: RewardSet,
+    sampling: SamplingParams,
+    system_prompt: str | None,
+    shaping: Shaping,
 ) -> list[Group]:
     if not rows:
         return []
     prompts = [prompt_messages(r["messages"], system_prompt, origin=str(r.get("id", ""))) for r in rows]
     answers = engine.generate(prompts, sampling)
     # one scoring call for the whole batch: a remote scorer sends it in few requests, not one per group
-    flat = rewards.score_batch([c.text for group in answers for c in group],
-                               [row for row, group in zip(rows, answers) for _ in group])
+    flat = rewards.score_batch(
+        [c.text for group in answers for c in group], [row for row, group in zip(rows, answers) for _ in group]
+    )
     groups = []
     start = 0
     for row, completions in zip(rows, answers):
-        scored = flat[start:start + len(completions)]
+        scored = flat[start : start + len(completions)]
         start += len(completions)
         totals = [t for t, _ in scored]
         overlong = shaping.overlong
@@ -136,14 +141,19 @@ def _score(
             lengths = torch.tensor([len(c.token_ids) for c in completions])
             penalty = overlong_penalty(lengths, overlong.max_length, overlong.buffer_length, overlong.penalty_factor)
             totals = [t + float(p) for t, p in zip(totals, penalty)]
-        adv = group_advantages(torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std,
-                               std=shaping.std)
+        adv = group_advantages(
+            torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std, std=shaping.std
+        )
         if shaping.advantage_clip is not None:
             adv = adv.clamp(*shaping.advantage_clip)
-        ignore = ([0] * len(completions) if shaping.min_filter_prefix_tokens is None else
-                  shared_prefix_ignore([c.token_ids for c in completions], totals, shaping.min_filter_prefix_tokens))
-        groups.append(Group(row, completions, totals, [p for _, p in scored], adv.tolist(), ignore,
-                            shaping.filter_reward_metric))
+        ignore = (
+            [0] * len(completions)
+            if shaping.min_filter_prefix_tokens is None
+            else shared_prefix_ignore([c.token_ids for c in completions], totals, shaping.min_filter_prefix_tokens)
+        )
+        groups.append(
+            Group(row, completions, totals, [p for _, p in scored], adv.tolist(), ignore, shaping.filter_reward_metric)
+        )
     return groups
 
 
@@ -194,7 +204,7 @@ def grpo_policy(cfg: Config) -> GRPOPolicyConfig:
     """[train.train_policy] of a GRPO job, with GRPO's keys (the loader builds it from type = "grpo")."""
     policy_cfg = cfg.train.train_policy
     if not isinstance(policy_cfg, GRPOPolicyConfig):
-        raise ConfigError([f"train.train_policy.type = {policy_cfg.type!r}: GRPO needs type = \"grpo\""])
+        raise ConfigError([f'train.train_policy.type = {policy_cfg.type!r}: GRPO needs type = "grpo"'])
     return policy_cfg
 
 
@@ -202,27 +212,47 @@ def step_sampling(cfg: Config, step_seed: int) -> SamplingParams:
     """How a step's completions are drawn ([rollout] and its sampling_config)."""
     r = cfg.rollout
     sc = r.sampling_config
-    return SamplingParams(n=r.n_generation, max_new_tokens=r.max_response_length, temperature=sc.temperature,
-                          top_p=sc.top_p, top_k=sc.top_k, repetition_penalty=sc.repetition_penalty,
-                          seed=(step_seed + 7) % SEED_MOD)
+    return SamplingParams(
+        n=r.n_generation,
+        max_new_tokens=r.max_response_length,
+        temperature=sc.temperature,
+        top_p=sc.top_p,
+        top_k=sc.top_k,
+        repetition_penalty=sc.repetition_penalty,
+        seed=(step_seed + 7) % SEED_MOD,
+    )
 
 
 def validation_sampling(cfg: Config, seed: int) -> SamplingParams:
     """How validation answers are drawn ([validation]; max_response_length unset: the rollout's)."""
     v = cfg.validation
-    return SamplingParams(n=v.n_generation, max_new_tokens=v.max_response_length or cfg.rollout.max_response_length,
-                          temperature=v.temperature, top_p=v.top_p, top_k=v.top_k,
-                          repetition_penalty=v.repetition_penalty, seed=seed)
+    return SamplingParams(
+        n=v.n_generation,
+        max_new_tokens=v.max_response_length or cfg.rollout.max_response_length,
+        temperature=v.temperature,
+        top_p=v.top_p,
+        top_k=v.top_k,
+        repetition_penalty=v.repetition_penalty,
+        seed=seed,
+    )
 
 
-def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rewards: RewardSet, cfg: Config,
-                step_seed: int, all_rows: Sequence[Mapping[str, Any]],
-                any_rank_needs: Callable[[bool], bool] | None = None) -> Rollout:
+def run_rollout(
+    engine: GenerationEngine,
+    rows: Sequence[Mapping[str, Any]],
+    rewards: RewardSet,
+    cfg: Config,
+    step_seed: int,
+    all_rows: Sequence[Mapping[str, Any]],
+    any_rank_needs: Callable[[bool], bool] | None = None,
+) -> Rollout:
     """One rollout batch as the config says (overlong penalty, Dr.GRPO, DAPO dynamic sampling whose extra
     prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order)."""
     policy_cfg, r = grpo_policy(cfg), cfg.rollout
     ol = policy_cfg.overlong_reward
-    overlong = Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor) if ol.enable_overlong_penalty else None
+    overlong = (
+        Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor) if ol.enable_overlong_penalty else None
+    )
     dapo = policy_cfg.variant == "dapo"
     rounds = [0]
 
@@ -232,12 +262,21 @@ def run_rollout(engine: GenerationEngine, rows: Sequence[Mapping[str, Any]], rew
         return [all_rows[i] for i in torch.randint(len(all_rows), (k,), generator=g).tolist()]
 
     metric = policy_cfg.filter_reward_metric
-    shaping = Shaping(scale_by_std=policy_cfg.scale_rewards, std=policy_cfg.advantage_std, overlong=overlong,
-                      advantage_clip=(policy_cfg.advantage_low, policy_cfg.advantage_high)
-                      if policy_cfg.clip_advantages else None,
-                      min_filter_prefix_tokens=policy_cfg.min_filter_prefix_tokens,
-                      filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric))
-    return collect_rollouts(engine, rows, rewards, step_sampling(cfg, step_seed), shaping=shaping,
-                            refill=more if dapo else None,
-                            max_refill_rounds=policy_cfg.dynamic_sampling_max_rounds if dapo else 0,
-                            any_rank_needs=any_rank_needs)
+    shaping = Shaping(
+        scale_by_std=policy_cfg.scale_rewards,
+        std=policy_cfg.advantage_std,
+        overlong=overlong,
+        advantage_clip=(policy_cfg.advantage_low, policy_cfg.advantage_high) if policy_cfg.clip_advantages else None,
+        min_filter_prefix_tokens=policy_cfg.min_filter_prefix_tokens,
+        filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric),
+    )
+    return collect_rollouts(
+        engine,
+        rows,
+        rewards,
+        step_sampling(cfg, step_seed),
+        shaping=shaping,
+        refill=more if dapo else None,
+        max_refill_rounds=policy_cfg.dynamic_sampling_max_rounds if dapo else 0,
+        any_rank_needs=any_rank_needs,
+    )

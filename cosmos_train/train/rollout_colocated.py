@@ -31,8 +31,9 @@ from cosmos_train.train.rollout_source import RolloutSource, StepRollout, any_ra
 class ColocatedRollout(RolloutSource):
     """The trainer's engine, sampling in step with training (module docstring)."""
 
-    def __init__(self, cfg: Config, dist: DistInfo, rewards: RewardSet, all_rows: list[dict[str, Any]],
-                 processes_per_host: int):
+    def __init__(
+        self, cfg: Config, dist: DistInfo, rewards: RewardSet, all_rows: list[dict[str, Any]], processes_per_host: int
+    ):
         self.cfg, self.dist, self.rewards, self.all_rows = cfg, dist, rewards, all_rows
         engine = create_engine(from_rollout(cfg, processes_per_host=processes_per_host))
         # vLLM under torchrun (external launcher): the ranks call generate together, and the ranks of one
@@ -53,8 +54,15 @@ class ColocatedRollout(RolloutSource):
     def result(self, step: int) -> StepRollout:
         rows, seed = self._asked.pop(step)
         self.engine.wake()
-        rollout = run_rollout(self.engine, rows, self.rewards, self.cfg, seed, self.all_rows,
-                              any_rank_needs=partial(any_rank, device=self.dist.device) if self.lockstep else None)
+        rollout = run_rollout(
+            self.engine,
+            rows,
+            self.rewards,
+            self.cfg,
+            seed,
+            self.all_rows,
+            any_rank_needs=partial(any_rank, device=self.dist.device) if self.lockstep else None,
+        )
         self.engine.sleep()
         return StepRollout(rollout)
 
@@ -64,13 +72,14 @@ class ColocatedRollout(RolloutSource):
             weights = merged_items(iter_weights(weights), lora.scalings)
         return self.engine.update_weights(weights, version=version)
 
-    def generate_for_validation(self, chats: list[Chat], sampling: SamplingParams, *, together: int,
-                                filler: Chat) -> list[list[Completion]]:
+    def generate_for_validation(
+        self, chats: list[Chat], sampling: SamplingParams, *, together: int, filler: Chat
+    ) -> list[list[Completion]]:
         # ranks that must generate together all ask for `together` chats; the padding's answers are dropped
         asked = chats + [filler] * (together - len(chats)) if self.lockstep else chats
         if not asked:
             return []
-        return self.engine.generate(asked, sampling)[:len(chats)]
+        return self.engine.generate(asked, sampling)[: len(chats)]
 
     def close(self) -> None:
         self.engine.close()

@@ -57,8 +57,9 @@ class RolloutSource(ABC):
         """The policy's weights into the engine as `version` (a collective); the version it now holds."""
 
     @abstractmethod
-    def generate_for_validation(self, chats: list[Chat], sampling: SamplingParams, *, together: int,
-                                filler: Chat) -> list[list[Completion]]:
+    def generate_for_validation(
+        self, chats: list[Chat], sampling: SamplingParams, *, together: int, filler: Chat
+    ) -> list[list[Completion]]:
         """Completions of `chats` with the newest weights. Where ranks must generate together, each asks for
         `together` chats, padded with `filler` (whose answers are dropped)."""
 

@@ -24,8 +24,17 @@ from cosmos_train.train.rollout import Rollout
 # best validation weights go by the mean reward.
 ACCURACY_REWARD = "single_choice"
 # RolloutSums' fields summed over ranks, in the order they travel in one all-reduce (then the parts' sums)
-_SUMMED = ("completions", "reward", "reward_squared", "response_tokens", "truncated", "groups_kept",
-           "zero_std_groups", "groups_sampled", "refill_rounds")
+_SUMMED = (
+    "completions",
+    "reward",
+    "reward_squared",
+    "response_tokens",
+    "truncated",
+    "groups_kept",
+    "zero_std_groups",
+    "groups_sampled",
+    "refill_rounds",
+)
 
 
 def accuracy_part(parts: Sequence[str]) -> str | None:
@@ -75,19 +84,30 @@ class RolloutSums:
         """The sums over every rank (each policy TP group counted once), the longest completion of any."""
         values = torch.tensor([getattr(self, name) for name in _SUMMED] + self.part_rewards, dtype=torch.float64)
         total = (all_reduce_sum(values, dist.device) / dist.tp).tolist()
-        return RolloutSums(**dict(zip(_SUMMED, total)), part_rewards=total[len(_SUMMED):], parts=self.parts,
-                           longest=float(all_reduce_max(self.longest, dist.device)))
+        return RolloutSums(
+            **dict(zip(_SUMMED, total)),
+            part_rewards=total[len(_SUMMED) :],
+            parts=self.parts,
+            longest=float(all_reduce_max(self.longest, dist.device)),
+        )
 
     def stats(self, ranks: int = 1) -> dict[str, float]:
         """What to log: reward mean / std and per part, accuracy (`accuracy_part`), lengths, truncation, groups
         trained on, zero-std fraction, dropped groups, refill rounds (a mean over `ranks`)."""
         n = max(self.completions, 1.0)
         mean = self.reward / n
-        out = {"reward_mean": mean, "reward_std": math.sqrt(max(self.reward_squared / n - mean * mean, 0.0)),
-               "response_length_mean": self.response_tokens / n, "response_length_max": self.longest,
-               "truncated_fraction": self.truncated / n, "groups": self.groups_kept, "completions": self.completions,
-               "zero_std_fraction": self.zero_std_groups / max(self.groups_sampled, 1.0),
-               "dropped_zero_std": self.groups_sampled - self.groups_kept, "refill_rounds": self.refill_rounds / ranks}
+        out = {
+            "reward_mean": mean,
+            "reward_std": math.sqrt(max(self.reward_squared / n - mean * mean, 0.0)),
+            "response_length_mean": self.response_tokens / n,
+            "response_length_max": self.longest,
+            "truncated_fraction": self.truncated / n,
+            "groups": self.groups_kept,
+            "completions": self.completions,
+            "zero_std_fraction": self.zero_std_groups / max(self.groups_sampled, 1.0),
+            "dropped_zero_std": self.groups_sampled - self.groups_kept,
+            "refill_rounds": self.refill_rounds / ranks,
+        }
         for name, value in zip(self.parts, self.part_rewards):
             out[f"reward/{name}"] = value / n
         if (accuracy := accuracy_part(self.parts)) is not None:

@@ -78,9 +78,12 @@ class WorkerProcess:
         self.pending: dict[tuple[str, int], Any] = {}
         self._asked = 0
         gpu = device.index if device.type == "cuda" else None
-        self.proc = ctx.Process(target=_worker_main, name="cosmos-rollout",
-                                args=(str(run_dir), dataset_script, gpu, processes_per_host,
-                                      self.requests, self.results), daemon=True)
+        self.proc = ctx.Process(
+            target=_worker_main,
+            name="cosmos-rollout",
+            args=(str(run_dir), dataset_script, gpu, processes_per_host, self.requests, self.results),
+            daemon=True,
+        )
         self.proc.start()
 
     def submit(self, step: int, rows: list[dict[str, Any]], step_seed: int) -> None:
@@ -109,9 +112,11 @@ class WorkerProcess:
                 kind, payload = self.results.get(timeout=POLL_S)
             except queue.Empty:
                 if not self.proc.is_alive():
-                    raise RolloutWorkerDied(f"the rollout worker (pid {self.proc.pid}) exited with code "
-                                            f"{self.proc.exitcode} while the trainer waited for its {key[0]} "
-                                            f"{key[1]}") from None
+                    raise RolloutWorkerDied(
+                        f"the rollout worker (pid {self.proc.pid}) exited with code "
+                        f"{self.proc.exitcode} while the trainer waited for its {key[0]} "
+                        f"{key[1]}"
+                    ) from None
                 continue
             if kind == "error":  # a user error keeps its kind (exit 2, its paragraph); a crash its traceback
                 raise error_from_record(payload) or RuntimeError(f"rollout worker failed:\n{payload['traceback']}")
@@ -134,8 +139,15 @@ class WorkerRollout(RolloutSource):
 
     description = "worker (asynchronous)"
 
-    def __init__(self, cfg: Config, run_dir: Path, dataset_script: str | None, dist: DistInfo,
-                 processes_per_host: int, model_dir: Path):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        dataset_script: str | None,
+        dist: DistInfo,
+        processes_per_host: int,
+        model_dir: Path,
+    ):
         policy_cfg = grpo_policy(cfg)
         self.run_dir, self.dist, self.model_dir = run_dir, dist, model_dir
         self.allowed_outdated = policy_cfg.allowed_outdated_steps
@@ -164,11 +176,18 @@ class WorkerRollout(RolloutSource):
             self.worker.submit(step, rows, seed)  # sampled again with the newest weights
         self.staleness.append(stale)
         ranked = sorted(self.staleness)
-        return StepRollout(got.rollout, {
-            "staleness": float(stale), "staleness_p50": float(ranked[len(ranked) // 2]),
-            "staleness_p99": float(ranked[min(len(ranked) - 1, int(0.99 * len(ranked)))]),
-            "stale_dropped": float(self.stale_dropped), "trainer_idle_time": waited,
-            "rollout_idle_time": got.worker_idle_s, "rollout_generate_time": got.generate_s})
+        return StepRollout(
+            got.rollout,
+            {
+                "staleness": float(stale),
+                "staleness_p50": float(ranked[len(ranked) // 2]),
+                "staleness_p99": float(ranked[min(len(ranked) - 1, int(0.99 * len(ranked)))]),
+                "stale_dropped": float(self.stale_dropped),
+                "trainer_idle_time": waited,
+                "rollout_idle_time": got.worker_idle_s,
+                "rollout_generate_time": got.generate_s,
+            },
+        )
 
     def sync_weights(self, model: nn.Module, version: int) -> int:
         root = self.run_dir / "rollout_weights"
@@ -179,8 +198,9 @@ class WorkerRollout(RolloutSource):
                 shutil.rmtree(old, ignore_errors=True)
         return version
 
-    def generate_for_validation(self, chats: list[Chat], sampling: SamplingParams, *, together: int,
-                                filler: Chat) -> list[list[Completion]]:
+    def generate_for_validation(
+        self, chats: list[Chat], sampling: SamplingParams, *, together: int, filler: Chat
+    ) -> list[list[Completion]]:
         # each rank's worker is an engine of its own: no rank waits for another, no padding
         return self.worker.generate(chats, sampling) if chats else []
 
@@ -188,8 +208,9 @@ class WorkerRollout(RolloutSource):
         self.worker.close()
 
 
-def _worker_main(run_dir: str, dataset_script: str | None, gpu: int | None, processes_per_host: int,
-                 requests: Any, results: Any) -> None:
+def _worker_main(
+    run_dir: str, dataset_script: str | None, gpu: int | None, processes_per_host: int, requests: Any, results: Any
+) -> None:
     """The worker process: its own engine on the rank's device, rewards scored here, newest weights first."""
     # before anything touches CUDA or reads these: the rank's GPU as device 0, and an engine of its own
     # rather than a member of the trainer's process group (vLLM's external launcher)
@@ -203,21 +224,36 @@ def _worker_main(run_dir: str, dataset_script: str | None, gpu: int | None, proc
         policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
-        rewards = combine(policy_cfg.reward_function,
-                          remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None)
+        rewards = combine(
+            policy_cfg.reward_function, remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None
+        )
         all_rows = load_train_samples(cfg, Path(run_dir), "train", dataset_script)
         engine = create_engine(from_rollout(cfg, processes_per_host=processes_per_host))
         _serve(engine, cfg, rewards, all_rows, requests, results)
         engine.close()
     except BaseException as e:
         # an exception object may not pickle: send its kind (a user error keeps it) and its text
-        results.put(("error", {"kind": e.kind if isinstance(e, UserError) else None, "message": str(e),
-                               "traceback": traceback.format_exc()}))
+        results.put(
+            (
+                "error",
+                {
+                    "kind": e.kind if isinstance(e, UserError) else None,
+                    "message": str(e),
+                    "traceback": traceback.format_exc(),
+                },
+            )
+        )
         raise
 
 
-def _serve(engine: GenerationEngine, cfg: Config, rewards: RewardSet, all_rows: list[dict[str, Any]], requests: Any,
-           results: Any) -> None:
+def _serve(
+    engine: GenerationEngine,
+    cfg: Config,
+    rewards: RewardSet,
+    all_rows: list[dict[str, Any]],
+    requests: Any,
+    results: Any,
+) -> None:
     """Answer requests in order until the trainer sends None; weights pushed meanwhile load first."""
     version = 0
     backlog: list[Any] = []

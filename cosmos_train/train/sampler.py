@@ -2,7 +2,8 @@
 
 The order is a seeded permutation per epoch; optimizer step k of an epoch consumes the global slice
 [k*G, (k+1)*G) with G = train_batch_per_replica * dp_replicate_size (the ranks of one replica split
-its batch), and data-parallel rank r takes its contiguous share of that slice. The state is (epoch, consumed samples in the epoch), which does not
+its batch), and data-parallel rank r takes its contiguous share of that slice. The state is (epoch, consumed samples
+in the epoch), which does not
 depend on the world size: a run resumed on a different number of ranks neither repeats nor skips rows.
 """
 
@@ -21,8 +22,17 @@ class DataPosition:
 
 
 class GlobalBatchSampler:
-    def __init__(self, n_samples: int, global_batch: int, dp_size: int, dp_rank: int, *,
-                 shuffle: bool, seed: int, drop_last: bool = True):
+    def __init__(
+        self,
+        n_samples: int,
+        global_batch: int,
+        dp_size: int,
+        dp_rank: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        drop_last: bool = True,
+    ):
         if n_samples == 0:
             raise ValueError("the training split has no rows")
         self.n, self.global_batch, self.dp_size, self.dp_rank = n_samples, global_batch, dp_size, dp_rank
@@ -48,10 +58,10 @@ class GlobalBatchSampler:
         order = self.order(pos.epoch)
         start = pos.consumed
         while start < self.n:
-            chunk = order[start:start + self.global_batch]
+            chunk = order[start : start + self.global_batch]
             if len(chunk) < self.global_batch and self.drop_last:
                 return
             share = -(-len(chunk) // self.dp_size)
-            mine = chunk[self.dp_rank * share:(self.dp_rank + 1) * share]
+            mine = chunk[self.dp_rank * share : (self.dp_rank + 1) * share]
             start += len(chunk)
             yield mine, DataPosition(pos.epoch, start)

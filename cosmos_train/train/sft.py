@@ -41,24 +41,32 @@ class SFTTrainer(Trainer):
         super().__init__(cfg, run_dir, dist, dataset_script)
         t, tp = cfg.train, cfg.train.train_policy
         rows = load_train_samples(cfg, run_dir, "train", dataset_script)
-        self.dataset = SFTDataset(rows, self.processor, cfg.policy.model_max_length, tp.overlength,
-                                  clip_cache=tp.dataset.cache_dir)
-        val_rows = (load_train_samples(cfg, run_dir, "val", dataset_script)
-                    if cfg.validation.enable else [])
+        self.dataset = SFTDataset(
+            rows, self.processor, cfg.policy.model_max_length, tp.overlength, clip_cache=tp.dataset.cache_dir
+        )
+        val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         val_cache = (cfg.validation.dataset or tp.dataset).cache_dir
-        self.val_dataset = SFTDataset(val_rows, self.processor, cfg.policy.model_max_length, tp.overlength,
-                                      clip_cache=val_cache)
+        self.val_dataset = SFTDataset(
+            val_rows, self.processor, cfg.policy.model_max_length, tp.overlength, clip_cache=val_cache
+        )
         # A replica is one model copy: its dp_shard ranks split the replica's batch. The global batch is
         # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
         global_batch = t.train_batch_per_replica * dist.dp_replicate
         if global_batch % dist.dp_size:
-            raise ConfigError([
-                f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
-                f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part"
-            ])
+            raise ConfigError(
+                [
+                    f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
+                    f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part"
+                ]
+            )
         self.sampler = GlobalBatchSampler(
-            len(self.dataset), global_batch, dist.dp_size, dist.dp_rank,
-            shuffle=tp.dataloader_shuffle, seed=tp.dataloader_seed, drop_last=tp.dataloader_drop_last,
+            len(self.dataset),
+            global_batch,
+            dist.dp_size,
+            dist.dp_rank,
+            shuffle=tp.dataloader_shuffle,
+            seed=tp.dataloader_seed,
+            drop_last=tp.dataloader_drop_last,
         )
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:  # training nothing would export the untrained model as `final`
@@ -86,8 +94,10 @@ class SFTTrainer(Trainer):
         # ranks of one TP group see the same rows: count them once
         global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.dist.tp
         if global_tokens == 0:
-            raise DataError(f"step {self.step}: the global batch has no assistant tokens to learn from (check that "
-                            "the rows have assistant turns, and train.train_policy.overlength)")
+            raise DataError(
+                f"step {self.step}: the global batch has no assistant tokens to learn from (check that "
+                "the rows have assistant turns, and train.train_policy.overlength)"
+            )
         ce_sums: list[float] = []
 
         def share(ce_sum: torch.Tensor) -> torch.Tensor:
@@ -97,11 +107,21 @@ class SFTTrainer(Trainer):
             return ce_sum * (self.dist.dp_size / global_tokens)
 
         if self.cfg.train.fused_linear_ce:
-            backward_micro_batches(self.model, micro, self.dist, head_loss_fn=lambda i, mb, hidden, lm_head, keep:
-                                   share(self._head_ce_sum(mb, hidden, lm_head, keep)[0]))
+            backward_micro_batches(
+                self.model,
+                micro,
+                self.dist,
+                head_loss_fn=lambda i, mb, hidden, lm_head, keep: share(
+                    self._head_ce_sum(mb, hidden, lm_head, keep)[0]
+                ),
+            )
         else:
-            backward_micro_batches(self.model, micro, self.dist, loss_fn=lambda i, mb, logits, keep:
-                                   share(kept_ce_sum(logits, mb.labels, keep)[0]))
+            backward_micro_batches(
+                self.model,
+                micro,
+                self.dist,
+                loss_fn=lambda i, mb, logits, keep: share(kept_ce_sum(logits, mb.labels, keep)[0]),
+            )
         grad_norm = self.clip_gradients()
         loss = float(all_reduce_sum(sum(ce_sums), self.dist.device)) / self.dist.tp / global_tokens
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
@@ -110,19 +130,29 @@ class SFTTrainer(Trainer):
         local = [sum(mb.n_tokens for mb in micro), self.flop_counter.step_flops(micro)]
         tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.dist.tp).tolist()
         return {
-            "loss": loss, "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-            "tokens_per_s": tokens / step_time, "samples_per_s": self.sampler.global_batch / step_time,
-            "step_time": step_time, "peak_mem_gb": peak_memory_gb(self.dist.device),
-            "label_tokens": int(global_tokens), "epoch": self.pos.epoch,
+            "loss": loss,
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": grad_norm,
+            "tokens_per_s": tokens / step_time,
+            "samples_per_s": self.sampler.global_batch / step_time,
+            "step_time": step_time,
+            "peak_mem_gb": peak_memory_gb(self.dist.device),
+            "label_tokens": int(global_tokens),
+            "epoch": self.pos.epoch,
             **self.flop_rates(flops, step_time),
         }
 
-    def _head_ce_sum(self, mb: Any, hidden: torch.Tensor, lm_head: nn.Module,
-                     keep: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def _head_ce_sum(
+        self, mb: Any, hidden: torch.Tensor, lm_head: nn.Module, keep: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
         """kept_ce_sum with the LM head fused into the loss: `hidden` [B, K, H] at positions `keep`."""
         targets = mb.labels[:, keep + 1]
-        return linear_ce_sum(hidden.reshape(-1, hidden.shape[-1]), head_weight(lm_head), targets.reshape(-1),
-                             self.cfg.train.fused_linear_ce_chunk)
+        return linear_ce_sum(
+            hidden.reshape(-1, hidden.shape[-1]),
+            head_weight(lm_head),
+            targets.reshape(-1),
+            self.cfg.train.fused_linear_ce_chunk,
+        )
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -135,24 +165,28 @@ class SFTTrainer(Trainer):
         # every rank runs the same number of forwards (FSDP all-gathers are collective)
         n_batches = -(-share // bs)
         for b in range(n_batches):
-            idx = mine[b * bs:(b + 1) * bs] or [0]
+            idx = mine[b * bs : (b + 1) * bs] or [0]
             mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
             keep = label_positions(mb.labels)
             # no gradients here: a blank vision call on a text-only batch costs less than agreeing on one
             if self.cfg.train.fused_linear_ce:  # the loss the training steps compute, the same way
-                def head(hidden: torch.Tensor, lm_head: nn.Module, mb: Any = mb,
-                         keep: torch.Tensor = keep) -> tuple[torch.Tensor, int]:
+
+                def head(
+                    hidden: torch.Tensor, lm_head: nn.Module, mb: Any = mb, keep: torch.Tensor = keep
+                ) -> tuple[torch.Tensor, int]:
                     return self._head_ce_sum(mb, hidden[:, keep], lm_head, keep)
 
                 (s, k), _ = forward_micro_batch(self.model, mb, True, use_cache=False, head=head)
             else:
                 out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
                 s, k = kept_ce_sum(out.logits, mb.labels, keep)
-            if mine[b * bs:(b + 1) * bs]:
+            if mine[b * bs : (b + 1) * bs]:
                 ce, tokens = ce + float(s), tokens + k
         total = float(all_reduce_sum(tokens, self.dist.device)) / self.dist.tp
-        return {"loss": float(all_reduce_sum(ce, self.dist.device)) / self.dist.tp / max(total, 1.0),
-                "label_tokens": int(total)}
+        return {
+            "loss": float(all_reduce_sum(ce, self.dist.device)) / self.dist.tp / max(total, 1.0),
+            "label_tokens": int(total),
+        }
 
     # ------------------------------------------------------------------ the loop
     def batches(self, pos: DataPosition) -> Iterator[tuple[list[Any], DataPosition]]:
@@ -160,8 +194,11 @@ class SFTTrainer(Trainer):
         tp = self.cfg.train.train_policy
         kwargs: dict[str, Any] = {}
         if tp.dataloader_num_workers > 0:
-            kwargs = {"num_workers": tp.dataloader_num_workers, "persistent_workers": False,
-                      "prefetch_factor": tp.dataloader_prefetch_factor or 2}
+            kwargs = {
+                "num_workers": tp.dataloader_num_workers,
+                "persistent_workers": False,
+                "prefetch_factor": tp.dataloader_prefetch_factor or 2,
+            }
         dl = DataLoader(self.dataset, batch_sampler=[s[0] for s in steps], collate_fn=list, **kwargs)
         return zip(dl, [s[1] for s in steps])
 

@@ -32,7 +32,9 @@ LossFn = Callable[[int, MicroBatch, torch.Tensor, torch.Tensor], torch.Tensor]
 HeadLossFn = Callable[[int, MicroBatch, torch.Tensor, nn.Module, torch.Tensor], torch.Tensor]
 
 
-def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def forward_logits(
+    model: nn.Module, mb: MicroBatch, run_vision: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logits at the label positions [B, K, V], those positions [K], the blank-vision loss term or None).
     Only positions some row needs are sent through the LM head (`label_positions`, or the micro-batch's
     own `logit_positions`)."""
@@ -41,8 +43,9 @@ def forward_logits(model: nn.Module, mb: MicroBatch, run_vision: bool) -> tuple[
     return out.logits, keep, blank
 
 
-def forward_head_loss(model: nn.Module, i: int, mb: MicroBatch, run_vision: bool,
-                      head_loss_fn: HeadLossFn) -> tuple[torch.Tensor, torch.Tensor | None]:
+def forward_head_loss(
+    model: nn.Module, i: int, mb: MicroBatch, run_vision: bool, head_loss_fn: HeadLossFn
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(`head_loss_fn`'s loss on micro-batch `i`, the blank-vision loss term or None): `forward_logits`'s
     forward with the LM head left to the loss, which sees the hidden states at the same positions."""
     keep = mb.logit_positions if mb.logit_positions is not None else label_positions(mb.labels)
@@ -53,8 +56,13 @@ def forward_head_loss(model: nn.Module, i: int, mb: MicroBatch, run_vision: bool
     return forward_micro_batch(model, mb, run_vision, head=head, use_cache=False)
 
 
-def backward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: DistInfo, loss_fn: LossFn | None = None,
-                           head_loss_fn: HeadLossFn | None = None) -> None:
+def backward_micro_batches(
+    model: nn.Module,
+    micro: list[MicroBatch],
+    dist: DistInfo,
+    loss_fn: LossFn | None = None,
+    head_loss_fn: HeadLossFn | None = None,
+) -> None:
     """Forward and backward every micro-batch; gradients accumulate in the parameters.
 
     Every rank must pass the same number of micro-batches (FSDP's collectives pair up across ranks).

@@ -56,8 +56,9 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
     (GRPO's reference model), sharded the same way, never given gradients."""
     # the weights the optimizer updates are held in train.master_dtype (compute dtype: FSDP's param_dtype)
     master = torch.bfloat16 if cfg.train.master_dtype == "bfloat16" else torch.float32
-    attention = resolve_attention(cfg.policy.attn_implementation, dist.device, compute_dtype(cfg, dist.device),
-                                  cfg.policy_type)
+    attention = resolve_attention(
+        cfg.policy.attn_implementation, dist.device, compute_dtype(cfg, dist.device), cfg.policy_type
+    )
     model = load_model(cfg.policy.model_name_or_path, dtype=master, device="cpu", attn_implementation=attention)
     if trainable and cfg.policy.lora is not None:  # adapters go in before sharding: FSDP2 shards them per block
         n_trainable, total = apply_lora(model, cfg.policy.lora)
@@ -96,9 +97,17 @@ class Trainer(BaseTrainer[Config]):
     def loop_settings(cls, cfg: Config) -> LoopSettings:
         t = cfg.train
         return LoopSettings(
-            seed=t.seed, parallelism=cfg.policy.parallelism, ckpt=t.ckpt, resume=t.resume, resume_key="train.resume",
-            output_dir=t.output_dir, export_final=t.ckpt.export_safetensors, export_each_save=t.ckpt.export_safetensors,
-            save_at_exit=t.save_ckpt_at_exit, validation_freq=cfg.validation.freq, grad_clip=t.optm_grad_norm_clip,
+            seed=t.seed,
+            parallelism=cfg.policy.parallelism,
+            ckpt=t.ckpt,
+            resume=t.resume,
+            resume_key="train.resume",
+            output_dir=t.output_dir,
+            export_final=t.ckpt.export_safetensors,
+            export_each_save=t.ckpt.export_safetensors,
+            save_at_exit=t.save_ckpt_at_exit,
+            validation_freq=cfg.validation.freq,
+            grad_clip=t.optm_grad_norm_clip,
             deterministic=t.deterministic,
         )
 
@@ -145,10 +154,15 @@ class Trainer(BaseTrainer[Config]):
 
     # ------------------------------------------------------------------ the steps
     def describe(self) -> str:
-        head = f", LM head fused with the loss in chunks of {self.cfg.train.fused_linear_ce_chunk}" \
-            if self.cfg.train.fused_linear_ce else ""
-        return (f"training {self.trainable_params:,}/{self.total_params:,} parameters for {self.total_steps} steps "
-                f"(attention: {attention_of(self.model)}{head})")
+        head = (
+            f", LM head fused with the loss in chunks of {self.cfg.train.fused_linear_ce_chunk}"
+            if self.cfg.train.fused_linear_ce
+            else ""
+        )
+        return (
+            f"training {self.trainable_params:,}/{self.total_params:,} parameters for {self.total_steps} steps "
+            f"(attention: {attention_of(self.model)}{head})"
+        )
 
     @abstractmethod
     def batches(self, pos: DataPosition) -> Iterator[tuple[Any, DataPosition]]:
@@ -180,8 +194,10 @@ class Trainer(BaseTrainer[Config]):
         loss, norm = values["loss"], values["grad_norm"]
         self.metrics.log(self.step, {"loss": loss, "grad_norm": norm, "skipped": 1}, kind="skipped")
         if len(self.skipped_steps) <= allowed:
-            self.log(f"step {self.step}: loss {loss} / grad norm {norm} not finite: update skipped "
-                     f"({len(self.skipped_steps)} of train.skip_nonfinite_steps = {allowed})")
+            self.log(
+                f"step {self.step}: loss {loss} / grad norm {norm} not finite: update skipped "
+                f"({len(self.skipped_steps)} of train.skip_nonfinite_steps = {allowed})"
+            )
             return
         last_good = find_latest(self.run_dir)
         raise TrainingDiverged(

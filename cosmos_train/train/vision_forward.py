@@ -44,8 +44,9 @@ Head = Callable[[torch.Tensor, nn.Module], Any]
 class _VisionLanguageCore(Protocol):
     """What this file calls of a supported VLM's core module (`model.model`: Qwen2_5_VLModel, Qwen3VLModel, ...)."""
 
-    def get_image_features(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, /, *,
-                           return_dict: bool) -> BaseModelOutputWithPooling: ...
+    def get_image_features(
+        self, pixel_values: torch.Tensor, grid_thw: torch.Tensor, /, *, return_dict: bool
+    ) -> BaseModelOutputWithPooling: ...
 
     def __call__(self, **kwargs: Any) -> Any: ...
 
@@ -66,8 +67,9 @@ def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> lis
     return [bool(f > 0) for f in flags.tolist()]
 
 
-def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head: Head | None = None,
-                        **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
+def forward_micro_batch(
+    model: nn.Module, mb: MicroBatch, run_vision: bool, head: Head | None = None, **kwargs: Any
+) -> tuple[Any, torch.Tensor | None]:
     """(the model's output on `mb`, a loss term or None): the output equals that of
     `model(**model_inputs(model, mb), **kwargs)`; images and videos go through the vision tower in one call.
 
@@ -81,9 +83,11 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head
     if family_of(model).text_only:  # no tower to run (no rank has one), and no rows with media
         if mb.has_media:
             model_type = cast(PreTrainedConfig, model.config).model_type
-            raise DataError(f"{model_type} is a text-only model (policy.model_name_or_path): a row of "
-                            "this micro-batch has images or videos; train it on text-only rows, or use a "
-                            "vision-language model")
+            raise DataError(
+                f"{model_type} is a text-only model (policy.model_name_or_path): a row of "
+                "this micro-batch has images or videos; train it on text-only rows, or use a "
+                "vision-language model"
+            )
         run_vision = False
     if not hasattr(model, _METHOD):
         # The model is the FSDP root built by `parallelize`; registering the method there makes FSDP
@@ -93,8 +97,9 @@ def forward_micro_batch(model: nn.Module, mb: MicroBatch, run_vision: bool, head
     return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, head, **kwargs)
 
 
-def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: bool, head: Head | None,
-                           **kwargs: Any) -> tuple[Any, torch.Tensor | None]:
+def _forward_shared_vision(
+    self: nn.Module, inputs: dict[str, Any], run_vision: bool, head: Head | None, **kwargs: Any
+) -> tuple[Any, torch.Tensor | None]:
     """`forward_micro_batch` inside the root's FSDP forward: `self` is the model, `inputs` its
     keyword arguments. It calls `self.forward`, not `self(...)`: FSDP's hooks already ran around it."""
     pixels = [inputs.pop(k) for k in ("pixel_values", "pixel_values_videos") if k in inputs]
@@ -103,11 +108,13 @@ def _forward_shared_vision(self: nn.Module, inputs: dict[str, Any], run_vision: 
     if not pixels:
         # the smallest grid the spatial merge accepts: one temporal patch of merge x merge patches
         layout = family_of(self).vision_layout
-        width = 3 * layout.temporal_patch_size * layout.patch_size ** 2
+        width = 3 * layout.temporal_patch_size * layout.patch_size**2
         device = inputs["input_ids"].device
         out = _core(self).get_image_features(
-            torch.zeros(layout.merge_size ** 2, width, device=device),
-            torch.tensor([[1, layout.merge_size, layout.merge_size]], device=device), return_dict=True)
+            torch.zeros(layout.merge_size**2, width, device=device),
+            torch.tensor([[1, layout.merge_size, layout.merge_size]], device=device),
+            return_dict=True,
+        )
         # made before the language model runs: autograd runs later-made nodes first, so this rank
         # reaches the tower in backward after the language model, as ranks with real media do
         zero = sum(f.sum() for f in _feature_tensors(out)) * 0

@@ -56,12 +56,17 @@ QWEN2_VL_LAYOUT = VisionLayout()
 # Qwen3-VL and Cosmos3-Edge processor configs: 16 px patches, mean = std = 0.5 (IMAGENET_STANDARD), and a
 # `<t seconds>` before each temporal patch of a video.
 _HALF = (0.5, 0.5, 0.5)
-QWEN3_VL_LAYOUT = VisionLayout(patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
-                               keep_video_wrapper=True)
+QWEN3_VL_LAYOUT = VisionLayout(
+    patch_size=16, image_mean=_HALF, image_std=_HALF, frame_timestamps=True, keep_video_wrapper=True
+)
 # one frame per temporal patch (its video processor refuses any other temporal_patch_size); a linear patch
 # embedding over (row, column, channel) values
 COSMOS3_EDGE_LAYOUT = VisionLayout(
-    patch_size=16, temporal_patch_size=1, image_mean=_HALF, image_std=_HALF, frame_timestamps=True,
+    patch_size=16,
+    temporal_patch_size=1,
+    image_mean=_HALF,
+    image_std=_HALF,
+    frame_timestamps=True,
     channels_last_patches=True,
 )
 

@@ -194,9 +194,7 @@ class VisionSettings:
                 continue
             close = difflib.get_close_matches(str(key), VISION_KEYS, n=1, cutoff=0.8)
             if close:
-                raise VisionSettingsError(
-                    f"unknown vision setting {key!r} in message part; did you mean {close[0]!r}?"
-                )
+                raise VisionSettingsError(f"unknown vision setting {key!r} in message part; did you mean {close[0]!r}?")
         merged = dataclasses.asdict(defaults) if defaults is not None else {}
         if "nframes" in given:
             merged.pop("fps", None)

@@ -15,14 +15,14 @@ NO_EFFECT_TABLES: dict[str, str] = {
     "model.use_rf_ckpts": "says how to read cosmos-rl's .pt checkpoint; a diffusers folder is rectified flow",
     "model.tokenizer": "how the VAE chunks frames while encoding: memory, not the latents",
     "model.ema": "cosmos-rl updates its EMA copy only with the ema_model callback (refused here); without it the "
-                 "copy stays the starting weights, which the export need not hold",
+    "copy stays the starting weights, which the export need not hold",
     "model.text_encoder_class": "the text encoder is the folder's text_encoder/",
     "model.text_encoder_config": "the text encoder is the folder's text_encoder/",
     "trainer.grad_scaler_args": "no fp16 loss scaling (float32 / bfloat16 only)",
     "dataloader_val": "evaluation uses [evaluation] (fixed prompts and noise) and held-out dataset rows",
     "dataloader_train.image_dataloader": "video only",
     "dataloader_train.video_dataloader.dataloader": "cosmos-rl's webdataset loader settings: read only by type = "
-                                                    "\"web\", which is refused",
+    '"web", which is refused',
     "checkpoint.type": "checkpoints are torch.distributed.checkpoint folders",
 }
 
@@ -38,12 +38,12 @@ CALLBACK_NO_EFFECT: dict[str, str] = {
     "manual_gc": "when Python collects garbage: memory housekeeping, the same math",
     "compile_tokenizer": "torch.compile of the VAE: speed, the same latents",
     "low_prec": "copies float32 master weights into low-precision ones: here the weights and optimizer state stay "
-                "float32 and model.param_dtype is only the compute dtype",
+    "float32 and model.param_dtype is only the compute dtype",
     "frame_loss_log": "per-frame loss log",
     "every_n_sample_reg": "sample videos for viewing: [evaluation] samples fixed prompts from the trained weights "
-                          "(before, every_iter, after: RUN/samples/)",
+    "(before, every_iter, after: RUN/samples/)",
     "every_n_sample_ema": "sample videos of cosmos-rl's EMA copy for viewing; without the ema_model callback that "
-                          "copy is the starting weights, which [evaluation]'s before-training samples show",
+    "copy is the starting weights, which [evaluation]'s before-training samples show",
     "wandb": "wandb logging: [job] wandb_mode sends the metrics to wandb",
     "wandb_10x": "wandb logging: [job] wandb_mode sends the metrics to wandb",
     "dataloader_speed": "data-loading timing log",
@@ -54,25 +54,43 @@ CALLBACK_NO_EFFECT: dict[str, str] = {
 }
 CALLBACK_REFUSED: dict[str, str] = {
     "ema_model": "keeps an EMA copy of the weights (model.ema); EMA weights are not kept here (the export is the "
-                 "trained weights): remove this callback",
+    "trained weights): remove this callback",
     "every_n": "cosmos-rl's base class, not a callback a recipe runs: remove it",
 }
-CALLBACK_STATES: dict[str, str] = {**dict.fromkeys(CALLBACK_IMPLEMENTED, "implemented"), **dict.fromkeys(
-    CALLBACK_NO_EFFECT, "no effect"), **dict.fromkeys(CALLBACK_REFUSED, "refused")}
+CALLBACK_STATES: dict[str, str] = {
+    **dict.fromkeys(CALLBACK_IMPLEMENTED, "implemented"),
+    **dict.fromkeys(CALLBACK_NO_EFFECT, "no effect"),
+    **dict.fromkeys(CALLBACK_REFUSED, "refused"),
+}
 
 # cosmos-rl's defaults (cosmos_rl/policy/config/wfm CosmosVisionGenConfig) for the keys that change the result, in
 # this schema's names: a recipe in cosmos-rl's form gets these where it leaves a key out, not ours.
 COSMOS_RL_DEFAULTS: dict[str, Any] = {
     "model": {
         "param_dtype": "bfloat16",  # ModelConfig.precision, with float32 master weights (the low_prec callback)
-        "rl": {"sample_steps": 10, "num_generations": 8, "train_on": list(range(8)), "update_ref_every_iter": 16,
-               "guidance": 0.0, "min_num_conditional_frames": 1, "max_num_conditional_frames": 1,
-               "clip_range": 1e-4, "kl_beta": 0.01, "data_beta": 0.0, "use_same_seed": True},
+        "rl": {
+            "sample_steps": 10,
+            "num_generations": 8,
+            "train_on": list(range(8)),
+            "update_ref_every_iter": 16,
+            "guidance": 0.0,
+            "min_num_conditional_frames": 1,
+            "max_num_conditional_frames": 1,
+            "clip_range": 1e-4,
+            "kl_beta": 0.01,
+            "data_beta": 0.0,
+            "use_same_seed": True,
+        },
     },
     "trainer": {"max_iter": 25},
     "optimizer": {"lr": 1e-5, "weight_decay": 1e-4, "betas": [0.9, 0.99], "eps": 1e-8},
-    "scheduler": {"f_start": [1e-6], "f_max": [1.0], "f_min": [1.0], "warm_up_steps": [1000],
-                  "cycle_lengths": [10_000_000_000_000]},
+    "scheduler": {
+        "f_start": [1e-6],
+        "f_max": [1.0],
+        "f_min": [1.0],
+        "warm_up_steps": [1000],
+        "cycle_lengths": [10_000_000_000_000],
+    },
     "checkpoint": {"save_iter": 1000},
     # cosmos-rl scores with its remote reward (RemoteRewardConfig: reward_fn "dance_grpo") at the service URLs
     "reward": {"backend": "service", "fns": {"dance_grpo": 1.0}},
@@ -124,12 +142,17 @@ def apply_cosmos_rl_defaults(raw: dict[str, Any]) -> list[str]:
         applied.append("reward")
     fill(raw, {k: v for k, v in COSMOS_RL_DEFAULTS.items() if k != "reward"}, "")
     model, ckpt = raw["model"], raw.get("checkpoint", {})
-    if isinstance(model, dict) and isinstance(ckpt, dict) and ckpt.get("load_path") and \
-            not model.get("model_name_or_path"):
+    if (
+        isinstance(model, dict)
+        and isinstance(ckpt, dict)
+        and ckpt.get("load_path")
+        and not model.get("model_name_or_path")
+    ):
         model["model_name_or_path"] = ckpt["load_path"]
     rl = model.get("rl") if isinstance(model, dict) else None
     if isinstance(rl, dict) and "algorithm" not in rl:
-        rl["algorithm"] = "ddrl" if isinstance(rl.get("data_beta"), int | float) and rl["data_beta"] > 0 \
-            else "flow_grpo"
+        rl["algorithm"] = (
+            "ddrl" if isinstance(rl.get("data_beta"), int | float) and rl["data_beta"] > 0 else "flow_grpo"
+        )
         applied.append("model.rl.algorithm")
     return applied

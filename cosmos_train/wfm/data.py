@@ -57,8 +57,10 @@ from cosmos_train.errors import DataError, MediaError
 OnBadRow = Literal["fail", "skip"]
 SHOWN_PROBLEMS = 10  # a "fail" error and the summary list this many problems, then a count of the rest
 EMBEDDING_KEYS = ("embeddings", "t5_text_embeddings")  # keys cosmos-predict2.5 pickles wrap the array in
-LAYOUT = ("videos/<stem>.mp4 with a metas/<stem>.txt caption each (optional text_embedding/<stem>.pickle, "
-          "float16 [n_tokens, dim])")
+LAYOUT = (
+    "videos/<stem>.mp4 with a metas/<stem>.txt caption each (optional text_embedding/<stem>.pickle, "
+    "float16 [n_tokens, dim])"
+)
 ON_BAD_ROW_KEY = "dataloader_train.video_dataloader.on_bad_row"
 NUM_FRAMES_KEY = "dataloader_train.video_dataloader.num_frames"
 REENCODE = "re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4) or remove the row"
@@ -90,7 +92,7 @@ class WfmDatasetReport:
             return text
         counts = sorted(self.by_reason.items(), key=lambda kv: (-kv[1], kv[0]))  # most first, then by name
         reasons = ", ".join(f"{reason} {n}" for reason, n in counts)
-        skipped = f"{self.n_skipped} skipped ({reasons}; on_bad_row = \"skip\")"
+        skipped = f'{self.n_skipped} skipped ({reasons}; on_bad_row = "skip")'
         return f"{text}, {skipped}: {_listed(self.problems)}"
 
 
@@ -128,8 +130,10 @@ def _probe_video(path: Path, min_frames: int | None) -> None:
     except av.FFmpegError as e:
         raise RowError("bad_media", f"{path}: cannot decode ({e}); {REENCODE}") from None
     if min_frames and total < min_frames:
-        raise RowError("short_video", f"{path}: {total} frames, fewer than num_frames = {min_frames}; "
-                                      f"lower {NUM_FRAMES_KEY} or remove the row")
+        raise RowError(
+            "short_video",
+            f"{path}: {total} frames, fewer than num_frames = {min_frames}; lower {NUM_FRAMES_KEY} or remove the row",
+        )
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -148,12 +152,18 @@ def _embedding_for(root: Path, name: str) -> Path:
     return path
 
 
-def _row(root: Path, name: str, video: Path | None, meta: Path | None, offline_text_embedding: bool,
-         check_media: bool, min_frames: int | None) -> WfmSample:
+def _row(
+    root: Path,
+    name: str,
+    video: Path | None,
+    meta: Path | None,
+    offline_text_embedding: bool,
+    check_media: bool,
+    min_frames: int | None,
+) -> WfmSample:
     """The sample of one stem, or RowError saying why it cannot be used."""
     if meta is None:
-        raise RowError("missing_caption", f"{video}: no caption metas/{name}.txt; write the video's prompt "
-                                          "in it")
+        raise RowError("missing_caption", f"{video}: no caption metas/{name}.txt; write the video's prompt in it")
     if video is None:
         raise RowError("missing_video", f"{meta}: no video videos/{name}.mp4 (only .mp4 files are read)")
     prompt = _read_prompt(meta)
@@ -177,13 +187,20 @@ def _check_layout(root: Path) -> None:
 
 
 def _fail(root: Path, problems: list[str]) -> DataError:
-    return DataError(f"{root}: {len(problems)} row(s) cannot be used: {_listed(problems)}. Fix them, or set "
-                     f"{ON_BAD_ROW_KEY} = \"skip\" to leave them out (counted in the report)")
+    return DataError(
+        f"{root}: {len(problems)} row(s) cannot be used: {_listed(problems)}. Fix them, or set "
+        f'{ON_BAD_ROW_KEY} = "skip" to leave them out (counted in the report)'
+    )
 
 
-def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = False,
-                 on_bad_row: OnBadRow = "fail", check_media: bool = True,
-                 min_frames: int | None = None) -> tuple[list[WfmSample], WfmDatasetReport]:
+def scan_dataset(
+    dataset_dir: str | Path,
+    *,
+    offline_text_embedding: bool = False,
+    on_bad_row: OnBadRow = "fail",
+    check_media: bool = True,
+    min_frames: int | None = None,
+) -> tuple[list[WfmSample], WfmDatasetReport]:
     """Every usable row of the dataset, sorted by name, and the report of what was left out.
 
     check_media: probe each video (it opens, its first frame decodes); min_frames: also refuse videos with
@@ -191,7 +208,7 @@ def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = Fals
     rather than mid-run in load_clip.
     """
     if on_bad_row not in ("fail", "skip"):
-        raise ValueError(f"on_bad_row must be \"fail\" or \"skip\", got {on_bad_row!r}")
+        raise ValueError(f'on_bad_row must be "fail" or "skip", got {on_bad_row!r}')
     root = Path(dataset_dir).expanduser()
     _check_layout(root)
     videos, metas = _files(root / "videos", ".mp4"), _files(root / "metas", ".txt")
@@ -200,16 +217,16 @@ def scan_dataset(dataset_dir: str | Path, *, offline_text_embedding: bool = Fals
     reasons: Counter[str] = Counter()
     for name in sorted(set(videos) | set(metas)):
         try:
-            samples.append(_row(root, name, videos.get(name), metas.get(name), offline_text_embedding,
-                                check_media, min_frames))
+            samples.append(
+                _row(root, name, videos.get(name), metas.get(name), offline_text_embedding, check_media, min_frames)
+            )
         except RowError as e:
             problems.append(str(e))
             reasons[e.reason] += 1
     if problems and on_bad_row == "fail":
         raise _fail(root, problems)
     if not samples:
-        raise DataError(f"{root}: no usable rows ({len(problems)} left out); a world-model dataset holds "
-                        f"{LAYOUT}")
+        raise DataError(f"{root}: no usable rows ({len(problems)} left out); a world-model dataset holds {LAYOUT}")
     return samples, WfmDatasetReport(str(root), len(samples), len(problems), problems, dict(reasons))
 
 
@@ -219,10 +236,18 @@ SCAN_FILE = "data_scan.json"  # in the run folder: the flow's check-data scan, w
 def save_scan(path: Path, settings: dict[str, Any], samples: list[WfmSample], report: WfmDatasetReport) -> None:
     """Record a scan_dataset result and the keyword arguments it was made with (`settings`, dataset_dir among
     them) at `path`, so the trainer's ranks need not probe every video again."""
-    rows = [{"name": s.name, "prompt": s.prompt, "video": s.video and str(s.video),
-             "text_embedding": s.text_embedding and str(s.text_embedding)} for s in samples]
-    write_json_atomic(path, {"settings": {k: str(v) for k, v in settings.items()}, "rows": rows,
-                             "report": asdict(report)})
+    rows = [
+        {
+            "name": s.name,
+            "prompt": s.prompt,
+            "video": s.video and str(s.video),
+            "text_embedding": s.text_embedding and str(s.text_embedding),
+        }
+        for s in samples
+    ]
+    write_json_atomic(
+        path, {"settings": {k: str(v) for k, v in settings.items()}, "rows": rows, "report": asdict(report)}
+    )
 
 
 def load_scan(path: Path, settings: dict[str, Any]) -> tuple[list[WfmSample], WfmDatasetReport] | None:
@@ -234,8 +259,12 @@ def load_scan(path: Path, settings: dict[str, Any]) -> tuple[list[WfmSample], Wf
         return None
     if saved.get("settings") != {k: str(v) for k, v in settings.items()}:
         return None
-    samples = [WfmSample(r["name"], r["prompt"], r["video"] and Path(r["video"]),
-                         r["text_embedding"] and Path(r["text_embedding"])) for r in saved["rows"]]
+    samples = [
+        WfmSample(
+            r["name"], r["prompt"], r["video"] and Path(r["video"]), r["text_embedding"] and Path(r["text_embedding"])
+        )
+        for r in saved["rows"]
+    ]
     return samples, WfmDatasetReport(**saved["report"])
 
 
@@ -258,8 +287,10 @@ def load_clip(path: str | Path, num_frames: int, height: int, width: int) -> tor
             stream = container.streams.video[0]
             total = stream.frames or _count_packets(local)
             if total < num_frames:
-                raise MediaError(local, f"{total} frames, fewer than num_frames = {num_frames}; lower "
-                                        f"{NUM_FRAMES_KEY} or remove the video")
+                raise MediaError(
+                    local,
+                    f"{total} frames, fewer than num_frames = {num_frames}; lower {NUM_FRAMES_KEY} or remove the video",
+                )
             fps = float(stream.average_rate or stream.guessed_rate or 0)
             # Only the picked frames are converted to RGB: a long 720p video never sits in memory whole.
             rgb = _decode_indices(local, container, stream, _even_indices(total, num_frames), fps, total)
@@ -293,8 +324,10 @@ def _described(obj: Any) -> str:
 
 
 def _as_float_matrix(obj: Any, path: Path) -> torch.Tensor:
-    expected = ("expected a float array [n_tokens, dim] (numpy or torch; alone, in a one-element list, or "
-                f"as {{{EMBEDDING_KEYS[0]!r}: array}})")
+    expected = (
+        "expected a float array [n_tokens, dim] (numpy or torch; alone, in a one-element list, or "
+        f"as {{{EMBEDDING_KEYS[0]!r}: array}})"
+    )
     if not isinstance(obj, np.ndarray | torch.Tensor):
         raise DataError(f"{path}: holds {_described(obj)}; {expected}")
     if isinstance(obj, torch.Tensor):
@@ -317,15 +350,16 @@ def load_text_embedding(path: str | Path, dataset_dir: str | Path) -> torch.Tens
     path = Path(path).expanduser()
     folder = Path(dataset_dir).expanduser() / "text_embedding"
     if not _inside(path, folder):
-        raise DataError(f"{path}: resolves to {path.resolve()}, outside {folder.resolve()}; text embeddings "
-                        "are pickles (loading one runs code), so they are read only from the text_embedding/ "
-                        "folder of the dataset you named (use only datasets you trust)")
+        raise DataError(
+            f"{path}: resolves to {path.resolve()}, outside {folder.resolve()}; text embeddings "
+            "are pickles (loading one runs code), so they are read only from the text_embedding/ "
+            "folder of the dataset you named (use only datasets you trust)"
+        )
     try:
         with path.open("rb") as f:
             obj = pickle.load(f)  # noqa: S301 - the dataset the user named; see the module docstring
     except FileNotFoundError:
-        raise DataError(f"{path}: missing; write the row's embedding or set offline_text_embedding = "
-                        "false") from None
+        raise DataError(f"{path}: missing; write the row's embedding or set offline_text_embedding = false") from None
     except Exception as e:  # a corrupt or foreign pickle can fail with almost any exception type
         raise DataError(f"{path}: not a readable pickle ({type(e).__name__}: {e}); write it again") from None
     return _as_float_matrix(_unwrap(obj), path)
@@ -344,5 +378,7 @@ def mock_prompts(n: int, seed: int = 0) -> list[str]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = np.random.default_rng(seed)
-    return [f"a {rng.choice(_LIGHT)} scene: a {rng.choice(_THINGS)} {rng.choice(_MOVES)} "
-            f"{rng.choice(_PLACES)}" for _ in range(n)]
+    return [
+        f"a {rng.choice(_LIGHT)} scene: a {rng.choice(_THINGS)} {rng.choice(_MOVES)} {rng.choice(_PLACES)}"
+        for _ in range(n)
+    ]

@@ -24,16 +24,21 @@ def advantages(rewards: torch.Tensor, group_size: int, clip: float) -> torch.Ten
     return group_advantages(rewards, group_size, std="sample").clamp(-clip, clip)
 
 
-def policy_step_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, adv: torch.Tensor, clip_range: float,
-                     kl: torch.Tensor | None = None, kl_beta: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_step_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    adv: torch.Tensor,
+    clip_range: float,
+    kl: torch.Tensor | None = None,
+    kl_beta: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """One denoising step's loss, averaged over the batch [B]; stats: clip fraction, mean ratio, the KL term."""
     log_ratio = (log_prob - old_log_prob.detach()).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
     loss = torch.maximum(unclipped, clipped).mean()
-    stats = {"clip_frac": float(((ratio - 1).abs() > clip_range).float().mean()),
-             "ratio": float(ratio.detach().mean())}
+    stats = {"clip_frac": float(((ratio - 1).abs() > clip_range).float().mean()), "ratio": float(ratio.detach().mean())}
     if kl is not None and kl_beta > 0:
         kl_mean = kl.mean()
         loss = loss + kl_beta * kl_mean

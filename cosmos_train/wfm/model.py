@@ -53,8 +53,14 @@ SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an imag
 COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 TRANSFORMER_WEIGHTS = "diffusion_pytorch_model.safetensors"
 WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
 VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # Wan2.1's VAE (Predict2.5's): 4x in time after the first frame, 8x in space
 
 
@@ -78,9 +84,15 @@ def _tiny_vae(latent_channels: int) -> AutoencoderKLWan:
     """Wan2.1's VAE layout at base_dim 16: three down stages (8x space), time halved twice (4x)."""
     from diffusers import AutoencoderKLWan  # why: diffusers is heavy, loaded only by world-model code
 
-    return AutoencoderKLWan(base_dim=16, z_dim=latent_channels, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                            temperal_downsample=[False, True, True], latents_mean=[0.0] * latent_channels,
-                            latents_std=[1.0] * latent_channels)
+    return AutoencoderKLWan(
+        base_dim=16,
+        z_dim=latent_channels,
+        dim_mult=[1, 2, 2, 2],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.0] * latent_channels,
+        latents_std=[1.0] * latent_channels,
+    )
 
 
 def _identity_like(conv: nn.Conv2d | nn.Conv3d, average: bool = False) -> None:
@@ -129,10 +141,23 @@ def _tiny_transformer(latent_channels: int, text_dim: int) -> CosmosTransformer3
     from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
 
     return CosmosTransformer3DModel(
-        in_channels=latent_channels + 1, out_channels=latent_channels, num_attention_heads=2, attention_head_dim=32,
-        num_layers=2, mlp_ratio=2.0, text_embed_dim=64, adaln_lora_dim=16, max_size=(16, 32, 32), patch_size=(1, 2, 2),
-        rope_scale=(1.0, 1.0, 1.0), concat_padding_mask=False, extra_pos_embed_type=None,
-        use_crossattn_projection=True, crossattn_proj_in_channels=text_dim, encoder_hidden_states_channels=64)
+        in_channels=latent_channels + 1,
+        out_channels=latent_channels,
+        num_attention_heads=2,
+        attention_head_dim=32,
+        num_layers=2,
+        mlp_ratio=2.0,
+        text_embed_dim=64,
+        adaln_lora_dim=16,
+        max_size=(16, 32, 32),
+        patch_size=(1, 2, 2),
+        rope_scale=(1.0, 1.0, 1.0),
+        concat_padding_mask=False,
+        extra_pos_embed_type=None,
+        use_crossattn_projection=True,
+        crossattn_proj_in_channels=text_dim,
+        encoder_hidden_states_channels=64,
+    )
 
 
 def _calibration_videos(n: int = 16, frames: int = 5, size: int = 32, seed: int = 0) -> torch.Tensor:
@@ -144,7 +169,7 @@ def _calibration_videos(n: int = 16, frames: int = 5, size: int = 32, seed: int 
     for i in range(n):
         y, x = (int(v) for v in torch.randint(0, size - 8, (2,), generator=g))
         for t in range(frames):
-            video[i, :, t, y:y + 8, (x + 2 * t) % (size - 8):(x + 2 * t) % (size - 8) + 8] = -base[i, 0, 0, 0, 0]
+            video[i, :, t, y : y + 8, (x + 2 * t) % (size - 8) : (x + 2 * t) % (size - 8) + 8] = -base[i, 0, 0, 0, 0]
     return video
 
 
@@ -165,12 +190,16 @@ def _model_index() -> dict[str, Any]:
     """model_index.json of a Predict2.5 folder; safety_checker is a null component (cosmos_guardrail's)."""
     import diffusers  # why: diffusers is heavy, loaded only by world-model code
 
-    return {"_class_name": PIPELINE_CLASS, "_diffusers_version": diffusers.__version__,
-            "scheduler": ["diffusers", "UniPCMultistepScheduler"],
-            "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
-            "tokenizer": ["transformers", "Qwen2Tokenizer"],
-            "transformer": ["diffusers", "CosmosTransformer3DModel"], "vae": ["diffusers", "AutoencoderKLWan"],
-            "safety_checker": [None, None]}
+    return {
+        "_class_name": PIPELINE_CLASS,
+        "_diffusers_version": diffusers.__version__,
+        "scheduler": ["diffusers", "UniPCMultistepScheduler"],
+        "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+        "tokenizer": ["transformers", "Qwen2Tokenizer"],
+        "transformer": ["diffusers", "CosmosTransformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLWan"],
+        "safety_checker": [None, None],
+    }
 
 
 def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 4) -> Path:
@@ -194,13 +223,16 @@ def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 
         # Wan's were measured on real ones), so that normalised latents, what the DiT sees, are ~N(0, 1).
         with torch.no_grad():
             z = vae.encode(_calibration_videos(seed=seed)).latent_dist.mode()
-    vae.register_to_config(latents_mean=[round(float(v), 6) for v in z.mean(dim=(0, 2, 3, 4))],
-                           latents_std=[round(float(v), 6) for v in z.std(dim=(0, 2, 3, 4))])
+    vae.register_to_config(
+        latents_mean=[round(float(v), 6) for v in z.mean(dim=(0, 2, 3, 4))],
+        latents_std=[round(float(v), 6) for v in z.std(dim=(0, 2, 3, 4))],
+    )
     vae.save_pretrained(out / "vae")
     transformer.save_pretrained(out / "transformer")
     # Only for diffusers' pipeline: training uses its own SDE sampler (wfm/sde.py). Predict2.5's scheduler settings.
     UniPCMultistepScheduler(use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0).save_pretrained(
-        out / "scheduler")
+        out / "scheduler"
+    )
     (out / "model_index.json").write_text(json.dumps(_model_index(), indent=2) + "\n")
     return out
 
@@ -216,8 +248,10 @@ def _folder(path: str | Path, revision: str | None) -> Path:
 
         return Path(snapshot_download(str(path), revision=revision))
     except Exception as e:  # noqa: BLE001 - offline, unknown id, no access: one message
-        raise ModelError(f"{path}: not a local folder, and the Hub copy could not be fetched ({type(e).__name__}: "
-                         f"{e}); give a diffusers folder (`cosmos-train make-tiny-wfm DIR` writes a tiny one)") from e
+        raise ModelError(
+            f"{path}: not a local folder, and the Hub copy could not be fetched ({type(e).__name__}: "
+            f"{e}); give a diffusers folder (`cosmos-train make-tiny-wfm DIR` writes a tiny one)"
+        ) from e
 
 
 def _component_problem(folder: Path, component: str) -> str | None:
@@ -242,21 +276,27 @@ def check_folder(folder: Path, text_encoder: bool = True) -> None:
     index = folder / "model_index.json"
     make = "`cosmos-train make-tiny-wfm DIR` writes a tiny one"
     if not index.is_file():
-        raise ModelError(f"{folder}: no model_index.json; a world model is a diffusers folder with transformer/, vae/, "
-                         f"text_encoder/, tokenizer/ ({make})")
+        raise ModelError(
+            f"{folder}: no model_index.json; a world model is a diffusers folder with transformer/, vae/, "
+            f"text_encoder/, tokenizer/ ({make})"
+        )
     try:
         name = json.loads(index.read_text()).get("_class_name")
     except (ValueError, AttributeError) as e:
         raise ModelError(f"{index}: not a JSON object ({e}); restore it from the model's source ({make})") from e
     if name != PIPELINE_CLASS:
-        raise ModelError(f"{index}: a {name} folder; world-model RL trains a {PIPELINE_CLASS} (Cosmos-Predict2.5) "
-                         "folder: DiT transformer/, Wan vae/, Qwen2.5-VL text_encoder/")
+        raise ModelError(
+            f"{index}: a {name} folder; world-model RL trains a {PIPELINE_CLASS} (Cosmos-Predict2.5) "
+            "folder: DiT transformer/, Wan vae/, Qwen2.5-VL text_encoder/"
+        )
     need = [c for c in COMPONENTS if c != "scheduler" and (text_encoder or c not in ("text_encoder", "tokenizer"))]
     problems = [p for c in need if (p := _component_problem(folder, c))]
     if problems:
-        raise ModelError(f"{folder}: {'; '.join(problems)} (a {PIPELINE_CLASS} folder has "
-                         f"{', '.join(f'{c}/' for c in COMPONENTS)}; re-download it or point model_name_or_path at "
-                         "a complete one)")
+        raise ModelError(
+            f"{folder}: {'; '.join(problems)} (a {PIPELINE_CLASS} folder has "
+            f"{', '.join(f'{c}/' for c in COMPONENTS)}; re-download it or point model_name_or_path at "
+            "a complete one)"
+        )
 
 
 def _frozen(module: ModuleT) -> ModuleT:
@@ -264,8 +304,14 @@ def _frozen(module: ModuleT) -> ModuleT:
     return module.requires_grad_(False).eval()
 
 
-def load_wfm(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, *,
-             text_encoder: bool = True, revision: str | None = None) -> WfmParts:
+def load_wfm(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    *,
+    text_encoder: bool = True,
+    revision: str | None = None,
+) -> WfmParts:
     """The folder's parts on `device`: the DiT and text encoder in `dtype`, the VAE in float32 (its encodes are the
     DDRL data targets); the VAE and text encoder frozen. text_encoder=False: runs that condition on precomputed
     embeddings skip it and its tokenizer.
@@ -292,8 +338,17 @@ def load_wfm(path: str | Path, device: str | torch.device = "cpu", dtype: torch.
     std = torch.tensor(vae.config.latents_std, dtype=torch.float32, device=device).view(1, c, 1, 1, 1)
     # as the pipeline derives them: each temporal_downsample stage halves time, every stage halves space
     down = list(vae.config.temperal_downsample)
-    return WfmParts(transformer.to(device), vae, encoder, tokenizer, mean, std, c,
-                    vae_scale_temporal=2 ** sum(down), vae_scale_spatial=2 ** len(down))
+    return WfmParts(
+        transformer.to(device),
+        vae,
+        encoder,
+        tokenizer,
+        mean,
+        std,
+        c,
+        vae_scale_temporal=2 ** sum(down),
+        vae_scale_spatial=2 ** len(down),
+    )
 
 
 # ------------------------------------------------------------------------------------ what training calls
@@ -303,27 +358,48 @@ def latent_shape(parts: WfmParts, num_frames: int, height: int, width: int) -> t
     problems = []
     st = parts.vae_scale_temporal
     if num_frames < 1 or (num_frames - 1) % st:
-        problems.append(f"num_frames = {num_frames}: must be 1 + {st}k, e.g. {1 + st * max(1, (num_frames - 1) // st)} "
-                        f"(the VAE keeps the first frame and compresses the rest {st}x in time)")
+        problems.append(
+            f"num_frames = {num_frames}: must be 1 + {st}k, e.g. {1 + st * max(1, (num_frames - 1) // st)} "
+            f"(the VAE keeps the first frame and compresses the rest {st}x in time)"
+        )
     patch = parts.transformer.config.patch_size
     step_h, step_w = parts.vae_scale_spatial * patch[1], parts.vae_scale_spatial * patch[2]
     if height < 1 or width < 1 or height % step_h or width % step_w:
         step = f"{step_h}" if step_h == step_w else f"{step_h} (height) and {step_w} (width)"
-        problems.append(f"video size {width}x{height}: width and height must be multiples of {step} (VAE "
-                        f"{parts.vae_scale_spatial}x, DiT patch {patch[1]}x{patch[2]})")
+        problems.append(
+            f"video size {width}x{height}: width and height must be multiples of {step} (VAE "
+            f"{parts.vae_scale_spatial}x, DiT patch {patch[1]}x{patch[2]})"
+        )
     if problems:
         raise ConfigError(problems, what="world-model video shape")
-    return (parts.latent_channels, 1 + (num_frames - 1) // st, height // parts.vae_scale_spatial,
-            width // parts.vae_scale_spatial)
+    return (
+        parts.latent_channels,
+        1 + (num_frames - 1) // st,
+        height // parts.vae_scale_spatial,
+        width // parts.vae_scale_spatial,
+    )
 
 
 def _prompt_ids(tokenizer: Any, prompts: list[str], max_length: int) -> torch.Tensor:
     """[B, max_length] ids of each prompt's system + user chat, cut or padded at the end (as the pipeline does)."""
-    chats = [[{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-              {"role": "user", "content": [{"type": "text", "text": p}]}] for p in prompts]
-    enc = tokenizer.apply_chat_template(chats, tokenize=True, return_dict=True, return_tensors="pt",
-                                        add_generation_prompt=False, add_vision_id=False, max_length=max_length,
-                                        truncation=True, padding="max_length")
+    chats = [
+        [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": [{"type": "text", "text": p}]},
+        ]
+        for p in prompts
+    ]
+    enc = tokenizer.apply_chat_template(
+        chats,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        add_generation_prompt=False,
+        add_vision_id=False,
+        max_length=max_length,
+        truncation=True,
+        padding="max_length",
+    )
     return enc["input_ids"]
 
 
@@ -336,8 +412,10 @@ def encode_prompts(parts: WfmParts, prompts: list[str], max_length: int = 128) -
         python -c "from cosmos_train.wfm.model import *; print(encode_prompts(load_wfm('/tmp/tiny-wfm'), ['a']).shape)"
     """
     if parts.text_encoder is None or parts.tokenizer is None:
-        raise ModelError("this run loaded no text encoder (offline_text_embedding = true): prompts cannot be "
-                         "encoded; give precomputed embeddings or load the folder with its text_encoder/")
+        raise ModelError(
+            "this run loaded no text encoder (offline_text_embedding = true): prompts cannot be "
+            "encoded; give precomputed embeddings or load the folder with its text_encoder/"
+        )
     device = next(parts.text_encoder.parameters()).device
     ids = _prompt_ids(parts.tokenizer, prompts, max_length).to(device)
     # The language model only: same hidden states as the full model's, without the [B, L, vocab] logits.
@@ -374,8 +452,9 @@ def decode_latents(parts: WfmParts, latents: torch.Tensor) -> torch.Tensor:
     return ((x + 1) * 127.5).round().to(torch.uint8)
 
 
-def predict_velocity(transformer: CosmosTransformer3DModel, latents: torch.Tensor, sigma: torch.Tensor, prompt_embeds: torch.Tensor
-                     ) -> torch.Tensor:
+def predict_velocity(
+    transformer: CosmosTransformer3DModel, latents: torch.Tensor, sigma: torch.Tensor, prompt_embeds: torch.Tensor
+) -> torch.Tensor:
     """The DiT's velocity [B, C, T, H, W] for latents at noise level sigma [B] in [0, 1] (text2world: no
     conditioning frames). Differentiable; works on an FSDP2-sharded transformer (called as a module).
 
@@ -390,9 +469,14 @@ def predict_velocity(transformer: CosmosTransformer3DModel, latents: torch.Tenso
     if config.concat_padding_mask:  # zeros (no padding) resized by the DiT to the latent grid: any size is the same
         kwargs["padding_mask"] = latents.new_zeros(1, 1, h, w, dtype=dtype)
     # sigma stays float32 (as the pipeline's): the DiT's sinusoidal embedding casts after computing
-    return transformer(hidden_states=latents.to(dtype), timestep=sigma.to(latents.device, torch.float32).reshape(b),
-                       encoder_hidden_states=prompt_embeds.to(dtype),
-                       condition_mask=latents.new_zeros(b, 1, t, h, w, dtype=dtype), return_dict=False, **kwargs)[0]
+    return transformer(
+        hidden_states=latents.to(dtype),
+        timestep=sigma.to(latents.device, torch.float32).reshape(b),
+        encoder_hidden_states=prompt_embeds.to(dtype),
+        condition_mask=latents.new_zeros(b, 1, t, h, w, dtype=dtype),
+        return_dict=False,
+        **kwargs,
+    )[0]
 
 
 def transformer_blocks(transformer: CosmosTransformer3DModel) -> list[nn.Module]:
@@ -414,17 +498,22 @@ def _transformer_shapes(base: Path) -> dict[str, tuple[int, ...]]:
 def _state_dict_problems(want: dict[str, tuple[int, ...]], got: dict[str, torch.Tensor]) -> list[str]:
     problems = [f"missing {k}" for k in want if k not in got]
     problems += [f"unexpected {k}" for k in got if k not in want]
-    problems += [f"{k}: shape {tuple(v.shape)}, base {want[k]}" for k, v in got.items()
-                 if k in want and tuple(v.shape) != want[k]]
+    problems += [
+        f"{k}: shape {tuple(v.shape)}, base {want[k]}"
+        for k, v in got.items()
+        if k in want and tuple(v.shape) != want[k]
+    ]
     return problems
 
 
 def _ignore_transformer_weights(transformer_dir: Path) -> Callable[[str, list[str]], list[str]]:
     """copytree's ignore: the base transformer's weight files (one file or shards + index), replaced by the export."""
+
     def ignore(folder: str, names: list[str]) -> list[str]:
         if Path(folder) != transformer_dir:
             return []
         return [n for n in names if n.endswith(WEIGHT_SUFFIXES)]
+
     return ignore
 
 
@@ -438,8 +527,13 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def export_wfm(base_dir: str | Path, transformer_state_dict: dict[str, torch.Tensor], out_dir: str | Path, *,
-               revision: str | None = None) -> Path:
+def export_wfm(
+    base_dir: str | Path,
+    transformer_state_dict: dict[str, torch.Tensor],
+    out_dir: str | Path,
+    *,
+    revision: str | None = None,
+) -> Path:
     """A complete diffusers folder at out_dir: base_dir's parts, transformer/ = base's config + the given full
     (unsharded) state dict as diffusion_pytorch_model.safetensors, tensors written as given. ModelError if its keys
     or shapes differ from the base transformer's. Written to a temporary sibling, then renamed into place.
@@ -452,8 +546,10 @@ def export_wfm(base_dir: str | Path, transformer_state_dict: dict[str, torch.Ten
     problems = _state_dict_problems(_transformer_shapes(base), transformer_state_dict)
     if problems:
         more = f" ... ({len(problems)} differences)" if len(problems) > 5 else ""
-        raise ModelError(f"{base}: the trained transformer does not match the base folder's: "
-                         f"{'; '.join(problems[:5])}{more}; export with the base folder the run trained from")
+        raise ModelError(
+            f"{base}: the trained transformer does not match the base folder's: "
+            f"{'; '.join(problems[:5])}{more}; export with the base folder the run trained from"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:

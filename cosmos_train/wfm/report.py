@@ -1,8 +1,8 @@
 """What a world-model RL run shows: the before/after sample grid and the summary numbers, from the run folder.
 
-    png = sample_grid(Path("RUN"))        # RUN/plots/samples.png: per prompt, the first evaluation's frames
-                                          # (before training) above the last one's, same prompt and noise
-    summary = run_summary(Path("RUN"))    # reward and held-out diffusion loss before / after, the export
+png = sample_grid(Path("RUN"))        # RUN/plots/samples.png: per prompt, the first evaluation's frames
+                                      # (before training) above the last one's, same prompt and noise
+summary = run_summary(Path("RUN"))    # reward and held-out diffusion loss before / after, the export
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def evaluation_files(run_dir: Path) -> list[tuple[int, Path]]:
 
 def _strip(video: np.ndarray, scale: int) -> np.ndarray:
     """[3, T, H, W] uint8 -> frames side by side [H*scale, T*(W*scale + PAD), 3]."""
-    frames = [np.kron(f.transpose(1, 2, 0), np.ones((scale, scale, 1), dtype=np.uint8))
-              for f in video.transpose(1, 0, 2, 3)]
+    frames = [
+        np.kron(f.transpose(1, 2, 0), np.ones((scale, scale, 1), dtype=np.uint8)) for f in video.transpose(1, 0, 2, 3)
+    ]
     pad = np.full((frames[0].shape[0], PAD, 3), 255, dtype=np.uint8)
     return np.concatenate([x for f in frames for x in (f, pad)], axis=1)
 
@@ -72,9 +73,14 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     train = [r for r in rows if r.get("kind") == "train"]
     result_file = Path(run_dir) / "result.json"
     result = json.loads(result_file.read_text()) if result_file.is_file() else {}
-    return {"before": val[0] if val else {}, "after": val[-1] if len(val) > 1 else {},
-            "last_iteration": train[-1] if train else {}, "final": result.get("final"),
-            "algorithm": result.get("algorithm"), "iterations": result.get("step")}
+    return {
+        "before": val[0] if val else {},
+        "after": val[-1] if len(val) > 1 else {},
+        "last_iteration": train[-1] if train else {},
+        "final": result.get("final"),
+        "algorithm": result.get("algorithm"),
+        "iterations": result.get("step"),
+    }
 
 
 def _number(v: Any) -> str:
@@ -83,10 +89,18 @@ def _number(v: Any) -> str:
 
 def summary_markdown(summary: dict[str, Any], run_dir: Path) -> str:
     b, a = summary["before"], summary["after"]
-    lines = [f"# World-model RL ({summary.get('algorithm')}): {Path(run_dir).name}", "",
-             "| | before | after |", "|---|---|---|"]
+    lines = [
+        f"# World-model RL ({summary.get('algorithm')}): {Path(run_dir).name}",
+        "",
+        "| | before | after |",
+        "|---|---|---|",
+    ]
     for key in sorted({k for k in (*b, *a) if k.startswith("reward") or k == "heldout_diffusion_loss"}):
         lines.append(f"| {key} | {_number(b.get(key))} | {_number(a.get(key))} |")
-    lines += ["", f"- iterations: {summary.get('iterations')}", f"- export (diffusers folder): `{summary.get('final')}`",
-              f"- run folder: `{run_dir}`"]
+    lines += [
+        "",
+        f"- iterations: {summary.get('iterations')}",
+        f"- export (diffusers folder): `{summary.get('final')}`",
+        f"- run folder: `{run_dir}`",
+    ]
     return "\n".join(lines) + "\n"

@@ -23,8 +23,9 @@ from cosmos_train.reward_service.handlers import HANDLERS, Batch
 from cosmos_train.rewards.remote import RemoteRewardClient
 
 # the handlers that score pixels (not completions): usable in the trainer
-LOCAL_REWARDS = tuple(sorted(name for name, cls in HANDLERS.items()
-                             if "video" in cls.media_types and not cls.needs_completions))
+LOCAL_REWARDS = tuple(
+    sorted(name for name, cls in HANDLERS.items() if "video" in cls.media_types and not cls.needs_completions)
+)
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
@@ -52,8 +53,9 @@ class VideoScorer:
         if self.client is not None:
             self.client.close()
 
-    def score(self, videos: np.ndarray, latents: np.ndarray | None, prompts: Sequence[str]
-              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def score(
+        self, videos: np.ndarray, latents: np.ndarray | None, prompts: Sequence[str]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """videos uint8 [B, 3, T, H, W]; latents float [B, C, T', H', W'] (the service's latent payload)."""
         parts = self._local(videos, prompts) if self.client is None else self._remote(videos, latents, prompts)
         total = sum(w * parts[name] for name, w in self.weights.items())
@@ -62,23 +64,25 @@ class VideoScorer:
     def _local(self, videos: np.ndarray, prompts: Sequence[str]) -> dict[str, np.ndarray]:
         batch = Batch(media_type="video", size=len(videos), media=videos, prompts=list(prompts))
         config = ServiceConfig()
-        return {name: np.asarray(HANDLERS[name](name, config).score(batch), dtype=np.float64)
-                for name in self.weights}
+        return {name: np.asarray(HANDLERS[name](name, config).score(batch), dtype=np.float64) for name in self.weights}
 
-    def _remote(self, videos: np.ndarray, latents: np.ndarray | None, prompts: Sequence[str]
-                ) -> dict[str, np.ndarray]:
+    def _remote(self, videos: np.ndarray, latents: np.ndarray | None, prompts: Sequence[str]) -> dict[str, np.ndarray]:
         assert self.client is not None
         media = videos if self.payload == "video" else latents
         assert media is not None
         reward_fn = {name: 1.0 for name in self.weights}  # weights apply here, so a part stays readable
         pending = []
         for start in range(0, len(media), self.batch_size):
-            chunk = media[start:start + self.batch_size]
-            meta = {"media_type": self.payload, "reward_fn": reward_fn,
-                    "prompts": list(prompts[start:start + self.batch_size]),
-                    "video_infos": [{"index": start + i} for i in range(len(chunk))]}
-            pending.append(self.client.submit(meta, npy_bytes(chunk.astype(np.float32) if self.payload == "latent"
-                                                              else chunk)))
+            chunk = media[start : start + self.batch_size]
+            meta = {
+                "media_type": self.payload,
+                "reward_fn": reward_fn,
+                "prompts": list(prompts[start : start + self.batch_size]),
+                "video_infos": [{"index": start + i} for i in range(len(chunk))],
+            }
+            pending.append(
+                self.client.submit(meta, npy_bytes(chunk.astype(np.float32) if self.payload == "latent" else chunk))
+            )
         out: dict[str, list[float]] = {name: [] for name in self.weights}
         for job in pending:
             docs = job.result()

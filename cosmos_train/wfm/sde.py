@@ -50,8 +50,9 @@ class SdeStep:
     log_prob: torch.Tensor  # [B] mean over elements of log N(x_next; mean, std^2)
 
 
-def step_std(sigma: float | torch.Tensor, sigma_next: float | torch.Tensor, noise_level: float,
-             sigma_cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+def step_std(
+    sigma: float | torch.Tensor, sigma_next: float | torch.Tensor, noise_level: float, sigma_cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(std_t, std_t * sqrt(-dt)) of one step; sigma is capped at `sigma_cap` (< 1) inside the square root."""
     sigma = torch.as_tensor(sigma, dtype=torch.float32)
     sigma_next = torch.as_tensor(sigma_next, dtype=torch.float32)
@@ -60,8 +61,9 @@ def step_std(sigma: float | torch.Tensor, sigma_next: float | torch.Tensor, nois
     return std_t, std_t * torch.sqrt(sigma - sigma_next)
 
 
-def step_mean(x: torch.Tensor, v: torch.Tensor, sigma: float | torch.Tensor, sigma_next: float | torch.Tensor,
-              std_t: torch.Tensor) -> torch.Tensor:
+def step_mean(
+    x: torch.Tensor, v: torch.Tensor, sigma: float | torch.Tensor, sigma_next: float | torch.Tensor, std_t: torch.Tensor
+) -> torch.Tensor:
     """The SDE step's mean (see the module docstring); std_t = 0 gives the ODE (Euler) step."""
     sigma = torch.as_tensor(sigma, dtype=x.dtype, device=x.device)
     dt = torch.as_tensor(sigma_next, dtype=x.dtype, device=x.device) - sigma
@@ -77,9 +79,16 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
     return per_element.flatten(1).mean(dim=1)
 
 
-def sde_step(x: torch.Tensor, v: torch.Tensor, sigma: float | torch.Tensor, sigma_next: float | torch.Tensor,
-             noise_level: float, noise: torch.Tensor | None = None, x_next: torch.Tensor | None = None,
-             sigma_cap: float | None = None) -> SdeStep:
+def sde_step(
+    x: torch.Tensor,
+    v: torch.Tensor,
+    sigma: float | torch.Tensor,
+    sigma_next: float | torch.Tensor,
+    noise_level: float,
+    noise: torch.Tensor | None = None,
+    x_next: torch.Tensor | None = None,
+    sigma_cap: float | None = None,
+) -> SdeStep:
     """One SDE step from x with velocity v. Sampling: give `noise` (standard normal, like x). Training: give
     the recorded `x_next` to get its log-prob under the current v. `sigma_cap` (default: sigma itself when < 1,
     else 0.99...) is the schedule's second sigma for the first step, as Flow-GRPO."""

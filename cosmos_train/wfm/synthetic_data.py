@@ -49,8 +49,9 @@ def _check_sizes(n: int, num_frames: int, height: int, width: int, fps: int) -> 
     if n < 1 or num_frames < 1 or fps < 1:
         raise ValueError(f"n, num_frames and fps must be >= 1, got {n}, {num_frames}, {fps}")
     if height < 8 or width < 8 or height % 2 or width % 2:
-        raise ValueError(f"height and width must be even and >= 8 (yuv420p, room for the object to move), "
-                         f"got {height}x{width}")
+        raise ValueError(
+            f"height and width must be even and >= 8 (yuv420p, room for the object to move), got {height}x{width}"
+        )
 
 
 def _levels(rng: np.random.Generator) -> tuple[int, int]:
@@ -76,10 +77,10 @@ def _path(rng: np.random.Generator, num_frames: int, room: int) -> np.ndarray:
 
 def _draw(frames: np.ndarray, shape: str, ys: np.ndarray, xs: np.ndarray, side: int, level: int) -> None:
     """The object (top-left corner ys[t], xs[t], `side` pixels wide) into each frame, in place."""
-    yy, xx = np.mgrid[0:frames.shape[1], 0:frames.shape[2]]
+    yy, xx = np.mgrid[0 : frames.shape[1], 0 : frames.shape[2]]
     for t, (y, x) in enumerate(zip(np.rint(ys).astype(int), np.rint(xs).astype(int), strict=True)):
         if shape == "square":
-            frames[t, y:y + side, x:x + side] = level
+            frames[t, y : y + side, x : x + side] = level
         else:
             r = side / 2
             frames[t, (yy - y - r + 0.5) ** 2 + (xx - x - r + 0.5) ** 2 <= r * r] = level
@@ -103,8 +104,15 @@ def _clip(rng: np.random.Generator, num_frames: int, height: int, width: int) ->
     return frames, f"a {_tone(background)} scene: a {_tone(level)} {shape} moves {direction}"
 
 
-def make_synthetic_wfm_data(out_dir: str | Path, n: int = 32, num_frames: int = 9, height: int = 32,
-                            width: int = 32, fps: int = 8, seed: int = 0) -> Path:
+def make_synthetic_wfm_data(
+    out_dir: str | Path,
+    n: int = 32,
+    num_frames: int = 9,
+    height: int = 32,
+    width: int = 32,
+    fps: int = 8,
+    seed: int = 0,
+) -> Path:
     """n clips + captions under out_dir (returned); the same seed gives the same captions and frames."""
     _check_sizes(n, num_frames, height, width, fps)
     out = Path(out_dir)
@@ -129,8 +137,7 @@ def _embeddings(encode: Callable[[list[str]], torch.Tensor], prompts: list[str])
     return out.detach().to("cpu", torch.float16).numpy()
 
 
-def write_text_embeddings(dataset_dir: str | Path, encode: Callable[[list[str]], torch.Tensor],
-                          batch: int = 16) -> int:
+def write_text_embeddings(dataset_dir: str | Path, encode: Callable[[list[str]], torch.Tensor], batch: int = 16) -> int:
     """text_embedding/<stem>.pickle (float16 numpy [L, D]) for every row of the dataset, from `encode`
     (prompts -> [B, L, D]), `batch` prompts a call; returns how many were written.
 
@@ -140,7 +147,7 @@ def write_text_embeddings(dataset_dir: str | Path, encode: Callable[[list[str]],
     root = Path(dataset_dir)
     samples, _ = scan_dataset(root, on_bad_row="skip", check_media=False)
     for start in range(0, len(samples), batch):
-        chunk = samples[start:start + batch]
+        chunk = samples[start : start + batch]
         for sample, array in zip(chunk, _embeddings(encode, [s.prompt for s in chunk]), strict=True):
             # atomic: a killed run leaves whole pickles or none, never a truncated one that fails to load
             write_atomic(root / "text_embedding" / f"{sample.name}.pickle", pickle.dumps(array))

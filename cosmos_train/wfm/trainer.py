@@ -106,16 +106,20 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         if cfg.job.wandb_mode != "disabled":
             os.environ.setdefault("WANDB_MODE", cfg.job.wandb_mode)
         self.rl, self.video = cfg.model.rl, cfg.video
-        self.parts = load_wfm(cfg.model.model_name_or_path, device=dist.device,
-                              text_encoder=not self.video.offline_text_embedding, revision=cfg.model.model_revision)
+        self.parts = load_wfm(
+            cfg.model.model_name_or_path,
+            device=dist.device,
+            text_encoder=not self.video.offline_text_embedding,
+            revision=cfg.model.model_revision,
+        )
         base = self.parts.transformer.float()
-        self.reference = (shard_dit(copy.deepcopy(base), dist, cfg, trainable=False)
-                          if self.rl.kl_beta > 0 else None)
+        self.reference = shard_dit(copy.deepcopy(base), dist, cfg, trainable=False) if self.rl.kl_beta > 0 else None
         model = shard_dit(base, dist, cfg, trainable=True)
         self.params = sum(p.numel() for p in base.parameters())
         o = cfg.optimizer
-        optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
-                                      weight_decay=o.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
         super().__init__(cfg, run_dir, dist, model, optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.scheduler.factor)
         self.total_steps = cfg.trainer.max_iter
@@ -129,7 +133,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
-        self.eval_rows = (self.heldout_rows or self.train_rows)[:cfg.evaluation.num_prompts]
+        self.eval_rows = (self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts]
         self.eval_after: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ the config, for the shared loop
@@ -137,9 +141,16 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
     def loop_settings(cls, cfg: WfmConfig) -> LoopSettings:
         ck = cfg.checkpoint
         return LoopSettings(
-            seed=cfg.trainer.seed, parallelism=cfg.parallelism, ckpt=cfg.ckpt, resume=ck.resume,
-            resume_key="checkpoint.resume", output_dir=cfg.job.output_dir, export_final=ck.export_diffusers,
-            export_each_save=False, validation_freq=cfg.evaluation.every_iter, grad_clip=cfg.grad_clip(),
+            seed=cfg.trainer.seed,
+            parallelism=cfg.parallelism,
+            ckpt=cfg.ckpt,
+            resume=ck.resume,
+            resume_key="checkpoint.resume",
+            output_dir=cfg.job.output_dir,
+            export_final=ck.export_diffusers,
+            export_each_save=False,
+            validation_freq=cfg.evaluation.every_iter,
+            grad_clip=cfg.grad_clip(),
             grad_force_finite=cfg.grad_force_finite(),
         )
 
@@ -161,12 +172,19 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         # the flow's check-data task scanned (probing every video) moments ago: reuse it when its settings match
         settings = self.video.scan_settings
         samples, report = load_scan(self.run_dir / SCAN_FILE, settings) or scan_dataset(**settings)
-        rows = [{"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding}
-                for s in samples]
+        rows = [
+            {"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding} for s in samples
+        ]
         n_held = min(self.video.heldout_videos, len(rows) - 1)
-        info = {"type": "local", "rows": len(rows), "skipped": report.n_skipped, "skipped_by_reason": report.by_reason,
-                "heldout": n_held, "problems": report.problems[:20]}
-        return rows[:len(rows) - n_held], rows[len(rows) - n_held:], info
+        info = {
+            "type": "local",
+            "rows": len(rows),
+            "skipped": report.n_skipped,
+            "skipped_by_reason": report.by_reason,
+            "heldout": n_held,
+            "problems": report.problems[:20],
+        }
+        return rows[: len(rows) - n_held], rows[len(rows) - n_held :], info
 
     def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:
         """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt."""
@@ -176,10 +194,12 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             for r in missing:
                 emb = load_text_embedding(r["text_embedding"], self.video.dataset_dir)
                 if emb.shape[-1] != width:
-                    raise DataError(f"{r['text_embedding']}: embeddings of width {emb.shape[-1]}; this model's DiT "
-                                    f"takes {width} (its text encoder's full_concat: layers x hidden). Write them "
-                                    "with this model's text encoder (`cosmos-train make-synthetic-wfm-data "
-                                    "--text-embeddings-from MODEL` shows how) or set offline_text_embedding = false")
+                    raise DataError(
+                        f"{r['text_embedding']}: embeddings of width {emb.shape[-1]}; this model's DiT "
+                        f"takes {width} (its text encoder's full_concat: layers x hidden). Write them "
+                        "with this model's text encoder (`cosmos-train make-synthetic-wfm-data "
+                        "--text-embeddings-from MODEL` shows how) or set offline_text_embedding = false"
+                    )
                 self._embeddings[r["prompt"]] = emb
         elif missing:
             prompts = list(dict.fromkeys(r["prompt"] for r in missing))
@@ -218,7 +238,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return out
 
     # ------------------------------------------------------------------ sampling
-    def velocity(self, model: nn.Module, x: torch.Tensor, sigma: float | torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    def velocity(
+        self, model: nn.Module, x: torch.Tensor, sigma: float | torch.Tensor, emb: torch.Tensor
+    ) -> torch.Tensor:
         """float32 velocity of `model` (policy or reference) at one sigma for all, or one per sample ([B])."""
         sigmas = sigma if isinstance(sigma, torch.Tensor) else torch.full((x.shape[0],), float(sigma), device=x.device)
         return predict_velocity(model, x, sigmas, emb).float()
@@ -272,8 +294,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         rl, dev = self.rl, self.dist.device
         group_rows = [r for r in rows for _ in range(rl.num_generations)]
         emb = self.embed(group_rows)
-        gen = torch.Generator(device=dev).manual_seed(self.cfg.trainer.seed * 1_000_003 + self.step * 997
-                                                      + self.dist.rank)
+        gen = torch.Generator(device=dev).manual_seed(
+            self.cfg.trainer.seed * 1_000_003 + self.step * 997 + self.dist.rank
+        )
         traj = self.rollout(emb, gen)
         rewards, parts, _ = self.score(traj["xs"][:, -1], [r["prompt"] for r in group_rows])
         adv = advantages(torch.as_tensor(rewards, dtype=torch.float32), rl.num_generations, rl.adv_clip_max).to(dev)
@@ -300,8 +323,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                             v_ref = self.velocity(self.reference, x, s, emb[sl])
                         std_t, _ = step_std(s, s_next, rl.noise_level, cap)
                         kl = gaussian_kl(step.mean, step_mean(x, v_ref, s, s_next, std_t), step.std)
-                    loss, st = policy_step_loss(step.log_prob, traj["log_probs"][sl, k], adv[sl], rl.clip_range,
-                                                kl, rl.kl_beta)
+                    loss, st = policy_step_loss(
+                        step.log_prob, traj["log_probs"][sl, k], adv[sl], rl.clip_range, kl, rl.kl_beta
+                    )
                     (loss / (len(steps) * len(micro))).backward()
                     stats["policy_loss"].append(float(loss.detach()))
                     for key in ("clip_frac", "ratio", "kl"):
@@ -315,20 +339,24 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                 self.optimizer.step()
             self.scheduler.step()
         if not finite:
-            raise TrainingDiverged(f"iteration {self.step + 1}: the gradient norm is {grad_norms[-1]}, not "
-                                   f"finite; lower optimizer.lr (now {self.cfg.optimizer.lr:g}) or keep "
-                                   "trainer.grad_clip_norm > 0. Nothing was exported from these weights.")
-        if self.reference is not None and rl.update_ref_every_iter and \
-                (self.step + 1) % rl.update_ref_every_iter == 0:
+            raise TrainingDiverged(
+                f"iteration {self.step + 1}: the gradient norm is {grad_norms[-1]}, not "
+                f"finite; lower optimizer.lr (now {self.cfg.optimizer.lr:g}) or keep "
+                "trainer.grad_clip_norm > 0. Nothing was exported from these weights."
+            )
+        if self.reference is not None and rl.update_ref_every_iter and (self.step + 1) % rl.update_ref_every_iter == 0:
             self.reference.load_state_dict(self.model.state_dict())
         n = len(rewards)
         total = all_reduce_sum(torch.tensor([float(rewards.sum()), float((rewards**2).sum()), n]), dev)
         mean = float(total[0] / total[2])
         values: dict[str, Any] = {
-            "reward_mean": mean, "reward_std": float((total[1] / total[2] - mean**2).clamp(min=0.0) ** 0.5),
+            "reward_mean": mean,
+            "reward_std": float((total[1] / total[2] - mean**2).clamp(min=0.0) ** 0.5),
             **{f"reward_{k}": float(all_reduce_sum(float(v.sum()), dev) / total[2]) for k, v in parts.items()},
-            "grad_norm": float(np.mean(grad_norms)), "lr": self.scheduler.get_last_lr()[0],
-            "rollout_time": t_rollout, "step_time": time.perf_counter() - t0,
+            "grad_norm": float(np.mean(grad_norms)),
+            "lr": self.scheduler.get_last_lr()[0],
+            "rollout_time": t_rollout,
+            "step_time": time.perf_counter() - t0,
         }
         for key, vals in stats.items():
             if vals:
@@ -344,7 +372,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             return torch.randperm(rl.sample_steps, generator=gen, device=dev)[:n_train].tolist()
         fixed = [k for k in rl.train_on if k != -1]
         rest = [k for k in range(rl.sample_steps) if k not in fixed]
-        pick = torch.randperm(len(rest), generator=gen, device=dev)[:len(rl.train_on) - len(fixed)].tolist()
+        pick = torch.randperm(len(rest), generator=gen, device=dev)[: len(rl.train_on) - len(fixed)].tolist()
         return fixed + [rest[i] for i in pick]
 
     def _data_loss_backward(self, gen: torch.Generator) -> float:
@@ -372,8 +400,10 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)
         latents = self.sample_ode(emb, noise)
         rewards, parts, videos = self.score(latents, prompts)
-        out: dict[str, Any] = {"reward_mean": float(rewards.mean()),
-                               **{f"reward_{k}": float(v.mean()) for k, v in parts.items()}}
+        out: dict[str, Any] = {
+            "reward_mean": float(rewards.mean()),
+            **{f"reward_{k}": float(v.mean()) for k, v in parts.items()},
+        }
         if self.dist.is_main:
             samples = self.run_dir / "samples"
             samples.mkdir(exist_ok=True)
@@ -407,9 +437,11 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return out
 
     def describe(self) -> str:
-        return (f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
-                f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, "
-                f"{self.total_steps} iterations, {self.dist.world_size} ranks")
+        return (
+            f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
+            f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, "
+            f"{self.total_steps} iterations, {self.dist.world_size} ranks"
+        )
 
     @property
     def validating(self) -> bool:

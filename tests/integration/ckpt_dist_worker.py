@@ -171,8 +171,11 @@ def main(out: Path, tiny: Path | None = None) -> None:
         export_tiny_qwen(tiny, out, mesh)
     dist.barrier()
     if rank == 0:
-        print(f"worker: {time.perf_counter() - t0:.2f}s after imports; save {t_save:.2f}s, wait {t_wait:.2f}s, "
-              f"export {t_export:.2f}s, load {t_load:.2f}s", flush=True)
+        print(
+            f"worker: {time.perf_counter() - t0:.2f}s after imports; save {t_save:.2f}s, wait {t_wait:.2f}s, "
+            f"export {t_export:.2f}s, load {t_load:.2f}s",
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

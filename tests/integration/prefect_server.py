@@ -91,8 +91,15 @@ class PrefectServer:
     def cli(self, args: Sequence[str], cwd: Path, timeout_s: float, **env: str) -> CliResult:
         """Run `prefect ARGS` against this server; the process group is killed if it overruns."""
         argv = [PREFECT, *args]
-        proc = subprocess.Popen(argv, cwd=cwd, env=self.env(**env), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=self.env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -142,9 +149,14 @@ def start_server(home: Path) -> Iterator[PrefectServer]:
     log = home / "server.log"
     with log.open("w") as out:
         # PREFECT_UI_API_URL: without it the UI's page calls the API on port 4200, not this server's port
-        proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=home, env=isolated_env(home, PREFECT_UI_API_URL=f"http://127.0.0.1:{port}/api"),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=home,
+            env=isolated_env(home, PREFECT_UI_API_URL=f"http://127.0.0.1:{port}/api"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = PrefectServer(home=home, url=f"http://127.0.0.1:{port}/api", proc=proc, log=log)
     try:
         yield server
@@ -168,7 +180,8 @@ def flow_run_artifacts(flow_run_id: object) -> dict:
     async def read() -> dict:
         async with get_client() as c:
             arts = await c.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+            )
         newest: dict = {}
         for a in arts:
             if a.key and (a.key not in newest or a.created > newest[a.key].created):

@@ -45,11 +45,18 @@ def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Pa
     """The sft flow in its own process (or `cosmos-train sft`), returned once its trainer logged 3 steps."""
     out = tmp_path / "out"
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "OMP_NUM_THREADS": "1",
+    }
     log = (tmp_path / "flow.log").open("w")  # a file, not a pipe nobody drains while it runs
-    argv = ([sys.executable, "-m", "cosmos_train.cli", "sft", "--config", str(cfg), "--set",
-             "launch.nproc_per_node=2"] if cli else [sys.executable, "-c", SCRIPT, str(cfg)])
+    argv = (
+        [sys.executable, "-m", "cosmos_train.cli", "sft", "--config", str(cfg), "--set", "launch.nproc_per_node=2"]
+        if cli
+        else [sys.executable, "-c", SCRIPT, str(cfg)]
+    )
     flow_proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     runs: list[Path] = []
@@ -75,8 +82,9 @@ def _cleanup(flow_proc: subprocess.Popen, log, out: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("via", ["flow", "cli"])
-def test_sigkill_leaves_no_process_of_the_run(via: str, tiny_model_dir: Path, synthetic_dir: Path,
-                                              tmp_path: Path) -> None:
+def test_sigkill_leaves_no_process_of_the_run(
+    via: str, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """`flow`: the flow function in a plain process (as a deployment's flow-run process runs it): the
     launcher and the ranks watch their parent. `cli`: `cosmos-train sft`, whose reaper also stops the
     temporary Prefect server that Prefect started for it."""
@@ -101,8 +109,9 @@ def test_sigkill_leaves_no_process_of_the_run(via: str, tiny_model_dir: Path, sy
         _cleanup(flow_proc, log, out, tmp_path)
 
 
-def test_sigterm_to_the_flow_process_stops_every_rank(tiny_model_dir: Path, synthetic_dir: Path,
-                                                      tmp_path: Path) -> None:
+def test_sigterm_to_the_flow_process_stops_every_rank(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     flow_proc, log, out, run = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path)
     try:
         assert _ranks_alive(str(out)), "no trainer rank found"

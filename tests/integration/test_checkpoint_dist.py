@@ -33,8 +33,16 @@ def two_rank_run(tmp_path_factory) -> Path:
     (out / "base" / "tokenizer.json").write_text("{}")
     tiny = make_tiny_model(out / "tiny")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent.parent)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(HERE / "ckpt_dist_worker.py"), str(out), str(tiny)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(HERE / "ckpt_dist_worker.py"),
+        str(out),
+        str(tiny),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return out
@@ -114,7 +122,9 @@ def test_export_of_fsdp2_qwen_loads_with_from_pretrained(two_rank_run):
     assert want.keys() == got.keys()
     for k, v in want.items():
         assert torch.equal(got[k], v), k
-    with safe_open(str(out / "qwen_export" / "model.safetensors"), "pt") as a, \
-            safe_open(str(out / "tiny" / "model.safetensors"), "pt") as b:
+    with (
+        safe_open(str(out / "qwen_export" / "model.safetensors"), "pt") as a,
+        safe_open(str(out / "tiny" / "model.safetensors"), "pt") as b,
+    ):
         assert set(a.keys()) == set(b.keys())  # hub names (model.layers.*, visual.*), as save_pretrained
     assert (out / "qwen_export" / "chat_template.jinja").exists()

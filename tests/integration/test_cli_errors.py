@@ -44,8 +44,12 @@ def setting(key: str, value: str, base: list[str] = CHECK) -> list[str]:
 CASES = [
     # ---- config: syntax, keys, types
     Case("missing config file", ["config", "check", "{dir}/nope.toml"], "nope.toml"),
-    Case("toml syntax", ["config", "check", "{dir}/broken.toml"], "broken.toml",
-         files={"broken.toml": "[train\noptm_lr = 1\n"}),
+    Case(
+        "toml syntax",
+        ["config", "check", "{dir}/broken.toml"],
+        "broken.toml",
+        files={"broken.toml": "[train\noptm_lr = 1\n"},
+    ),
     Case("typo in a key", setting("train.optm_lrr", "1e-4"), "train.optm_lrr"),
     Case("typo in a section", setting("trian.epoch", "1"), "trian"),
     Case("wrong type", setting("train.epoch", '"many"'), "train.epoch"),
@@ -73,66 +77,178 @@ CASES = [
     # ---- config: a setting missing what it needs, or not implemented: refused, never ignored
     Case("upload to the hub without a repo", setting("train.ckpt.upload_hf", "true", SFT), "train.ckpt.hf_repo_name"),
     Case("upload to s3 without a bucket", setting("train.ckpt.upload_s3", "true", SFT), "train.ckpt.s3_bucket"),
-    Case("lora with tensor parallelism", [*setting("policy.lora.r", "8", SFT), "--set", "policy.parallelism.tp_size=2"],
-         "LoRA with tensor parallelism"),
-    Case("flash attention on a CPU", setting("policy.attn_implementation", '"flash_attention_2"', SFT),
-         "policy.attn_implementation"),
+    Case(
+        "lora with tensor parallelism",
+        [*setting("policy.lora.r", "8", SFT), "--set", "policy.parallelism.tp_size=2"],
+        "LoRA with tensor parallelism",
+    ),
+    Case(
+        "flash attention on a CPU",
+        setting("policy.attn_implementation", '"flash_attention_2"', SFT),
+        "policy.attn_implementation",
+    ),
     # ---- the command and the config's trainer disagree (the other settings valid for it)
-    Case("grpo in the sft command", [*SFT, "--set", 'train.train_policy.type="grpo"', "--set",
-                                     "rollout.max_response_length=4"], "cosmos-train grpo"),
+    Case(
+        "grpo in the sft command",
+        [*SFT, "--set", 'train.train_policy.type="grpo"', "--set", "rollout.max_response_length=4"],
+        "cosmos-train grpo",
+    ),
     Case("sft in the grpo command", ["grpo", "--config", "{job}"], "cosmos-train sft"),
     # ---- paths: model, data, checkpoints (before Prefect starts)
-    Case("model folder missing", setting("policy.model_name_or_path", '"{dir}/no-model"', SFT),
-         "policy.model_name_or_path"),
+    Case(
+        "model folder missing",
+        setting("policy.model_name_or_path", '"{dir}/no-model"', SFT),
+        "policy.model_name_or_path",
+    ),
     Case("dataset folder missing", setting("train.train_policy.dataset.name", '"{dir}/no-data"', SFT), "no-data"),
-    Case("llava annotation missing", setting("train.train_policy.dataset.annotation_path", '"{dir}/no.json"', SFT),
-         "annotation_path"),
-    Case("media root missing", setting("train.train_policy.dataset.media_path", '"{dir}/no-media"', SFT),
-         "media_path"),
+    Case(
+        "llava annotation missing",
+        setting("train.train_policy.dataset.annotation_path", '"{dir}/no.json"', SFT),
+        "annotation_path",
+    ),
+    Case("media root missing", setting("train.train_policy.dataset.media_path", '"{dir}/no-media"', SFT), "media_path"),
     Case("dataset script missing", [*SFT, "{dir}/no_script.py"], "no_script.py"),
     Case("resume path missing", setting("train.resume", '"{dir}/old/step_40"', SFT), "train.resume"),
-    Case("resume from an interrupted save", setting("train.resume", '"{dir}/run/checkpoints/step_8"', SFT),
-         "not a complete checkpoint", files={"run/checkpoints/step_8/.metadata": ""}),
+    Case(
+        "resume from an interrupted save",
+        setting("train.resume", '"{dir}/run/checkpoints/step_8"', SFT),
+        "not a complete checkpoint",
+        files={"run/checkpoints/step_8/.metadata": ""},
+    ),
     Case("export of a folder that is not a checkpoint", ["export", "{dir}", "{dir}/exported"], "{dir}"),
     # ---- evaluation config and benchmarks
     Case("eval config missing", ["eval", "--config", "{dir}/no-eval.toml"], "no-eval.toml"),
     Case("eval config typo", [*EVAL, "--set", "evaluation.answer_typ=letter"], "evaluation.answer_typ"),
     Case("eval unknown answer type", [*EVAL, "--set", 'evaluation.answer_type="letters"'], "answer_type"),
     Case("benchmark missing", [*EVAL, "--set", 'datasets=["nope"]'], "nope"),
-    Case("empty benchmark", [*EVAL, "--set", 'data_dir="{dir}/empty-bench"'], "holds no questions",
-         files={"empty-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": "[]"}),
-    Case("benchmark with a bad answer letter", [*EVAL, "--set", 'data_dir="{dir}/bad-bench"'],
-         "synthetic_benchmark_qa_pairs.json", files={
-             "bad-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": json.dumps([{
-                 "video": "clips/a.mp4", "qa_pairs": {"question": "Which?", "index2ans": {"A": "x", "B": "y"},
-                                                      "answer": "E"}}])}),
+    Case(
+        "empty benchmark",
+        [*EVAL, "--set", 'data_dir="{dir}/empty-bench"'],
+        "holds no questions",
+        files={"empty-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": "[]"},
+    ),
+    Case(
+        "benchmark with a bad answer letter",
+        [*EVAL, "--set", 'data_dir="{dir}/bad-bench"'],
+        "synthetic_benchmark_qa_pairs.json",
+        files={
+            "bad-bench/benchmark/synthetic/synthetic_benchmark_qa_pairs.json": json.dumps(
+                [
+                    {
+                        "video": "clips/a.mp4",
+                        "qa_pairs": {"question": "Which?", "index2ans": {"A": "x", "B": "y"}, "answer": "E"},
+                    }
+                ]
+            )
+        },
+    ),
     # ---- flags
     Case("unknown command", ["trian"], "invalid choice"),
     Case("sft without --config", ["sft"], "--config"),
     # ---- inside a flow run: what needs decoding, tokenizing or the model
     Case("split that does not exist", setting("train.train_policy.dataset.split", '"nope"', PREP), "nope"),
-    Case("malformed llava json", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/bad.json"',
-                                  "--set", 'train.train_policy.dataset.media_path="{data}"'],
-         "bad.json", files={"bad.json": '[{"id": "a", "video": "x.mp4", "conversations": ['}),
-    Case("bad row", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/rows.json"',
-                     "--set", 'train.train_policy.dataset.media_path="{data}"'],
-         "rows.json:1", fast=False, files={"rows.json": json.dumps([
-             {"id": "ok", "video": "videos/train/VIDEO", "conversations": [
-                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]},
-             {"id": "no-answer", "video": "videos/train/VIDEO", "conversations": [
-                 {"from": "human", "value": "<video>\nWhat moves?"}]}])}),
-    Case("video that does not decode", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/v.json"',
-                                        "--set", 'train.train_policy.dataset.media_path="{dir}"'],
-         "broken.mp4", fast=False, files={"broken.mp4": "not a video", "v.json": json.dumps([
-             {"id": "v", "video": "broken.mp4", "conversations": [
-                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
-    Case("media outside the media root", [*PREP, "--set", 'train.train_policy.dataset.annotation_path="{dir}/o.json"',
-                                          "--set", 'train.train_policy.dataset.media_path="{dir}/media"'],
-         "o.json:0", files={"media/.keep": "", "o.json": json.dumps([
-             {"id": "o", "video": "../../../etc/passwd.mp4", "conversations": [
-                 {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A"}]}])}),
-    Case("model folder without tokenizer files", setting("policy.model_name_or_path", '"{dir}/no-tokenizer"', PREP),
-         "no-tokenizer", fast=False),
+    Case(
+        "malformed llava json",
+        [
+            *PREP,
+            "--set",
+            'train.train_policy.dataset.annotation_path="{dir}/bad.json"',
+            "--set",
+            'train.train_policy.dataset.media_path="{data}"',
+        ],
+        "bad.json",
+        files={"bad.json": '[{"id": "a", "video": "x.mp4", "conversations": ['},
+    ),
+    Case(
+        "bad row",
+        [
+            *PREP,
+            "--set",
+            'train.train_policy.dataset.annotation_path="{dir}/rows.json"',
+            "--set",
+            'train.train_policy.dataset.media_path="{data}"',
+        ],
+        "rows.json:1",
+        fast=False,
+        files={
+            "rows.json": json.dumps(
+                [
+                    {
+                        "id": "ok",
+                        "video": "videos/train/VIDEO",
+                        "conversations": [
+                            {"from": "human", "value": "<video>\nWhat moves?"},
+                            {"from": "gpt", "value": "A"},
+                        ],
+                    },
+                    {
+                        "id": "no-answer",
+                        "video": "videos/train/VIDEO",
+                        "conversations": [{"from": "human", "value": "<video>\nWhat moves?"}],
+                    },
+                ]
+            )
+        },
+    ),
+    Case(
+        "video that does not decode",
+        [
+            *PREP,
+            "--set",
+            'train.train_policy.dataset.annotation_path="{dir}/v.json"',
+            "--set",
+            'train.train_policy.dataset.media_path="{dir}"',
+        ],
+        "broken.mp4",
+        fast=False,
+        files={
+            "broken.mp4": "not a video",
+            "v.json": json.dumps(
+                [
+                    {
+                        "id": "v",
+                        "video": "broken.mp4",
+                        "conversations": [
+                            {"from": "human", "value": "<video>\nWhat moves?"},
+                            {"from": "gpt", "value": "A"},
+                        ],
+                    }
+                ]
+            ),
+        },
+    ),
+    Case(
+        "media outside the media root",
+        [
+            *PREP,
+            "--set",
+            'train.train_policy.dataset.annotation_path="{dir}/o.json"',
+            "--set",
+            'train.train_policy.dataset.media_path="{dir}/media"',
+        ],
+        "o.json:0",
+        files={
+            "media/.keep": "",
+            "o.json": json.dumps(
+                [
+                    {
+                        "id": "o",
+                        "video": "../../../etc/passwd.mp4",
+                        "conversations": [
+                            {"from": "human", "value": "<video>\nWhat moves?"},
+                            {"from": "gpt", "value": "A"},
+                        ],
+                    }
+                ]
+            ),
+        },
+    ),
+    Case(
+        "model folder without tokenizer files",
+        setting("policy.model_name_or_path", '"{dir}/no-tokenizer"', PREP),
+        "no-tokenizer",
+        fast=False,
+    ),
 ]
 
 
@@ -149,28 +265,43 @@ def _fill(text: str, ctx: dict[str, str]) -> str:
     return text
 
 
-def _run(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path,
-         env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+def _run(
+    case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
     eval_cfg = tmp_path / "eval.toml"
-    eval_cfg.write_text((ROOT / "configs" / "eval-tiny.toml").read_text()
-                        .replace('data_dir = "outputs/synthetic"', f'data_dir = "{synthetic_dir}"')
-                        .replace('results_dir = "outputs/eval"', f'results_dir = "{tmp_path / "eval"}"'))
+    eval_cfg.write_text(
+        (ROOT / "configs" / "eval-tiny.toml")
+        .read_text()
+        .replace('data_dir = "outputs/synthetic"', f'data_dir = "{synthetic_dir}"')
+        .replace('results_dir = "outputs/eval"', f'results_dir = "{tmp_path / "eval"}"')
+    )
     no_tok = tmp_path / "no-tokenizer"
     shutil.copytree(tiny_model_dir, no_tok)
     for f in no_tok.iterdir():
         if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "chat_template")):
             f.unlink()
     video = next((synthetic_dir / "videos" / "train").glob("*.mp4")).name
-    ctx = {"job": str(job), "eval": str(eval_cfg), "dir": str(tmp_path), "model": str(tiny_model_dir),
-           "data": str(synthetic_dir)}
+    ctx = {
+        "job": str(job),
+        "eval": str(eval_cfg),
+        "dir": str(tmp_path),
+        "model": str(tiny_model_dir),
+        "data": str(synthetic_dir),
+    }
     for rel, content in case.files.items():
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content.replace("VIDEO", video))
     args = [_fill(a, ctx) for a in case.args]
-    proc = subprocess.run([sys.executable, "-m", "cosmos_train.cli", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, ctx
 
 
@@ -189,8 +320,7 @@ def test_there_are_enough_cases() -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.fast], ids=lambda c: c.name)
-def test_input_error_before_any_server(case: Case, tmp_path: Path, tiny_model_dir: Path,
-                                       synthetic_dir: Path) -> None:
+def test_input_error_before_any_server(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
     # No API URL and an unusable PREFECT_HOME: a command that reached Prefect would show it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(tmp_path / "no-prefect-here"), PREFECT_API_URL="http://127.0.0.1:9/api")
@@ -200,21 +330,27 @@ def test_input_error_before_any_server(case: Case, tmp_path: Path, tiny_model_di
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.fast], ids=lambda c: c.name)
-def test_input_error_inside_a_flow_run(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path,
-                                       server: PrefectServer) -> None:
+def test_input_error_inside_a_flow_run(
+    case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, server: PrefectServer
+) -> None:
     proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, server.env(OMP_NUM_THREADS="1"))
     _check(case, proc, ctx)
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "--debug", "config", "check",
-                           str(tmp_path / "nope.toml")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "--debug", "config", "check", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-2].startswith("error: invalid config")
 
 
-def test_temporary_server_run_ends_with_the_paragraph(tmp_path: Path, tiny_model_dir: Path,
-                                                      synthetic_dir: Path) -> None:
+def test_temporary_server_run_ends_with_the_paragraph(
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     """Without PREFECT_API_URL the CLI runs on Prefect's temporary server: the paragraph is still the
     last thing printed (the server is stopped, its log lines flushed, before it)."""
     case = next(c for c in CASES if c.name == "bad row")

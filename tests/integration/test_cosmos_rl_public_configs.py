@@ -1,6 +1,7 @@
 """A config that `config check` passes also runs: cosmos-rl's public job configs, as published
 (tests/data/cosmos_rl_configs/public/, see its README), each through `config check` with the model types of the hub
-models they name at hand (a Hugging Face cache holding each one's config.json, from tests/data/cosmos_rl_public_models.json);
+models they name at hand (a Hugging Face cache holding each one's config.json, from
+tests/data/cosmos_rl_public_models.json);
 every one that passes trains 2 steps, in this process (the trainers' own entry points, one process each), with:
 
 - policy.model_name_or_path: the tiny model of its family (`make-tiny-model --family`);
@@ -15,9 +16,10 @@ Every other key runs as recorded, except that the 11 Qwen2.5 / Qwen3 GRPO config
 `config check` passes: the vLLM engine serves the text-only families, tests/integration/test_vllm_families.py and
 test_grpo_vllm.py in `make test-vllm`) train here with rollout.backend = "hf": this environment has no vLLM.
 
-Measured (2026-11-26): 64 configs; 17 pass and run (SFT: Qwen2.5 x 5, Mistral; GRPO: Qwen2.5 x 9, Qwen3 x 2, with
-the vLLM engine); 47 refused, 8 of them by model type (DeepSeek-V3 x 2, Qwen3-MoE x 3, gpt-oss, Gemma-3, Phi-4), the rest by
-other keys (diffusers / VLA / world-model recipes, distillation, fp8, custom trainers, a typo, ...)."""
+Measured (2026-11-26): 64 configs; 17 pass and run (SFT: Qwen2.5 x 5, Mistral; GRPO: Qwen2.5 x 9, Qwen3 x 2,
+with the vLLM engine); 47 refused, 8 of them by model type (DeepSeek-V3 x 2, Qwen3-MoE x 3, gpt-oss, Gemma-3,
+Phi-4), the rest by other keys (diffusers / VLA / world-model recipes, distillation, fp8, custom trainers,
+a typo, ...)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,11 @@ pytestmark = pytest.mark.slow
 
 PUBLIC = ROOT / "tests" / "data" / "cosmos_rl_configs" / "public"
 CONFIGS = sorted(str(p.relative_to(PUBLIC)) for p in PUBLIC.rglob("*.toml"))
-MODEL_TYPES = {k: v for k, v in json.loads((ROOT / "tests" / "data" / "cosmos_rl_public_models.json").read_text()).items()
-               if not k.startswith("_")}
+MODEL_TYPES = {
+    k: v
+    for k, v in json.loads((ROOT / "tests" / "data" / "cosmos_rl_public_models.json").read_text()).items()
+    if not k.startswith("_")
+}
 # what `config check` passes today
 SFT_PASS = [
     "configs/mistral/mistral-7b-fsdp4-sft.toml",
@@ -123,7 +128,9 @@ def test_config_check_over_every_public_config(hub_cache: Path) -> None:
     for rel in VLLM_TEXT:  # rollout.backend = "vllm" as published, on a text-only Qwen model
         assert load_config(PUBLIC / rel, env={}, check_paths=False).rollout.backend == "vllm", rel
         assert MODEL_TYPES[load_config(PUBLIC / rel, env={}, check_paths=False).policy.model_name_or_path] in (
-            "qwen2", "qwen3")
+            "qwen2",
+            "qwen3",
+        )
 
 
 def test_a_hub_model_not_in_the_cache_is_checked_when_it_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,8 +139,10 @@ def test_a_hub_model_not_in_the_cache_is_checked_when_it_loads(tmp_path: Path, m
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     code, err = config_check(PUBLIC / "configs/qwen3-moe/qwen3-moe-30b-tp4-sft.toml")
     assert code == 0
-    assert ("policy.model_name_or_path = 'Qwen/Qwen3-30B-A3B': not a local folder and not in the Hugging Face cache, "
-            "so its model type (family) is checked when the model loads") in err
+    assert (
+        "policy.model_name_or_path = 'Qwen/Qwen3-30B-A3B': not a local folder and not in the Hugging Face cache, "
+        "so its model type (family) is checked when the model loads"
+    ) in err
 
 
 def _rows(path: Path, n: int, columns: dict[str, str], reward: str) -> Path:
@@ -142,8 +151,12 @@ def _rows(path: Path, n: int, columns: dict[str, str], reward: str) -> Path:
         for i in range(n):
             answer = f"{i} + 1 = {i + 1}\n#### {i + 1}" if reward == "gsm8k" else str(i + 1)
             if "conversation" in columns:
-                row = {columns["conversation"]: [{"role": "user", "content": f"What is {i} + 1?"},
-                                                 {"role": "assistant", "content": answer}]}
+                row = {
+                    columns["conversation"]: [
+                        {"role": "user", "content": f"What is {i} + 1?"},
+                        {"role": "assistant", "content": answer},
+                    ]
+                }
             else:
                 row = {columns["prompt"]: f"What is {i} + 1?", columns["response"]: answer}
             f.write(json.dumps(row) + "\n")
@@ -151,8 +164,9 @@ def _rows(path: Path, n: int, columns: dict[str, str], reward: str) -> Path:
 
 
 @pytest.mark.parametrize("rel", PASS)
-def test_each_config_that_passes_trains_two_steps(rel: str, text_model_dirs: dict[str, Path], tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_config_that_passes_trains_two_steps(
+    rel: str, text_model_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cosmos_train.config import load_config
     from cosmos_train.net import free_port
     from cosmos_train.train import grpo, sft
@@ -168,18 +182,28 @@ def test_each_config_that_passes_trains_two_steps(rel: str, text_model_dirs: dic
     family = MODEL_TYPES[recorded.policy.model_name_or_path]
     swaps: dict[str, object] = {
         "policy.model_name_or_path": str(text_model_dirs[family]),
-        "train.train_policy.dataset.name": str(data), "train.train_policy.dataset.subset": "",
-        "policy.parallelism.tp_size": 1, "policy.parallelism.cp_size": 1, "policy.parallelism.pp_size": 1,
-        "policy.parallelism.dp_shard_size": -1, "policy.parallelism.dp_replicate_size": 1,
-        "train.max_num_steps": 2, "train.compile": False, "logging.logger": ["console"],
+        "train.train_policy.dataset.name": str(data),
+        "train.train_policy.dataset.subset": "",
+        "policy.parallelism.tp_size": 1,
+        "policy.parallelism.cp_size": 1,
+        "policy.parallelism.pp_size": 1,
+        "policy.parallelism.dp_shard_size": -1,
+        "policy.parallelism.dp_replicate_size": 1,
+        "train.max_num_steps": 2,
+        "train.compile": False,
+        "logging.logger": ["console"],
         "train.output_dir": str(tmp_path / "out"),
     }
     if recorded.validation.enable:
         swaps |= {"validation.dataset.name": str(data), "validation.dataset.subset": ""}
     if recorded.policy_type == "grpo":
-        swaps |= {"rollout.parallelism.tp_size": 1, "rollout.max_response_length": min(8, recorded.rollout.max_response_length),
-                  "train.train_batch_per_replica": min(2 * recorded.rollout.n_generation,
-                                                       recorded.train.train_batch_per_replica)}
+        swaps |= {
+            "rollout.parallelism.tp_size": 1,
+            "rollout.max_response_length": min(8, recorded.rollout.max_response_length),
+            "train.train_batch_per_replica": min(
+                2 * recorded.rollout.n_generation, recorded.train.train_batch_per_replica
+            ),
+        }
         if rel in VLLM_TEXT:  # this environment has no vLLM (`make test-vllm` runs the engine on text models)
             swaps["rollout.backend"] = "hf"
     overrides = [f"{k}={_toml_value(v)}" for k, v in swaps.items()]
@@ -187,8 +211,13 @@ def test_each_config_that_passes_trains_two_steps(rel: str, text_model_dirs: dic
     assert code == 0, err
     run = tmp_path / "run"
     load_config(PUBLIC / rel, overrides, env={}).write(run / "config.toml")
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())}.items():
+    for key, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }.items():
         monkeypatch.setenv(key, value)
     trainer = sft if recorded.policy_type == "sft" else grpo
     assert trainer.main(["--config", str(run / "config.toml")]) == 0

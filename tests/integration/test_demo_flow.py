@@ -15,12 +15,25 @@ def test_demo_writes_summary(tmp_path: Path) -> None:
     from flows.demo import demo
 
     out = tmp_path / "demo"
-    summary = demo(output_dir=str(out), n_train=32, n_test=8,
-                   sft_steps=2, grpo_steps=2,
-                   sft_overrides=["train.train_batch_per_replica=8", "train.train_policy.micro_batch=8",
-                                  "train.ckpt.save_freq=1000"],
-                   grpo_overrides=["rollout.n_generation=4", "train.train_batch_per_replica=8",
-                                   "train.train_policy.micro_batch=8", "train.ckpt.save_freq=1000", "validation.freq=1"])
+    summary = demo(
+        output_dir=str(out),
+        n_train=32,
+        n_test=8,
+        sft_steps=2,
+        grpo_steps=2,
+        sft_overrides=[
+            "train.train_batch_per_replica=8",
+            "train.train_policy.micro_batch=8",
+            "train.ckpt.save_freq=1000",
+        ],
+        grpo_overrides=[
+            "rollout.n_generation=4",
+            "train.train_batch_per_replica=8",
+            "train.train_policy.micro_batch=8",
+            "train.ckpt.save_freq=1000",
+            "validation.freq=1",
+        ],
+    )
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == summary
     stages = on_disk["stages"]

@@ -66,8 +66,9 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
         assert got["entrypoint"] == want["entrypoint"] and got["work_pool_name"] == "local", name
         # Every deployment, the scheduled one included, must refuse bad parameters up front.
         assert got["enforce_parameter_schema"] is True, name
-        assert got["pull_steps"] == [
-            {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], name
+        assert got["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], (
+            name
+        )
     for trainer in ("sft", "grpo", "post-train"):  # one training job at a time: they share the accelerators
         assert found[trainer]["global_concurrency_limit"]["limit"] == 1, trainer
     [nightly] = found["sft-nightly"]["schedules"]
@@ -82,8 +83,9 @@ def test_bad_parameters_are_refused_before_a_run_exists(deployed: PrefectServer)
     dep = deployed.get(f"/deployments/name/{DEPLOYMENT}").json()
     before = len(runs_of(deployed, dep["id"]))
 
-    cli = deployed.cli(["deployment", "run", DEPLOYMENT, "--param", 'params={"overrides": "x"}'],
-                       cwd=ROOT, timeout_s=120)
+    cli = deployed.cli(
+        ["deployment", "run", DEPLOYMENT, "--param", 'params={"overrides": "x"}'], cwd=ROOT, timeout_s=120
+    )
     assert cli.returncode != 0 and "'config' is a required property" in cli.output, cli.output
 
     # The same refusals straight from the API, so it is the server that checks, not the CLI.
@@ -94,12 +96,14 @@ def test_bad_parameters_are_refused_before_a_run_exists(deployed: PrefectServer)
     assert len(runs_of(deployed, dep["id"])) == before
 
 
-def test_prepare_data_deployment_runs_on_a_process_worker(deployed: PrefectServer, job_config: Path,
-                                                          tmp_path: Path) -> None:
+def test_prepare_data_deployment_runs_on_a_process_worker(
+    deployed: PrefectServer, job_config: Path, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
     params = {"config": str(job_config), "run_dir": str(run_dir), "overrides": ["validation.enable=true"]}
-    created = deployed.cli(["deployment", "run", DEPLOYMENT, "--param", f"params={json.dumps(params)}"],
-                           cwd=ROOT, timeout_s=120).check()
+    created = deployed.cli(
+        ["deployment", "run", DEPLOYMENT, "--param", f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120
+    ).check()
     match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
     assert match, created.output
     run_id = match.group(1)
@@ -137,19 +141,27 @@ def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: P
     data = make_synthetic_dataset(tmp_path / "data", n_train=16, n_val=4, n_test=4)
     config = write_pipeline(tmp_path / "pipeline.toml", model, data, tmp_path / "out", grpo_steps=2)
     with s3_server(tmp_path / "s3") as s3:
-        params = {"config": str(config), "overrides": [
-            "evaluate.base=false", "evaluate.limit=4", f'upload.to=["s3://{s3.bucket}/tiny"]',
-            f'upload.s3_endpoint_url="{s3.url}"']}
-        created = deployed.cli(["deployment", "run", "post-train/post-train", "--param",
-                                f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120).check()
+        params = {
+            "config": str(config),
+            "overrides": [
+                "evaluate.base=false",
+                "evaluate.limit=4",
+                f'upload.to=["s3://{s3.bucket}/tiny"]',
+                f'upload.s3_endpoint_url="{s3.url}"',
+            ],
+        }
+        created = deployed.cli(
+            ["deployment", "run", "post-train/post-train", "--param", f"params={json.dumps(params)}"],
+            cwd=ROOT,
+            timeout_s=120,
+        ).check()
         match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
         assert match, created.output
         run_id = match.group(1)
 
         # The worker's environment carries the store's credentials, as a real worker's would.
         keys = {k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL"}
-        worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=900,
-                              **keys)
+        worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=900, **keys)
         run = deployed.get(f"/flow_runs/{run_id}").json()
         assert worker.returncode == 0 and run["state_type"] == "COMPLETED", f"{run['state']}\n{worker.output[-6000:]}"
         stored = s3.objects("tiny/")
@@ -157,8 +169,14 @@ def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: P
     record = json.loads((tmp_path / "out" / "tiny" / "pipeline.json").read_text())["stages"]
     upload_stage = f"upload grpo -> s3://{s3.bucket}/tiny"
     assert {n: r["status"] for n, r in record.items()} == {
-        "prepare-sft": "done", "prepare-grpo": "done", "sft": "done", "evaluate-sft": "done", "grpo": "done",
-        "evaluate-grpo": "done", upload_stage: "done"}
+        "prepare-sft": "done",
+        "prepare-grpo": "done",
+        "sft": "done",
+        "evaluate-sft": "done",
+        "grpo": "done",
+        "evaluate-grpo": "done",
+        upload_stage: "done",
+    }
     export = Path(record["grpo"]["result"]["export"])
     local = {p.relative_to(export).as_posix(): p.read_bytes() for p in export.rglob("*") if p.is_file()}
     manifest = json.loads(stored.pop(f"tiny/{MANIFEST}"))

@@ -30,8 +30,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, synthetic_dir: Path,
-                                     tmp_path: Path) -> None:
+def test_full_disk_during_checkpoint(
+    small_disk: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     from cosmos_train.checkpoint_paths import complete_checkpoints
     from cosmos_train.errors import DiskFullError
     from cosmos_train.metrics import read_metrics
@@ -39,8 +40,7 @@ def test_full_disk_during_checkpoint(small_disk: Path, tiny_model_dir: Path, syn
 
     out = small_disk / "out"
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=6)
-    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=2),
-                return_state=True)
+    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=2), return_state=True)
     assert state.is_failed(), state
     with pytest.raises(DiskFullError, match="no space left on") as e:
         state.result()

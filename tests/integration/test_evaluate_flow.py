@@ -14,7 +14,7 @@ def _write_config(tmp_path: Path, synthetic_dir: Path) -> Path:
     path.write_text(f"""
 datasets = ["synthetic"]
 data_dir = "{synthetic_dir}"
-results_dir = "{tmp_path / 'results'}"
+results_dir = "{tmp_path / "results"}"
 engine = "hf"
 device = "cpu"
 batch_size = 6
@@ -66,8 +66,15 @@ def test_evaluate_flow_compares_models(
     # the same weights, greedy-free sampling with one seed: the two columns agree
     assert out["results"][0]["accuracy"] == out["results"][1]["accuracy"]
     rows = out["table"]
-    assert [row["dataset"] for row in rows] == ["synthetic", "overall (micro)", "overall (macro)", "chance level",
-                                                "answers given", "flags", "checkpoint"]
+    assert [row["dataset"] for row in rows] == [
+        "synthetic",
+        "overall (micro)",
+        "overall (macro)",
+        "chance level",
+        "answers given",
+        "flags",
+        "checkpoint",
+    ]
     assert set(rows[0]) == {"dataset", "sft-final", "grpo-final", "n"} and rows[0]["n"] == 6
     by_name = {row["dataset"]: row for row in rows}
     assert by_name["checkpoint"]["sft-final"] == str(base)
@@ -117,8 +124,9 @@ def test_crash_is_retried_and_resumes_bad_input_is_not(
         return evaluate_model(cfg, model_path, log=log)
 
     monkeypatch.setattr(task_module, "evaluate_model", crash_once)
-    out = evaluate(EvaluateParams(config=str(config), models=[str(tiny_model_dir)],
-                                  overrides=["evaluation.skip_saved=true"]))
+    out = evaluate(
+        EvaluateParams(config=str(config), models=[str(tiny_model_dir)], overrides=["evaluation.skip_saved=true"])
+    )
     assert len(calls) == 2
     (result,) = out["results"]
     assert result["skipped_videos"] == 2 and result["asked"] == 4  # the retry resumed
@@ -136,8 +144,9 @@ def test_crash_is_retried_and_resumes_bad_input_is_not(
     assert len(calls) == 1  # bad input fails at once, naming the file
 
 
-def test_a_constant_answer_model_is_flagged(prefect_harness: None, tmp_path: Path, tiny_model_dir: Path,
-                                            synthetic_dir: Path) -> None:
+def test_a_constant_answer_model_is_flagged(
+    prefect_harness: None, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     """The issue's case, for real: the tiny model after 30 SFT steps (configs/tiny-sft.toml) has learnt one
     letter, not the videos. Its evaluation table, read back from the artifact, names it: the option it
     gives, the share, not above chance; and the model is labelled by stage, run and step."""
@@ -148,13 +157,25 @@ def test_a_constant_answer_model_is_flagged(prefect_harness: None, tmp_path: Pat
     from flows.evaluate import EvaluateParams, evaluate
     from flows.sft import SFTParams, sft
 
-    run = sft(SFTParams(config=str(Path(__file__).parents[2] / "configs" / "tiny-sft.toml"), overrides=[
-        f'policy.model_name_or_path="{tiny_model_dir}"', f'train.train_policy.dataset.name="{synthetic_dir}"',
-        f'train.output_dir="{tmp_path / "runs"}"', "train.max_num_steps=30", "train.ckpt.save_freq=1000"]))
+    run = sft(
+        SFTParams(
+            config=str(Path(__file__).parents[2] / "configs" / "tiny-sft.toml"),
+            overrides=[
+                f'policy.model_name_or_path="{tiny_model_dir}"',
+                f'train.train_policy.dataset.name="{synthetic_dir}"',
+                f'train.output_dir="{tmp_path / "runs"}"',
+                "train.max_num_steps=30",
+                "train.ckpt.save_freq=1000",
+            ],
+        )
+    )
     config = _write_config(tmp_path, synthetic_dir)
-    state = evaluate(EvaluateParams(config=str(config), models=[run["final"]], overrides=["limit=12",
-                                                                                           "evaluation.answer_type=\"letter\""]),
-                     return_state=True)
+    state = evaluate(
+        EvaluateParams(
+            config=str(config), models=[run["final"]], overrides=["limit=12", 'evaluation.answer_type="letter"']
+        ),
+        return_state=True,
+    )
     out = state.result()
     [result] = out["results"]
     label = f"sft@{Path(run['run_dir']).name}-step30"

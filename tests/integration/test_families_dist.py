@@ -19,12 +19,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_sft_export_and_evaluation(family: str, family_model_dirs: dict[str, Path], synthetic_dir: Path,
-                                   tmp_path: Path) -> None:
+def test_sft_export_and_evaluation(
+    family: str, family_model_dirs: dict[str, Path], synthetic_dir: Path, tmp_path: Path
+) -> None:
     model_dir = family_model_dirs[family]
     run = tmp_path / "run"
-    p = torchrun(write_tiny_sft_config(run / "config.toml", model_dir, synthetic_dir, tmp_path / "out",
-                                       max_num_steps=4), 2)
+    p = torchrun(
+        write_tiny_sft_config(run / "config.toml", model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4), 2
+    )
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
     train = [m for m in metrics(run) if m["kind"] == "train"]
@@ -49,13 +51,20 @@ def test_sft_export_and_evaluation(family: str, family_model_dirs: dict[str, Pat
     from cosmos_train.evaluation.predictions import read_dataset_predictions
     from cosmos_train.evaluation.runner import evaluate_model
 
-    cfg = eval_config_from_dict({
-        "datasets": ["synthetic"], "data_dir": str(synthetic_dir), "results_dir": str(tmp_path / "results"),
-        "engine": "hf", "device": "cpu", "batch_size": 3, "limit": 6,
-        "model": {"model_name": str(final), "dtype": "float32", "max_length": 4096},
-        "evaluation": {"answer_type": "letter", "fps": 1, "min_pixels": 3136, "max_pixels": 3136},
-        "generation": {"max_retries": 0, "letter_max_tokens": 4},
-    })
+    cfg = eval_config_from_dict(
+        {
+            "datasets": ["synthetic"],
+            "data_dir": str(synthetic_dir),
+            "results_dir": str(tmp_path / "results"),
+            "engine": "hf",
+            "device": "cpu",
+            "batch_size": 3,
+            "limit": 6,
+            "model": {"model_name": str(final), "dtype": "float32", "max_length": 4096},
+            "evaluation": {"answer_type": "letter", "fps": 1, "min_pixels": 3136, "max_pixels": 3136},
+            "generation": {"max_retries": 0, "letter_max_tokens": 4},
+        }
+    )
     result = evaluate_model(cfg)
     records = read_dataset_predictions(result.run_dir / "synthetic")
     assert result.scores.micro.total == len(records) == 6
@@ -63,12 +72,20 @@ def test_sft_export_and_evaluation(family: str, family_model_dirs: dict[str, Pat
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f != "qwen2_5_vl"])  # Qwen2.5-VL: test_grpo_dist
-def test_grpo_trains_and_exports(family: str, family_model_dirs: dict[str, Path], synthetic_dir: Path,
-                                 tmp_path: Path) -> None:
+def test_grpo_trains_and_exports(
+    family: str, family_model_dirs: dict[str, Path], synthetic_dir: Path, tmp_path: Path
+) -> None:
     model_dir = family_model_dirs[family]
     run = tmp_path / "run"
-    grpo(write_tiny_grpo_config(run / "config.toml", model_dir, synthetic_dir, tmp_path / "out", **{
-        "train.max_num_steps": 2, "rollout.sampling_config.top_k": 4, "train.train_policy.kl_beta": 0.1}))
+    grpo(
+        write_tiny_grpo_config(
+            run / "config.toml",
+            model_dir,
+            synthetic_dir,
+            tmp_path / "out",
+            **{"train.max_num_steps": 2, "rollout.sampling_config.top_k": 4, "train.train_policy.kl_beta": 0.1},
+        )
+    )
     train = [m for m in grpo_rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == [1, 2] and all(m["completions"] == 16 for m in train)
     assert train[1]["kl"] > 0  # the policy moved after the first update

@@ -41,8 +41,9 @@ def toml_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     yield reads
 
 
-def test_prepare_flow_reads_the_job_toml_once(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path,
-                                              toml_reads: Counter[str]) -> None:
+def test_prepare_flow_reads_the_job_toml_once(
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, toml_reads: Counter[str]
+) -> None:
     from flows.prepare_data import PrepareDataParams, prepare_data
 
     job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
@@ -55,15 +56,14 @@ def test_prepare_flow_reads_the_job_toml_once(tmp_path: Path, tiny_model_dir: Pa
 
 
 def test_sft_flow_reads_the_job_toml_once_and_the_ranks_get_the_resolved_file(
-        tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, toml_reads: Counter[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, toml_reads: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from prefect import task
 
     import tasks.training_run
     from flows.sft import SFTParams, sft
 
-    job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=2)
+    job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=2)
     launched: dict[str, Any] = {}
 
     @task(name="torchrun")
@@ -92,7 +92,8 @@ def test_sft_flow_reads_the_job_toml_once_and_the_ranks_get_the_resolved_file(
 
 
 def test_post_train_hands_each_stage_its_resolved_config_and_no_overrides(
-        tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The pipeline resolves a stage's job config (its file, the stage's overrides, the model, the output folder)
     and writes it as the run folder's config.toml; the stage's flow gets that file and no overrides, so nothing
     applies the overrides to the user's file again. The stage flows are stand-ins here: they record their
@@ -103,8 +104,10 @@ def test_post_train_hands_each_stage_its_resolved_config_and_no_overrides(
     job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "unused")
     job.write_text("redis = '12800'\n" + job.read_text())  # a cosmos-rl key with no effect here
     pipeline = tmp_path / "pipeline.toml"
-    pipeline.write_text(f'name = "p"\noutput_dir = "{tmp_path / "pipelines"}"\nmodel = "{tiny_model_dir}"\n'
-                        f'[sft]\nconfig = "{job}"\noverrides = ["train.optm_lr=2e-3"]\n')
+    pipeline.write_text(
+        f'name = "p"\noutput_dir = "{tmp_path / "pipelines"}"\nmodel = "{tiny_model_dir}"\n'
+        f'[sft]\nconfig = "{job}"\noverrides = ["train.optm_lr=2e-3"]\n'
+    )
     given: dict[str, Any] = {}
 
     def prepare_stand_in(params: Any) -> str:

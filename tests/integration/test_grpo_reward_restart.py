@@ -24,37 +24,66 @@ TOKEN = "restart-test-token"
 
 
 def _scored(base: str) -> int:
-    m = httpx.get(base.removesuffix("/api/reward") + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"},
-                  timeout=5).json()
+    m = httpx.get(
+        base.removesuffix("/api/reward") + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
+    ).json()
     return sum(h["scored"] for h in m["handlers"].values())
 
 
 def test_service_restart_mid_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     steps = 6
     run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
-        "train.max_num_steps": steps, "train.ckpt.save_freq": 100, "train.train_policy.reward_function": [],
-        "train.train_policy.use_remote_reward": True,
-        "train.train_policy.remote_reward.reward_fns": [{"name": "format"}],
-        "train.train_policy.remote_reward.backoff_s": 0.2, "train.train_policy.remote_reward.max_retries": 30})
+    cfg = write_tiny_grpo_config(
+        run / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        **{
+            "train.max_num_steps": steps,
+            "train.ckpt.save_freq": 100,
+            "train.train_policy.reward_function": [],
+            "train.train_policy.use_remote_reward": True,
+            "train.train_policy.remote_reward.reward_fns": [{"name": "format"}],
+            "train.train_policy.remote_reward.backoff_s": 0.2,
+            "train.train_policy.remote_reward.max_retries": 30,
+        },
+    )
     (tmp_path / "rewards.toml").write_text(f'state_dir = "{tmp_path / "state"}"\n')
     port = free_port()
     service = reward_service(tmp_path / "s1.log", port=port, token=TOKEN, config=str(tmp_path / "rewards.toml"))
     proc, base, _ = service.__enter__()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue",
-           "REMOTE_REWARD_FETCH_URL": f"{base}/pull", "REMOTE_REWARD_TOKEN": TOKEN}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "cosmos_train.train.grpo", "--config", str(cfg), "--dataset-script", str(run / "toy_rewards.py")]
-    trainer = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True, env=env)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "REMOTE_REWARD_ENQUEUE_URL": f"{base}/enqueue",
+        "REMOTE_REWARD_FETCH_URL": f"{base}/pull",
+        "REMOTE_REWARD_TOKEN": TOKEN,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "cosmos_train.train.grpo",
+        "--config",
+        str(cfg),
+        "--dataset-script",
+        str(run / "toy_rewards.py"),
+    ]
+    trainer = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+    )
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.append(trainer.communicate(timeout=600)[0]), daemon=True)
     reader.start()
     second = None
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not ((run / "metrics.jsonl").exists()
-                                                    and (run / "metrics.jsonl").read_text().count('"train"') >= 2):
+        while time.monotonic() < deadline and not (
+            (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count('"train"') >= 2
+        ):
             time.sleep(0.05)
         first_scored = _scored(base)
         _stop(proc)  # SIGTERM: the batches being scored finish and their results stay in state_dir

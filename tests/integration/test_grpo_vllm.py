@@ -20,13 +20,27 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("rollout_tp", [1, 2])
-def test_vllm_rollout_under_torchrun(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, rollout_tp: int) -> None:
+def test_vllm_rollout_under_torchrun(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, rollout_tp: int
+) -> None:
     run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **{
-        "train.max_num_steps": 4, "train.train_policy.variant": "dapo", "rollout.backend": "vllm",
-        "rollout.parallelism.tp_size": rollout_tp, "rollout.gpu_memory_utilization": 0.3,
-        "rollout.sampling_config.top_k": 4, "validation.enable": True, "validation.freq": 2,
-        "train.ckpt.save_freq": 100})
+    cfg = write_tiny_grpo_config(
+        run / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        **{
+            "train.max_num_steps": 4,
+            "train.train_policy.variant": "dapo",
+            "rollout.backend": "vllm",
+            "rollout.parallelism.tp_size": rollout_tp,
+            "rollout.gpu_memory_utilization": 0.3,
+            "rollout.sampling_config.top_k": 4,
+            "validation.enable": True,
+            "validation.freq": 2,
+            "train.ckpt.save_freq": 100,
+        },
+    )
     grpo(cfg)
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == [1, 2, 3, 4] and train[-1]["weight_version"] == 4
@@ -39,14 +53,37 @@ def test_vllm_rollout_under_torchrun(tiny_model_dir: Path, synthetic_dir: Path, 
 
 def test_vllm_rollout_on_a_text_model(text_model_dirs: dict[str, Path], tmp_path: Path) -> None:
     data = tmp_path / "rows.jsonl"  # "What is i + 1?" chats, no media
-    data.write_text("".join(json.dumps({"conversations": [{"role": "user", "content": f"What is {i % 8} + 1?"},
-                                                          {"role": "assistant", "content": str(i % 8 + 1)}],
-                                        "reference": str(i % 8 + 1)}) + "\n" for i in range(64)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "conversations": [
+                        {"role": "user", "content": f"What is {i % 8} + 1?"},
+                        {"role": "assistant", "content": str(i % 8 + 1)},
+                    ],
+                    "reference": str(i % 8 + 1),
+                }
+            )
+            + "\n"
+            for i in range(64)
+        )
+    )
     run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(run / "config.toml", text_model_dirs["qwen2"], tmp_path, tmp_path / "out", **{
-        "train.max_num_steps": 2, "rollout.backend": "vllm", "rollout.gpu_memory_utilization": 0.3,
-        "rollout.sampling_config.top_k": 4, "train.ckpt.save_freq": 100, "policy.model_max_length": 256,
-        "custom.rows": str(data)})
+    cfg = write_tiny_grpo_config(
+        run / "config.toml",
+        text_model_dirs["qwen2"],
+        tmp_path,
+        tmp_path / "out",
+        **{
+            "train.max_num_steps": 2,
+            "rollout.backend": "vllm",
+            "rollout.gpu_memory_utilization": 0.3,
+            "rollout.sampling_config.top_k": 4,
+            "train.ckpt.save_freq": 100,
+            "policy.model_max_length": 256,
+            "custom.rows": str(data),
+        },
+    )
     (run / "toy_rewards.py").write_text(REWARD_SCRIPT)  # the text rows, the same leading-space reward
     out = grpo(cfg)
     assert "rollout engine vllm" in out  # the trainer's start line: vLLM served the rollouts

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 # Each rank reports its pid; rank 0 then lists every listening TCP socket held by the launcher (its
 # parent) and the ranks, from /proc (no `ss` needed).
-RANK_SCRIPT = r'''
+RANK_SCRIPT = r"""
 import json, os, sys
 import torch, torch.distributed as dist
 
@@ -47,7 +47,7 @@ if dist.get_rank() == 0:
         json.dump(listening([os.getppid(), *pids]), f)
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 def _launch(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
@@ -55,8 +55,14 @@ def _launch(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProc
     path.write_text(script)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("GLOO_SOCKET_IFNAME", None)
-    return subprocess.run([sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2",
-                           str(path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2", str(path), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _is_loopback(hex_addr: str) -> bool:
@@ -79,10 +85,12 @@ def test_single_node_run_listens_on_loopback_only(tmp_path: Path) -> None:
 
 
 def test_failed_rank_gives_its_exit_code_without_a_launcher_traceback(tmp_path: Path) -> None:
-    script = ("import os, sys, time\n"
-              "if os.environ['RANK'] == '1':\n"
-              "    print('error: rows/3: bad answer letter', file=sys.stderr); sys.exit(2)\n"
-              "time.sleep(120)\n")
+    script = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('error: rows/3: bad answer letter', file=sys.stderr); sys.exit(2)\n"
+        "time.sleep(120)\n"
+    )
     proc = _launch(tmp_path, script)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -96,11 +104,17 @@ def test_root_cause_is_the_rank_the_others_reacted_to() -> None:
     from cosmos_train.launch import root_cause
 
     # rank 0 SIGKILLed from outside; rank 1 then lost its peer and exited 1; torchrun SIGTERMed rank 2
-    killed = [F(local_rank=0, exitcode=-9, timestamp=100), F(local_rank=1, exitcode=1, timestamp=100),
-              F(local_rank=2, exitcode=-15, timestamp=101)]
+    killed = [
+        F(local_rank=0, exitcode=-9, timestamp=100),
+        F(local_rank=1, exitcode=1, timestamp=100),
+        F(local_rank=2, exitcode=-15, timestamp=101),
+    ]
     assert root_cause(killed).local_rank == 0
     # rank 1 raised; torchrun stopped rank 0 (SIGTERM), which ignored it and was SIGKILLed 30 s later
     raised = [F(local_rank=0, exitcode=-9, timestamp=131), F(local_rank=1, exitcode=1, timestamp=100)]
     assert root_cause(raised).local_rank == 1
     # only stopped ranks: the first
-    assert root_cause([F(local_rank=1, exitcode=-15, timestamp=5), F(local_rank=0, exitcode=-15, timestamp=4)]).local_rank == 0
+    assert (
+        root_cause([F(local_rank=1, exitcode=-15, timestamp=5), F(local_rank=0, exitcode=-15, timestamp=4)]).local_rank
+        == 0
+    )

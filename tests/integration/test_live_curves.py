@@ -47,8 +47,14 @@ def test_curves_are_new_versions_of_one_artifact_while_training(tmp_path: Path) 
     def train() -> str:
         from prefect.context import get_run_context
 
-        stream_process([sys.executable, "-c", WRITER, str(run / "metrics.jsonl")], run, 7, None,
-                       on_new_steps=refresh, refresh_s=0.01)
+        stream_process(
+            [sys.executable, "-c", WRITER, str(run / "metrics.jsonl")],
+            run,
+            7,
+            None,
+            on_new_steps=refresh,
+            refresh_s=0.01,
+        )
         return str(get_run_context().flow_run.id)
 
     flow_run_id = train()
@@ -57,8 +63,10 @@ def test_curves_are_new_versions_of_one_artifact_while_training(tmp_path: Path) 
     async def versions() -> list:
         async with get_client() as client:
             arts = await client.read_artifacts()
-            return sorted((a for a in arts if a.key == "training-curves" and str(a.flow_run_id) == flow_run_id),
-                          key=lambda a: a.created)
+            return sorted(
+                (a for a in arts if a.key == "training-curves" and str(a.flow_run_id) == flow_run_id),
+                key=lambda a: a.created,
+            )
 
     found = asyncio.run(versions())
     assert len(found) == len(refreshed)

@@ -24,8 +24,9 @@ def _config(run: Path, tiny_model_dir: Path, synthetic_dir: Path, out: Path, **t
     return cfg
 
 
-def test_lora_trains_only_adapters_and_exports_merged(tiny_model_dir: Path, synthetic_dir: Path,
-                                                      tmp_path: Path) -> None:
+def test_lora_trains_only_adapters_and_exports_merged(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     run = tmp_path / "run"
     p = torchrun(_config(run, tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4), 2)
     out = finish(p)
@@ -66,8 +67,14 @@ def test_lora_resume_is_bit_exact(tiny_model_dir: Path, synthetic_dir: Path, tmp
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
     resumed = tmp_path / "resumed"
-    cfg = _config(resumed, tiny_model_dir, synthetic_dir, tmp_path / "o2", max_num_steps=4,
-                  resume=str(straight / "checkpoints" / "step_2"))
+    cfg = _config(
+        resumed,
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "o2",
+        max_num_steps=4,
+        resume=str(straight / "checkpoints" / "step_2"),
+    )
     p = torchrun(cfg, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]

@@ -68,20 +68,47 @@ def _config(tmp: Path, model: Path, *, nproc: int, packing: bool, ckpt: bool) ->
     train = _llava(tmp.parent / "train.json", media, TRAIN_KINDS)
     val = _llava(tmp.parent / "val.json", media, VAL_KINDS)
     lines = [
-        "[train]", f'output_dir = "{tmp / "out"}"', "max_num_steps = 4", "epoch = 1",
-        "train_batch_per_replica = 4", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'param_dtype = "float32"',
-        "seed = 1", f"sequence_packing = {str(packing).lower()}",
-        "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = false",
-        "[train.train_policy]", 'type = "sft"', "micro_batch = 2", "dataloader_shuffle = false",
-        "[train.train_policy.dataset]", f'annotation_path = "{train}"', f'media_path = "{media}"',
-        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[validation]", "enable = true", "freq = 2", "batch_size = 1",
-        "[validation.dataset]", f'annotation_path = "{val}"', f'media_path = "{media}"',
-        "[validation.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 512",
+        "[train]",
+        f'output_dir = "{tmp / "out"}"',
+        "max_num_steps = 4",
+        "epoch = 1",
+        "train_batch_per_replica = 4",
+        "optm_lr = 1e-3",
+        "optm_warmup_steps = 1",
+        'param_dtype = "float32"',
+        "seed = 1",
+        f"sequence_packing = {str(packing).lower()}",
+        "[train.ckpt]",
+        "enable_checkpoint = false",
+        "export_safetensors = false",
+        "[train.train_policy]",
+        'type = "sft"',
+        "micro_batch = 2",
+        "dataloader_shuffle = false",
+        "[train.train_policy.dataset]",
+        f'annotation_path = "{train}"',
+        f'media_path = "{media}"',
+        "[train.train_policy.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[validation]",
+        "enable = true",
+        "freq = 2",
+        "batch_size = 1",
+        "[validation.dataset]",
+        f'annotation_path = "{val}"',
+        f'media_path = "{media}"',
+        "[validation.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        "model_max_length = 512",
         f"model_gradient_checkpointing = {str(ckpt).lower()}",
-        "[policy.parallelism]", f"dp_shard_size = {nproc}",
-        "[logging]", 'logger = ["console"]',
+        "[policy.parallelism]",
+        f"dp_shard_size = {nproc}",
+        "[logging]",
+        'logger = ["console"]',
     ]
     path = tmp / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,10 +118,26 @@ def _config(tmp: Path, model: Path, *, nproc: int, packing: bool, ckpt: bool) ->
 
 def _torchrun(config: Path, nproc: int) -> str:
     """Run the trainer to completion; a hang is killed (the whole process group) and fails the test."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "cosmos_train.train.sft", "--config", str(config)]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "cosmos_train.train.sft",
+        "--config",
+        str(config),
+    ]
+    p = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         out, _ = p.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -112,8 +155,9 @@ def _metrics(run: Path, kind: str) -> dict[int, dict]:
 
 # activation checkpointing recomputes the vision blocks (the blank grid's too) inside backward
 @pytest.mark.parametrize(("packing", "ckpt"), [(False, False), (True, True)], ids=["padded", "packed-ckpt"])
-def test_mixed_modalities_train_on_two_processes(tiny_model_dir: Path, tmp_path: Path, packing: bool,
-                                                 ckpt: bool) -> None:
+def test_mixed_modalities_train_on_two_processes(
+    tiny_model_dir: Path, tmp_path: Path, packing: bool, ckpt: bool
+) -> None:
     two = _config(tmp_path / "two", tiny_model_dir, nproc=2, packing=packing, ckpt=ckpt)
     _torchrun(two, 2)
     one = _config(tmp_path / "one", tiny_model_dir, nproc=1, packing=packing, ckpt=ckpt)

@@ -29,31 +29,52 @@ def _weights(export: Path) -> dict:
     return out
 
 
-def test_two_nodes_train_like_one_node_with_two_processes(tiny_model_dir: Path, synthetic_dir: Path,
-                                                          tmp_path: Path) -> None:
+def test_two_nodes_train_like_one_node_with_two_processes(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     from flows.sft import SFTParams, sft
 
-    config = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                   max_num_steps=3)
-    one = sft(SFTParams(config=str(config), overrides=["launch.nproc_per_node=2",
-                                                       f'train.output_dir="{tmp_path / "one"}"']))
+    config = write_tiny_sft_config(
+        tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=3
+    )
+    one = sft(
+        SFTParams(config=str(config), overrides=["launch.nproc_per_node=2", f'train.output_dir="{tmp_path / "one"}"'])
+    )
 
     endpoint = f"127.0.0.1:{free_port()}"
-    node = ["launch.nnodes=2", "launch.nproc_per_node=1", f'launch.rdzv_endpoint="{endpoint}"',
-            'launch.rdzv_id="job-7"', 'launch.socket_ifname="lo"', f'train.output_dir="{tmp_path / "shared"}"']
+    node = [
+        "launch.nnodes=2",
+        "launch.nproc_per_node=1",
+        f'launch.rdzv_endpoint="{endpoint}"',
+        'launch.rdzv_id="job-7"',
+        'launch.socket_ifname="lo"',
+        f'train.output_dir="{tmp_path / "shared"}"',
+    ]
     procs = []
     for rank in (0, 1):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env.update(PREFECT_HOME=str(tmp_path / f"prefect-{rank}"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-                   COSMOS_TRAIN__LAUNCH__NODE_RANK=str(rank),  # as a Slurm script passes $SLURM_NODEID
-                   # torchrun sets 1 thread per rank only when a node runs several; these two "nodes" share
-                   # 2 cores, and 1 thread each is also what makes the float sums equal the one-node run's
-                   OMP_NUM_THREADS="1")
+        env.update(
+            PREFECT_HOME=str(tmp_path / f"prefect-{rank}"),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            COSMOS_TRAIN__LAUNCH__NODE_RANK=str(rank),  # as a Slurm script passes $SLURM_NODEID
+            # torchrun sets 1 thread per rank only when a node runs several; these two "nodes" share
+            # 2 cores, and 1 thread each is also what makes the float sums equal the one-node run's
+            OMP_NUM_THREADS="1",
+        )
         args = [sys.executable, "-m", "cosmos_train.cli", "sft", "--config", str(config)]
         for o in node:
             args += ["--set", o]
-        procs.append(subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     outputs = []
     try:
         for p in procs:

@@ -31,17 +31,29 @@ FAMILY_LAYOUTS = {"qwen2_5_vl": ["fsdp2", "hsdp", "tp", "fsdp2_ckpt"]}  # others
 def _run(name: str, tmp: Path, model: Path, data: Path) -> list[float]:
     par, batch, ckpt = LAYOUTS[name]
     run = tmp / name
-    cfg = write_tiny_sft_config(run / "config.toml", model, data, tmp / f"out-{name}", max_num_steps=3,
-                                train_batch_per_replica=batch)
-    text = cfg.read_text().replace("model_gradient_checkpointing = false",
-                                   f"model_gradient_checkpointing = {str(ckpt).lower()}")
+    cfg = write_tiny_sft_config(
+        run / "config.toml", model, data, tmp / f"out-{name}", max_num_steps=3, train_batch_per_replica=batch
+    )
+    text = cfg.read_text().replace(
+        "model_gradient_checkpointing = false", f"model_gradient_checkpointing = {str(ckpt).lower()}"
+    )
     text += "[policy.parallelism]\n" + "".join(f"{k} = {v}\n" for k, v in par.items())
     text = text.replace("[train.ckpt]\n", "[train.ckpt]\nenable_checkpoint = false\n")
     cfg.write_text(text.replace("export_safetensors = true", "export_safetensors = false"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "cosmos_train.train.sft", "--config", str(cfg)]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "cosmos_train.train.sft",
+        "--config",
+        str(cfg),
+    ]
+    p = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in rows if r["kind"] == "train"]

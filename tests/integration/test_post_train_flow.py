@@ -22,26 +22,50 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 def write_pipeline(path: Path, model: Path, data: Path, out: Path, grpo_steps: int = 4, **extra: str) -> Path:
     """The tiny pipeline of configs/ made small: 2 SFT steps, `grpo_steps` GRPO steps (checkpoint every 2),
     6 benchmark questions per model."""
-    sft = [f'train.train_policy.dataset.name="{data}"', "train.max_num_steps=2", "train.train_batch_per_replica=4",
-           "train.train_policy.micro_batch=2", "train.ckpt.save_freq=2", "train.ckpt.save_mode=\"sync\""]
-    grpo = [f'train.train_policy.dataset.name="{data}"', f"train.max_num_steps={grpo_steps}",
-            "rollout.n_generation=4", "rollout.max_response_length=4", "train.train_batch_per_replica=8",
-            "train.train_policy.micro_batch=8", "train.ckpt.save_freq=2", "train.ckpt.save_mode=\"sync\"",
-            "validation.freq=2"]
+    sft = [
+        f'train.train_policy.dataset.name="{data}"',
+        "train.max_num_steps=2",
+        "train.train_batch_per_replica=4",
+        "train.train_policy.micro_batch=2",
+        "train.ckpt.save_freq=2",
+        'train.ckpt.save_mode="sync"',
+    ]
+    grpo = [
+        f'train.train_policy.dataset.name="{data}"',
+        f"train.max_num_steps={grpo_steps}",
+        "rollout.n_generation=4",
+        "rollout.max_response_length=4",
+        "train.train_batch_per_replica=8",
+        "train.train_policy.micro_batch=8",
+        "train.ckpt.save_freq=2",
+        'train.ckpt.save_mode="sync"',
+        "validation.freq=2",
+    ]
     evaluate = [f'data_dir="{data}"', "limit=6", "generation.max_retries=0", "evaluation.skip_saved=false"]
-    lines = ['name = "tiny"', f"output_dir = {_toml_value(str(out))}", f"model = {_toml_value(str(model))}",
-             *[f"{k} = {v}" for k, v in extra.items()],
-             "[sft]", f"config = {_toml_value(str(ROOT / 'configs' / 'tiny-sft.toml'))}", f"overrides = {_toml_value(sft)}",
-             "[evaluate]", f"config = {_toml_value(str(ROOT / 'configs' / 'eval-tiny.toml'))}",
-             f"overrides = {_toml_value(evaluate)}",
-             "[grpo]", f"config = {_toml_value(str(ROOT / 'configs' / 'tiny-grpo.toml'))}",
-             f"overrides = {_toml_value(grpo)}", "train_retries = 0", 'export = "final"']
+    lines = [
+        'name = "tiny"',
+        f"output_dir = {_toml_value(str(out))}",
+        f"model = {_toml_value(str(model))}",
+        *[f"{k} = {v}" for k, v in extra.items()],
+        "[sft]",
+        f"config = {_toml_value(str(ROOT / 'configs' / 'tiny-sft.toml'))}",
+        f"overrides = {_toml_value(sft)}",
+        "[evaluate]",
+        f"config = {_toml_value(str(ROOT / 'configs' / 'eval-tiny.toml'))}",
+        f"overrides = {_toml_value(evaluate)}",
+        "[grpo]",
+        f"config = {_toml_value(str(ROOT / 'configs' / 'tiny-grpo.toml'))}",
+        f"overrides = {_toml_value(grpo)}",
+        "train_retries = 0",
+        'export = "final"',
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
-        tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     from flows.post_train import PostTrainParams, post_train
 
     out = tmp_path / "pipelines"
@@ -55,8 +79,13 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert killed and state.is_failed(), state
     record = json.loads((folder / "pipeline.json").read_text())["stages"]
     assert {n: r["status"] for n, r in record.items()} == {
-        "prepare-sft": "done", "prepare-grpo": "done", "evaluate-base": "done", "sft": "done",
-        "evaluate-sft": "done", "grpo": "failed"}
+        "prepare-sft": "done",
+        "prepare-grpo": "done",
+        "evaluate-base": "done",
+        "sft": "done",
+        "evaluate-sft": "done",
+        "grpo": "failed",
+    }
     grpo_run = Path(record["grpo"]["run_dir"])
     assert grpo_run.parent == folder / "grpo" and (grpo_run / "checkpoints" / "step_2" / "COMPLETE").is_file()
     failure = _artifacts(state.state_details.flow_run_id)["post-train-failure"].data
@@ -70,9 +99,15 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert state.is_completed(), state
     summary = state.result()
     ran = {row["stage"]: row["ran"] for row in summary["stages"]}
-    assert ran == {"prepare-sft": "skipped (done earlier)", "prepare-grpo": "skipped (done earlier)",
-                   "evaluate-base": "skipped (done earlier)", "sft": "skipped (done earlier)",
-                   "evaluate-sft": "skipped (done earlier)", "grpo": "ran", "evaluate-grpo": "ran"}
+    assert ran == {
+        "prepare-sft": "skipped (done earlier)",
+        "prepare-grpo": "skipped (done earlier)",
+        "evaluate-base": "skipped (done earlier)",
+        "sft": "skipped (done earlier)",
+        "evaluate-sft": "skipped (done earlier)",
+        "grpo": "ran",
+        "evaluate-grpo": "ran",
+    }
     result = json.loads((grpo_run / "result.json").read_text())
     assert result["step"] == 4 and Path(result["resumed_from"]).name in ("step_2", "step_4")
     train_steps = [r["step"] for r in _jsonl(grpo_run / "metrics.jsonl") if r["kind"] == "train"]
@@ -81,8 +116,9 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert set(summary["evaluations"]) == {"base", "sft", "grpo"}
     assert summary["runs"]["grpo"]["run_dir"] == str(grpo_run) and summary["runs"]["sft"]["status"] == "done"
     models = {row["model"]: row for row in summary["models"]}
-    assert set(models) == {"base", "sft", "grpo"} and all("accuracy" in m and "(n=6)" in m["accuracy"]
-                                                          for m in models.values())
+    assert set(models) == {"base", "sft", "grpo"} and all(
+        "accuracy" in m and "(n=6)" in m["accuracy"] for m in models.values()
+    )
     arts = _artifacts(state.state_details.flow_run_id)
     table = json.loads(arts["post-train-summary"].data)
     assert [row["model"] for row in table] == ["base", "sft", "grpo"]
@@ -94,8 +130,7 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert "- verdict: " in verdict and "verdict-sft" in arts  # a skipped evaluation still reports
 
     # 3. A third run with a changed GRPO setting: only GRPO and its evaluation run again, in a new folder.
-    state = post_train(PostTrainParams(config=str(config), overrides=["grpo.train.max_num_steps=2"]),
-                       return_state=True)
+    state = post_train(PostTrainParams(config=str(config), overrides=["grpo.train.max_num_steps=2"]), return_state=True)
     assert state.is_completed(), state
     ran = {row["stage"]: row["ran"] for row in state.result()["stages"]}
     assert ran["sft"] == ran["evaluate-sft"] == "skipped (done earlier)"
@@ -110,8 +145,7 @@ def test_bad_stage_override_fails_before_any_stage(tmp_path: Path, tiny_model_di
     from flows.post_train import PostTrainParams, post_train
 
     config = write_pipeline(tmp_path / "pipeline.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
-    state = post_train(PostTrainParams(config=str(config), overrides=["grpo.train.max_num_stpes=3"]),
-                       return_state=True)
+    state = post_train(PostTrainParams(config=str(config), overrides=["grpo.train.max_num_stpes=3"]), return_state=True)
     assert state.is_failed()
     with pytest.raises(ConfigError, match=r"grpo \(config .*tiny-grpo.toml\): train.max_num_stpes: unknown key"):
         state.result()

@@ -12,11 +12,20 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 def write_config(path: Path, model: Path, data: str, output_dir: Path, *extra: str) -> Path:
     lines = [
-        "[train]", f'output_dir = "{output_dir}"',
-        "[train.train_policy]", 'type = "sft"',
-        "[train.train_policy.dataset]", f'name = "{data}"', 'split = "train_letter"', *extra,
-        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 1024",
+        "[train]",
+        f'output_dir = "{output_dir}"',
+        "[train.train_policy]",
+        'type = "sft"',
+        "[train.train_policy.dataset]",
+        f'name = "{data}"',
+        'split = "train_letter"',
+        *extra,
+        "[train.train_policy.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        "model_max_length = 1024",
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -59,7 +68,9 @@ def test_flow_skips_and_fails_naming_rows(tmp_path: Path, tiny_model_dir: Path, 
     data.write_text(json.dumps(rows))
     # Media paths are relative to the synthetic folder: point media_path there.
     media = f'media_path = "{synthetic_dir}"'
-    skip = write_config(tmp_path / "skip.toml", tiny_model_dir, str(data), tmp_path / "out", media, 'on_bad_row = "skip"')
+    skip = write_config(
+        tmp_path / "skip.toml", tiny_model_dir, str(data), tmp_path / "out", media, 'on_bad_row = "skip"'
+    )
     run = tmp_path / "run-skip"
     manifest = prepare_data(PrepareDataParams(config=str(skip), run_dir=str(run)))
     assert manifest == str(run / "manifest.jsonl") and len(Path(manifest).read_text().splitlines()) == 2

@@ -34,9 +34,20 @@ class Tally(Handler):
 
 
 def _client(url: str, **kw) -> RemoteRewardClient:
-    return RemoteRewardClient(ClientSettings(enqueue_url=url + "/api/reward/enqueue", fetch_url=url + "/api/reward/pull",
-                                             token=TOKEN, timeout_s=10, max_retries=12, backoff_s=0.05,
-                                             backoff_max_s=0.5, poll_interval_s=0.02, result_timeout_s=60, **kw))
+    return RemoteRewardClient(
+        ClientSettings(
+            enqueue_url=url + "/api/reward/enqueue",
+            fetch_url=url + "/api/reward/pull",
+            token=TOKEN,
+            timeout_s=10,
+            max_retries=12,
+            backoff_s=0.05,
+            backoff_max_s=0.5,
+            poll_interval_s=0.02,
+            result_timeout_s=60,
+            **kw,
+        )
+    )
 
 
 def test_client_retries_through_a_restart_and_nothing_is_scored_twice(tmp_path) -> None:
@@ -63,8 +74,7 @@ def test_client_retries_through_a_restart_and_nothing_is_scored_twice(tmp_path) 
                 restarter = threading.Thread(target=restart)
                 restarter.start()
                 time.sleep(0.1)
-            jobs.append(client.submit({"prompts": [p], "reward_fn": {"test_tally": 1.0}, "media_type": "video"},
-                                      video))
+            jobs.append(client.submit({"prompts": [p], "reward_fn": {"test_tally": 1.0}, "media_type": "video"}, video))
         scores = [job.result()["test_tally"]["scores"]["test_tally"] for job in jobs]
         assert restarter is not None
         restarter.join(timeout=60)
@@ -83,8 +93,10 @@ def test_a_forgetful_restart_is_enqueued_again() -> None:
     st = ServiceThread(ServiceConfig(workers=1)).start()  # no state_dir: a restart forgets every uuid
     client = _client(st.url)
     try:
-        job = client.submit({"prompts": ["forgotten"], "reward_fn": {"test_tally": 1.0}, "media_type": "video"},
-                            npy_bytes(np.zeros((1, 3, 2, 2, 2), dtype=np.uint8)))
+        job = client.submit(
+            {"prompts": ["forgotten"], "reward_fn": {"test_tally": 1.0}, "media_type": "video"},
+            npy_bytes(np.zeros((1, 3, 2, 2, 2), dtype=np.uint8)),
+        )
         st.stop()
         st.start()
         assert job.result()["test_tally"]["scores"]["test_tally"] == [9.0]
@@ -96,8 +108,11 @@ def test_a_forgetful_restart_is_enqueued_again() -> None:
 def test_world_model_client_reads_the_wfm_env() -> None:
     with_token = ServiceThread().start()
     try:
-        env = {"WFM_REWARD_TOKEN": TOKEN, "WFM_REWARD_ENQUEUE_URL": with_token.url + "/api/reward/enqueue",
-               "WFM_REWARD_FETCH_URL": with_token.url + "/api/reward/pull"}
+        env = {
+            "WFM_REWARD_TOKEN": TOKEN,
+            "WFM_REWARD_ENQUEUE_URL": with_token.url + "/api/reward/enqueue",
+            "WFM_REWARD_FETCH_URL": with_token.url + "/api/reward/pull",
+        }
         client = RemoteRewardClient.for_world_model(env, poll_interval_s=0.02)
         video = np.full((2, 3, 2, 2, 2), 255, dtype=np.uint8)
         video[1] = 0
@@ -112,11 +127,17 @@ def test_reward_set_combines_local_and_remote_weights() -> None:
     st = ServiceThread().start()
     try:
         remote = RemoteRewardConfig(
-            scale=1.5, batch_size=2,
-            reward_fns=[RemoteRewardFn(name="single_choice", weight=2.0),
-                        RemoteRewardFn(name="format", weight=-1.0, clip_max=0.5)],
-            enqueue_url=st.url + "/api/reward/enqueue", fetch_url=st.url + "/api/reward/pull", backoff_s=0.05,
-            poll_interval_s=0.02)
+            scale=1.5,
+            batch_size=2,
+            reward_fns=[
+                RemoteRewardFn(name="single_choice", weight=2.0),
+                RemoteRewardFn(name="format", weight=-1.0, clip_max=0.5),
+            ],
+            enqueue_url=st.url + "/api/reward/enqueue",
+            fetch_url=st.url + "/api/reward/pull",
+            backoff_s=0.05,
+            poll_interval_s=0.02,
+        )
         rewards = combine({"exact_match": 0.5}, remote=remote, env={"REMOTE_REWARD_TOKEN": TOKEN})
         sample = {"reference": "B", "options": {"A": "left", "B": "right"}}
         completions = ["<think>r</think> <answer>B</answer>", "<answer>A</answer>", "B"]
@@ -124,9 +145,11 @@ def test_reward_set_combines_local_and_remote_weights() -> None:
     finally:
         st.stop()
     # parts: exact_match (local), single_choice and format (remote, format clipped to 0.5)
-    expected_parts = [{"exact_match": 1.0, "single_choice": 1.0, "format": 0.5},
-                      {"exact_match": 0.0, "single_choice": 0.0, "format": 0.0},
-                      {"exact_match": 1.0, "single_choice": 1.0, "format": 0.0}]
+    expected_parts = [
+        {"exact_match": 1.0, "single_choice": 1.0, "format": 0.5},
+        {"exact_match": 0.0, "single_choice": 0.0, "format": 0.0},
+        {"exact_match": 1.0, "single_choice": 1.0, "format": 0.0},
+    ]
     assert [p for _, p in scored] == expected_parts
     # total = 0.5 * exact_match + 1.5 * (2.0 * single_choice - 1.0 * format)
     assert [t for t, _ in scored] == pytest.approx([0.5 + 1.5 * (2.0 - 0.5), 0.0, 0.5 + 1.5 * 2.0])
@@ -138,11 +161,19 @@ def test_remote_settings_come_from_the_config_or_the_env() -> None:
     rc = RemoteRewardConfig(reward_fns=[RemoteRewardFn(name="format")])
     with pytest.raises(ConfigError, match="REMOTE_REWARD_ENQUEUE_URL"):
         RemoteRewardClient.from_config(rc, env={})
-    client = RemoteRewardClient.from_config(rc, env={"REMOTE_REWARD_ENQUEUE_URL": "http://h/e",
-                                                     "REMOTE_REWARD_FETCH_URL": "http://h/f",
-                                                     "REMOTE_REWARD_TOKEN": "t"})
-    assert (client.settings.enqueue_url, client.settings.fetch_url, client.settings.token) == ("http://h/e",
-                                                                                               "http://h/f", "t")
+    client = RemoteRewardClient.from_config(
+        rc,
+        env={
+            "REMOTE_REWARD_ENQUEUE_URL": "http://h/e",
+            "REMOTE_REWARD_FETCH_URL": "http://h/f",
+            "REMOTE_REWARD_TOKEN": "t",
+        },
+    )
+    assert (client.settings.enqueue_url, client.settings.fetch_url, client.settings.token) == (
+        "http://h/e",
+        "http://h/f",
+        "t",
+    )
     client.close()
 
 
@@ -165,11 +196,16 @@ def test_remote_total_is_clipped_then_scaled_and_score_keys_add() -> None:
     st = ServiceThread().start()
     try:
         remote = RemoteRewardConfig(
-            scale=2.0, batch_size=4, reward_clip_min=-0.5, reward_clip_max=1.5,
-            reward_fns=[RemoteRewardFn(name="single_choice", weight=1.0),
-                        RemoteRewardFn(name="format", weight=-1.0)],
-            enqueue_url=st.url + "/api/reward/enqueue", fetch_url=st.url + "/api/reward/pull", backoff_s=0.05,
-            poll_interval_s=0.02)
+            scale=2.0,
+            batch_size=4,
+            reward_clip_min=-0.5,
+            reward_clip_max=1.5,
+            reward_fns=[RemoteRewardFn(name="single_choice", weight=1.0), RemoteRewardFn(name="format", weight=-1.0)],
+            enqueue_url=st.url + "/api/reward/enqueue",
+            fetch_url=st.url + "/api/reward/pull",
+            backoff_s=0.05,
+            poll_interval_s=0.02,
+        )
         rewards = combine({"exact_match": 1.0}, remote=remote, env={"REMOTE_REWARD_TOKEN": TOKEN})
         sample = {"reference": "B", "options": {"A": "left", "B": "right"}}
         scored = rewards.score_batch(["<answer>B</answer>", "<think>r</think> <answer>A</answer>", "B"], [sample] * 3)

@@ -24,8 +24,9 @@ def _env(token: str | None) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("extra, words", [([], "set REWARD_SERVICE_TOKEN"),
-                                          (["--host", "0.0.0.0", "--insecure-no-token"], "loopback")])
+@pytest.mark.parametrize(
+    "extra, words", [([], "set REWARD_SERVICE_TOKEN"), (["--host", "0.0.0.0", "--insecure-no-token"], "loopback")]
+)
 def test_refuses_to_start_without_a_token(extra: list[str], words: str) -> None:
     done = subprocess.run(CLI + extra, env=_env(None), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
@@ -38,8 +39,13 @@ def test_serves_then_stops_on_sigterm(token: str | None, extra: list[str], tmp_p
     port = free_port()
     cfg = tmp_path / "rewards.toml"
     cfg.write_text("queue_size = 4\nworkers = 1\n")
-    proc = subprocess.Popen(CLI + ["--port", str(port), "--config", str(cfg)] + extra, env=_env(token),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        CLI + ["--port", str(port), "--config", str(cfg)] + extra,
+        env=_env(token),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + 120

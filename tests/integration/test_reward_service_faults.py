@@ -50,8 +50,13 @@ def _good(prompt: str = "ok", reward: str = "brightness") -> bytes:
 
 
 def _enqueue(url: str, data: bytes, headers: dict | None = None, params: dict | None = None) -> requests.Response:
-    return requests.post(url + "/api/reward/enqueue", data=data, headers=auth() if headers is None else headers,
-                         params=params, timeout=30)
+    return requests.post(
+        url + "/api/reward/enqueue",
+        data=data,
+        headers=auth() if headers is None else headers,
+        params=params,
+        timeout=30,
+    )
 
 
 def _still_serving(url: str) -> None:
@@ -60,8 +65,9 @@ def _still_serving(url: str) -> None:
     assert r.status_code == 200, r.text
     deadline = time.monotonic() + 20
     while True:
-        p = requests.post(url + "/api/reward/pull", data={"uuid": r.json()["uuid"], "type": "brightness"},
-                          headers=auth(), timeout=10)
+        p = requests.post(
+            url + "/api/reward/pull", data={"uuid": r.json()["uuid"], "type": "brightness"}, headers=auth(), timeout=10
+        )
         if p.status_code == 200:
             assert p.json()["scores"]["brightness"] == [pytest.approx(10 / 255)]
             return
@@ -94,14 +100,25 @@ def _bad_requests() -> list[tuple[str, bytes, int, str]]:
         ("torch.save of an object", body(meta, _torch_bytes({"x": Evil()})), 400, "weights_only"),
         ("unknown reward", body({**meta, "reward_fn": {"nope": 1.0}}, full), 400, "reward_fn.nope"),
         ("negative weight", body({**meta, "reward_fn": {"brightness": -1.0}}, full), 400, "reward_fn.brightness"),
-        ("NaN weight", json.dumps({**meta, "reward_fn": {"brightness": float("nan")}}).encode() + b"\n" + full,
-         400, "reward_fn.brightness"),
+        (
+            "NaN weight",
+            json.dumps({**meta, "reward_fn": {"brightness": float("nan")}}).encode() + b"\n" + full,
+            400,
+            "reward_fn.brightness",
+        ),
         ("malformed JSON", b'{"prompts": [\n' + full, 400, "body"),
         ("wrong shape", body(meta, npy_bytes(np.zeros((1, 4, 4), dtype=np.uint8))), 400, "tensor"),
         ("prompts vs batch", body({**meta, "prompts": ["a", "b"]}, full), 400, "prompts"),
         ("bad media_type", body({**meta, "media_type": "audio"}, full), 400, "media_type"),
-        ("motion on an image", body({**meta, "media_type": "image", "reward_fn": {"motion": 1.0}},
-                                    npy_bytes(np.zeros((1, 4, 4, 3), dtype=np.uint8))), 400, "reward_fn.motion"),
+        (
+            "motion on an image",
+            body(
+                {**meta, "media_type": "image", "reward_fn": {"motion": 1.0}},
+                npy_bytes(np.zeros((1, 4, 4, 3), dtype=np.uint8)),
+            ),
+            400,
+            "reward_fn.motion",
+        ),
     ]
 
 
@@ -113,10 +130,13 @@ def _object_npy() -> bytes:
 
 def test_credentials_are_checked_before_any_work() -> None:
     with running_service() as (url, service):
-        for name, headers, params in [("no token", {}, None), ("wrong token", auth("wrong"), None),
-                                      ("basic scheme", {"Authorization": f"Basic {TOKEN}"}, None),
-                                      ("token in query", auth(), {"token": TOKEN}),
-                                      ("query only", {}, {"access_token": TOKEN})]:
+        for name, headers, params in [
+            ("no token", {}, None),
+            ("wrong token", auth("wrong"), None),
+            ("basic scheme", {"Authorization": f"Basic {TOKEN}"}, None),
+            ("token in query", auth(), {"token": TOKEN}),
+            ("query only", {}, {"access_token": TOKEN}),
+        ]:
             r = _enqueue(url, _good(), headers, params)
             assert r.status_code == 401, name
             assert r.json()["detail"], name
@@ -142,12 +162,13 @@ def test_bad_payloads_are_refused_naming_the_field() -> None:
 
 def test_oversize_body_413_announced_or_streamed() -> None:
     cfg = ServiceConfig(max_body_mb=0.01)  # 10 KiB
-    big = body({"prompts": ["x"], "reward_fn": {"brightness": 1.0}},
-               npy_bytes(np.zeros((1, 3, 8, 32, 32), dtype=np.uint8)))
+    big = body(
+        {"prompts": ["x"], "reward_fn": {"brightness": 1.0}}, npy_bytes(np.zeros((1, 3, 8, 32, 32), dtype=np.uint8))
+    )
     with running_service(cfg) as (url, service):
         r = _enqueue(url, big)
         assert r.status_code == 413 and "limit" in r.json()["detail"]
-        r = _enqueue(url, (big[i:i + 4096] for i in range(0, len(big), 4096)))  # chunked: no Content-Length
+        r = _enqueue(url, (big[i : i + 4096] for i in range(0, len(big), 4096)))  # chunked: no Content-Length
         assert r.status_code == 413, r.text
         assert not service.pending
         _still_serving(url)
@@ -155,15 +176,18 @@ def test_oversize_body_413_announced_or_streamed() -> None:
 
 def test_retried_enqueue_with_the_same_request_id_is_scored_once() -> None:
     with running_service() as (url, _):
-        data = body({"prompts": ["idem-1"], "reward_fn": {"test_count": 1.0}, "media_type": "video"},
-                    npy_bytes(VIDEO))
+        data = body({"prompts": ["idem-1"], "reward_fn": {"test_count": 1.0}, "media_type": "video"}, npy_bytes(VIDEO))
         headers = {**auth(), "X-Request-Id": "req-idem-1"}
         uuids = {_enqueue(url, data, headers).json()["uuid"] for _ in range(5)}
         assert len(uuids) == 1
         uuid = uuids.pop()
         deadline = time.monotonic() + 20
-        while requests.post(url + "/api/reward/pull", data={"uuid": uuid, "type": "test_count"}, headers=auth(),
-                            timeout=10).status_code != 200:
+        while (
+            requests.post(
+                url + "/api/reward/pull", data={"uuid": uuid, "type": "test_count"}, headers=auth(), timeout=10
+            ).status_code
+            != 200
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert _enqueue(url, data, headers).json()["uuid"] == uuid  # after scoring too
@@ -184,8 +208,12 @@ def test_full_queue_answers_429_and_keeps_the_queued_work() -> None:
         for i, q in enumerate(first):
             deadline = time.monotonic() + 20
             while True:
-                p = requests.post(url + "/api/reward/pull", data={"uuid": q.json()["uuid"], "type": "test_hold"},
-                                  headers=auth(), timeout=10)
+                p = requests.post(
+                    url + "/api/reward/pull",
+                    data={"uuid": q.json()["uuid"], "type": "test_hold"},
+                    headers=auth(),
+                    timeout=10,
+                )
                 if p.status_code == 200:
                     break
                 assert p.status_code == 400 and time.monotonic() < deadline
@@ -204,7 +232,8 @@ def test_results_expire_after_the_ttl() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         time.sleep(0.8)
-        r = requests.post(url + "/api/reward/pull", data={"uuid": uuid, "type": "brightness"}, headers=auth(),
-                          timeout=10)
+        r = requests.post(
+            url + "/api/reward/pull", data={"uuid": uuid, "type": "brightness"}, headers=auth(), timeout=10
+        )
         assert r.status_code == 404 and "expired" in r.json()["detail"]
         assert uuid not in service.results and service.metrics()["counters"]["expired"] == 1

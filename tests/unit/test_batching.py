@@ -29,9 +29,11 @@ def _chat(video: Path | None, q: str, a: str) -> list[dict]:
     content: list[dict] = [{"type": "text", "text": q}]
     if video is not None:
         content.insert(0, {"type": "video", "video": str(video), "min_pixels": 3136, "max_pixels": 3136})
-    return [{"role": "system", "content": "Answer the questions."},
-            {"role": "user", "content": content},
-            {"role": "assistant", "content": a}]
+    return [
+        {"role": "system", "content": "Answer the questions."},
+        {"role": "user", "content": content},
+        {"role": "assistant", "content": a},
+    ]
 
 
 def test_packed_loss_and_grads_equal_padded(family_model: Path, tmp_path: Path) -> None:
@@ -68,8 +70,10 @@ def test_packed_loss_and_grads_equal_padded(family_model: Path, tmp_path: Path) 
 def test_packed_positions_restart_per_sample(tiny: Path) -> None:
     proc = load_processor(tiny)
     model = load_model(tiny, dtype=torch.float32)
-    samples = [encode_chat(proc, _chat(None, "one", "two"), max_length=64),
-               encode_chat(proc, _chat(None, "three four", "five"), max_length=64)]
+    samples = [
+        encode_chat(proc, _chat(None, "one", "two"), max_length=64),
+        encode_chat(proc, _chat(None, "three four", "five"), max_length=64),
+    ]
     mb = collate_packed(samples)
     pos = model_inputs(model, mb)["position_ids"]
     n0 = len(samples[0].input_ids)
@@ -85,9 +89,11 @@ def test_packed_attention_needs_no_mask_and_gives_the_same_result(family_model: 
 
     proc = load_processor(family_model)
     model = load_model(family_model, dtype=torch.float32).eval()
-    chats = [_chat(moving_square_mp4(tmp_path / "a.mp4", 0), "Which way does the square move?", "Right. B"),
-             _chat(None, "A text-only question about gravity.", "Things fall down."),
-             _chat(moving_square_mp4(tmp_path / "b.mp4", 11), "Does it move?", "Yes, to the right.")]
+    chats = [
+        _chat(moving_square_mp4(tmp_path / "a.mp4", 0), "Which way does the square move?", "Right. B"),
+        _chat(None, "A text-only question about gravity.", "Things fall down."),
+        _chat(moving_square_mp4(tmp_path / "b.mp4", 11), "Does it move?", "Yes, to the right."),
+    ]
     samples = [encode_chat(proc, c, max_length=512) for c in chats]
     packed = collate_packed(samples)
 

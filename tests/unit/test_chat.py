@@ -103,9 +103,7 @@ def test_template_renders_the_qwen_format(processor) -> None:
     )
     assert tok.apply_chat_template(messages, tokenize=False) == expected
     # No system turn: the template adds Qwen's default one; the generation prompt opens the assistant turn.
-    rendered = tok.apply_chat_template(
-        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
-    )
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
     assert rendered == (
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -172,9 +170,7 @@ def test_pad_expansion_counts_and_vision_tensors(processor, clip: str, image: st
 
 
 def test_image_matches_transformers_processor(processor, image: str) -> None:
-    messages = [
-        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "What?"}]}
-    ]
+    messages = [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "What?"}]}]
     enc = encode_chat(processor, messages, add_generation_prompt=True)
     text = get_tokenizer(processor).apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ref = processor(text=[text], images=[Image.open(image)], return_tensors="pt")
@@ -186,9 +182,7 @@ def test_image_matches_transformers_processor(processor, image: str) -> None:
 
 def test_truncation_error_names_lengths(processor, clip: str) -> None:
     full = encode_chat(processor, conversation(clip))
-    with pytest.raises(
-        ChatTooLongError, match=rf"sample\.json:3: sample is {len(full)} tokens.*max_length 40"
-    ):
+    with pytest.raises(ChatTooLongError, match=rf"sample\.json:3: sample is {len(full)} tokens.*max_length 40"):
         encode_chat(processor, conversation(clip), max_length=40, origin="sample.json:3")
     assert len(encode_chat(processor, conversation(clip), max_length=len(full))) == len(full)
 
@@ -211,21 +205,15 @@ def test_right_truncation_never_cuts_through_a_vision_block(processor, clip: str
     ids = full.input_ids.tolist()
     starts = [i for i, t in enumerate(ids) if t == tok.convert_tokens_to_ids("<|vision_start|>")]
     # A cut in the middle of the second video's pads drops that whole block and its pixels.
-    cut = encode_chat(
-        processor, messages, add_generation_prompt=True, max_length=starts[1] + 10, truncation="right"
-    )
+    cut = encode_chat(processor, messages, add_generation_prompt=True, max_length=starts[1] + 10, truncation="right")
     assert len(cut) == starts[1]
     assert cut.video_grid_thw.tolist() == [[2, 6, 8]]
     assert cut.pixel_values_videos.shape[0] == 96
     assert cut.second_per_grid_ts.shape == (1,)
     # A cut inside the first block leaves no vision at all.
-    none = encode_chat(
-        processor, messages, add_generation_prompt=True, max_length=starts[0] + 3, truncation="right"
-    )
+    none = encode_chat(processor, messages, add_generation_prompt=True, max_length=starts[0] + 3, truncation="right")
     assert len(none) == starts[0]
-    assert (
-        none.video_grid_thw is None and none.pixel_values_videos is None and none.second_per_grid_ts is None
-    )
+    assert none.video_grid_thw is None and none.pixel_values_videos is None and none.second_per_grid_ts is None
     assert tok.decode(none.input_ids).endswith("First:")
 
 
@@ -268,9 +256,7 @@ def test_bad_messages_raise_with_location(processor, messages: list, match: str)
 def test_missing_video_names_file_and_part(processor, tmp_path: Path) -> None:
     missing = tmp_path / "nope.mp4"
     messages = [{"role": "user", "content": [{"type": "text", "text": "Look:"}, video_part(str(missing))]}]
-    with pytest.raises(
-        MediaError, match=r"nope\.mp4: rows\.jsonl:7: messages\[0\]\.content\[1\]: file not found"
-    ):
+    with pytest.raises(MediaError, match=r"nope\.mp4: rows\.jsonl:7: messages\[0\]\.content\[1\]: file not found"):
         encode_chat(processor, messages, origin="rows.jsonl:7")
 
 

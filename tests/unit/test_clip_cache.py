@@ -23,8 +23,9 @@ SETTINGS = VisionSettings(min_pixels=3136, max_pixels=3136)
 
 
 def _clip(path: Path, shift: int = 0) -> Path:
-    return moving_square_mp4(path, shift, frames=6, box=18, step=7, x0=2, travel=36, y=18, background=30,
-                             color=(250, 60, 40))
+    return moving_square_mp4(
+        path, shift, frames=6, box=18, step=7, x0=2, travel=36, y=18, background=30, color=(250, 60, 40)
+    )
 
 
 @pytest.fixture
@@ -135,10 +136,14 @@ def test_images_cached_by_path_only(tmp_path: Path, decodes: list[str]) -> None:
 
 def _messages(clip: Path, img: Path) -> list[dict]:
     return [
-        {"role": "user", "content": [
-            {"type": "video", "video": str(clip), "min_pixels": 3136, "max_pixels": 3136},
-            {"type": "image", "image": str(img), "min_pixels": 3136, "max_pixels": 3136},
-            {"type": "text", "text": "What moves?"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "video": str(clip), "min_pixels": 3136, "max_pixels": 3136},
+                {"type": "image", "image": str(img), "min_pixels": 3136, "max_pixels": 3136},
+                {"type": "text", "text": "What moves?"},
+            ],
+        },
         {"role": "assistant", "content": "A red box."},
     ]
 
@@ -159,8 +164,15 @@ def test_sft_dataset_with_cache_dir_is_identical_and_decodes_once(
     epoch1, epoch2 = cached[0], cached[0]
     assert len(decodes) == 2  # the video and the image, once each
     for enc in (epoch1, epoch2):
-        for name in ("input_ids", "labels", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts",
-                     "pixel_values", "image_grid_thw"):
+        for name in (
+            "input_ids",
+            "labels",
+            "pixel_values_videos",
+            "video_grid_thw",
+            "second_per_grid_ts",
+            "pixel_values",
+            "image_grid_thw",
+        ):
             assert torch.equal(getattr(enc, name), getattr(plain, name)), name
     assert SFTDataset(rows, processor, 512, "error").clip_cache is None
 

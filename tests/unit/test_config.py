@@ -94,8 +94,9 @@ def test_bad_regex_is_named() -> None:
 
 def test_parallelism_product_must_match_world_size() -> None:
     with pytest.raises(ConfigError, match=r"2\*2\*1\*1\*1 = 4, but 2 processes"):
-        config_from_dict({"policy": {"parallelism": {"dp_shard_size": 2, "dp_replicate_size": 2}},
-                          "launch": {"nproc_per_node": 2}})
+        config_from_dict(
+            {"policy": {"parallelism": {"dp_shard_size": 2, "dp_replicate_size": 2}}, "launch": {"nproc_per_node": 2}}
+        )
     cfg = config_from_dict({"policy": {"parallelism": {"dp_shard_size": -1, "tp_size": 2}}})
     assert cfg.policy.parallelism.resolved_shard(8) == 4
 
@@ -124,58 +125,101 @@ def test_an_override_under_either_name_wins_over_the_file(tmp_path: Path, in_fil
     assert load_config(f, [], env=env).train.train_policy.micro_batch == 1
     assert load_config(f, [f"train.train_policy.{override}=2"], env=env).train.train_policy.micro_batch == 2
     # cosmos-rl's unbiased_advantage = true is our scale_rewards = false, from an override too
-    f.write_text("[train]\ntrain_batch_per_replica = 16\n[rollout]\nn_generation = 2\nbatch_size = 8\n"
-                 "[train.train_policy]\ntype = \"grpo\"\nscale_rewards = true\n")
+    f.write_text(
+        "[train]\ntrain_batch_per_replica = 16\n[rollout]\nn_generation = 2\nbatch_size = 8\n"
+        '[train.train_policy]\ntype = "grpo"\nscale_rewards = true\n'
+    )
     cfg = load_config(f, ["train.train_policy.unbiased_advantage=true"], env={})
     assert cfg.train.train_policy.scale_rewards is False
 
 
 def test_grpo_batch_checks() -> None:
     grpo = {"type": "grpo"}
-    cfg = config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo},
-                            "rollout": {"batch_size": 4, "n_generation": 8}})
+    cfg = config_from_dict(
+        {
+            "train": {"train_batch_per_replica": 16, "train_policy": grpo},
+            "rollout": {"batch_size": 4, "n_generation": 8},
+        }
+    )
     assert cfg.policy_type == "grpo"
-    with pytest.raises(ConfigError, match="a step trains on 24 completions per replica; with rollout.n_generation = 16"):
-        config_from_dict({"train": {"train_batch_per_replica": 24, "train_policy": grpo},
-                          "rollout": {"batch_size": 4, "n_generation": 16}})
+    with pytest.raises(
+        ConfigError, match="a step trains on 24 completions per replica; with rollout.n_generation = 16"
+    ):
+        config_from_dict(
+            {
+                "train": {"train_batch_per_replica": 24, "train_policy": grpo},
+                "rollout": {"batch_size": 4, "n_generation": 16},
+            }
+        )
     # cosmos-rl's meaning: a step trains on train_batch_per_replica completions (rollout.batch_size is only the
     # engine's prompt batch): 48 completions = 6 prompts x 8, one optimizer update; 16 = 2 prompts
-    big = config_from_dict({"train": {"train_batch_per_replica": 48, "train_policy": grpo},
-                            "rollout": {"batch_size": 4, "n_generation": 8}})
+    big = config_from_dict(
+        {
+            "train": {"train_batch_per_replica": 48, "train_policy": grpo},
+            "rollout": {"batch_size": 4, "n_generation": 8},
+        }
+    )
     assert big.prompts_per_step == 6 and cfg.prompts_per_step == 2 and cfg.rl_steps_per_step == 1
     # a group of 16 over steps of 8 (cosmos-rl's defaults): one prompt a step here, two of cosmos-rl's steps
     default = config_from_dict({"train": {"train_policy": grpo}})
     assert (default.prompts_per_step, default.rl_steps_per_step) == (1, 2)
     with pytest.raises(ConfigError, match="rollout.n_generation: GRPO compares"):
-        config_from_dict({"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}})
+        config_from_dict(
+            {"train": {"train_batch_per_replica": 1, "train_policy": grpo}, "rollout": {"n_generation": 1}}
+        )
     with pytest.raises(ConfigError, match="more than train.train_policy.allowed_outdated_steps"):
         config_from_dict({"train": {"sync_weight_interval": 6, "train_batch_per_replica": 16, "train_policy": grpo}})
     with pytest.raises(ConfigError, match="on-policy rollouts need the newest weights"):
-        config_from_dict({"train": {"sync_weight_interval": 2, "train_batch_per_replica": 16,
-                                    "train_policy": {**grpo, "on_policy": True}}})
+        config_from_dict(
+            {
+                "train": {
+                    "sync_weight_interval": 2,
+                    "train_batch_per_replica": 16,
+                    "train_policy": {**grpo, "on_policy": True},
+                }
+            }
+        )
     # cosmos-rl's recipes score the trainer's log-probs at train_policy.temperature and sample at the rollout's:
     # allowed, unless the loss reads the engine's log-probs, which are of the other distribution
     warm = {"train_batch_per_replica": 16, "train_policy": {**grpo, "temperature": 0.7}}
     assert config_from_dict({"train": warm, "rollout": {"n_generation": 16}}).train.train_policy.temperature == 0.7
     for key, value in (("old_logprobs", "engine"), ("use_decoupled_loss", True)):
         with pytest.raises(ConfigError, match=f"differ while the loss uses the engine's log-probs .*{key}"):
-            config_from_dict({"train": {**warm, "train_policy": {**warm["train_policy"], key: value}},
-                              "rollout": {"n_generation": 16}})
+            config_from_dict(
+                {
+                    "train": {**warm, "train_policy": {**warm["train_policy"], key: value}},
+                    "rollout": {"n_generation": 16},
+                }
+            )
 
 
 def test_uploads_need_their_target() -> None:
-    cfg = config_from_dict({"train": {"ckpt": {"upload_hf": True, "hf_repo_name": "me/x", "upload_s3": "all",
-                                               "s3_bucket": "bucket-one"}}})
+    cfg = config_from_dict(
+        {"train": {"ckpt": {"upload_hf": True, "hf_repo_name": "me/x", "upload_s3": "all", "s3_bucket": "bucket-one"}}}
+    )
     assert cfg.train.ckpt.upload_s3 == "all"
     with pytest.raises(ConfigError) as e:
-        config_from_dict({"train": {"ckpt": {"upload_hf": True, "upload_s3": True, "export_safetensors": False,
-                                             "upload_part_size_mb": 4}}})
+        config_from_dict(
+            {
+                "train": {
+                    "ckpt": {
+                        "upload_hf": True,
+                        "upload_s3": True,
+                        "export_safetensors": False,
+                        "upload_part_size_mb": 4,
+                    }
+                }
+            }
+        )
     text = "\n".join(e.value.problems)
     assert "train.ckpt.upload_part_size_mb" in text  # below S3's 5 MiB part minimum
     with pytest.raises(ConfigError) as e:
         config_from_dict({"train": {"ckpt": {"upload_hf": True, "upload_s3": True, "export_safetensors": False}}})
     assert [p.split(":")[0] for p in e.value.problems] == [
-        "train.ckpt.hf_repo_name", "train.ckpt.s3_bucket", "train.ckpt.export_safetensors"]
+        "train.ckpt.hf_repo_name",
+        "train.ckpt.s3_bucket",
+        "train.ckpt.export_safetensors",
+    ]
 
 
 def test_overrides_layer_file_env_cli(tmp_path: Path) -> None:
@@ -223,20 +267,29 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
 def test_cli_config_check_exit_codes(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
     good.write_text("[train]\nepoch = 2\n")
-    ok = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(good),
-                         "--set", "train.optm_lr=3e-4"], capture_output=True, text=True, cwd=ROOT)
+    ok = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(good), "--set", "train.optm_lr=3e-4"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert ok.returncode == 0, ok.stderr
     assert tomllib.loads(ok.stdout)["train"]["optm_lr"] == 3e-4
     bad = tmp_path / "bad.toml"
     bad.write_text("[train]\nepohc = 2\n[policy]\nmodel_max_lenght = 5\n")
-    res = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(bad)],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 2
     assert "train.epohc" in res.stderr and "did you mean policy.model_max_length?" in res.stderr
 
 
-@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("**/*.toml")),
-                         ids=lambda p: str(p.relative_to(ROOT / "configs")))
+@pytest.mark.parametrize(
+    "recipe", sorted((ROOT / "configs").glob("**/*.toml")), ids=lambda p: str(p.relative_to(ROOT / "configs"))
+)
 def test_shipped_job_recipes_pass_check(recipe: Path, tmp_path: Path) -> None:
     from cosmos_train.config import is_world_model_recipe
 
@@ -289,10 +342,11 @@ BAD_VALUES = [
     ("train.train_policy.epsilon_low=-0.1", "train.train_policy.epsilon_low"),
     ("train.train_policy.epsilon_high=-0.1", "train.train_policy.epsilon_high"),
     ("train.train_policy.kl_beta=inf", "train.train_policy.kl_beta"),
-    ("train.train_policy.remote_reward.reward_fns=[{name='a', weight=nan}]",
-     "train.train_policy.remote_reward.reward_fns[0].weight"),
-    ("train.train_policy.reward_function={single_choice=nan}",
-     "train.train_policy.reward_function.single_choice"),
+    (
+        "train.train_policy.remote_reward.reward_fns=[{name='a', weight=nan}]",
+        "train.train_policy.remote_reward.reward_fns[0].weight",
+    ),
+    ("train.train_policy.reward_function={single_choice=nan}", "train.train_policy.reward_function.single_choice"),
     ("train.train_policy.dataset.test_size=0", "train.train_policy.dataset.test_size"),
     ("train.train_policy.dataset.vision.fps=0", "train.train_policy.dataset.vision.fps"),
     ("train.train_policy.dataset.vision.fps=nan", "train.train_policy.dataset.vision.fps"),
@@ -358,9 +412,17 @@ def test_constraint_messages_read_as_words() -> None:
 
 
 def test_legal_special_values_pass() -> None:
-    cfg = config_from_dict({}, ["train.ckpt.max_keep=-1", "policy.parallelism.dp_shard_size=-1",
-                                "rollout.sampling_config.top_k=-1", "train.optm_grad_norm_clip=0.0",
-                                "train.optm_warmup_steps=0.1", "train.train_policy.dataset.test_size=0.1"])
+    cfg = config_from_dict(
+        {},
+        [
+            "train.ckpt.max_keep=-1",
+            "policy.parallelism.dp_shard_size=-1",
+            "rollout.sampling_config.top_k=-1",
+            "train.optm_grad_norm_clip=0.0",
+            "train.optm_warmup_steps=0.1",
+            "train.train_policy.dataset.test_size=0.1",
+        ],
+    )
     assert cfg.train.max_num_steps is None and cfg.train.ckpt.max_keep == -1
 
 
@@ -420,7 +482,8 @@ def test_every_field_has_a_description(model: type[BaseModel]) -> None:
 @pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
 def test_every_numeric_field_is_bounded(model: type[BaseModel]) -> None:
     unbounded = [
-        name for name, f in model.model_fields.items()
+        name
+        for name, f in model.model_fields.items()
         if _numeric(f.annotation) and not field_bounds(f) and f"{model.__name__}.{name}" not in UNBOUNDED
     ]
     assert not unbounded, f"{model.__name__}: bound (Field(ge=...)) or list in UNBOUNDED: {unbounded}"

@@ -13,7 +13,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
 
 def test_config_reference_is_current() -> None:
     assert DOC.read_text() == config_reference(EvalConfig, WfmConfig), (
-        "docs/CONFIG.md is out of date: run `cosmos-train config docs > docs/CONFIG.md`")
+        "docs/CONFIG.md is out of date: run `cosmos-train config docs > docs/CONFIG.md`"
+    )
 
 
 def test_reference_shows_bounds_and_every_key() -> None:
@@ -21,4 +22,4 @@ def test_reference_shows_bounds_and_every_key() -> None:
     assert "| `optm_lr` | float | 1e-06 | > 0 |" in text
     assert "| `max_keep` | -1 \\| int | 2 | >= 1 |" in text
     assert "### [train.train_policy.dataset.vision]" in text and "### [evaluation]" in text
-    assert "| `output_dir` | str | \"./outputs\" | non-empty |" in text
+    assert '| `output_dir` | str | "./outputs" | non-empty |' in text

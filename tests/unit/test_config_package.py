@@ -34,8 +34,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_explicit_sft_with_a_grpo_key_names_the_key() -> None:
     with pytest.raises(ConfigError) as e:
         config_from_dict({"train": {"train_policy": {"type": "sft", "temperature": 0.7, "micro_batch": 2}}})
-    assert e.value.problems == ['train.train_policy.temperature: a GRPO setting, but train.train_policy.type = "sft"; '
-                                'remove it for an SFT run, or set type = "grpo" for an RL run']
+    assert e.value.problems == [
+        'train.train_policy.temperature: a GRPO setting, but train.train_policy.type = "sft"; '
+        'remove it for an SFT run, or set type = "grpo" for an RL run'
+    ]
 
 
 def test_no_type_is_sft_unless_a_grpo_key_or_rl_alias_says_grpo() -> None:
@@ -104,8 +106,9 @@ def _tables(root: type[BaseModel]) -> list[type[BaseModel]]:
     return found
 
 
-@pytest.mark.parametrize("root", [Config, WfmConfig, EvalConfig, ServiceConfig, PipelineConfig],
-                         ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "root", [Config, WfmConfig, EvalConfig, ServiceConfig, PipelineConfig], ids=lambda m: m.__name__
+)
 def test_every_config_kind_stands_on_the_one_section_base(root: type[BaseModel]) -> None:
     tables = _tables(root)
     assert len(tables) > 1

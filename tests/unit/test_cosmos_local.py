@@ -19,8 +19,13 @@ def make_cfg(dataset: dict) -> object:
 
 
 def row(video: str, question: str) -> dict:
-    return {"video": video, "conversations": [{"role": "user", "content": question},
-                                              {"role": "assistant", "content": "<answer>B</answer>"}]}
+    return {
+        "video": video,
+        "conversations": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "<answer>B</answer>"},
+        ],
+    }
 
 
 def archive(path: Path, names: list[str]) -> None:
@@ -56,8 +61,12 @@ def test_local_copy_extracts_once_and_reads_split_files(tmp_path: Path, no_hub: 
     a, b = load_samples(cfg, "train")
     dest = cosmos_src.local_clips_dir(copy.absolute(), "robovqa")
     assert dest.is_relative_to(tmp_path / "cache" / "datasets" / "local") and (dest / ".prepared").is_file()
-    assert a["messages"][1]["content"][0] == {"type": "video", "video": str(dest / "clips" / "aa.mp4"),
-                                              "fps": 1, "max_pixels": 81920}
+    assert a["messages"][1]["content"][0] == {
+        "type": "video",
+        "video": str(dest / "clips" / "aa.mp4"),
+        "fps": 1,
+        "max_pixels": 81920,
+    }
     assert b["messages"][1]["content"][0]["video"] == str(dest / "clips" / "bb.mp4")
     assert a["origin"] == f"{copy / 'robovqa' / 'robovqa_understanding.json'}:0"
     assert a["id"] == "robovqa/0" and b["id"] == "robovqa/0"  # "<subset>/<row>", as docs/INTERFACES.md says
@@ -102,12 +111,18 @@ def test_hub_id_with_downloaded_local_dir_skips_the_download(tmp_path: Path, mon
 
     monkeypatch.setenv("COSMOS_CACHE", str(tmp_path / "cache"))
     archive(tmp_path / "dl" / "robovqa" / "clips" / "part0.tar.gz", ["clips/aa.mp4"])
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("downloaded again")))
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda name, subset, split, revision: datasets.Dataset.from_list([row("clips/aa.mp4", "q")]))
-    cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-SFT-Dataset", "subset": "robovqa",
-                    "local_dir": str(tmp_path / "dl")})
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda *a, **k: (_ for _ in ()).throw(AssertionError("downloaded again"))
+    )
+    monkeypatch.setattr(
+        datasets,
+        "load_dataset",
+        lambda name, subset, split, revision: datasets.Dataset.from_list([row("clips/aa.mp4", "q")]),
+    )
+    cfg = make_cfg(
+        {"name": "nvidia/Cosmos-Reason1-SFT-Dataset", "subset": "robovqa", "local_dir": str(tmp_path / "dl")}
+    )
     [s] = load_samples(cfg, "train")
     assert s["messages"][1]["content"][0]["video"] == str(
-        cosmos_src.clips_dir("nvidia/Cosmos-Reason1-SFT-Dataset", "robovqa") / "clips" / "aa.mp4")
+        cosmos_src.clips_dir("nvidia/Cosmos-Reason1-SFT-Dataset", "robovqa") / "clips" / "aa.mp4"
+    )

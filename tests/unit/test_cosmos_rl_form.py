@@ -39,7 +39,13 @@ def test_config_form_dispatches_by_trainer_type() -> None:
     sft, grpo = str(CONFIGS / "tiny-sft.toml"), str(CONFIGS / "tiny-grpo.toml")
     assert cosmos_rl_form(["--config", sft]) == ["sft", "--config", sft]
     assert cosmos_rl_form(["--config", grpo, "my_rewards.py", "--set", "train.epoch=2"]) == [
-        "grpo", "--config", grpo, "my_rewards.py", "--set", "train.epoch=2"]
+        "grpo",
+        "--config",
+        grpo,
+        "my_rewards.py",
+        "--set",
+        "train.epoch=2",
+    ]
     assert cosmos_rl_form(["--debug", f"--config={grpo}"]) == ["--debug", "grpo", f"--config={grpo}"]
     assert cosmos_rl_form(["sft", "--config", sft]) == ["sft", "--config", sft]  # our own form: unchanged
     assert cosmos_rl_form(["--config", "missing.toml"]) == ["sft", "--config", "missing.toml"]  # sft says why
@@ -59,16 +65,31 @@ def test_world_model_recipe_goes_to_wfm_rl(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown key"):
         load_config(None, ["model.x=1"], env={}, check_paths=False)
     assert cosmos_rl_form(["--config", str(path), "--wfm-mode", "wfm_rl.py"]) == [
-        "wfm-rl", "--config", str(path), "--wfm-mode", "wfm_rl.py"]
+        "wfm-rl",
+        "--config",
+        str(path),
+        "--wfm-mode",
+        "wfm_rl.py",
+    ]
 
     # cosmos-rl's own key in a place ours differs (its loader nests batch_size deeper): named, with the valid keys
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "dataloader_train.batch_size: unknown key" in done.stderr
     assert "Traceback" not in done.stderr
     recipe = CONFIGS / "wfm" / "cosmos_predict2-5_2b_480_grpo_mock_data.toml"
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(recipe)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(recipe)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "(wfm_rl: flow_grpo)" in done.stderr and "trainer.callbacks[iter_speed]" in done.stderr
     assert 'algorithm = "flow_grpo"' in done.stdout
@@ -77,8 +98,20 @@ def test_world_model_recipe_goes_to_wfm_rl(tmp_path: Path) -> None:
 def test_config_form_runs_the_grpo_command_checks(tmp_path: Path) -> None:
     """The dispatched command is the real one: a GRPO recipe whose model folder is missing is refused by the
     grpo command's own checks, before any Prefect server or process starts."""
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "--config", str(CONFIGS / "tiny-grpo.toml"),
-                           "--set", f'policy.model_name_or_path="{tmp_path / "no-model"}"'], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosmos_train.cli",
+            "--config",
+            str(CONFIGS / "tiny-grpo.toml"),
+            "--set",
+            f'policy.model_name_or_path="{tmp_path / "no-model"}"',
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "policy.model_name_or_path" in done.stderr and "does not exist" in done.stderr
     assert "Traceback" not in done.stderr

@@ -31,17 +31,25 @@ def test_every_reference_key_has_a_state_and_every_default_difference_a_reason()
     states = {f["key"]: key_state(f["key"], set(ours), aliases)[0] for f in RECORDED["fields"]}
     assert len(states) > 300  # the whole schema was recorded, not a part
     assert [k for k, s in states.items() if s == "not covered"] == []
-    unexplained = [f["key"] for f in RECORDED["fields"] if f["key"] in ours
-                   and default_note(f["key"], ours[f["key"]], recorded_default(f)) == ""]
+    unexplained = [
+        f["key"]
+        for f in RECORDED["fields"]
+        if f["key"] in ours and default_note(f["key"], ours[f["key"]], recorded_default(f)) == ""
+    ]
     assert unexplained == [], "a default that differs from cosmos-rl's needs a reason in DEFAULTS_DIFFER"
-    stale = [k for k in DEFAULTS_DIFFER if k not in ours or default_note(k, ours[k], recorded_default(
-        next(f for f in RECORDED["fields"] if f["key"] == k))) is None]
+    stale = [
+        k
+        for k in DEFAULTS_DIFFER
+        if k not in ours
+        or default_note(k, ours[k], recorded_default(next(f for f in RECORDED["fields"] if f["key"] == k))) is None
+    ]
     assert stale == [], "DEFAULTS_DIFFER lists a key whose defaults now agree"
 
 
 def test_key_table_doc_is_current() -> None:
     assert DOC.read_text() == cosmos_rl_key_table(RECORDED), (
-        "docs/COSMOS_RL_KEYS.md is out of date: run scripts/record_cosmos_rl_fields.py (see its docstring)")
+        "docs/COSMOS_RL_KEYS.md is out of date: run scripts/record_cosmos_rl_fields.py (see its docstring)"
+    )
 
 
 def test_recorder_reads_classes_unions_inheritance_and_defaults(tmp_path: Path) -> None:
@@ -50,7 +58,7 @@ def test_recorder_reads_classes_unions_inheritance_and_defaults(tmp_path: Path) 
         from record_cosmos_rl_fields import record
     finally:
         sys.path.pop(0)
-    source = '''
+    source = """
 from pydantic import BaseModel, Field
 class Par(BaseModel):
     tp_size: int = Field(default=2, description="x")
@@ -69,7 +77,7 @@ class Train(BaseModel):
 class Config(BaseModel):
     train: Train = Field(default_factory=Train)
     redis: str = ""
-'''
+"""
     rows = {r["key"]: r for r in record(source)}
     assert list(rows) == ["train.policy.type", "train.policy.lr", "train.policy.names", "train.par.tp_size", "redis"]
     assert rows["train.policy.lr"]["default_by_section"] == {"A": 1e-6, "B": 3e-6}
@@ -94,8 +102,11 @@ def _keys(table: dict[str, Any], prefix: str = "") -> set[str]:
 
 
 def test_fixture_configs_use_every_key_the_public_configs_use() -> None:
-    public = {line.strip() for line in (DATA / "cosmos_rl_public_keys.txt").read_text().splitlines()
-              if line.strip() and not line.startswith("#")}
+    public = {
+        line.strip()
+        for line in (DATA / "cosmos_rl_public_keys.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     used = set().union(*(_keys(tomllib.loads(p.read_text())) for p in FIXTURES.glob("*.toml")))
     assert len(public) > 200 and sorted(public - used) == []
 
@@ -103,10 +114,16 @@ def test_fixture_configs_use_every_key_the_public_configs_use() -> None:
 @pytest.mark.parametrize("path", ACCEPTED, ids=lambda p: p.name)
 def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: Path) -> None:
     cfg = load_config(path, env={})
-    rule_keys = {r.key for r in RULES} | {"policy.parallelism.cp_size", "policy.parallelism.pp_size",
-                                          "train.compile", "rollout.backend", "train.train_policy.advantage_low",
-                                          "train.train_policy.advantage_high", "train.train_policy.behav_imp_weight_cap",
-                                          "rollout.batch_size"}
+    rule_keys = {r.key for r in RULES} | {
+        "policy.parallelism.cp_size",
+        "policy.parallelism.pp_size",
+        "train.compile",
+        "rollout.backend",
+        "train.train_policy.advantage_low",
+        "train.train_policy.advantage_high",
+        "train.train_policy.behav_imp_weight_cap",
+        "rollout.batch_size",
+    }
     assert cfg.no_effect and {n.key for n in cfg.no_effect} <= rule_keys
     # the run folder's copy keeps the list (as comments) and still loads to the same config
     written = cfg.write(tmp_path / "config.toml").read_text()
@@ -117,8 +134,13 @@ def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: P
 
 def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
     path = FIXTURES / "reason2_reference.toml"
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert NO_EFFECT_HEADER in done.stderr
     assert "#   redis = '12802': cosmos-rl's controller port" in done.stderr
@@ -126,31 +148,42 @@ def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
     assert tomllib.loads(done.stdout)["rollout"]["backend"] == "vllm"
 
 
-@pytest.mark.parametrize("path, words", [
-    ("refused_multiturn.toml", "rollout.multi_turn_config = {'enable': True, 'enable_tools': True}: multi-turn"),
-    ("refused_diffusers.toml", "recipe of cosmos-rl's diffusers trainer (policy.is_diffusers = true)"),
-])
+@pytest.mark.parametrize(
+    "path, words",
+    [
+        ("refused_multiturn.toml", "rollout.multi_turn_config = {'enable': True, 'enable_tools': True}: multi-turn"),
+        ("refused_diffusers.toml", "recipe of cosmos-rl's diffusers trainer (policy.is_diffusers = true)"),
+    ],
+)
 def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(FIXTURES / path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(FIXTURES / path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and words in done.stderr
     assert "Traceback" not in done.stderr and "unknown key" not in done.stderr
 
 
-@pytest.mark.parametrize("override, words", [
-    ("profiler.enable_profiler=true", "set profiler.enable_profiler = false"),
-    ("distillation.enable=true", "on-policy distillation from a teacher is not implemented"),
-    ("train.fp8.enable_fp8=true", "fp8 training is not implemented"),
-    ("train.ema_enable=true", "an EMA of the weights is not kept here"),
-    ("train.train_policy.trainer_type='custom_grpo_example'", "custom trainer classes"),
-    ("train.train_policy.algo='my_algo'", "custom rule-based algorithms"),
-    ("train.timestamp='20260101'", "set launch.rdzv_id"),
-    ("policy.trainable_map={visual=false}", "use policy.trainable_pattern"),
-    ("train.train_policy.positive_nll_coef=0.1", "positive-example NLL loss"),
-    ("train.ckpt.save_freq_in_epoch=1", "set train.ckpt.save_freq"),
-    ("train.transfer_dtype='float16'", "float16 weight transfer (fp16 rollouts) is not implemented"),
-    ("policy.enable_liger_fused_cross_entropy=true", "set train.fused_linear_ce = true"),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("profiler.enable_profiler=true", "set profiler.enable_profiler = false"),
+        ("distillation.enable=true", "on-policy distillation from a teacher is not implemented"),
+        ("train.fp8.enable_fp8=true", "fp8 training is not implemented"),
+        ("train.ema_enable=true", "an EMA of the weights is not kept here"),
+        ("train.train_policy.trainer_type='custom_grpo_example'", "custom trainer classes"),
+        ("train.train_policy.algo='my_algo'", "custom rule-based algorithms"),
+        ("train.timestamp='20260101'", "set launch.rdzv_id"),
+        ("policy.trainable_map={visual=false}", "use policy.trainable_pattern"),
+        ("train.train_policy.positive_nll_coef=0.1", "positive-example NLL loss"),
+        ("train.ckpt.save_freq_in_epoch=1", "set train.ckpt.save_freq"),
+        ("train.transfer_dtype='float16'", "float16 weight transfer (fp16 rollouts) is not implemented"),
+        ("policy.enable_liger_fused_cross_entropy=true", "set train.fused_linear_ce = true"),
+    ],
+)
 def test_values_that_would_change_the_result_are_refused(override: str, words: str) -> None:
     key = override.split("=")[0]
     with pytest.raises(ConfigError) as e:
@@ -158,11 +191,20 @@ def test_values_that_would_change_the_result_are_refused(override: str, words: s
     [problem] = e.value.problems
     assert words in problem and (problem.startswith(key) or problem.startswith(key.rsplit(".", 1)[0]))
     # the same key at a value that runs as asked is accepted, and said
-    default = {"profiler.enable_profiler": "false", "distillation.enable": "false", "train.fp8.enable_fp8": "false",
-               "train.ema_enable": "false", "train.train_policy.trainer_type": "'sft'", "train.train_policy.algo": "'grpo'",
-               "train.timestamp": "''", "policy.trainable_map": "{}", "train.train_policy.positive_nll_coef": "0.0",
-               "train.ckpt.save_freq_in_epoch": "0", "train.transfer_dtype": "'bfloat16'",
-               "policy.enable_liger_fused_cross_entropy": "false"}[key]
+    default = {
+        "profiler.enable_profiler": "false",
+        "distillation.enable": "false",
+        "train.fp8.enable_fp8": "false",
+        "train.ema_enable": "false",
+        "train.train_policy.trainer_type": "'sft'",
+        "train.train_policy.algo": "'grpo'",
+        "train.timestamp": "''",
+        "policy.trainable_map": "{}",
+        "train.train_policy.positive_nll_coef": "0.0",
+        "train.ckpt.save_freq_in_epoch": "0",
+        "train.transfer_dtype": "'bfloat16'",
+        "policy.enable_liger_fused_cross_entropy": "false",
+    }[key]
     cfg = load_config(None, [f"{key}={default}"], env={}, check_paths=False)
     assert [n.key for n in cfg.no_effect] in ([key], [key.rsplit(".", 1)[0]])
 
@@ -171,32 +213,56 @@ def test_balance_dp_token_reads_as_in_cosmos_rl() -> None:
     """GRPO takes either value (tests/unit/test_cosmos_rl_parity.py checks its loss); SFT always normalises over
     the step's tokens on every rank, cosmos-rl's SFT default, so false is refused there."""
     for value in ("true", "false"):
-        grpo = load_config(None, ["train.train_policy.type='grpo'", f"train.train_policy.balance_dp_token={value}"],
-                           env={}, check_paths=False)
+        grpo = load_config(
+            None,
+            ["train.train_policy.type='grpo'", f"train.train_policy.balance_dp_token={value}"],
+            env={},
+            check_paths=False,
+        )
         assert grpo.train.train_policy.balance_dp_token is (value == "true")
-    assert load_config(None, ["train.train_policy.balance_dp_token=true"], env={}, check_paths=False).policy_type == "sft"
+    assert (
+        load_config(None, ["train.train_policy.balance_dp_token=true"], env={}, check_paths=False).policy_type == "sft"
+    )
     with pytest.raises(ConfigError, match="a per-rank mean is not implemented for SFT"):
         load_config(None, ["train.train_policy.balance_dp_token=false"], env={}, check_paths=False)
 
 
 def test_a_typo_of_an_accepted_key_is_still_an_error_with_a_suggestion() -> None:
-    for override, hint in (("profilr.enable_profiler=false", "did you mean profiler?"),
-                           ("train.train_policy.enable_dataset_cach=true", "enable_dataset_cache?"),
-                           ("rollout.enforce_eagr=true", "rollout.enforce_eager?")):
+    for override, hint in (
+        ("profilr.enable_profiler=false", "did you mean profiler?"),
+        ("train.train_policy.enable_dataset_cach=true", "enable_dataset_cache?"),
+        ("rollout.enforce_eagr=true", "rollout.enforce_eager?"),
+    ):
         with pytest.raises(ConfigError, match="unknown key") as e:
             load_config(None, [override], env={}, check_paths=False)
         assert hint in e.value.problems[0]
 
 
 def test_older_names_and_inverted_keys_load_as_ours() -> None:
-    cfg = config_from_dict({"train": {"enable_validation": True, "validation_step": 30,
-                                      "validation_batch_per_replica": 2, "train_policy": {"unbiased_advantage": True}}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "enable_validation": True,
+                "validation_step": 30,
+                "validation_batch_per_replica": 2,
+                "train_policy": {"unbiased_advantage": True},
+            }
+        }
+    )
     assert (cfg.validation.enable, cfg.validation.freq, cfg.validation.batch_size) == (True, 30, 2)
     assert cfg.train.train_policy.scale_rewards is False  # Dr.GRPO: r - mean, no std division
     grpo = {"type": "grpo", "use_rollout_logprobs_for_loss": True}
-    assert config_from_dict({"train": {"train_batch_per_replica": 16, "train_policy": grpo}}).train.train_policy.old_logprobs == "engine"
-    with pytest.raises(ConfigError, match=r"unbiased_advantage = True conflicts with train.train_policy.scale_rewards "
-                       r"= True: they are the same setting \(.* means scale_rewards = False\)"):
+    assert (
+        config_from_dict(
+            {"train": {"train_batch_per_replica": 16, "train_policy": grpo}}
+        ).train.train_policy.old_logprobs
+        == "engine"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"unbiased_advantage = True conflicts with train.train_policy.scale_rewards "
+        r"= True: they are the same setting \(.* means scale_rewards = False\)",
+    ):
         config_from_dict({"train": {"train_policy": {"unbiased_advantage": True, "scale_rewards": True}}})
 
 
@@ -210,8 +276,12 @@ def test_context_and_pipeline_parallel_run_as_fsdp_shards() -> None:
 
 def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COSMOS_CACHE", str(tmp_path))
-    cfg = config_from_dict({"train": {"train_policy": {"enable_dataset_cache": True}},
-                            "validation": {"enable": True, "dataset": {"name": "x"}}})
+    cfg = config_from_dict(
+        {
+            "train": {"train_policy": {"enable_dataset_cache": True}},
+            "validation": {"enable": True, "dataset": {"name": "x"}},
+        }
+    )
     assert cfg.train.train_policy.dataset.cache_dir == str(tmp_path / "clip_cache")
     assert cfg.validation.dataset is not None and cfg.validation.dataset.cache_dir == str(tmp_path / "clip_cache")
     own = config_from_dict({"train": {"train_policy": {"enable_dataset_cache": True, "dataset": {"cache_dir": "/c"}}}})
@@ -220,9 +290,22 @@ def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPa
 
 
 def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys() -> None:
-    done = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check",
-                           str(ROOT / "configs" / "tiny-post-train.toml"), "--set", "grpo.redis='12800'"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosmos_train.cli",
+            "config",
+            "check",
+            str(ROOT / "configs" / "tiny-post-train.toml"),
+            "--set",
+            "grpo.redis='12800'",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "# [grpo] accepted with no effect here" in done.stderr and "#   redis = '12800'" in done.stderr
     assert "[sft] accepted" not in done.stderr

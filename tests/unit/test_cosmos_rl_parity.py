@@ -39,21 +39,46 @@ GRPO_TRAINER = "cosmos_rl.policy.trainer.llm_trainer.grpo_trainer"
 TOL = 1e-5
 
 # ------------------------------------------------------------------------------------ the keys each test checks
-LOSS_KEYS = ("loss_type", "variant", "epsilon_low", "epsilon_high", "lower_bound_ratio", "kl_beta",
-             "unbiased_kl_estimate", "use_decoupled_loss", "behav_imp_weight_cap", "unbiased_loss_max_tokens",
-             "balance_dp_token", "mini_batch", "temperature")
+LOSS_KEYS = (
+    "loss_type",
+    "variant",
+    "epsilon_low",
+    "epsilon_high",
+    "lower_bound_ratio",
+    "kl_beta",
+    "unbiased_kl_estimate",
+    "use_decoupled_loss",
+    "behav_imp_weight_cap",
+    "unbiased_loss_max_tokens",
+    "balance_dp_token",
+    "mini_batch",
+    "temperature",
+)
 ADVANTAGE_KEYS = ("unbiased_advantage", "advantage_low", "advantage_high")
-SCHEDULE_KEYS = ("optm_warmup_steps", "optm_warmup_start_factor", "optm_decay_ratio", "optm_decay_type",
-                 "optm_min_lr_factor")
+SCHEDULE_KEYS = (
+    "optm_warmup_steps",
+    "optm_warmup_start_factor",
+    "optm_decay_ratio",
+    "optm_decay_type",
+    "optm_min_lr_factor",
+)
 STEP_KEYS = ("train_batch_per_replica", "mu_iterations", "n_generation", "batch_size", "max_num_steps", "epoch")
 COVERED: dict[str, str] = {
     **{f"train.train_policy.{k}": "compute_loss" for k in LOSS_KEYS},
     "train.train_policy.entropy_coeff": "compute_logprobs",
     **{f"train.train_policy.{k}": "GRPO.compute_advantage" for k in ADVANTAGE_KEYS},
     **{f"train.{k}": "build_lr_schedulers" for k in SCHEDULE_KEYS},
-    **{k: "recompute_total_steps" for k in ("train.train_batch_per_replica", "train.train_policy.mu_iterations",
-                                      "rollout.n_generation", "rollout.batch_size", "train.max_num_steps",
-                                      "train.epoch")},
+    **{
+        k: "recompute_total_steps"
+        for k in (
+            "train.train_batch_per_replica",
+            "train.train_policy.mu_iterations",
+            "rollout.n_generation",
+            "rollout.batch_size",
+            "train.max_num_steps",
+            "train.epoch",
+        )
+    },
 }
 
 
@@ -70,7 +95,7 @@ def _grid(flat: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     out = flat.new_zeros(len(lengths), max(lengths) + 1)
     start = 0
     for i, n in enumerate(lengths):
-        out[i, :n] = flat[start:start + n]
+        out[i, :n] = flat[start : start + n]
         start += n
     return out
 
@@ -95,36 +120,77 @@ def ours_vs_theirs_loss(seed: int, lengths: list[int], **settings: Any) -> float
     compute_loss and ours on one mini-batch (our micro-batch) with `settings` (cosmos-rl key names)."""
     compute_loss = oracle_function(GRPO_TRAINER, "compute_loss")
     t = _tensors(seed, lengths)
-    s = {"variant": "grpo", "loss_type": "token-mean", "epsilon_low": 0.2, "epsilon_high": 0.28,
-         "lower_bound_ratio": 3.0, "kl_beta": 0.0, "unbiased_kl_estimate": False, "use_decoupled_loss": False,
-         "behav_imp_weight_cap": None, "unbiased_loss_max_tokens": None, **settings}
+    s = {
+        "variant": "grpo",
+        "loss_type": "token-mean",
+        "epsilon_low": 0.2,
+        "epsilon_high": 0.28,
+        "lower_bound_ratio": 3.0,
+        "kl_beta": 0.0,
+        "unbiased_kl_estimate": False,
+        "use_decoupled_loss": False,
+        "behav_imp_weight_cap": None,
+        "unbiased_loss_max_tokens": None,
+        **settings,
+    }
     theirs_logp = t["logp"].clone().requires_grad_(True)
     cu = torch.tensor([0, *itertools.accumulate(lengths)])
     their_loss = compute_loss(
-        theirs_logp, t["old"], t["ref"] if s["kl_beta"] else None, t["adv"], cu, _their_config(**s),
+        theirs_logp,
+        t["old"],
+        t["ref"] if s["kl_beta"] else None,
+        t["adv"],
+        cu,
+        _their_config(**s),
         torch.ones(len(lengths), max(lengths) + 1, dtype=torch.bool),
-        rollout_per_token_logps=t["behav"] if s["use_decoupled_loss"] else None)[0]
+        rollout_per_token_logps=t["behav"] if s["use_decoupled_loss"] else None,
+    )[0]
     (their_grad,) = torch.autograd.grad(their_loss, theirs_logp)
 
     ours_flat = t["logp"].clone().requires_grad_(True)
     mask = _grid(torch.ones_like(t["logp"]), lengths)
     cfg = PolicyLossConfig(
-        epsilon_low=s["epsilon_low"], epsilon_high=s["epsilon_high"], dual_clip=s["lower_bound_ratio"],
-        sequence_ratio=s["variant"] == "gspo", kl_beta=s["kl_beta"], unbiased_kl=s["unbiased_kl_estimate"],
-        decoupled=s["use_decoupled_loss"], is_cap=s["behav_imp_weight_cap"], loss_type=s["loss_type"],
-        max_tokens=s["unbiased_loss_max_tokens"])
-    our_loss, _ = policy_loss(_grid(ours_flat, lengths), _grid(t["old"], lengths), t["adv_seq"], mask, cfg,
-                              ref_logprobs=_grid(t["ref"], lengths), behav_logprobs=_grid(t["behav"], lengths))
+        epsilon_low=s["epsilon_low"],
+        epsilon_high=s["epsilon_high"],
+        dual_clip=s["lower_bound_ratio"],
+        sequence_ratio=s["variant"] == "gspo",
+        kl_beta=s["kl_beta"],
+        unbiased_kl=s["unbiased_kl_estimate"],
+        decoupled=s["use_decoupled_loss"],
+        is_cap=s["behav_imp_weight_cap"],
+        loss_type=s["loss_type"],
+        max_tokens=s["unbiased_loss_max_tokens"],
+    )
+    our_loss, _ = policy_loss(
+        _grid(ours_flat, lengths),
+        _grid(t["old"], lengths),
+        t["adv_seq"],
+        mask,
+        cfg,
+        ref_logprobs=_grid(t["ref"], lengths),
+        behav_logprobs=_grid(t["behav"], lengths),
+    )
     (our_grad,) = torch.autograd.grad(our_loss, ours_flat)
     return max(abs(float(our_loss) - float(their_loss)), float((our_grad - their_grad).abs().max()))
 
 
 LOSS_CASES = [
-    dict(loss_type=loss_type, variant=variant, lower_bound_ratio=dual, use_decoupled_loss=decoupled,
-         behav_imp_weight_cap=cap, kl_beta=kl, unbiased_kl_estimate=unbiased_kl)
+    dict(
+        loss_type=loss_type,
+        variant=variant,
+        lower_bound_ratio=dual,
+        use_decoupled_loss=decoupled,
+        behav_imp_weight_cap=cap,
+        kl_beta=kl,
+        unbiased_kl_estimate=unbiased_kl,
+    )
     for loss_type, variant, dual, (decoupled, cap), (kl, unbiased_kl) in itertools.product(
-        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"), ("grpo", "dapo", "gspo"),
-        (3.0, 1.5), ((False, None), (False, 1.5), (True, None), (True, 1.5)), ((0.0, False), (0.1, False), (0.1, True)))
+        ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"),
+        ("grpo", "dapo", "gspo"),
+        (3.0, 1.5),
+        ((False, None), (False, 1.5), (True, None), (True, 1.5)),
+        ((0.0, False), (0.1, False), (0.1, True)),
+    )
 ]
 
 
@@ -144,11 +210,17 @@ def ours_vs_theirs_far_kl() -> float:
     t = _tensors(2, [4, 4])
     ref = t["logp"] + torch.linspace(0, 4, 8, dtype=torch.float64)
     cu = torch.tensor([0, 4, 8])
-    theirs = compute_loss(t["logp"], t["old"], ref, t["adv"], cu, _their_config(kl_beta=0.5),
-                          torch.ones(1, 1, dtype=torch.bool))[0]
-    ours, _ = policy_loss(_grid(t["logp"], [4, 4]), _grid(t["old"], [4, 4]), t["adv_seq"],
-                          _grid(torch.ones(8, dtype=torch.float64), [4, 4]),
-                          PolicyLossConfig(epsilon_high=0.2, kl_beta=0.5), ref_logprobs=_grid(ref, [4, 4]))
+    theirs = compute_loss(
+        t["logp"], t["old"], ref, t["adv"], cu, _their_config(kl_beta=0.5), torch.ones(1, 1, dtype=torch.bool)
+    )[0]
+    ours, _ = policy_loss(
+        _grid(t["logp"], [4, 4]),
+        _grid(t["old"], [4, 4]),
+        t["adv_seq"],
+        _grid(torch.ones(8, dtype=torch.float64), [4, 4]),
+        PolicyLossConfig(epsilon_high=0.2, kl_beta=0.5),
+        ref_logprobs=_grid(ref, [4, 4]),
+    )
     return abs(float(ours) - float(theirs))
 
 
@@ -157,8 +229,11 @@ def test_kl_clamp_equals_cosmos_rl() -> None:
 
 
 def test_dr_grpo_max_tokens_and_clip_settings_equal_cosmos_rl() -> None:
-    for case in (dict(loss_type="seq-mean-token-mean", unbiased_loss_max_tokens=16),
-                 dict(epsilon_low=0.1, epsilon_high=0.5), dict(variant="gspo", epsilon_high=0.05, kl_beta=0.2)):
+    for case in (
+        dict(loss_type="seq-mean-token-mean", unbiased_loss_max_tokens=16),
+        dict(epsilon_low=0.1, epsilon_high=0.5),
+        dict(variant="gspo", epsilon_high=0.05, kl_beta=0.2),
+    ):
         assert ours_vs_theirs_loss(11, [4, 2, 8], **case) < TOL, case
 
 
@@ -182,11 +257,25 @@ def ours_vs_theirs_balanced(dp: int = 2) -> float:
     for rank, lengths in enumerate(per_rank):
         t = _tensors(rank, lengths)
         cu = torch.tensor([0, *itertools.accumulate(lengths)])
-        theirs = compute_loss(t["logp"], t["old"], None, t["adv"], cu, _their_config(balance_dp_token=True),
-                              torch.ones(1, 1, dtype=torch.bool), ddp_comm=_OneRankGroups())[0]
+        theirs = compute_loss(
+            t["logp"],
+            t["old"],
+            None,
+            t["adv"],
+            cu,
+            _their_config(balance_dp_token=True),
+            torch.ones(1, 1, dtype=torch.bool),
+            ddp_comm=_OneRankGroups(),
+        )[0]
         mask = _grid(torch.ones_like(t["logp"]), lengths)
-        ours, _ = policy_loss(_grid(t["logp"], lengths), _grid(t["old"], lengths), t["adv_seq"], mask,
-                              PolicyLossConfig(epsilon_high=0.2), normaliser=float(tokens))
+        ours, _ = policy_loss(
+            _grid(t["logp"], lengths),
+            _grid(t["old"], lengths),
+            t["adv_seq"],
+            mask,
+            PolicyLossConfig(epsilon_high=0.2),
+            normaliser=float(tokens),
+        )
         worst = max(worst, abs(float(ours) * dp - float(theirs)))
     return worst
 
@@ -244,8 +333,9 @@ def test_advantages_equal_cosmos_rl(unbiased: bool) -> None:
 # ------------------------------------------------------------------------------------------------ schedules
 SCHEDULE_CASES = [
     dict(optm_warmup_steps=w, optm_warmup_start_factor=f, optm_decay_ratio=r, optm_decay_type=d, optm_min_lr_factor=m)
-    for w, f, r, d, m in itertools.product((0, 1, 5, 20, 0.1, 1.0), (0.0, 0.3), (None, 0.0, 0.4),
-                                           ("none", "linear", "cosine", "sqrt"), (0.0, 0.1))
+    for w, f, r, d, m in itertools.product(
+        (0, 1, 5, 20, 0.1, 1.0), (0.0, 0.3), (None, 0.0, 0.4), ("none", "linear", "cosine", "sqrt"), (0.0, 0.1)
+    )
 ]
 
 
@@ -276,24 +366,42 @@ def their_total_steps(rows: int, n_generation: int, tbpr: int, epoch: int, max_n
     """cosmos-rl's controller (PolicyStatusManager.recompute_total_steps, dispatcher/status.py): steps = the
     run's completions // (train_batch_per_replica x replicas), capped by max_num_steps."""
 
-    recompute = oracle_function("cosmos_rl.dispatcher.status", "PolicyStatusManager.recompute_total_steps",
-                                JobPhase=SimpleNamespace(DRAINING="draining"))
+    recompute = oracle_function(
+        "cosmos_rl.dispatcher.status",
+        "PolicyStatusManager.recompute_total_steps",
+        JobPhase=SimpleNamespace(DRAINING="draining"),
+    )
     cfg = _their_config()
     cfg.train.train_batch_per_replica = tbpr
     cfg.train.max_num_steps = max_num_steps
-    manager = SimpleNamespace(config=cfg, current_step=0, total_steps=0, job_phase=None,
-                              training_finished=lambda: False, get_all_atoms_arrived_replicas=lambda: ["one replica"])
+    manager = SimpleNamespace(
+        config=cfg,
+        current_step=0,
+        total_steps=0,
+        job_phase=None,
+        training_finished=lambda: False,
+        get_all_atoms_arrived_replicas=lambda: ["one replica"],
+    )
     recompute(manager, explicit_num_remaining_samples=rows * n_generation * epoch)
     return manager.total_steps
 
 
-def ours_vs_theirs_step(rows: int, n_generation: int, tbpr: int, batch_size: int, epoch: int,
-                        max_num_steps: int | None) -> int:
+def ours_vs_theirs_step(
+    rows: int, n_generation: int, tbpr: int, batch_size: int, epoch: int, max_num_steps: int | None
+) -> int:
     """Differences in what one run is made of: prompts and completions per step, and the step count the
     schedule and the loop run over (ours: prompts_per_step; the trainer makes mu_iterations updates a step)."""
-    cfg = config_from_dict({"train": {"train_batch_per_replica": tbpr, "epoch": epoch, "max_num_steps": max_num_steps,
-                                      "train_policy": {"type": "grpo"}},
-                            "rollout": {"n_generation": n_generation, "batch_size": batch_size}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "train_batch_per_replica": tbpr,
+                "epoch": epoch,
+                "max_num_steps": max_num_steps,
+                "train_policy": {"type": "grpo"},
+            },
+            "rollout": {"n_generation": n_generation, "batch_size": batch_size},
+        }
+    )
     prompts, parts = cfg.prompts_per_step, cfg.rl_steps_per_step
     ours_total = (rows // prompts) * epoch  # the trainer's steps (drop_last per epoch)
     if max_num_steps is not None:
@@ -303,15 +411,19 @@ def ours_vs_theirs_step(rows: int, n_generation: int, tbpr: int, batch_size: int
     return abs(prompts * n_generation - tbpr * parts) + abs(ours_total * parts - theirs)
 
 
-@pytest.mark.parametrize(("rows", "n_gen", "tbpr", "batch_size", "epoch", "max_steps"), [
-    (64, 8, 64, 8, 1, None),   # the demo: 8 prompts x 8 a step
-    (64, 8, 16, 8, 1, None),   # train_batch_per_replica < n_generation x batch_size: 4x the steps
-    (64, 4, 32, 1, 3, None),   # batch_size below a step's prompts: the step still takes 8
-    (64, 8, 16, 8, 2, 10),     # max_num_steps caps the run
-    (64, 16, 8, 1, 1, None),   # cosmos-rl's defaults: a group of 16 is two of its steps of 8
-])
-def test_a_step_is_what_cosmos_rl_makes_it(rows: int, n_gen: int, tbpr: int, batch_size: int, epoch: int,
-                                           max_steps: int | None) -> None:
+@pytest.mark.parametrize(
+    ("rows", "n_gen", "tbpr", "batch_size", "epoch", "max_steps"),
+    [
+        (64, 8, 64, 8, 1, None),  # the demo: 8 prompts x 8 a step
+        (64, 8, 16, 8, 1, None),  # train_batch_per_replica < n_generation x batch_size: 4x the steps
+        (64, 4, 32, 1, 3, None),  # batch_size below a step's prompts: the step still takes 8
+        (64, 8, 16, 8, 2, 10),  # max_num_steps caps the run
+        (64, 16, 8, 1, 1, None),  # cosmos-rl's defaults: a group of 16 is two of its steps of 8
+    ],
+)
+def test_a_step_is_what_cosmos_rl_makes_it(
+    rows: int, n_gen: int, tbpr: int, batch_size: int, epoch: int, max_steps: int | None
+) -> None:
     assert ours_vs_theirs_step(rows, n_gen, tbpr, batch_size, epoch, max_steps) == 0
 
 
@@ -387,8 +499,10 @@ def test_mutations_of_ours_are_caught() -> None:
     with _patched(sys.modules[__name__], "group_advantages", sample_std):
         assert ours_vs_theirs_advantages(False) > 1e-3
     with _patched(rl_losses, "uses_dual_clip", lambda cfg: cfg.dual_clip is not None):
-        assert max(ours_vs_theirs_loss(seed, [3, 7, 1, 5], variant="gspo", lower_bound_ratio=1.01)
-                   for seed in range(8)) > TOL
+        assert (
+            max(ours_vs_theirs_loss(seed, [3, 7, 1, 5], variant="gspo", lower_bound_ratio=1.01) for seed in range(8))
+            > TOL
+        )
     with _patched(optim, "lr_factor", lambda s, sched, *a, **k: min(1.0, (s + 1) / max(sched.warmup, 1))):
         assert ours_vs_theirs_schedule(25, optm_warmup_steps=5) > 1e-3
     with _patched(rl_losses, "aggregate", lambda p, m, t, n=None, x=None: (p * m).sum() / 1000.0):

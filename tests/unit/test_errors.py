@@ -27,8 +27,11 @@ from cosmos_train.errors import (
 
 
 def test_every_kind_is_a_value_error_and_pickles() -> None:
-    for err in (ConfigError(["a.b: bad"], "job.toml"), MediaError("/x.mp4", "no video stream"),
-                TrainingDiverged("step 3: nan")):
+    for err in (
+        ConfigError(["a.b: bad"], "job.toml"),
+        MediaError("/x.mp4", "no video stream"),
+        TrainingDiverged("step 3: nan"),
+    ):
         assert isinstance(err, UserError) and isinstance(err, ValueError)
         back = pickle.loads(pickle.dumps(err))  # Prefect persists task results and exceptions
         assert type(back) is type(err) and str(back) == str(err)

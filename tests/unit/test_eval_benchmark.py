@@ -31,10 +31,13 @@ def make_bench(root: Path, name: str, rows: list, clips: list[str]) -> Path:
 def test_rows_dict_and_list(tmp_path: Path) -> None:
     rows = [
         {"video": "clips/v1.mp4", "qa_pairs": {"question": "Where?", "index2ans": OPTS, "answer": "B"}},
-        {"video": "clips/v2.mp4", "qa_pairs": [
-            {"question": "Q1", "index2ans": OPTS, "correct_answer": "a"},
-            {"question": "Q2", "index2ans": OPTS, "answer": "B"},
-        ]},
+        {
+            "video": "clips/v2.mp4",
+            "qa_pairs": [
+                {"question": "Q1", "index2ans": OPTS, "correct_answer": "a"},
+                {"question": "Q2", "index2ans": OPTS, "answer": "B"},
+            ],
+        },
         {"video": "clips/v1.mp4", "qa_pairs": {"question": "Again?", "index2ans": OPTS, "answer": "A"}},
     ]
     make_bench(tmp_path, "my_robots", rows, ["v1.mp4", "v2.mp4"])
@@ -54,13 +57,22 @@ def test_rows_dict_and_list(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"video": "clips/missing.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
-         r"row 0: video file .*missing\.mp4 does not exist"),
-        ({"video": "", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
-         r"row 0: 'video' must name a clip .*leave the key out for a text-only question"),
-        ({"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS}}, r"row 0 qa_pairs\[0\]: missing 'answer'"),
-        ({"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "C"}},
-         r"answer 'C' is not one of the options"),
+        (
+            {"video": "clips/missing.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
+            r"row 0: video file .*missing\.mp4 does not exist",
+        ),
+        (
+            {"video": "", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}},
+            r"row 0: 'video' must name a clip .*leave the key out for a text-only question",
+        ),
+        (
+            {"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS}},
+            r"row 0 qa_pairs\[0\]: missing 'answer'",
+        ),
+        (
+            {"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "C"}},
+            r"answer 'C' is not one of the options",
+        ),
         ({"video": "clips/v.mp4", "qa_pairs": {"index2ans": OPTS, "answer": "A"}}, r"missing 'question'"),
         ({"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "answer": "A"}}, r"missing 'index2ans'"),
         ({"video": "clips/v.mp4", "qa_pairs": []}, r"'qa_pairs' must be"),
@@ -79,25 +91,38 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_freeform_without_options(tmp_path: Path) -> None:
-    make_bench(tmp_path, "ff", [{"video": "clips/v.mp4", "qa_pairs": {"question": "What?", "answer": "pick cup"}}], ["v.mp4"])
+    make_bench(
+        tmp_path, "ff", [{"video": "clips/v.mp4", "qa_pairs": {"question": "What?", "answer": "pick cup"}}], ["v.mp4"]
+    )
     (q,) = load_benchmark(tmp_path, "ff", require_options=False)[0].questions
     assert q.options == {} and q.answer == "pick cup"
 
 
 def test_prompt_text_exact() -> None:
     text = question_text("Where does it go?", OPTS, "letter")
-    assert text == "Where does it go?\n(A) left\n(B) right\nAnswer with the option's letter from the given choices directly."
+    assert (
+        text
+        == "Where does it go?\n(A) left\n(B) right\nAnswer with the option's letter from the given choices directly."
+    )
     assert question_text("Where does it go?", OPTS, "reasoning") == text + "\n" + REASONING_INSTRUCTION
     assert REASONING_INSTRUCTION == (
-        "Please answer the question in the following format: <think> your reasoning </think> <answer> your answer </answer>."
+        "Please answer the question in the following format: "
+        "<think> your reasoning </think> <answer> your answer </answer>."
     )
     assert question_text("Describe it.", {}, "freeform") == "Describe it."
 
 
 def test_messages_and_training_prompt_agree(tmp_path: Path) -> None:
-    make_bench(tmp_path, "ds", [{"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}}], ["v.mp4"])
+    make_bench(
+        tmp_path,
+        "ds",
+        [{"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}}],
+        ["v.mp4"],
+    )
     (video,) = load_benchmark(tmp_path, "ds")
-    msgs = build_messages(video.questions[0], str(video.video_path), "reasoning", 4, {"max_pixels": 3136, "max_frames": None})
+    msgs = build_messages(
+        video.questions[0], str(video.video_path), "reasoning", 4, {"max_pixels": 3136, "max_frames": None}
+    )
     assert msgs[0] == {"role": "system", "content": SYSTEM_PROMPT}
     assert msgs[1]["content"][0] == {"type": "video", "video": str(video.video_path), "fps": 4, "max_pixels": 3136}
     assert msgs[1]["content"][1]["text"].endswith(LETTER_INSTRUCTION + "\n" + REASONING_INSTRUCTION)
@@ -111,13 +136,18 @@ def test_messages_and_training_prompt_agree(tmp_path: Path) -> None:
 @pytest.mark.parametrize("rows", [[], {}])
 def test_empty_benchmark_is_an_error(tmp_path: Path, rows: list | dict) -> None:
     make_bench(tmp_path, "empty", rows, [])
-    with pytest.raises(BenchmarkError, match=r"benchmark 'empty': .*empty_benchmark_qa_pairs\.json holds no questions.*"
-                       r"remove 'empty' from datasets"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"benchmark 'empty': .*empty_benchmark_qa_pairs\.json holds no questions.*"
+        r"remove 'empty' from datasets",
+    ):
         load_benchmark(tmp_path, "empty")
 
 
 def test_limit_zero_is_an_error(tmp_path: Path) -> None:
     rows = [{"video": "clips/v.mp4", "qa_pairs": {"question": "Q", "index2ans": OPTS, "answer": "A"}}]
     make_bench(tmp_path, "ds", rows, ["v.mp4"])
-    with pytest.raises(BenchmarkError, match=r"benchmark 'ds': limit = 0 leaves none of the questions of .*ds_benchmark"):
+    with pytest.raises(
+        BenchmarkError, match=r"benchmark 'ds': limit = 0 leaves none of the questions of .*ds_benchmark"
+    ):
         load_benchmark(tmp_path, "ds", limit=0)

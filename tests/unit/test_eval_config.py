@@ -16,7 +16,7 @@ datasets:
   - robovqa
 
 model:
-  model_name: nvidia/Cosmos-Reason1-7B # You can also replace the model_name by a safetensors folder path mentioned above
+  model_name: nvidia/Cosmos-Reason1-7B # or a safetensors folder path
   tokenizer_model_name: qwen2.5-vl-7b
   dtype: bfloat16
   tp_size: 4
@@ -88,8 +88,14 @@ def test_overrides_and_limit(tmp_path: Path) -> None:
     assert cfg.limit is None  # the reference's -1 means all
     cfg = load_eval_config(
         path,
-        ["limit=4", 'datasets=["x", "y"]', "generation.max_tokens=64", "model.model_name=out/run/final",
-         "engine=hf", "evaluation.skip_saved=true"],
+        [
+            "limit=4",
+            'datasets=["x", "y"]',
+            "generation.max_tokens=64",
+            "model.model_name=out/run/final",
+            "engine=hf",
+            "evaluation.skip_saved=true",
+        ],
     )
     assert cfg.limit == 4 and cfg.datasets == ["x", "y"] and cfg.generation.max_tokens == 64
     assert cfg.model_basename == "final" and cfg.engine == "hf" and cfg.evaluation.skip_saved
@@ -123,10 +129,17 @@ def test_plugin_names_checked_against_registries(tmp_path: Path, monkeypatch: py
 
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("limit=0", "limit"), ("limit=-2", "limit"), ("batch_size=0", "batch_size"),
-     ("generation.top_p=nan", "generation.top_p"), ("generation.temperature=-1.0", "generation.temperature"),
-     ("generation.presence_penalty=3.0", "generation.presence_penalty"), ("evaluation.fps=inf", "evaluation.fps"),
-     ("evaluation.seed=-1", "evaluation.seed"), ("model.gpu_memory_utilization=0", "model.gpu_memory_utilization")],
+    [
+        ("limit=0", "limit"),
+        ("limit=-2", "limit"),
+        ("batch_size=0", "batch_size"),
+        ("generation.top_p=nan", "generation.top_p"),
+        ("generation.temperature=-1.0", "generation.temperature"),
+        ("generation.presence_penalty=3.0", "generation.presence_penalty"),
+        ("evaluation.fps=inf", "evaluation.fps"),
+        ("evaluation.seed=-1", "evaluation.seed"),
+        ("model.gpu_memory_utilization=0", "model.gpu_memory_utilization"),
+    ],
 )
 def test_bad_eval_values_named(override: str, key: str, tmp_path: Path) -> None:
     path = tmp_path / "e.toml"

@@ -24,13 +24,19 @@ def test_unique_labels() -> None:
     assert unique_labels(["a/m", "a/m/"]) == ["m-0", "m-1"]
 
 
-def _result(label: str, acc: float, wrong: list | None = None, answers: dict | None = None,
-            chance: float | None = None) -> dict:
+def _result(
+    label: str, acc: float, wrong: list | None = None, answers: dict | None = None, chance: float | None = None
+) -> dict:
     s = {"accuracy": acc, "ci95_low": acc - 0.1, "ci95_high": acc + 0.1, "total": 10}
     return {
-        "label": label, "model": f"/ckpt/{label}", "run_dir": f"/r/{label}", "unanswered": [],
+        "label": label,
+        "model": f"/ckpt/{label}",
+        "run_dir": f"/r/{label}",
+        "unanswered": [],
         "scores": {"datasets": {"av": s}, "overall": {"micro": s, "macro": s}},
-        "wrong": wrong or [], "answers": answers or {}, "chance": chance,
+        "wrong": wrong or [],
+        "answers": answers or {},
+        "chance": chance,
     }
 
 
@@ -73,8 +79,16 @@ def test_exports_are_labelled_by_stage_run_and_step(tmp_path: Path) -> None:
 
 
 def test_wrong_answers_markdown() -> None:
-    wrong = [{"dataset": "av", "video_id": "v|1", "question": "Which way?", "correct_answer": "B", "answer": "",
-              "full_response": "line1\nline2"}]
+    wrong = [
+        {
+            "dataset": "av",
+            "video_id": "v|1",
+            "question": "Which way?",
+            "correct_answer": "B",
+            "answer": "",
+            "full_response": "line1\nline2",
+        }
+    ]
     md = wrong_answers_markdown([_result("base", 0.4, wrong), _result("sft", 1.0)])
     assert "## base (1 wrong of 10" in md and "| av | v\\|1 | Which way? | B | (none) | line1 line2 |" in md
     assert "## sft (0 wrong of 10" in md and "None." in md

@@ -70,11 +70,13 @@ def test_retries_unanswered_and_files(tmp_path: Path) -> None:
     _bench(tmp_path / "data", "ds1", ["A", "B", "C"])
     _bench(tmp_path / "data", "ds2", ["D"])
     # ds1/v1 answers only on its second retry; ds1/v2 never does; ds2 shares ids with ds1 (v0).
-    engine = ScriptedEngine({
-        "v0": ["<think>left</think>\n\n<answer>A</answer>"],
-        "v1": ["", "The answer is", "<think>r</think><answer>B</answer>"],
-        "v2": ["I cannot tell."],
-    })
+    engine = ScriptedEngine(
+        {
+            "v0": ["<think>left</think>\n\n<answer>A</answer>"],
+            "v1": ["", "The answer is", "<think>r</think><answer>B</answer>"],
+            "v2": ["I cannot tell."],
+        }
+    )
     res = evaluate_model(_cfg(tmp_path), engine=engine)
     assert res.label == "my-model" and res.run_dir == tmp_path / "results" / "my-model" / "reasoning"
     # calls: batch [v0, v1], retry [v1], retry [v1]; batch [v2, ds2/v0], retry [v2], retry [v2]
@@ -82,7 +84,9 @@ def test_retries_unanswered_and_files(tmp_path: Path) -> None:
     first, retry1, retry2 = (s for _, s in engine.calls[:3])
     assert (first.max_new_tokens, retry1.max_new_tokens, retry2.max_new_tokens) == (32, 32 + 256, 32 + 512)
     assert first.temperature == 0.6 and retry1.temperature == pytest.approx(0.65)
-    assert res.unanswered == [{"dataset": "ds1", "video_id": "v2", "question_index": 0, "full_response": "I cannot tell."}]
+    assert res.unanswered == [
+        {"dataset": "ds1", "video_id": "v2", "question_index": 0, "full_response": "I cannot tell."}
+    ]
     ds1 = {r["video_id"]: r for r in read_dataset_predictions(res.run_dir / "ds1")}
     assert ds1["v1"]["answer"] == "B" and ds1["v1"]["is_correct"] and ds1["v1"]["reasoning"] == "r"
     assert ds1["v0"]["reasoning"] == "left"
@@ -119,7 +123,9 @@ def test_skip_saved_resumes_without_asking_again(tmp_path: Path) -> None:
     assert third.calls == [] and res.skipped_videos == 4 and res.scores.micro.correct == 3
     # without skip_saved everything is asked again
     fourth = ScriptedEngine({k: list(v) for k, v in answers.items()})
-    evaluate_model(cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"skip_saved": False})}), engine=fourth)
+    evaluate_model(
+        cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"skip_saved": False})}), engine=fourth
+    )
     assert sum(len(ids) for ids, _ in fourth.calls) == 4
 
 
@@ -159,8 +165,11 @@ def test_dataset_with_every_clip_left_out_is_an_error(tmp_path: Path) -> None:
     ds2 = tmp_path / "data" / "benchmark" / "ds2" / "clips"
     engine = BadClipEngine({"v0": ["A"], "v1": ["B"]}, {str(ds2 / "v0.mp4"), str(ds2 / "v1.mp4")})
     cfg = _cfg(tmp_path, evaluation={"on_bad_media": "skip"})
-    with pytest.raises(BenchmarkError, match=r"benchmark 'ds2': all 2 question\(s\) were left out .*nothing was "
-                       r"measured; e\.g\. .*ds2/clips/v0\.mp4: cannot decode the container"):
+    with pytest.raises(
+        BenchmarkError,
+        match=r"benchmark 'ds2': all 2 question\(s\) were left out .*nothing was "
+        r"measured; e\.g\. .*ds2/clips/v0\.mp4: cannot decode the container",
+    ):
         evaluate_model(cfg, engine=engine)
     run_dir = cfg.run_dir()
     assert len(read_dataset_predictions(run_dir / "ds1")) == 2  # what was measured is kept
@@ -190,17 +199,25 @@ class CountingEngine:
 def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
     from cosmos_train.generation import create_engine
 
-    cfg = eval_config_from_dict({
-        "datasets": ["synthetic"],
-        "data_dir": str(synthetic_dir),
-        "results_dir": str(tmp_path / "results"),
-        "engine": "hf",
-        "device": "cpu",
-        "batch_size": 4,
-        "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
-        "evaluation": {"answer_type": "letter", "fps": 1, "skip_saved": True, "max_pixels": 3136, "num_processes": 2},
-        "generation": {"max_retries": 0, "letter_max_tokens": 4},
-    })
+    cfg = eval_config_from_dict(
+        {
+            "datasets": ["synthetic"],
+            "data_dir": str(synthetic_dir),
+            "results_dir": str(tmp_path / "results"),
+            "engine": "hf",
+            "device": "cpu",
+            "batch_size": 4,
+            "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
+            "evaluation": {
+                "answer_type": "letter",
+                "fps": 1,
+                "skip_saved": True,
+                "max_pixels": 3136,
+                "num_processes": 2,
+            },
+            "generation": {"max_retries": 0, "letter_max_tokens": 4},
+        }
+    )
     engine = CountingEngine(create_engine(cfg.generation_config()))
     part = evaluate_model(cfg.model_copy(update={"limit": 5}), engine=engine)
     assert len(engine.asked) == 5 and len(set(engine.asked)) == 5 and part.scores.micro.total == 5
@@ -222,9 +239,9 @@ def test_tiny_model_end_to_end_and_resume(tmp_path: Path, tiny_model_dir: Path, 
     assert json.loads(full.results_json.read_text())["overall"]["micro"]["total"] == 12
 
 
-
-def test_letter_answers_are_what_transformers_generate_gives(tmp_path: Path, tiny_model_dir: Path,
-                                                             synthetic_dir: Path) -> None:
+def test_letter_answers_are_what_transformers_generate_gives(
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     """Evaluation on the generation layer writes, for every question, the response transformers'
     greedy `generate` gives for the same prompt (what the evaluation engine ran before the move)."""
     import torch
@@ -234,13 +251,25 @@ def test_letter_answers_are_what_transformers_generate_gives(tmp_path: Path, tin
     from cosmos_train.vision.processor import get_tokenizer
     from cosmos_train.vision.settings import VisionSettings
 
-    cfg = eval_config_from_dict({
-        "datasets": ["synthetic"], "data_dir": str(synthetic_dir), "results_dir": str(tmp_path / "results"),
-        "engine": "hf", "device": "cpu", "batch_size": 5,
-        "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
-        "evaluation": {"answer_type": "letter", "fps": 1, "min_pixels": 3136, "max_pixels": 3136, "num_processes": 2},
-        "generation": {"max_retries": 0, "letter_max_tokens": 10},
-    })
+    cfg = eval_config_from_dict(
+        {
+            "datasets": ["synthetic"],
+            "data_dir": str(synthetic_dir),
+            "results_dir": str(tmp_path / "results"),
+            "engine": "hf",
+            "device": "cpu",
+            "batch_size": 5,
+            "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
+            "evaluation": {
+                "answer_type": "letter",
+                "fps": 1,
+                "min_pixels": 3136,
+                "max_pixels": 3136,
+                "num_processes": 2,
+            },
+            "generation": {"max_retries": 0, "letter_max_tokens": 10},
+        }
+    )
     result = evaluate_model(cfg)
     model = load_model(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu")).eval()
     processor = load_processor(str(tiny_model_dir))
@@ -251,9 +280,11 @@ def test_letter_answers_are_what_transformers_generate_gives(tmp_path: Path, tin
     for r in records:
         enc = encode_chat(processor, r["prompt"], add_generation_prompt=True, vision_defaults=VisionSettings())
         with torch.inference_mode():
-            out = model.generate(**enc.model_inputs(), max_new_tokens=10, do_sample=False, eos_token_id=eos,
-                                 pad_token_id=eos[0])
-        assert r["full_response"] == tok.decode(out[0, len(enc):], skip_special_tokens=True), r["video_id"]
+            out = model.generate(
+                **enc.model_inputs(), max_new_tokens=10, do_sample=False, eos_token_id=eos, pad_token_id=eos[0]
+            )
+        assert r["full_response"] == tok.decode(out[0, len(enc) :], skip_special_tokens=True), r["video_id"]
+
 
 def test_freeform_mode(tmp_path: Path) -> None:
     folder = tmp_path / "data" / "benchmark" / "ff"
@@ -285,8 +316,12 @@ def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: P
     bad = clips[5]
     bad.write_bytes(bad.read_bytes()[:300])  # truncated: the container cannot be read
     raw = {
-        "datasets": ["synthetic"], "data_dir": str(data), "results_dir": str(tmp_path / "results"),
-        "engine": "hf", "device": "cpu", "batch_size": 4,
+        "datasets": ["synthetic"],
+        "data_dir": str(data),
+        "results_dir": str(tmp_path / "results"),
+        "engine": "hf",
+        "device": "cpu",
+        "batch_size": 4,
         "model": {"model_name": str(tiny_model_dir), "dtype": "float32", "max_length": 4096},
         "evaluation": {"answer_type": "letter", "fps": 1, "max_pixels": 3136, "num_processes": 2},
         "generation": {"max_retries": 0, "letter_max_tokens": 2},
@@ -299,7 +334,7 @@ def test_undecodable_clip_fails_or_is_left_out(tmp_path: Path, tiny_model_dir: P
         evaluate_model(cfg, engine=engine)
     assert len(list((cfg.run_dir() / "synthetic").glob("*.json"))) == 4  # the first batch is kept
 
-    skip = eval_config_from_dict(raw, ["evaluation.on_bad_media=\"skip\""])
+    skip = eval_config_from_dict(raw, ['evaluation.on_bad_media="skip"'])
     res = evaluate_model(skip, engine=engine)
     assert res.scores.micro.total == 11  # 12 questions, one left out, none counted wrong for it
     assert [(b["video_id"], b["question_index"]) for b in res.bad_media] == [(bad.stem, 0)]

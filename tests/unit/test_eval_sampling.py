@@ -36,15 +36,37 @@ def test_penalties_reach_the_sampling() -> None:
 
 
 def test_generation_config_comes_from_the_eval_config() -> None:
-    cfg = eval_config_from_dict({
-        "datasets": ["a"], "engine": "hf", "device": "cpu",
-        "model": {"model_name": "/ckpt/m", "tokenizer_model_name": "qwen2.5-vl-7b", "dtype": "float32",
-                  "max_length": 4096, "tp_size": 2, "gpu_memory_utilization": 0.3},
-        "evaluation": {"num_processes": 3, "seed": 7},
-    })
+    cfg = eval_config_from_dict(
+        {
+            "datasets": ["a"],
+            "engine": "hf",
+            "device": "cpu",
+            "model": {
+                "model_name": "/ckpt/m",
+                "tokenizer_model_name": "qwen2.5-vl-7b",
+                "dtype": "float32",
+                "max_length": 4096,
+                "tp_size": 2,
+                "gpu_memory_utilization": 0.3,
+            },
+            "evaluation": {"num_processes": 3, "seed": 7},
+        }
+    )
     gen = cfg.generation_config()
-    assert (gen.model_path, gen.tokenizer_path, gen.engine, gen.dtype, gen.device) == ("/ckpt/m", "/ckpt/m", "hf", "float32", "cpu")
-    assert (gen.max_length, gen.tp_size, gen.gpu_memory_utilization, gen.seed, gen.decode_workers) == (4096, 2, 0.3, 7, 3)
+    assert (gen.model_path, gen.tokenizer_path, gen.engine, gen.dtype, gen.device) == (
+        "/ckpt/m",
+        "/ckpt/m",
+        "hf",
+        "float32",
+        "cpu",
+    )
+    assert (gen.max_length, gen.tp_size, gen.gpu_memory_utilization, gen.seed, gen.decode_workers) == (
+        4096,
+        2,
+        0.3,
+        7,
+        3,
+    )
 
 
 def test_tokenizer_path(tmp_path) -> None:

@@ -53,7 +53,9 @@ def test_score_hand_made_files(tmp_path: Path) -> None:
     assert scores.macro.accuracy == pytest.approx((2 / 3 + 0.25) / 2)
     below = math.sqrt((av.accuracy - av.ci95_low) ** 2 + (rv.accuracy - rv.ci95_low) ** 2) / 2
     assert scores.macro.ci95_low == pytest.approx(scores.macro.accuracy - below)
-    assert scores.accuracy_dict() == pytest.approx({"av": 2 / 3, "robovqa": 0.25, "micro": 3 / 7, "macro": (2 / 3 + 0.25) / 2})
+    assert scores.accuracy_dict() == pytest.approx(
+        {"av": 2 / 3, "robovqa": 0.25, "micro": 3 / 7, "macro": (2 / 3 + 0.25) / 2}
+    )
 
     json_path, csv_path = write_results(run, scores, {"model": "m"})
     data = json.loads(json_path.read_text())
@@ -76,7 +78,16 @@ def test_record_layout_and_resume_check(tmp_path: Path) -> None:
     assert path == tmp_path / "av" / "clip-1.json"
     write_video_predictions(path, [make_record("av", "clip-1", [{"role": "system"}], "B", "why", None, "??", False)])
     (rec,) = json.loads(path.read_text())
-    assert list(rec) == ["datasource", "video_id", "prompt", "correct_answer", "reasoning", "answer", "full_response", "is_correct"]
+    assert list(rec) == [
+        "datasource",
+        "video_id",
+        "prompt",
+        "correct_answer",
+        "reasoning",
+        "answer",
+        "full_response",
+        "is_correct",
+    ]
     assert rec["answer"] == ""  # unreadable answers are written as the reference does
     assert saved_records(path, 1) == [rec]
     assert saved_records(path, 2) is None  # question count changed: redo

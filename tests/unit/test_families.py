@@ -42,8 +42,9 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_each_tiny_model_has_its_spec_and_processor(family: str, family_model_dirs: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+def test_each_tiny_model_has_its_spec_and_processor(
+    family: str, family_model_dirs: dict[str, Path], tmp_path: Path
+) -> None:
     folder = family_model_dirs[family]
     model = load_model(folder)
     spec = family_of(model)
@@ -75,8 +76,9 @@ def test_image_pixels_equal_the_image_processor(family: str, family_model_dirs: 
     side = layout.factor
     picture = Image.fromarray(np.random.default_rng(1).integers(0, 255, (2 * side, 3 * side, 3), dtype=np.uint8))
     ours = preprocess_image(picture, VisionSettings(min_pixels=side * side), layout)
-    theirs = processor.image_processor(images=[picture], return_tensors="pt",
-                                       size={"shortest_edge": side * side, "longest_edge": 1 << 24})
+    theirs = processor.image_processor(
+        images=[picture], return_tensors="pt", size={"shortest_edge": side * side, "longest_edge": 1 << 24}
+    )
     assert ours.grid_thw.tolist() == theirs["image_grid_thw"][0].tolist() == [1, 4, 6]
     torch.testing.assert_close(ours.pixel_values, theirs["pixel_values"], rtol=0, atol=1e-6)
 
@@ -102,16 +104,18 @@ def test_cosmos3_edge_video_is_its_frames_as_images(family_model_dirs: dict[str,
     frames = torch.from_numpy(np.random.default_rng(3).integers(0, 255, (3, 3, 64, 96), dtype=np.uint8))
     ours = preprocess_video(frames, None, 2.0, layout)
     images = [Image.fromarray(f.permute(1, 2, 0).numpy()) for f in frames]
-    theirs = processor.image_processor(images=images, return_tensors="pt",
-                                       size={"shortest_edge": 1024, "longest_edge": 1 << 24})
+    theirs = processor.image_processor(
+        images=images, return_tensors="pt", size={"shortest_edge": 1024, "longest_edge": 1 << 24}
+    )
     assert ours.grid_thw.tolist() == [3, 4, 6] and theirs["image_grid_thw"].tolist() == [[1, 4, 6]] * 3
     torch.testing.assert_close(ours.pixel_values, theirs["pixel_values"], rtol=0, atol=1e-6)
     assert ours.timestamps == (0.0, 0.5, 1.0)  # no pairing: each frame's own time
 
 
 @pytest.mark.parametrize("family", VIDEO_FAMILIES)
-def test_video_prompt_equals_the_processor_expansion(family: str, family_model_dirs: dict[str, Path],
-                                                     clip: Path) -> None:
+def test_video_prompt_equals_the_processor_expansion(
+    family: str, family_model_dirs: dict[str, Path], clip: Path
+) -> None:
     """encode_chat's ids are the tokens of the text transformers' processor writes for this video: its
     replace_video_token (timestamps from the source video's frame numbers and rate) put in by its
     get_text_with_replacements (Qwen3-VL: in place of <|video_pad|>, inside the template's wrapper; Cosmos3-Edge:
@@ -121,19 +125,23 @@ def test_video_prompt_equals_the_processor_expansion(family: str, family_model_d
     processor = load_processor(family_model_dirs[family])
     layout = vision_layout_of(processor)
     part = {"type": "video", "video": str(clip), "fps": 3, "video_start": 0.4, "min_pixels": 1024}
-    chat = [{"role": "user", "content": [{"type": "text", "text": "Watch?"}, part, {"type": "text", "text": "Q"}]},
-            {"role": "assistant", "content": "B"}]
+    chat = [
+        {"role": "user", "content": [{"type": "text", "text": "Watch?"}, part, {"type": "text", "text": "Q"}]},
+        {"role": "assistant", "content": "B"},
+    ]
     enc = encode_chat(processor, chat)
 
     settings = layout.settings(VisionSettings.from_part(part))
     item = prepare_video(str(clip), settings, layout)
     indices, fps, total = sampled_frames(str(clip), settings)
     assert indices[0] == 3 and fps == 6 and total == 15  # video_start 0.4 s: from frame 3
-    processor.video_processor = SimpleNamespace(merge_size=layout.merge_size,
-                                                temporal_patch_size=layout.temporal_patch_size)
+    processor.video_processor = SimpleNamespace(
+        merge_size=layout.merge_size, temporal_patch_size=layout.temporal_patch_size
+    )
     metadata = VideoMetadata(total_num_frames=total, fps=fps, frames_indices=indices)
     replacement = processor.replace_video_token(
-        {"video_grid_thw": item.grid_thw[None], "video_metadata": [metadata]}, 0)
+        {"video_grid_thw": item.grid_thw[None], "video_metadata": [metadata]}, 0
+    )
     text = processor.apply_chat_template(chat, tokenize=False)
     assert replacement.startswith("<0.") and replacement.count("seconds>") == len(item.timestamps)
     (expanded,), _ = processor.get_text_with_replacements([text], videos_replacements=[replacement])
@@ -187,16 +195,21 @@ def test_qwen3_vl_video_equals_transformers_video_processor() -> None:
     frames = torch.from_numpy(np.random.default_rng(4).integers(0, 255, (5, 3, 150, 230), dtype=np.uint8))
     settings = VisionSettings(min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 40)
     size = layout.settings(settings).video_size(150, 230, 5)
-    theirs = Qwen3VLVideoProcessor()(videos=[frames], do_sample_frames=False, return_tensors="pt",
-                                     size={"shortest_edge": 32 * 32, "longest_edge": 6 * size[0] * size[1]},
-                                     cap_pixels_per_frame=False)
+    theirs = Qwen3VLVideoProcessor()(
+        videos=[frames],
+        do_sample_frames=False,
+        return_tensors="pt",
+        size={"shortest_edge": 32 * 32, "longest_edge": 6 * size[0] * size[1]},
+        cap_pixels_per_frame=False,
+    )
     ours = preprocess_video(frames, settings, 2.0, layout)
     assert ours.grid_thw.tolist() == theirs["video_grid_thw"][0].tolist() == [3, size[0] // 16, size[1] // 16]
     torch.testing.assert_close(ours.pixel_values, theirs["pixel_values_videos"], atol=1e-5, rtol=0)
 
 
-def test_vllm_engine_refuses_a_family_it_cannot_load(family_model_dirs: dict[str, Path], synthetic_dir: Path,
-                                                     tmp_path: Path) -> None:
+def test_vllm_engine_refuses_a_family_it_cannot_load(
+    family_model_dirs: dict[str, Path], synthetic_dir: Path, tmp_path: Path
+) -> None:
     """vLLM 0.32 reads Cosmos3-Edge only from its Diffusers layout: a GRPO job with rollout.backend = "vllm"
     (and an evaluation with engine = "vllm") on a transformers folder is refused at check time, saying to use
     the transformers engine; Qwen3-VL passes."""
@@ -205,8 +218,13 @@ def test_vllm_engine_refuses_a_family_it_cannot_load(family_model_dirs: dict[str
     from tests.conftest import write_tiny_grpo_config
 
     def job(family: str) -> Path:
-        return write_tiny_grpo_config(tmp_path / family / "config.toml", family_model_dirs[family], synthetic_dir,
-                                      tmp_path / "out", **{"rollout.backend": "vllm"})
+        return write_tiny_grpo_config(
+            tmp_path / family / "config.toml",
+            family_model_dirs[family],
+            synthetic_dir,
+            tmp_path / "out",
+            **{"rollout.backend": "vllm"},
+        )
 
     with pytest.raises(ConfigError, match='rollout.backend = "hf"'):
         check_job(job("cosmos3_edge"), read_rows=False)

@@ -27,15 +27,29 @@ def test_counts_and_step_flops_by_hand(tiny_model_dir: Path) -> None:
     mask = torch.zeros(2, 20, dtype=torch.long)
     mask[0, :10] = 1
     mask[1, :] = 1
-    padded = MicroBatch(torch.zeros(2, 20, dtype=torch.long), torch.zeros(2, 20, dtype=torch.long), mask,
-                        torch.zeros(2, 20, dtype=torch.long), vision={"video_grid_thw": torch.tensor([[1, 4, 4]])})
-    expected = (6 * LANGUAGE * 30 + 12 * 4 * 128 * (10**2 + 20**2)  # matmuls + attention within each row
-                + 6 * VISION_BLOCKS * 16 + 6 * MERGER * 16 // 4)  # every patch; every merged token
+    padded = MicroBatch(
+        torch.zeros(2, 20, dtype=torch.long),
+        torch.zeros(2, 20, dtype=torch.long),
+        mask,
+        torch.zeros(2, 20, dtype=torch.long),
+        vision={"video_grid_thw": torch.tensor([[1, 4, 4]])},
+    )
+    expected = (
+        6 * LANGUAGE * 30
+        + 12 * 4 * 128 * (10**2 + 20**2)  # matmuls + attention within each row
+        + 6 * VISION_BLOCKS * 16
+        + 6 * MERGER * 16 // 4
+    )  # every patch; every merged token
     assert counter.step_flops([padded]) == expected
     # the same rows packed: the same useful work (attention within each sample only)
-    packed = MicroBatch(torch.zeros(1, 30, dtype=torch.long), torch.zeros(1, 30, dtype=torch.long), None,
-                        torch.zeros(1, 30, dtype=torch.long), vision={"video_grid_thw": torch.tensor([[1, 4, 4]])},
-                        packed_lengths=[10, 20])
+    packed = MicroBatch(
+        torch.zeros(1, 30, dtype=torch.long),
+        torch.zeros(1, 30, dtype=torch.long),
+        None,
+        torch.zeros(1, 30, dtype=torch.long),
+        vision={"video_grid_thw": torch.tensor([[1, 4, 4]])},
+        packed_lengths=[10, 20],
+    )
     assert counter.step_flops([packed]) == expected
 
 
@@ -74,8 +88,8 @@ def test_a_shared_prompt_layout_counts_its_allowed_pairs(tiny_model_dir: Path) -
     allowed = torch.zeros(6, 6, dtype=torch.bool)
     allowed[:2, :2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
     for start in (2, 4):
-        allowed[start:start + 2, :2] = True
-        allowed[start:start + 2, start:start + 2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
+        allowed[start : start + 2, :2] = True
+        allowed[start : start + 2, start : start + 2] = torch.tril(torch.ones(2, 2, dtype=torch.bool))
     assert int(allowed.sum()) == 17
     ids = torch.zeros(1, 6, dtype=torch.long)
     mb = MicroBatch(ids, ids, allowed[None, None], ids)

@@ -88,9 +88,17 @@ def test_hf_engine_decodes_a_clip_once_for_several_questions(tmp_path: Path, tin
 
     clips = [moving_square_mp4(tmp_path / f"{i}.mp4", shift=i) for i in range(2)]
     chats = [
-        [{"role": "user", "content": [{"type": "video", "video": str(c), "fps": 2, "max_pixels": 3136,
-                                       "min_pixels": 3136}, {"type": "text", "text": q}]}]
-        for c in clips for q in ("Where does it go?", "What colour is it?", "How fast?")
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "video", "video": str(c), "fps": 2, "max_pixels": 3136, "min_pixels": 3136},
+                    {"type": "text", "text": q},
+                ],
+            }
+        ]
+        for c in clips
+        for q in ("Where does it go?", "What colour is it?", "How fast?")
     ]
     cfg = GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu", decode_workers=2)
     greedy = SamplingParams(max_new_tokens=2, temperature=0)

@@ -64,8 +64,9 @@ def test_process_logits_by_hand() -> None:
     assert out.tolist() == [[1.0, 1.0, 0.0, -2.0]]
     # presence / frequency over generated counts
     counts = torch.tensor([[0.0, 2.0, 1.0, 0.0]])
-    out = process_logits(logits, SamplingParams(temperature=0, presence_penalty=0.5, frequency_penalty=1.0),
-                         generated_counts=counts)
+    out = process_logits(
+        logits, SamplingParams(temperature=0, presence_penalty=0.5, frequency_penalty=1.0), generated_counts=counts
+    )
     assert out.tolist() == [[2.0, -1.5, -1.5, -1.0]]
     # temperature, then top-k
     out = process_logits(logits, SamplingParams(temperature=2.0, top_k=2))
@@ -106,8 +107,16 @@ def test_collate_left_pads_and_concatenates() -> None:
 # ------------------------------------------------------------------------ the tiny model
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path) -> HFEngine:
-    eng = HFEngine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu",
-                                    decode_workers=2, vision_defaults={"min_pixels": 3136, "max_pixels": 3136}))
+    eng = HFEngine(
+        GenerationConfig(
+            model_path=str(tiny_model_dir),
+            engine="hf",
+            dtype="float32",
+            device="cpu",
+            decode_workers=2,
+            vision_defaults={"min_pixels": 3136, "max_pixels": 3136},
+        )
+    )
     yield eng
     eng.close()
 
@@ -132,8 +141,9 @@ def test_greedy_equals_transformers_generate(engine: HFEngine, synthetic_dir: Pa
     encoded = [engine.encode(c) for c in chats]
     batch = collate_left(encoded, engine.pad_id)
     with torch.inference_mode():
-        ref = engine.model.generate(**batch, max_new_tokens=12, do_sample=False, eos_token_id=engine.eos_ids,
-                                    pad_token_id=engine.pad_id)
+        ref = engine.model.generate(
+            **batch, max_new_tokens=12, do_sample=False, eos_token_id=engine.eos_ids, pad_token_id=engine.pad_id
+        )
     prompt_len = batch["input_ids"].shape[1]
     for group, row, enc in zip(groups, ref[:, prompt_len:].tolist(), encoded):
         (c,) = group
@@ -144,8 +154,9 @@ def test_greedy_equals_transformers_generate(engine: HFEngine, synthetic_dir: Pa
         assert c.text == engine.tokenizer.decode(row[:stop], skip_special_tokens=True)
 
 
-def test_prefix_sharing_serves_n_samples_from_one_prefill(engine: HFEngine, synthetic_dir: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefix_sharing_serves_n_samples_from_one_prefill(
+    engine: HFEngine, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """n samples of a request run its prompt and video once: the vision tower sees each clip once per
     call whatever n is, and greedy samples of one group are identical to n = 1."""
     chats = _chats(synthetic_dir, 2)[:2]
@@ -165,11 +176,13 @@ def test_rollout_engine_comes_from_the_job_config() -> None:
     from cosmos_train.config import Config
     from cosmos_train.generation import from_rollout
 
-    cfg = Config.model_validate({
-        "policy": {"model_name_or_path": "/m", "model_max_length": 2048},
-        "rollout": {"backend": "hf", "seed": 5, "gpu_memory_utilization": 0.5, "parallelism": {"tp_size": 2}},
-        "train": {"train_policy": {"dataset": {"vision": {"fps": 1, "max_pixels": 3136}}}},
-    })
+    cfg = Config.model_validate(
+        {
+            "policy": {"model_name_or_path": "/m", "model_max_length": 2048},
+            "rollout": {"backend": "hf", "seed": 5, "gpu_memory_utilization": 0.5, "parallelism": {"tp_size": 2}},
+            "train": {"train_policy": {"dataset": {"vision": {"fps": 1, "max_pixels": 3136}}}},
+        }
+    )
     gen = from_rollout(cfg, processes_per_host=2)
     assert (gen.model_path, gen.engine, gen.max_length, gen.tp_size, gen.seed) == ("/m", "hf", 2048, 2, 5)
     assert gen.gpu_memory_utilization == 0.5 and gen.processes_per_host == 2
@@ -177,8 +190,9 @@ def test_rollout_engine_comes_from_the_job_config() -> None:
     assert from_rollout(cfg, model_path="/run/safetensors/step_3").model_path == "/run/safetensors/step_3"
 
 
-def test_weights_stream_from_an_fsdp2_model(engine: HFEngine, tiny_model_dir: Path, synthetic_dir: Path,
-                                            tmp_path: Path) -> None:
+def test_weights_stream_from_an_fsdp2_model(
+    engine: HFEngine, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """A trainer pushes its FSDP2 state dict (DTensor shards) as it is: each tensor is gathered as
     it streams, and the engine then answers as the trainer's model does."""
     import torch.distributed as dist
@@ -218,12 +232,15 @@ def test_completions_stay_within_max_length(engine: HFEngine, synthetic_dir: Pat
 
     chats = _chats(synthetic_dir, 2)[:2]
     prompt = len(engine.encode(chats[0]))
-    short = HFEngine(dataclasses.replace(engine.cfg, max_length=prompt + 3), model=engine.model, processor=engine.processor)
+    short = HFEngine(
+        dataclasses.replace(engine.cfg, max_length=prompt + 3), model=engine.model, processor=engine.processor
+    )
     (c,) = short.generate(chats[:1], SamplingParams(temperature=0, max_new_tokens=10))[0]
     assert len(c.token_ids) == 3 and c.finish_reason == "length"
     with pytest.raises(DataError, match="leaves no room for a completion within max_length"):
-        HFEngine(dataclasses.replace(engine.cfg, max_length=prompt), model=engine.model,
-                 processor=engine.processor).generate(chats[:1], SamplingParams(max_new_tokens=2))
+        HFEngine(
+            dataclasses.replace(engine.cfg, max_length=prompt), model=engine.model, processor=engine.processor
+        ).generate(chats[:1], SamplingParams(max_new_tokens=2))
 
 
 def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_dir: Path) -> None:
@@ -232,38 +249,61 @@ def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_d
     from cosmos_train.config import config_from_dict
     from cosmos_train.train.rollout import validation_sampling
 
-    cfg = config_from_dict({"validation": {"temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.1},
-                            "rollout": {"max_response_length": 8}})
+    cfg = config_from_dict(
+        {
+            "validation": {"temperature": 1.0, "top_p": 0.9, "repetition_penalty": 1.1},
+            "rollout": {"max_response_length": 8},
+        }
+    )
     sampling = validation_sampling(cfg, seed=5)
     assert (sampling.top_k, sampling.top_p, sampling.repetition_penalty, sampling.max_new_tokens) == (1, 0.9, 1.1, 8)
     chats = _chats(synthetic_dir, 2)
     greedy = engine.generate(chats, SamplingParams(temperature=0, max_new_tokens=8, repetition_penalty=1.1))
     top1 = engine.generate(chats, sampling)
     assert [c.token_ids for g in top1 for c in g] == [c.token_ids for g in greedy for c in g]
-    free = config_from_dict({"validation": {"temperature": 1.0, "top_k": -1, "n_generation": 4},
-                             "rollout": {"max_response_length": 8}})
+    free = config_from_dict(
+        {"validation": {"temperature": 1.0, "top_k": -1, "n_generation": 4}, "rollout": {"max_response_length": 8}}
+    )
     sampled = engine.generate(chats, validation_sampling(free, seed=5))
     assert any(len({tuple(c.token_ids) for c in g}) > 1 for g in sampled)  # a random tiny model varies
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_greedy_equals_transformers_generate_on_a_text_only_model(family: str, text_model_dirs: dict[str, Path]) -> None:
+def test_greedy_equals_transformers_generate_on_a_text_only_model(
+    family: str, text_model_dirs: dict[str, Path]
+) -> None:
     """A text-only model (1D positions, no mm_token_type_ids): the decode loop gives `model.generate`'s tokens, over
     left-padded prompts of different lengths."""
-    eng = HFEngine(GenerationConfig(model_path=str(text_model_dirs[family]), engine="hf", dtype="float32", device="cpu"))
-    chats = [[{"role": "user", "content": "What is 2 + 2?"}],
-             [{"role": "user", "content": "Name a colour, then say why you like it."}]]
+    eng = HFEngine(
+        GenerationConfig(model_path=str(text_model_dirs[family]), engine="hf", dtype="float32", device="cpu")
+    )
+    chats = [
+        [{"role": "user", "content": "What is 2 + 2?"}],
+        [{"role": "user", "content": "Name a colour, then say why you like it."}],
+    ]
     groups = eng.generate(chats, SamplingParams(temperature=0, max_new_tokens=10))
     batch = collate_left([eng.encode(c) for c in chats], eng.pad_id)
     batch.pop("mm_token_type_ids")
     with torch.inference_mode():
-        ref = eng.model.generate(**batch, max_new_tokens=10, do_sample=False, eos_token_id=eng.eos_ids,
-                                 pad_token_id=eng.pad_id)
-    for (c,), row in zip(groups, ref[:, batch["input_ids"].shape[1]:].tolist()):
+        ref = eng.model.generate(
+            **batch, max_new_tokens=10, do_sample=False, eos_token_id=eng.eos_ids, pad_token_id=eng.pad_id
+        )
+    for (c,), row in zip(groups, ref[:, batch["input_ids"].shape[1] :].tolist()):
         stop = next((i + 1 for i, t in enumerate(row) if t in eng.eos_ids), len(row))
         assert c.token_ids == row[:stop] and len(c.token_ids) > 1
     with pytest.raises(DataError, match="text-only language model"):
-        eng.generate([[{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (28, 28))},
-                                                    {"type": "text", "text": "What is it?"}]}]],
-                     SamplingParams(max_new_tokens=2))
+        eng.generate(
+            [
+                [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "image": Image.new("RGB", (28, 28))},
+                            {"type": "text", "text": "What is it?"},
+                        ],
+                    }
+                ]
+            ],
+            SamplingParams(max_new_tokens=2),
+        )
     eng.close()

@@ -111,12 +111,16 @@ def test_timestamp_families_get_the_source_video_metadata(tmp_path) -> None:
     frames, meta = load_video_frames(part, VisionSettings(min_pixels=1024), layout=layout)
     assert frames.shape[2] % 32 == 0 and frames.shape[3] % 32 == 0
     assert meta["fps"] == 6 and meta["total_num_frames"] == 15 and meta["frames_indices"][0] == 3
-    expected = prepare_video(str(video), VisionSettings(min_pixels=1024, **{k: part[k] for k in
-                                                          ("fps", "video_start", "max_pixels")}), layout).timestamps
+    expected = prepare_video(
+        str(video),
+        VisionSettings(min_pixels=1024, **{k: part[k] for k in ("fps", "video_start", "max_pixels")}),
+        layout,
+    ).timestamps
     theirs = Qwen3VLProcessor._calculate_timestamps(None, meta["frames_indices"], meta["fps"], 2)
     assert tuple(theirs) == pytest.approx(expected) and len(expected) == frames.shape[0] // 2
-    assert build_request([{"role": "user", "content": [part]}], lambda c: "p",
-                         lambda p: (frames, meta))["mm_processor_kwargs"] == {"do_resize": False, "fps": 6}
+    assert build_request([{"role": "user", "content": [part]}], lambda c: "p", lambda p: (frames, meta))[
+        "mm_processor_kwargs"
+    ] == {"do_resize": False, "fps": 6}
 
 
 def test_frames_metadata_gives_the_sampled_rate() -> None:
@@ -132,13 +136,23 @@ def test_frames_metadata_gives_the_sampled_rate() -> None:
 
 
 def test_sampling_kwargs() -> None:
-    greedy = sampling_kwargs(SamplingParams(temperature=0.0, top_k=5, top_p=0.5, max_new_tokens=10,
-                                            repetition_penalty=1.1, seed=3), [7, 9])
+    greedy = sampling_kwargs(
+        SamplingParams(temperature=0.0, top_k=5, top_p=0.5, max_new_tokens=10, repetition_penalty=1.1, seed=3), [7, 9]
+    )
     # greedy: no top-k / top-p (a top_k of 1 would make the log-probs 0 in a mixed batch)
     assert (greedy["temperature"], greedy["top_k"], greedy["top_p"]) == (0.0, 0, 1.0)
     assert greedy["max_tokens"] == 10 and greedy["logprobs"] == 0 and greedy["repetition_penalty"] == 1.1
-    s = SamplingParams(n=4, temperature=0.6, top_p=0.95, top_k=20, presence_penalty=0.1, frequency_penalty=0.2,
-                       stop=("\n\n",), stop_token_ids=(9, 11), seed=5)
+    s = SamplingParams(
+        n=4,
+        temperature=0.6,
+        top_p=0.95,
+        top_k=20,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        stop=("\n\n",),
+        stop_token_ids=(9, 11),
+        seed=5,
+    )
     kw = [sampling_kwargs(s, [7, 9], request_index=i) for i in range(3)]
     assert (kw[0]["temperature"], kw[0]["top_p"], kw[0]["top_k"], kw[0]["n"]) == (0.6, 0.95, 20, 4)
     assert (kw[0]["presence_penalty"], kw[0]["frequency_penalty"]) == (0.1, 0.2)
@@ -181,12 +195,20 @@ def _sample(index: int, tokens: list[int], logprobs: list[float], reason: str = 
 
 
 def test_completions_from_a_request_output() -> None:
-    out = SimpleNamespace(prompt_token_ids=[1, 2, 3], outputs=[
-        _sample(1, [5, 151645], [-0.5, -0.25], "stop"),
-        _sample(0, [4, 4, 4], [-1.0, -2.0, -3.0]),
-    ])
+    out = SimpleNamespace(
+        prompt_token_ids=[1, 2, 3],
+        outputs=[
+            _sample(1, [5, 151645], [-0.5, -0.25], "stop"),
+            _sample(0, [4, 4, 4], [-1.0, -2.0, -3.0]),
+        ],
+    )
     first, second = completions(out, weight_version=7)
-    assert (first.text, first.token_ids, first.logprobs, first.finish_reason) == ("t0", [4, 4, 4], [-1.0, -2.0, -3.0], "length")
+    assert (first.text, first.token_ids, first.logprobs, first.finish_reason) == (
+        "t0",
+        [4, 4, 4],
+        [-1.0, -2.0, -3.0],
+        "length",
+    )
     assert (second.token_ids, second.logprobs, second.finish_reason) == ([5, 151645], [-0.5, -0.25], "stop")
     assert first.prompt_token_ids == [1, 2, 3] and second.weight_version == 7
     with pytest.raises(RuntimeError, match="reason 'abort'"):

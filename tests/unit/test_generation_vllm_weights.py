@@ -40,7 +40,10 @@ def test_layer_of_follows_vllm_fusion() -> None:
 
 
 def test_own_and_hub_names_resolve_to_the_checkpoint_name(names: NameMap, state: dict[str, torch.Tensor]) -> None:
-    assert names.resolve("model.language_model.layers.0.self_attn.q_proj.weight") == "model.layers.0.self_attn.q_proj.weight"
+    assert (
+        names.resolve("model.language_model.layers.0.self_attn.q_proj.weight")
+        == "model.layers.0.self_attn.q_proj.weight"
+    )
     assert names.resolve("model.layers.0.self_attn.q_proj.weight") == "model.layers.0.self_attn.q_proj.weight"
     assert names.resolve("model.visual.blocks.0.attn.qkv.weight") == "visual.blocks.0.attn.qkv.weight"
     assert names.resolve("_orig_mod.model.language_model.norm.weight") == "model.norm.weight"
@@ -81,8 +84,10 @@ def test_text_family_names_are_the_hub_names(family: str, text_model_dirs: dict[
     assert names.resolve("model.language_model.norm.weight") is None  # a VL name is not this model's
     qkv = names.layers["model.layers.0.self_attn.qkv_proj"]
     assert {n.split(".")[-2] for n in qkv} == {"q_proj", "k_proj", "v_proj"}
-    assert names.layers["model.layers.0.mlp.gate_up_proj"] == {"model.layers.0.mlp.gate_proj.weight",
-                                                              "model.layers.0.mlp.up_proj.weight"}
+    assert names.layers["model.layers.0.mlp.gate_up_proj"] == {
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    }
     plan = PushPlan(names, chunk_bytes=64 << 10)
     assert sorted(n for c in plan.chunks(iter(state.items())) for n, _ in c) == sorted(state) and plan.error() is None
     if family == "qwen3":  # q_norm / k_norm: layers of their own, outside the fused qkv_proj

@@ -63,7 +63,7 @@ LAYERS: dict[str, int] = {
 # Modules whose function-local library imports are allowed (still checked for direction), with the reason.
 LAZY_ALLOWED: dict[str, str] = {
     "cosmos_train.cli": "each command imports its torch-heavy module when it runs, so --help answers at once; "
-                        "nothing imports the CLI, so its lazy imports cannot hide a cycle",
+    "nothing imports the CLI, so its lazy imports cannot hide a cycle",
 }
 
 # Same layer, and must stay strangers: neither side may import the other.
@@ -116,8 +116,7 @@ def library_edges(root: Path) -> list[Edge]:
         tree = ast.parse(path.read_text(), str(path))
         here = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
-        def visit(node: ast.AST, in_function: bool, module: str = module, path: Path = path,
-                  here: str = here) -> None:
+        def visit(node: ast.AST, in_function: bool, module: str = module, path: Path = path, here: str = here) -> None:
             for child in ast.iter_child_nodes(node):
                 names: list[str] = []
                 if isinstance(child, ast.Import):
@@ -198,13 +197,20 @@ def cycles(edges: list[Edge]) -> list[list[str]]:
     return found
 
 
-def violations(root: Path, layers: dict[str, int], independent: tuple[tuple[str, str], ...] = INDEPENDENT,
-               lazy_allowed: dict[str, str] | None = None) -> list[str]:
+def violations(
+    root: Path,
+    layers: dict[str, int],
+    independent: tuple[tuple[str, str], ...] = INDEPENDENT,
+    lazy_allowed: dict[str, str] | None = None,
+) -> list[str]:
     """What breaks the layering of the package `root`: unmapped modules, imports up a layer or between
     independent packages, library imports inside functions, and cycles."""
     edges = library_edges(root)
-    bad = [f"{m}: not in LAYERS (give it a layer, with the reason)"
-           for m in modules_of(root) if layer_of(m, layers) is None]
+    bad = [
+        f"{m}: not in LAYERS (give it a layer, with the reason)"
+        for m in modules_of(root)
+        if layer_of(m, layers) is None
+    ]
     for e in edges:
         source, target = layer_of(e.source, layers), layer_of(e.target, layers)
         if source is not None and target is not None and target > source:
@@ -215,8 +221,11 @@ def violations(root: Path, layers: dict[str, int], independent: tuple[tuple[str,
         if e.in_function and e.source not in (LAZY_ALLOWED if lazy_allowed is None else lazy_allowed):
             bad.append(f"{e.where(root)}: {e.source} imports {e.target} inside a function (import it at the top)")
     bad += [f"import cycle: {' <-> '.join(c)}" for c in cycles(edges)]
-    bad += [f"{e.where(root)}: {e.source} imports {e.target}, which nothing may import (lazy imports allowed there)"
-            for e in edges if e.target in (LAZY_ALLOWED if lazy_allowed is None else lazy_allowed)]
+    bad += [
+        f"{e.where(root)}: {e.source} imports {e.target}, which nothing may import (lazy imports allowed there)"
+        for e in edges
+        if e.target in (LAZY_ALLOWED if lazy_allowed is None else lazy_allowed)
+    ]
     return bad
 
 
@@ -279,19 +288,33 @@ def _package(root: Path, files: dict[str, str]) -> Path:
 
 def test_the_layer_check_catches_an_upward_import_a_cycle_and_a_hidden_import(tmp_path: Path) -> None:
     layers = {"pkg": 0, "pkg.low": 0, "pkg.high": 1, "pkg.a": 1, "pkg.b": 1, "pkg.sub": 1}
-    clean = _package(tmp_path / "clean", {
-        "__init__.py": "", "low.py": "import os\n", "high.py": "from pkg.low import x\nfrom . import low\n",
-        "a.py": "import pkg.low\n", "b.py": "from pkg import a\ndef f():\n    import json\n",
-        "sub/__init__.py": "from .leaf import y\n", "sub/leaf.py": "from pkg.low import x\n",
-    })
+    clean = _package(
+        tmp_path / "clean",
+        {
+            "__init__.py": "",
+            "low.py": "import os\n",
+            "high.py": "from pkg.low import x\nfrom . import low\n",
+            "a.py": "import pkg.low\n",
+            "b.py": "from pkg import a\ndef f():\n    import json\n",
+            "sub/__init__.py": "from .leaf import y\n",
+            "sub/leaf.py": "from pkg.low import x\n",
+        },
+    )
     assert violations(clean, layers, ()) == []
 
-    planted = _package(tmp_path / "planted", {
-        "__init__.py": "", "low.py": "from pkg.high import x\n", "high.py": "",  # upward
-        "a.py": "from pkg import b\n", "b.py": "def f():\n    from pkg.a import y\n",  # a cycle, hidden in a function
-        "sub/__init__.py": "def engine():\n    from .leaf import y\n",  # registry pattern: package <-> submodule
-        "sub/leaf.py": "from pkg.sub import register\n", "extra.py": "",  # extra: not in the map
-    })
+    planted = _package(
+        tmp_path / "planted",
+        {
+            "__init__.py": "",
+            "low.py": "from pkg.high import x\n",
+            "high.py": "",  # upward
+            "a.py": "from pkg import b\n",
+            "b.py": "def f():\n    from pkg.a import y\n",  # a cycle, hidden in a function
+            "sub/__init__.py": "def engine():\n    from .leaf import y\n",  # registry pattern: package <-> submodule
+            "sub/leaf.py": "from pkg.sub import register\n",
+            "extra.py": "",  # extra: not in the map
+        },
+    )
     bad = violations(planted, layers, (("pkg.a", "pkg.high"),))
     assert any("pkg.low (layer 0) imports pkg.high (layer 1): up a layer" in b for b in bad), bad
     assert "import cycle: pkg.a <-> pkg.b" in bad, bad
@@ -306,5 +329,7 @@ def test_the_layer_check_catches_an_upward_import_a_cycle_and_a_hidden_import(tm
     assert any("pkg.a imports pkg.b, which nothing may import" in b for b in allowed), allowed
 
     sideways = _package(tmp_path / "sideways", {"__init__.py": "", "a.py": "from pkg.high import z\n", "high.py": ""})
-    assert any("pkg.a and pkg.high must not import each other" in b
-               for b in violations(sideways, {"pkg": 0, "pkg.a": 1, "pkg.high": 1}, (("pkg.a", "pkg.high"),)))
+    assert any(
+        "pkg.a and pkg.high must not import each other" in b
+        for b in violations(sideways, {"pkg": 0, "pkg.a": 1, "pkg.high": 1}, (("pkg.a", "pkg.high"),))
+    )

@@ -41,8 +41,9 @@ def test_only_adapters_train_and_start_from_the_base(base: torch.nn.Module) -> N
     assert family_of(base).lora_targets.endswith("down_proj)")  # the default targets come from the family spec
 
 
-def test_merged_export_and_adapter_load_to_the_adapted_model(base: torch.nn.Module, tiny_model_dir: Path,
-                                                            tmp_path: Path) -> None:
+def test_merged_export_and_adapter_load_to_the_adapted_model(
+    base: torch.nn.Module, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     from peft import PeftModel
     from safetensors.torch import load_file
 
@@ -64,7 +65,8 @@ def test_merged_export_and_adapter_load_to_the_adapted_model(base: torch.nn.Modu
     merged = load_file(out / "model.safetensors")
     hub_name = "model.layers.0.self_attn.q_proj.weight"  # the hub checkpoint's name of language_model.layers.0
     expected = original["model.language_model.layers.0.self_attn.q_proj.weight"] + 3.0 * (
-        q.lora_B.default.weight @ q.lora_A.default.weight)
+        q.lora_B.default.weight @ q.lora_A.default.weight
+    )
     assert torch.allclose(merged[hub_name], expected, atol=1e-6)
     assert not any("lora_" in k or "base_layer" in k for k in merged)
 

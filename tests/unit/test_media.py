@@ -164,9 +164,7 @@ def test_settings_reject_bad_values(values: dict, message: str) -> None:
         (VisionSettings(nframes=60), 60, 30.0, 60),
     ],
 )
-def test_num_frames_follows_smart_nframes(
-    settings: VisionSettings, total: int, fps: float, expected: int
-) -> None:
+def test_num_frames_follows_smart_nframes(settings: VisionSettings, total: int, fps: float, expected: int) -> None:
     assert settings.num_frames(total, fps) == expected
 
 
@@ -177,9 +175,7 @@ def test_num_frames_rejects_impossible_counts() -> None:
         VisionSettings().num_frames(1, 30.0)
 
 
-@pytest.mark.parametrize(
-    ("height", "width"), [(112, 112), (480, 640), (720, 1280), (1080, 1920), (50, 600), (30, 40)]
-)
+@pytest.mark.parametrize(("height", "width"), [(112, 112), (480, 640), (720, 1280), (1080, 1920), (50, 600), (30, 40)])
 @pytest.mark.parametrize("max_pixels", [81920, 28 * 28 * 16, VIDEO_MAX_PIXELS])
 def test_resize_bounds(height: int, width: int, max_pixels: int) -> None:
     settings = VisionSettings(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
@@ -250,9 +246,7 @@ def test_read_video_seeks_past_keyframes(clips: dict[str, Path]) -> None:
     # frame 20 and must still number frames exactly (26 .. 79).
     frames, _ = read_video(clips["long_gop10"], VisionSettings(video_start=1.3, nframes=8, **SMALL))
     assert frame_numbers(frames) == qwen_indices(26, 79, 8)
-    frames, _ = read_video(
-        clips["long_gop10"], VisionSettings(video_start=2.0, video_end=3.0, nframes=4, **SMALL)
-    )
+    frames, _ = read_video(clips["long_gop10"], VisionSettings(video_start=2.0, video_end=3.0, nframes=4, **SMALL))
     assert frame_numbers(frames) == qwen_indices(40, 60, 4)
 
 
@@ -287,9 +281,7 @@ def test_read_video_errors_name_the_file(clips: dict[str, Path], tmp_path: Path)
 def test_truncated_video_fails_with_its_name(clips: dict[str, Path]) -> None:
     with pytest.raises(MediaError, match=r"cut_mid_packet\.mp4: decoding failed after frame \d+"):
         read_video(clips["cut_mid_packet"], VisionSettings(nframes=80, **SMALL))
-    with pytest.raises(
-        MediaError, match=r"cut_at_packet\.mp4: decoding stopped at frame \d+ but frame \d+ was needed"
-    ):
+    with pytest.raises(MediaError, match=r"cut_at_packet\.mp4: decoding stopped at frame \d+ but frame \d+ was needed"):
         read_video(clips["cut_at_packet"], VisionSettings(nframes=80, **SMALL))
     # The frames before the cut are still readable.
     frames, _ = read_video(clips["cut_at_packet"], VisionSettings(video_end=1.0, nframes=4, **SMALL))
@@ -307,9 +299,7 @@ def test_preprocess_video_shapes_and_timing(clips: dict[str, Path]) -> None:
     settings = VisionSettings(fps=4, **SMALL)
     item = prepare_video(clips["counter"], settings)
     assert item.grid_thw.tolist() == [4, 8, 8]  # 8 frames in pairs, 112 / 14 patches per side
-    assert (
-        item.pixel_values.shape == (4 * 8 * 8, 3 * 2 * 14 * 14) and item.pixel_values.dtype == torch.float32
-    )
+    assert item.pixel_values.shape == (4 * 8 * 8, 3 * 2 * 14 * 14) and item.pixel_values.dtype == torch.float32
     assert item.second_per_grid_t == pytest.approx(2 / 4.0)
     assert item.num_tokens == 4 * 8 * 8 // 4
 
@@ -368,10 +358,7 @@ def _hf_image_processor(min_pixels: int, max_pixels: int):
 def _smooth_image(height: int, width: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width] / max(height, width)
-    channels = [
-        np.sin(6 * x * rng.uniform(0.5, 2) + 4 * y * rng.uniform(0.5, 2) + rng.uniform(0, 6))
-        for _ in range(3)
-    ]
+    channels = [np.sin(6 * x * rng.uniform(0.5, 2) + 4 * y * rng.uniform(0.5, 2) + rng.uniform(0, 6)) for _ in range(3)]
     rgb = (np.stack(channels, -1) * 100 + 128 + rng.normal(0, 6, (height, width, 3))).clip(0, 255)
     return rgb.astype(np.uint8)
 
@@ -397,23 +384,17 @@ def test_video_patchify_matches_transformers_frame_pairs() -> None:
     # Frames are already at their target size, so no resize kernel is involved on either side.
     processor = _hf_image_processor(28 * 28, 28 * 28 * 64)
     frames = np.stack([_smooth_image(56, 84, seed=i) for i in range(5)])  # odd: last frame repeats
-    ours = preprocess_video(
-        torch.from_numpy(frames).permute(0, 3, 1, 2), VisionSettings(min_pixels=28 * 28), 2.0
-    )
+    ours = preprocess_video(torch.from_numpy(frames).permute(0, 3, 1, 2), VisionSettings(min_pixels=28 * 28), 2.0)
     singles = [processor(images=Image.fromarray(f), return_tensors="pt")["pixel_values"] for f in frames]
     singles = [s.reshape(s.shape[0], 3, 2, 14, 14)[:, :, 0] for s in singles]
     singles.append(singles[-1])
-    pairs = [
-        torch.stack([singles[i], singles[i + 1]], dim=2).reshape(singles[i].shape[0], -1) for i in (0, 2, 4)
-    ]
+    pairs = [torch.stack([singles[i], singles[i + 1]], dim=2).reshape(singles[i].shape[0], -1) for i in (0, 2, 4)]
     assert ours.grid_thw.tolist() == [3, 4, 6]
     torch.testing.assert_close(ours.pixel_values, torch.cat(pairs), atol=1e-5, rtol=0)
 
 
 def test_normalisation_constants_are_clip() -> None:
-    white = preprocess_image(
-        torch.full((3, 28, 28), 255, dtype=torch.uint8), VisionSettings(min_pixels=28 * 28)
-    )
+    white = preprocess_image(torch.full((3, 28, 28), 255, dtype=torch.uint8), VisionSettings(min_pixels=28 * 28))
     expected = [(1 - m) / s for m, s in zip(IMAGE_MEAN, IMAGE_STD)]
     per_channel = white.pixel_values.reshape(-1, 3, 2 * 14 * 14).mean(dim=(0, 2))
     torch.testing.assert_close(per_channel, torch.tensor(expected), atol=1e-5, rtol=0)
@@ -424,9 +405,7 @@ def test_video_resize_kernel_is_close_to_pil() -> None:
     # natural-looking picture they agree to a level or two.
     image = _smooth_image(120, 200, seed=3)
     for height, width in ((56, 112), (168, 280)):
-        ours = resize_frames(torch.from_numpy(image).permute(2, 0, 1)[None], height, width)[0].permute(
-            1, 2, 0
-        )
+        ours = resize_frames(torch.from_numpy(image).permute(2, 0, 1)[None], height, width)[0].permute(1, 2, 0)
         pil = np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BICUBIC))
         diff = np.abs(ours.numpy().astype(int) - pil.astype(int))
         assert diff.max() <= 3 and diff.mean() < 0.5, (height, width, diff.max(), diff.mean())
@@ -440,9 +419,7 @@ def test_preprocess_video_matches_transformers_video_processor() -> None:
 
     min_pixels, max_pixels = 28 * 28 * 4, 28 * 28 * 40
     processor = Qwen2VLVideoProcessor(min_pixels=min_pixels, max_pixels=max_pixels)
-    frames = torch.from_numpy(np.stack([_smooth_image(150, 230, seed=i) for i in range(6)])).permute(
-        0, 3, 1, 2
-    )
+    frames = torch.from_numpy(np.stack([_smooth_image(150, 230, seed=i) for i in range(6)])).permute(0, 3, 1, 2)
     expected = processor(videos=[frames], do_sample_frames=False, return_tensors="pt")
     ours = preprocess_video(frames, VisionSettings(min_pixels=min_pixels, max_pixels=max_pixels), 2.0)
     assert ours.grid_thw.tolist() == expected["video_grid_thw"][0].tolist()
@@ -462,9 +439,11 @@ def test_load_image_from_file_and_errors(tmp_path: Path) -> None:
     assert image[:, :, 0].tolist() == [[200] * 56, [0] * 56, [0] * 56]
     assert image[:, :, -1].tolist() == [[255] * 56] * 3
     # resized_* go through smart_resize with the image pixel floor (4*28*28), as upstream.
-    assert tuple(
-        load_image(tmp_path / "a.png", VisionSettings(resized_height=28, resized_width=56)).shape
-    ) == (3, 56, 84)
+    assert tuple(load_image(tmp_path / "a.png", VisionSettings(resized_height=28, resized_width=56)).shape) == (
+        3,
+        56,
+        84,
+    )
     assert torch.equal(
         load_image(f"file://{tmp_path / 'a.png'}", VisionSettings(resized_height=56, resized_width=84)), image
     )

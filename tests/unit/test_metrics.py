@@ -14,8 +14,9 @@ from cosmos_train.metrics import MetricsLogger, read_metrics
 def test_jsonl_console_and_offline_wandb(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    cfg = config_from_dict({"logging": {"logger": ["console", "wandb"], "project_name": "p",
-                                        "experiment_name": "e", "log_interval": 2}})
+    cfg = config_from_dict(
+        {"logging": {"logger": ["console", "wandb"], "project_name": "p", "experiment_name": "e", "log_interval": 2}}
+    )
     m = MetricsLogger(tmp_path, cfg)
     m.log(1, {"loss": 2.5, "lr": 1e-3})
     m.log(2, {"loss": 2.0, "lr": 1e-3})

@@ -31,15 +31,21 @@ def test_folder_without_tokenizer_files_names_them(tiny_model_dir: Path, tmp_pat
 
 def test_folder_without_preprocessor_config(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = copy_without(tiny_model_dir, tmp_path / "m", "preprocessor_config.json")
-    with pytest.raises(ModelError, match=r"missing image preprocessor config \(preprocessor_config\.json or "
-                                         r"processor_config\.json\)"):
+    with pytest.raises(
+        ModelError,
+        match=r"missing image preprocessor config \(preprocessor_config\.json or "
+        r"processor_config\.json\)",
+    ):
         load_processor(folder)
 
 
 def test_model_folder_without_weights_or_config(tiny_model_dir: Path, tmp_path: Path) -> None:
     folder = copy_without(tiny_model_dir, tmp_path / "m", "model.safetensors", "config.json")
-    with pytest.raises(ModelError, match=rf"{folder} lacks the model files: missing model config \(config\.json\); "
-                                         r"weights \(model\.safetensors or "):
+    with pytest.raises(
+        ModelError,
+        match=rf"{folder} lacks the model files: missing model config \(config\.json\); "
+        r"weights \(model\.safetensors or ",
+    ):
         load_model(folder)
 
 
@@ -71,8 +77,9 @@ def test_model_family_spec_finds_the_blocks_and_refuses_other_types(tiny_model_d
 
     model = load_model(tiny_model_dir)
     spec = family_of(model)
-    assert spec.name == "qwen2_5_vl" and all(n.startswith(spec.vision_prefixes) for n, _ in model.named_parameters()
-                                             if ".visual." in f".{n}")
+    assert spec.name == "qwen2_5_vl" and all(
+        n.startswith(spec.vision_prefixes) for n, _ in model.named_parameters() if ".visual." in f".{n}"
+    )
     assert len(spec.language_layers(model)) == model.config.text_config.num_hidden_layers
     assert len(spec.vision_blocks(model)) == model.config.vision_config.depth
     other = tmp_path / "falcon"

@@ -45,13 +45,15 @@ def poisoned_trainer(monkeypatch: pytest.MonkeyPatch):
 
 def _run(sft, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, skip: int) -> tuple[int, Path]:
     run = tmp_path / "run"
-    cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out",
-                                max_num_steps=6, skip_nonfinite_steps=skip)
+    cfg = write_tiny_sft_config(
+        run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=6, skip_nonfinite_steps=skip
+    )
     return sft.main(["--config", str(cfg)]), run
 
 
-def test_nonfinite_loss_stops_the_run_naming_the_step(poisoned_trainer, tmp_path: Path, tiny_model_dir: Path,
-                                                      synthetic_dir: Path, capsys: pytest.CaptureFixture) -> None:
+def test_nonfinite_loss_stops_the_run_naming_the_step(
+    poisoned_trainer, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
     code, run = _run(poisoned_trainer, tmp_path, tiny_model_dir, synthetic_dir, skip=0)
     assert code == 2
     record = json.loads((run / "error.json").read_text())
@@ -64,8 +66,9 @@ def test_nonfinite_loss_stops_the_run_naming_the_step(poisoned_trainer, tmp_path
         assert all(torch.isfinite(t).all() for t in load_file(f).values())
 
 
-def test_skipped_nonfinite_step_makes_no_update(poisoned_trainer, tmp_path: Path, tiny_model_dir: Path,
-                                                synthetic_dir: Path) -> None:
+def test_skipped_nonfinite_step_makes_no_update(
+    poisoned_trainer, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     code, run = _run(poisoned_trainer, tmp_path, tiny_model_dir, synthetic_dir, skip=1)
     assert code == 0
     result = json.loads((run / "result.json").read_text())
@@ -79,22 +82,43 @@ def test_skipped_nonfinite_step_makes_no_update(poisoned_trainer, tmp_path: Path
     assert final and all(torch.isfinite(t).all() for t in final.values())
 
 
-def test_val_before_train_scores_the_starting_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                     tiny_model_dir: Path, synthetic_dir: Path) -> None:
+def test_val_before_train_scores_the_starting_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     """validation.val_before_train (cosmos-rl's key): the starting weights are validated at step 0, then the
     schedule (freq) and the last step as without it."""
     from cosmos_train.net import free_port
     from cosmos_train.train import sft
 
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())}.items():
+    for key, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }.items():
         monkeypatch.setenv(key, value)
     run = tmp_path / "run"
     cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4)
-    cfg.write_text(cfg.read_text() + "\n".join([
-        "[validation]", "enable = true", "freq = 3", "val_before_train = true", "batch_size = 8",
-        "[validation.dataset]", f'name = "{synthetic_dir}"', 'split = "train_letter"',
-        "[validation.dataset.vision]", "min_pixels = 3136", "max_pixels = 3136", ""]))
+    cfg.write_text(
+        cfg.read_text()
+        + "\n".join(
+            [
+                "[validation]",
+                "enable = true",
+                "freq = 3",
+                "val_before_train = true",
+                "batch_size = 8",
+                "[validation.dataset]",
+                f'name = "{synthetic_dir}"',
+                'split = "train_letter"',
+                "[validation.dataset.vision]",
+                "min_pixels = 3136",
+                "max_pixels = 3136",
+                "",
+            ]
+        )
+    )
     assert sft.main(["--config", str(cfg)]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     val = [r for r in rows if r["kind"] == "val"]
@@ -102,15 +126,21 @@ def test_val_before_train_scores_the_starting_weights(monkeypatch: pytest.Monkey
     assert val[0]["loss"] > val[-1]["loss"]  # lr 1e-3 on the letter answers: the starting weights score worse
 
 
-def test_bfloat16_master_weights_train_and_export_in_bfloat16(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                             tiny_model_dir: Path, synthetic_dir: Path) -> None:
+def test_bfloat16_master_weights_train_and_export_in_bfloat16(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
+) -> None:
     """train.master_dtype = "bfloat16" (a cosmos-rl recipe key): the weights and Adam's moments are held in
     bfloat16, the run learns, and the export is bfloat16."""
     from cosmos_train.net import free_port
     from cosmos_train.train import sft
 
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())}.items():
+    for key, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }.items():
         monkeypatch.setenv(key, value)
     seen = {}
     original = sft.SFTTrainer.train_step
@@ -123,8 +153,9 @@ def test_bfloat16_master_weights_train_and_export_in_bfloat16(monkeypatch: pytes
 
     monkeypatch.setattr(sft.SFTTrainer, "train_step", spy)
     run = tmp_path / "run"
-    cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=6,
-                                master_dtype="bfloat16")
+    cfg = write_tiny_sft_config(
+        run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=6, master_dtype="bfloat16"
+    )
     assert sft.main(["--config", str(cfg)]) == 0
     assert seen["params"] == {torch.bfloat16} and seen["state"] == {torch.bfloat16}
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

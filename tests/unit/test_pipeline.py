@@ -25,11 +25,11 @@ def _pipeline(tmp_path: Path, text: str) -> Path:
 BASIC = f"""
 output_dir = "{{out}}"
 [sft]
-config = "{CONFIGS / 'tiny-sft.toml'}"
+config = "{CONFIGS / "tiny-sft.toml"}"
 [grpo]
-config = "{CONFIGS / 'tiny-grpo.toml'}"
+config = "{CONFIGS / "tiny-grpo.toml"}"
 [evaluate]
-config = "{CONFIGS / 'eval-tiny.toml'}"
+config = "{CONFIGS / "eval-tiny.toml"}"
 """
 
 
@@ -42,8 +42,16 @@ def test_the_shipped_pipeline_loads_with_paths_from_its_own_folder() -> None:
 
 def test_overrides_reach_the_stage_config_or_the_pipeline(tmp_path: Path) -> None:
     path = _pipeline(tmp_path, BASIC.format(out=tmp_path))
-    cfg = load_pipeline_config(path, ["sft.train.max_num_steps=7", 'grpo.export="final"', "evaluate.limit=3",
-                                      'upload.to=["s3://bucket/x"]', "evaluate.base=false"])
+    cfg = load_pipeline_config(
+        path,
+        [
+            "sft.train.max_num_steps=7",
+            'grpo.export="final"',
+            "evaluate.limit=3",
+            'upload.to=["s3://bucket/x"]',
+            "evaluate.base=false",
+        ],
+    )
     assert cfg.name == "p"  # the file's stem when not given
     assert cfg.sft.overrides == ["train.max_num_steps=7"] and cfg.grpo.export == "final"
     assert cfg.evaluate.overrides == ["limit=3"] and cfg.evaluate.base is False
@@ -57,23 +65,30 @@ def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
     assert any("uplaod" in p and "did you mean upload" in p for p in e.value.problems), e.value.problems
 
     with pytest.raises(ConfigError) as e:  # a typo inside a stage's own config, found before anything runs
-        load_pipeline_config(_pipeline(tmp_path, BASIC.format(out=tmp_path)),
-                             ["grpo.train.max_num_stpes=3", "evaluate.batchsize=2", 'upload.to=["ftp://x"]'])
+        load_pipeline_config(
+            _pipeline(tmp_path, BASIC.format(out=tmp_path)),
+            ["grpo.train.max_num_stpes=3", "evaluate.batchsize=2", 'upload.to=["ftp://x"]'],
+        )
     text = "\n".join(e.value.problems)
     assert "grpo (config" in text and "max_num_stpes" in text and "max_num_steps" in text
     assert "evaluate (config" in text and "batch_size" in text
     assert "upload.to: 'ftp://x' is not an s3://bucket/prefix or hf://org/repo URL" in text
 
 
-@pytest.mark.parametrize("text, message", [
-    ('output_dir = "o"\n[evaluate]\nconfig = "eval.toml"\n', "needs an [sft] or a [grpo] section"),
-    ('[sft]\nconfig = "missing.toml"\n', "sft.config: missing.toml does not exist"),
-    (f'[sft]\nconfig = "{CONFIGS / "tiny-grpo.toml"}"\n', "is a grpo job config; the [sft] stage needs"),
-    (f'[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\noverrides = ["train.ckpt.export_safetensors=false"]\n',
-     "a pipeline stage must export"),
-    (f'name = "../x"\n[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\n', "name"),
-    (f'[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\ntrain_retries = -1\n', "train_retries"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('output_dir = "o"\n[evaluate]\nconfig = "eval.toml"\n', "needs an [sft] or a [grpo] section"),
+        ('[sft]\nconfig = "missing.toml"\n', "sft.config: missing.toml does not exist"),
+        (f'[sft]\nconfig = "{CONFIGS / "tiny-grpo.toml"}"\n', "is a grpo job config; the [sft] stage needs"),
+        (
+            f'[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\noverrides = ["train.ckpt.export_safetensors=false"]\n',
+            "a pipeline stage must export",
+        ),
+        (f'name = "../x"\n[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\n', "name"),
+        (f'[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\ntrain_retries = -1\n', "train_retries"),
+    ],
+)
 def test_refused_pipelines(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_pipeline_config(_pipeline(tmp_path, text))

@@ -80,10 +80,12 @@ def sample(sid: str, video: str | None, answer: str | None = "<answer>B</answer>
 
 def cfg_for(on_bad_row: str = "skip", **policy) -> object:
     tp = policy.pop("train_policy", {})
-    return config_from_dict({
-        "policy": {"model_max_length": policy.pop("max_len", 4096)},
-        "train": {"train_policy": {"dataset": {"name": "x", "on_bad_row": on_bad_row}, **tp}},
-    })
+    return config_from_dict(
+        {
+            "policy": {"model_max_length": policy.pop("max_len", 4096)},
+            "train": {"train_policy": {"dataset": {"name": "x", "on_bad_row": on_bad_row}, **tp}},
+        }
+    )
 
 
 # ------------------------------------------------------------------------------ conversation rules
@@ -95,8 +97,11 @@ def cfg_for(on_bad_row: str = "skip", **policy) -> object:
         ([{"role": "user", "content": "q"}], "sft", "no_assistant_turn"),
         ([{"role": "user", "content": "q"}, {"role": "bot", "content": "a"}], "sft", "wrong_role"),
         ([{"role": "assistant", "content": "a"}], "sft", "bad_alternation"),
-        ([{"role": "user", "content": "q"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-         "sft", "bad_alternation"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "sft",
+            "bad_alternation",
+        ),
         ([{"role": "user", "content": "q"}, {"role": "system", "content": "s"}], "sft", "bad_alternation"),
         ([{"role": "user", "content": "  "}, {"role": "assistant", "content": "a"}], "sft", "empty_turn"),
         ([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}], "grpo", "bad_alternation"),
@@ -109,8 +114,13 @@ def test_conversation_problems(messages: list, policy: str, reason: str) -> None
 
 def test_well_formed_conversations_pass() -> None:
     sys_ = {"role": "system", "content": "s"}
-    multi = [sys_, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
-             {"role": "user", "content": [{"type": "text", "text": "q2"}]}, {"role": "assistant", "content": "b"}]
+    multi = [
+        sys_,
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": [{"type": "text", "text": "q2"}]},
+        {"role": "assistant", "content": "b"},
+    ]
     assert check_conversation(multi, "sft") is None
     assert check_conversation([sys_, {"role": "user", "content": "q"}], "grpo") is None
     assert check_conversation(multi, "grpo") is None  # an SFT row reused for RL: its last turn is the reference
@@ -130,20 +140,41 @@ def test_skip_counts_every_bad_row_by_reason(tmp_path: Path, processor, media: d
         {**sample("role", None), "messages": [{"role": "user", "content": "q"}, {"role": "gpt4", "content": "a"}]},
     ]
     # Rows a source could not map (unknown column, LLaVA count mismatch) arrive as error samples.
-    (tmp_path / "r.json").write_text(json.dumps([
-        {"video": media["good"], "chat": []},
-        {"images": ["a.png"], "conversations": [{"from": "human", "value": "<image> <image>"},
-                                                {"from": "gpt", "value": "x"}]},
-    ]))
-    rows += load_samples(config_from_dict({"train": {"train_policy": {"dataset": {"name": str(tmp_path / "r.json")}}}}),
-                         "train", keep_errors=True)
+    (tmp_path / "r.json").write_text(
+        json.dumps(
+            [
+                {"video": media["good"], "chat": []},
+                {
+                    "images": ["a.png"],
+                    "conversations": [{"from": "human", "value": "<image> <image>"}, {"from": "gpt", "value": "x"}],
+                },
+            ]
+        )
+    )
+    rows += load_samples(
+        config_from_dict({"train": {"train_policy": {"dataset": {"name": str(tmp_path / "r.json")}}}}),
+        "train",
+        keep_errors=True,
+    )
     seen = []
-    report = validate_samples(rows, cfg_for("skip"), processor, run_dir=tmp_path / "run", workers=2,
-                              progress=lambda done, total: seen.append((done, total)))
+    report = validate_samples(
+        rows,
+        cfg_for("skip"),
+        processor,
+        run_dir=tmp_path / "run",
+        workers=2,
+        progress=lambda done, total: seen.append((done, total)),
+    )
     assert report.rows_read == 11 and report.rows_kept == 2
     assert report.skipped == {
-        "missing_media": 1, "bad_media": 1, "empty_video": 2, "no_assistant_turn": 1, "empty_conversation": 1,
-        "wrong_role": 1, "unknown_column": 1, "placeholder_mismatch": 1,
+        "missing_media": 1,
+        "bad_media": 1,
+        "empty_video": 2,
+        "no_assistant_turn": 1,
+        "empty_conversation": 1,
+        "wrong_role": 1,
+        "unknown_column": 1,
+        "placeholder_mismatch": 1,
     }
     assert report.examples["missing_media"][0]["origin"] == "rows.json:missing"
     assert "missing.mp4" in report.examples["missing_media"][0]["message"]
@@ -215,8 +246,19 @@ def test_grpo_takes_sft_rows_their_answer_is_the_reference(tmp_path: Path, proce
     from cosmos_train.data.prompt import prompt_messages, reference_answer
 
     batches = {"train": {"train_batch_per_replica": 8}, "rollout": {"n_generation": 2, "batch_size": 4}}
-    grpo = config_from_dict({**batches, "train": {**batches["train"], "train_policy": {
-        "type": "grpo", "reward_function": ["single_choice"], "dataset": {"name": "x", "on_bad_row": "fail"}}}})
+    grpo = config_from_dict(
+        {
+            **batches,
+            "train": {
+                **batches["train"],
+                "train_policy": {
+                    "type": "grpo",
+                    "reward_function": ["single_choice"],
+                    "dataset": {"name": "x", "on_bad_row": "fail"},
+                },
+            },
+        }
+    )
     row = sample("s", media["good"], answer="B")
     report = validate_samples([row, sample("p", media["good"], answer=None, reference="C")], grpo, processor)
     assert [r["id"] for r in report.kept] == ["s", "p"]
@@ -229,14 +271,36 @@ def test_grpo_takes_sft_rows_their_answer_is_the_reference(tmp_path: Path, proce
     from cosmos_train.rewards import combine
     from cosmos_train.train.rollout import collect_rollouts
 
-    rows = [{"id": str(i), "video": media["good"], "nframes": 4, **SMALL, "pick": "A",
-             "conversations": [{"from": "human", "value": f"Which way {i}?"}, {"from": "gpt", "value": "B"}]}
-            for i in range(2)]
+    rows = [
+        {
+            "id": str(i),
+            "video": media["good"],
+            "nframes": 4,
+            **SMALL,
+            "pick": "A",
+            "conversations": [{"from": "human", "value": f"Which way {i}?"}, {"from": "gpt", "value": "B"}],
+        }
+        for i in range(2)
+    ]
     (tmp_path / "sft.json").write_text(json.dumps(rows))
     for column, want in ((None, "B"), ("pick", "A")):
         tp = {"type": "grpo", "reward_function": ["single_choice"], "response_column_name": column}
-        cfg = config_from_dict({**batches, "train": {**batches["train"], "train_policy": {
-            "dataset": {"name": str(tmp_path / "sft.json"), "on_bad_row": "fail", "media_path": str(Path(media["good"]).parent)}, **{k: v for k, v in tp.items() if v}}}})
+        cfg = config_from_dict(
+            {
+                **batches,
+                "train": {
+                    **batches["train"],
+                    "train_policy": {
+                        "dataset": {
+                            "name": str(tmp_path / "sft.json"),
+                            "on_bad_row": "fail",
+                            "media_path": str(Path(media["good"]).parent),
+                        },
+                        **{k: v for k, v in tp.items() if v},
+                    },
+                },
+            }
+        )
         kept = validate_samples(load_samples(cfg, "train", keep_errors=True), cfg, processor).kept
         assert [reference_answer(r) for r in kept] == [want, want]
 
@@ -263,8 +327,12 @@ def test_without_processor_media_is_still_decoded(media: dict[str, str]) -> None
 
 
 def test_prepare_split_on_synthetic_data(tmp_path: Path, processor, synthetic_dir: Path) -> None:
-    cfg = config_from_dict({"train": {"train_policy": {"dataset": {"name": str(synthetic_dir), "vision": SMALL}}},
-                            "validation": {"enable": True}})
+    cfg = config_from_dict(
+        {
+            "train": {"train_policy": {"dataset": {"name": str(synthetic_dir), "vision": SMALL}}},
+            "validation": {"enable": True},
+        }
+    )
     train = prepare_split(cfg, "train", tmp_path, processor)
     val = prepare_split(cfg, "val", tmp_path, processor)
     assert (train.rows_kept, val.rows_kept) == (48, 8)
@@ -276,8 +344,9 @@ def test_prepare_split_on_synthetic_data(tmp_path: Path, processor, synthetic_di
 
 # ------------------------------------------------------------------------------ clip cache
 @pytest.mark.parametrize("with_processor", [True, False])
-def test_prep_warms_the_clip_cache_for_the_trainer(tmp_path: Path, processor, media: dict[str, str],
-                                                  with_processor: bool) -> None:
+def test_prep_warms_the_clip_cache_for_the_trainer(
+    tmp_path: Path, processor, media: dict[str, str], with_processor: bool
+) -> None:
     from cosmos_train.train.data import SFTDataset
 
     cache = tmp_path / "clips"
@@ -293,8 +362,9 @@ def test_prep_warms_the_clip_cache_for_the_trainer(tmp_path: Path, processor, me
     assert (trainer.clip_cache.hits, trainer.clip_cache.misses) == (3, 0)  # nothing decoded again
 
 
-def test_enable_dataset_cache_keeps_clips_in_the_shared_cache(tmp_path: Path, processor, media: dict[str, str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_enable_dataset_cache_keeps_clips_in_the_shared_cache(
+    tmp_path: Path, processor, media: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """train_policy.enable_dataset_cache (cosmos-rl's key) without a cache_dir: decoded clips go to
     $COSMOS_CACHE/clip_cache, and a second pass decodes nothing."""
     from cosmos_train.train.data import SFTDataset

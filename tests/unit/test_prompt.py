@@ -33,11 +33,17 @@ def test_system_prompt_rule() -> None:
 def test_media_go_before_the_text_and_the_answer_is_cut() -> None:
     video = {"type": "video", "video": "/c.mp4", "fps": 1}
     chat = question_messages("Where does it go?", [video], "S")
-    assert chat == [{"role": "system", "content": "S"},
-                    {"role": "user", "content": [video, {"type": "text", "text": "Where does it go?"}]}]
+    assert chat == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": [video, {"type": "text", "text": "Where does it go?"}]},
+    ]
     assert question_messages("Hi")[1] == USER
-    row = [USER, {"role": "assistant", "content": "A"}, {"role": "user", "content": "Sure?"},
-           {"role": "assistant", "content": "Yes"}]
+    row = [
+        USER,
+        {"role": "assistant", "content": "A"},
+        {"role": "user", "content": "Sure?"},
+        {"role": "assistant", "content": "Yes"},
+    ]
     assert prompt_messages(row) == with_system_prompt(row[:3])
     assert prompt_messages([USER]) == with_system_prompt([USER])
     with pytest.raises(DataError, match="row 7: the row has no user turn"):
@@ -85,10 +91,12 @@ def three_views(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pyt
     from cosmos_train.models.load import load_processor
     from tests.conftest import write_tiny_sft_config
 
-    path = write_tiny_sft_config(tmp_path_factory.mktemp("cfg") / "c.toml", tiny_model_dir, synthetic_dir,
-                                 tmp_path_factory.mktemp("out"))
-    cfg = load_config(path, ["train.train_policy.dataset.split=\"val_letter\"",
-                             "train.train_policy.dataset.vision.fps=1"])
+    path = write_tiny_sft_config(
+        tmp_path_factory.mktemp("cfg") / "c.toml", tiny_model_dir, synthetic_dir, tmp_path_factory.mktemp("out")
+    )
+    cfg = load_config(
+        path, ['train.train_policy.dataset.split="val_letter"', "train.train_policy.dataset.vision.fps=1"]
+    )
     sample = next(s for s in load_samples(cfg, "train") if s["id"].startswith("val-00000"))
     rl_row = json.loads((synthetic_dir / "rl" / "val.json").read_text())[0]
     assert rl_row["id"].startswith("val-00000")
@@ -100,15 +108,19 @@ def three_views(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pyt
     processor = load_processor(str(tiny_model_dir))
     sft = encode_chat(processor, sample["messages"])
     first_label = next(i for i, lab in enumerate(sft.labels.tolist()) if lab != -100)
-    engine = HFEngine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu"),
-                      processor=processor)
+    engine = HFEngine(
+        GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu"),
+        processor=processor,
+    )
     from cosmos_train.generation import SamplingParams
 
     (completion,) = engine.generate([prompt_messages(sample["messages"])], SamplingParams(max_new_tokens=1))[0]
     engine.close()
     return {
         "sft": sft.input_ids[:first_label].tolist(),
-        "rollout": encode_chat(processor, prompt_messages(sample["messages"]), add_generation_prompt=True).input_ids.tolist(),
+        "rollout": encode_chat(
+            processor, prompt_messages(sample["messages"]), add_generation_prompt=True
+        ).input_ids.tolist(),
         "engine": completion.prompt_token_ids,
         "evaluation": encode_chat(processor, eval_chat, add_generation_prompt=True).input_ids.tolist(),
         "eval_chat": eval_chat,

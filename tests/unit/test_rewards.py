@@ -88,7 +88,8 @@ def test_dataset_script_rewards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     script = tmp_path / "my_grpo.py"
     script.write_text(
         "def get_dataset(config):\n    return []\n\n"
-        "def length_bonus(completion, reference, sample):\n    return 1.0 if reference in completion else -len(completion) / 100\n\n"
+        "def length_bonus(completion, reference, sample):\n"
+        "    return 1.0 if reference in completion else -len(completion) / 100\n\n"
         "REWARD_FUNCTIONS = {'contains_reference': length_bonus}\n"
     )
     monkeypatch.setattr("cosmos_train.rewards.REWARDS", dict(REWARDS))

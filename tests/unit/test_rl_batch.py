@@ -18,8 +18,12 @@ from tests.rl_reference import completion_sequence, per_token, token_logprobs
 
 def _prompt(ids: list[int]) -> EncodedChat:
     t = torch.tensor(ids)
-    return EncodedChat(input_ids=t, labels=torch.full_like(t, IGNORE_INDEX), attention_mask=torch.ones_like(t),
-                       mm_token_type_ids=torch.zeros_like(t, dtype=torch.int32))
+    return EncodedChat(
+        input_ids=t,
+        labels=torch.full_like(t, IGNORE_INDEX),
+        attention_mask=torch.ones_like(t),
+        mm_token_type_ids=torch.zeros_like(t, dtype=torch.int32),
+    )
 
 
 def test_sequence_labels_only_the_completion() -> None:
@@ -66,13 +70,29 @@ def test_trainer_logprobs_equal_the_engines(tiny_model_dir: Path, synthetic_dir:
     from cosmos_train.generation.hf import HFEngine
     from cosmos_train.train.vision_forward import forward_micro_batch
 
-    cfg = config_from_dict({"train": {"train_batch_per_replica": 4, "train_policy": {
-        "type": "grpo", "dataset": {"name": str(synthetic_dir), "vision": {"min_pixels": 3136, "max_pixels": 3136}}}},
-        "rollout": {"n_generation": 4}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "train_batch_per_replica": 4,
+                "train_policy": {
+                    "type": "grpo",
+                    "dataset": {"name": str(synthetic_dir), "vision": {"min_pixels": 3136, "max_pixels": 3136}},
+                },
+            },
+            "rollout": {"n_generation": 4},
+        }
+    )
     rows = load_samples(cfg, "train")[:3]
     rows[1]["messages"][-1]["content"][-1]["text"] += " Think about it first."  # a longer prompt
-    engine = HFEngine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", device="cpu", dtype="float32",
-                                       vision_defaults=cfg.train.train_policy.dataset.vision.as_part_defaults()))
+    engine = HFEngine(
+        GenerationConfig(
+            model_path=str(tiny_model_dir),
+            engine="hf",
+            device="cpu",
+            dtype="float32",
+            vision_defaults=cfg.train.train_policy.dataset.vision.as_part_defaults(),
+        )
+    )
     prompts = [prompt_messages(r["messages"]) for r in rows]
     groups = engine.generate(prompts, SamplingParams(n=2, max_new_tokens=5, temperature=0.7, seed=3))
     seqs, behav, plens = [], [], []
@@ -104,9 +124,18 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
     from cosmos_train.train.rl_batch import RLSample, shared_prefix_batch
     from cosmos_train.train.vision_forward import forward_micro_batch
 
-    cfg = config_from_dict({"train": {"train_batch_per_replica": 4, "train_policy": {
-        "type": "grpo", "dataset": {"name": str(synthetic_dir), "vision": {"min_pixels": 3136, "max_pixels": 3136}}}},
-        "rollout": {"n_generation": 4}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "train_batch_per_replica": 4,
+                "train_policy": {
+                    "type": "grpo",
+                    "dataset": {"name": str(synthetic_dir), "vision": {"min_pixels": 3136, "max_pixels": 3136}},
+                },
+            },
+            "rollout": {"n_generation": 4},
+        }
+    )
     rows = load_samples(cfg, "train")[:2]
     chats = [prompt_messages(r["messages"]) for r in rows]
     chats.append([{"role": "user", "content": "Name a colour."}])
@@ -115,11 +144,15 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
     vision = cfg.train.train_policy.dataset.vision.as_part_defaults()
     from cosmos_train.vision.settings import VisionSettings
 
-    prompts = [encode_chat(processor, c, add_generation_prompt=True, vision_defaults=VisionSettings(**vision))
-               for c in chats]
+    prompts = [
+        encode_chat(processor, c, add_generation_prompt=True, vision_defaults=VisionSettings(**vision)) for c in chats
+    ]
     g = torch.Generator().manual_seed(0)
-    samples = [RLSample(p, torch.randint(100, 1000, (n,), generator=g).tolist(), 0.0, torch.zeros(n))
-               for p in prompts for n in (3, 1, 4)]
+    samples = [
+        RLSample(p, torch.randint(100, 1000, (n,), generator=g).tolist(), 0.0, torch.zeros(n))
+        for p in prompts
+        for n in (3, 1, 4)
+    ]
     weights = torch.randn(len(samples), 4, generator=g)
 
     shared, layout = shared_prefix_batch(samples, model.model.get_rope_index)
@@ -142,7 +175,9 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
         at = torch.searchsorted(keep, torch.arange(len(s.token_ids)) + plen - 1)
         separate[b, : len(s.token_ids)] = lp[b, at]
     assert int(mask.sum()) == int(lp_mask.sum()) == sum(len(s.token_ids) for s in samples)
-    assert torch.allclose(lp_shared[mask], separate[mask].detach(), atol=1e-5), (lp_shared[mask] - separate[mask]).abs().max()
+    assert torch.allclose(lp_shared[mask], separate[mask].detach(), atol=1e-5), (
+        (lp_shared[mask] - separate[mask]).abs().max()
+    )
     (separate * weights * mask).sum().backward()
     for name, p in model.named_parameters():
         if p.grad is not None or name in grads_shared:
@@ -157,8 +192,10 @@ def test_ignored_prefix_tokens_leave_the_loss_mask() -> None:
     from cosmos_train.train.rl_batch import RLSample
 
     prompt = _prompt([5, 6, 7])
-    samples = [RLSample(prompt, [1, 2, 3, 4], 1.0, torch.zeros(4), ignore_prefix=2),
-               RLSample(prompt, [1, 2, 9], -1.0, torch.zeros(3)),
-               RLSample(prompt, [8, 8], 0.5, torch.zeros(2), in_loss=False, ignore_prefix=1)]
+    samples = [
+        RLSample(prompt, [1, 2, 3, 4], 1.0, torch.zeros(4), ignore_prefix=2),
+        RLSample(prompt, [1, 2, 9], -1.0, torch.zeros(3)),
+        RLSample(prompt, [8, 8], 0.5, torch.zeros(2), in_loss=False, ignore_prefix=1),
+    ]
     micro = _Micro(samples, rope_index=None)
     assert micro.mask.tolist() == [[False, False, True, True], [True, True, True, False], [False] * 4]

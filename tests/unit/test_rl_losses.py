@@ -23,8 +23,9 @@ def test_group_advantages_grpo_and_dr_grpo() -> None:
     rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1])
     # group 1: mean 0.25; population std (np.std, cosmos-rl's) = sqrt((0.75^2 + 3 * 0.25^2) / 4) = sqrt(3) / 4
     adv = group_advantages(rewards, 4)
-    assert adv[:4].tolist() == pytest.approx([3 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3),
-                                              -1 / math.sqrt(3)], abs=1e-5)
+    assert adv[:4].tolist() == pytest.approx(
+        [3 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3), -1 / math.sqrt(3)], abs=1e-5
+    )
     # the sample std (TRL's, advantage_std = "sample") = sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5
     assert group_advantages(rewards, 4, std="sample")[:4].tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-5)
     assert adv[4:].tolist() == [0, 0, 0, 0]  # all equal: no signal
@@ -57,8 +58,13 @@ def test_clip_low_high_and_dual_clip_by_hand() -> None:
 
 def test_gradient_only_through_unclipped_tokens() -> None:
     logp = _logp([1.5, 1.0]).requires_grad_(True)
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([2.0]), torch.ones(1, 2),
-                          PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2))
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros(1, 2),
+        torch.tensor([2.0]),
+        torch.ones(1, 2),
+        PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.2),
+    )
     loss.backward()
     # token 0 is clipped (1.5 > 1.2): no gradient; token 1: d(-r * A / 2)/dlogp = -r * A / 2 = -1
     assert logp.grad[0].tolist() == pytest.approx([0.0, -1.0])
@@ -115,15 +121,33 @@ def test_k3_kl_and_kl_term() -> None:
 def test_decoupled_importance_weight_and_its_cap() -> None:
     logp = torch.zeros(1, 2)
     behav = torch.log(torch.tensor([[1 / 3, 1 / 1.5]]))  # old/behav = 3 (over the cap 2: zeroed) and 1.5
-    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
-                          PolicyLossConfig(decoupled=True, is_cap=2.0), behav_logprobs=behav)
+    loss, m = policy_loss(
+        logp,
+        torch.zeros(1, 2),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        PolicyLossConfig(decoupled=True, is_cap=2.0),
+        behav_logprobs=behav,
+    )
     assert loss.item() == pytest.approx(-(0 + 1.5) / 2)
     assert m["is_capped_fraction"] == 0.5 and m["is_weight_mean"] == pytest.approx(0.75)
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
-                          PolicyLossConfig(decoupled=True), behav_logprobs=behav)
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros(1, 2),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        PolicyLossConfig(decoupled=True),
+        behav_logprobs=behav,
+    )
     assert loss.item() == pytest.approx(-(3 + 1.5) / 2)  # no cap: the whole weight
-    loss, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2),
-                          PolicyLossConfig(is_cap=2.0), behav_logprobs=behav)
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros(1, 2),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        PolicyLossConfig(is_cap=2.0),
+        behav_logprobs=behav,
+    )
     assert loss.item() == pytest.approx(-1.0)  # without the decoupled loss the cap does nothing (cosmos-rl)
 
 
@@ -147,9 +171,20 @@ def test_overlong_penalty_and_entropy() -> None:
     assert ent[0].tolist() == pytest.approx([math.log(4)] * 3) and ent[1, 0].item() == pytest.approx(0, abs=1e-6)
 
 
-def _trl_loss(loss_type: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
-              eps_low: float, eps_high: float, beta: float = 0.0, ref: torch.Tensor | None = None,
-              level: str = "token", max_completion_length: int = 0) -> torch.Tensor:
+def _trl_loss(
+    loss_type: str,
+    logp: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    beta: float = 0.0,
+    ref: torch.Tensor | None = None,
+    level: str = "token",
+    max_completion_length: int = 0,
+) -> torch.Tensor:
     """TRL 1.16's GRPOTrainer._compute_loss run for real on these tensors: the trainer object is a
     stand-in holding only the attributes the loss reads, and the model's log-probs are `logp`."""
     from collections import defaultdict
@@ -160,19 +195,34 @@ def _trl_loss(loss_type: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.
     identity = lambda x, **_: x  # noqa: E731 (one process: gather / reduce return the tensor)
     stub = SimpleNamespace(
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level=level,
-        beta=beta, loss_type=loss_type, epsilon_low=eps_low, epsilon_high=eps_high, use_vllm=False,
-        vllm_importance_sampling_correction=False, model=SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, max_completion_length=max_completion_length,
-        accelerator=SimpleNamespace(num_processes=1, gather=identity, gather_for_metrics=identity, reduce=identity,
-                                    sync_gradients=True),
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level=level,
+        beta=beta,
+        loss_type=loss_type,
+        epsilon_low=eps_low,
+        epsilon_high=eps_high,
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=max_completion_length,
+        accelerator=SimpleNamespace(
+            num_processes=1, gather=identity, gather_for_metrics=identity, reduce=identity, sync_gradients=True
+        ),
         args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1),
-        _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)),
+        _entropy_bonus_enabled=False,
+        aux_loss_enabled=False,
+        _metrics=defaultdict(lambda: defaultdict(list)),
     )
     inputs = {
-        "prompt_ids": torch.zeros(logp.shape[0], 1, dtype=torch.long), "prompt_mask": torch.ones(logp.shape[0], 1),
-        "completion_ids": torch.zeros_like(logp, dtype=torch.long), "completion_mask": mask.float(),
-        "advantages": adv, "old_per_token_logps": old, "num_items_in_batch": mask.sum().float(),
+        "prompt_ids": torch.zeros(logp.shape[0], 1, dtype=torch.long),
+        "prompt_mask": torch.ones(logp.shape[0], 1),
+        "completion_ids": torch.zeros_like(logp, dtype=torch.long),
+        "completion_mask": mask.float(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum().float(),
     }
     if ref is not None:
         inputs["ref_per_token_logps"] = ref
@@ -207,5 +257,7 @@ def test_loss_equals_trl_on_the_same_tensors(trl_type: str, ours: dict) -> None:
         expected = _trl_loss(trl_type, logp, old, adv, mask, max_completion_length=6, **kw)
     normaliser = None
     cfg = PolicyLossConfig(epsilon_low=0.2, epsilon_high=0.28, dual_clip=None, **ours)
-    got, _ = policy_loss(logp, old, adv, mask, cfg, ref_logprobs=ref if "kl" in trl_type else None, normaliser=normaliser)
+    got, _ = policy_loss(
+        logp, old, adv, mask, cfg, ref_logprobs=ref if "kl" in trl_type else None, normaliser=normaliser
+    )
     assert got.item() == pytest.approx(expected.item(), abs=1e-6)

@@ -21,7 +21,12 @@ OPTIONS = {"A": "left", "B": "right", "C": "stays", "D": "falls"}
 
 
 def _row(i: int, reference: str) -> dict:
-    return {"id": f"r{i}", "messages": [{"role": "user", "content": f"Q{i}"}], "reference": reference, "options": OPTIONS}
+    return {
+        "id": f"r{i}",
+        "messages": [{"role": "user", "content": f"Q{i}"}],
+        "reference": reference,
+        "options": OPTIONS,
+    }
 
 
 class ScriptedEngine:
@@ -40,15 +45,18 @@ class ScriptedEngine:
         for chat in requests:
             texts = self.script[chat[-1]["content"]]
             assert len(texts) == sampling.n
-            out.append([Completion(t, list(range(len(t))), [0.0] * len(t), "stop", [], self.weight_version) for t in texts])
+            out.append(
+                [Completion(t, list(range(len(t))), [0.0] * len(t), "stop", [], self.weight_version) for t in texts]
+            )
         return out
 
 
 def test_rewards_advantages_and_stats() -> None:
     engine = ScriptedEngine({"Q0": ["B", "A", "B", "C"], "Q1": ["A", "A", "A", "A"]})
     rewards = combine(["single_choice"])
-    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], rewards, SamplingParams(n=4),
-                               system_prompt="Be brief.")
+    rollout = collect_rollouts(
+        engine, [_row(0, "B"), _row(1, "B")], rewards, SamplingParams(n=4), system_prompt="Be brief."
+    )
     assert engine.asked[0] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q0"}]
     g0, g1 = rollout.groups
     assert g0.rewards == [1.0, 0.0, 1.0, 0.0] and g1.rewards == [0.0] * 4 and g1.zero_std and not g0.zero_std
@@ -71,22 +79,39 @@ def test_dynamic_sampling_refills_informative_groups() -> None:
         taken, pool[:] = pool[:k], pool[k:]
         return taken
 
-    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine("single_choice"), SamplingParams(n=2),
-                               refill=refill, max_refill_rounds=3)
+    rollout = collect_rollouts(
+        engine,
+        [_row(0, "B"), _row(1, "B")],
+        combine("single_choice"),
+        SamplingParams(n=2),
+        refill=refill,
+        max_refill_rounds=3,
+    )
     # Q1 all wrong -> refill 1 -> Q2 all right -> refill 1 -> Q3 informative: the batch is full again
     assert [g.row["id"] for g in rollout.groups] == ["r0", "r3"]
     assert asked_for == [1, 1] and rollout.refill_rounds == 2 and rollout.dropped_zero_std == 2
     # a cap on rounds: what could not be refilled is reported, not hidden
     engine2 = ScriptedEngine({"Q0": ["A", "A"], "Q1": ["A", "A"]})
-    short = collect_rollouts(engine2, [_row(0, "B")], combine("single_choice"), SamplingParams(n=2),
-                             refill=lambda k: [_row(1, "B")], max_refill_rounds=1)
+    short = collect_rollouts(
+        engine2,
+        [_row(0, "B")],
+        combine("single_choice"),
+        SamplingParams(n=2),
+        refill=lambda k: [_row(1, "B")],
+        max_refill_rounds=1,
+    )
     assert short.groups == [] and short.dropped_zero_std == 2 and rollout_stats(short, ["single_choice"])["groups"] == 0
 
 
 def test_overlong_penalty_lowers_long_completions() -> None:
     engine = ScriptedEngine({"Q0": ["B", "BBBBBBBB"]})  # token counts 1 and 8 in the scripted engine
-    rollout = collect_rollouts(engine, [_row(0, "B")], combine("format"), SamplingParams(n=2),
-                               overlong=Overlong(max_length=8, buffer_length=4, penalty_factor=1.0))
+    rollout = collect_rollouts(
+        engine,
+        [_row(0, "B")],
+        combine("format"),
+        SamplingParams(n=2),
+        overlong=Overlong(max_length=8, buffer_length=4, penalty_factor=1.0),
+    )
     assert rollout.groups[0].rewards == [0.0, -1.0]
 
 
@@ -100,16 +125,34 @@ def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic
     from tests.conftest import write_tiny_sft_config
 
     path = write_tiny_sft_config(tmp_path / "c.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
-    cfg = load_config(path, ['train.train_policy.type="grpo"', 'train.train_policy.dataset.split="train"',
-                             'train.train_policy.reward_function=["single_choice"]',
-                             "train.train_policy.dataset.vision.fps=1", "rollout.max_response_length=3"])
+    cfg = load_config(
+        path,
+        [
+            'train.train_policy.type="grpo"',
+            'train.train_policy.dataset.split="train"',
+            'train.train_policy.reward_function=["single_choice"]',
+            "train.train_policy.dataset.vision.fps=1",
+            "rollout.max_response_length=3",
+        ],
+    )
     rows = load_samples(cfg, "train")[:3]
     assert all(r["reference"] in "ABCD" and r["options"] for r in rows)
-    engine = create_engine(GenerationConfig(model_path=str(tiny_model_dir), engine="hf", dtype="float32", device="cpu",
-                                            vision_defaults={"min_pixels": 3136, "max_pixels": 3136}))
+    engine = create_engine(
+        GenerationConfig(
+            model_path=str(tiny_model_dir),
+            engine="hf",
+            dtype="float32",
+            device="cpu",
+            vision_defaults={"min_pixels": 3136, "max_pixels": 3136},
+        )
+    )
     try:
-        rollout = collect_rollouts(engine, rows, combine(cfg.train.train_policy.reward_function),
-                                   SamplingParams(n=4, temperature=1.0, max_new_tokens=3, seed=0))
+        rollout = collect_rollouts(
+            engine,
+            rows,
+            combine(cfg.train.train_policy.reward_function),
+            SamplingParams(n=4, temperature=1.0, max_new_tokens=3, seed=0),
+        )
     finally:
         engine.close()
     assert len(rollout.groups) == 3 and all(len(g.completions) == 4 for g in rollout.groups)
@@ -139,26 +182,35 @@ def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() ->
     rows = [_row(0, "B"), _row(1, "BA")]
     plain = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8))
     # one right of 8: mean 1/8, population variance (49/64 + 7/64) / 8 = 7/64, so (7/8) / sqrt(7/64) = sqrt(7)
-    assert max(plain.groups[0].advantages) == pytest.approx(7 ** 0.5, rel=1e-4)
-    clipped = collect_rollouts(engine, rows[:1], combine("single_choice"), SamplingParams(n=8),
-                               shaping=Shaping(advantage_clip=(-0.3, 2.0)))
+    assert max(plain.groups[0].advantages) == pytest.approx(7**0.5, rel=1e-4)
+    clipped = collect_rollouts(
+        engine, rows[:1], combine("single_choice"), SamplingParams(n=8), shaping=Shaping(advantage_clip=(-0.3, 2.0))
+    )
     assert max(clipped.groups[0].advantages) == 2.0 and min(clipped.groups[0].advantages) == pytest.approx(-0.3)
-    masked = collect_rollouts(engine, rows[1:], combine("exact_match"), SamplingParams(n=2),
-                              shaping=Shaping(min_filter_prefix_tokens=1))
+    masked = collect_rollouts(
+        engine, rows[1:], combine("exact_match"), SamplingParams(n=2), shaping=Shaping(min_filter_prefix_tokens=1)
+    )
     assert masked.groups[0].rewards == [1.0, 0.0] and masked.groups[0].ignore_prefix == [0, 2]
     # DAPO's filter on one part: format is 0 for every answer here, so the group carries no signal on it
     two = combine({"single_choice": 1.0, "format": 1.0})
     assert not collect_rollouts(engine, rows[:1], two, SamplingParams(n=8)).groups[0].zero_std
-    on_format = collect_rollouts(engine, rows[:1], two, SamplingParams(n=8),
-                                 shaping=Shaping(filter_reward_metric=("format",)))
+    on_format = collect_rollouts(
+        engine, rows[:1], two, SamplingParams(n=8), shaping=Shaping(filter_reward_metric=("format",))
+    )
     assert on_format.groups[0].zero_std
 
 
 def test_rollout_sums_name_what_they_sum_and_reduce_over_ranks() -> None:
     """The additive statistics, by name, over kept and dropped groups; one rank's all-reduce is itself."""
     engine = ScriptedEngine({"Q0": ["B", "A"], "Q1": ["A", "A"], "Q2": ["B", "CC"]})
-    rollout = collect_rollouts(engine, [_row(0, "B"), _row(1, "B")], combine("single_choice"), SamplingParams(n=2),
-                               refill=lambda k: [_row(2, "B")], max_refill_rounds=1)
+    rollout = collect_rollouts(
+        engine,
+        [_row(0, "B"), _row(1, "B")],
+        combine("single_choice"),
+        SamplingParams(n=2),
+        refill=lambda k: [_row(2, "B")],
+        max_refill_rounds=1,
+    )
     sums = RolloutSums.of(rollout, ["single_choice", "format"])
     assert (sums.completions, sums.groups_kept, sums.groups_sampled, sums.zero_std_groups) == (6.0, 2.0, 3.0, 1.0)
     assert (sums.reward, sums.reward_squared, sums.response_tokens, sums.longest) == (2.0, 2.0, 7.0, 2.0)
@@ -190,8 +242,9 @@ class _SleepyEngine(ScriptedEngine):
         self.calls.append("close")
 
 
-def _colocated(monkeypatch: pytest.MonkeyPatch, engine: _SleepyEngine, world_size: int
-               ) -> rollout_colocated.ColocatedRollout:
+def _colocated(
+    monkeypatch: pytest.MonkeyPatch, engine: _SleepyEngine, world_size: int
+) -> rollout_colocated.ColocatedRollout:
     monkeypatch.setattr(rollout_colocated, "create_engine", lambda generation_cfg: engine)
     monkeypatch.setattr(rollout_colocated, "from_rollout", lambda cfg, processes_per_host: None)
     cfg = config_from_dict({"train": {"train_policy": {"type": "grpo"}}, "rollout": {"n_generation": 2}})

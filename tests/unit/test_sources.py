@@ -67,8 +67,9 @@ def test_detect_source_by_what_name_points_at(tmp_path: Path, synthetic_dir: Pat
         detect_source(make_cfg({"name": ""}).train.train_policy.dataset)
 
 
-def test_local_copy_of_cosmos_dataset_is_detected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 synthetic_dir: Path) -> None:
+def test_local_copy_of_cosmos_dataset_is_detected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synthetic_dir: Path
+) -> None:
     import datasets
     import huggingface_hub
 
@@ -115,13 +116,19 @@ def test_json_file_with_string_conversations_and_vision_merge(tmp_path: Path) ->
     row["conversations"] = json.dumps(row["conversations"])  # a JSON string column
     row["fps"] = 4  # the row's own setting wins over [dataset.vision]
     (tmp_path / "rows.json").write_text(json.dumps([row]))
-    cfg = make_cfg({"name": str(tmp_path / "rows.json"), "vision": {"fps": 1, "max_pixels": 3136}},
-                   system_prompt="Be brief.")
+    cfg = make_cfg(
+        {"name": str(tmp_path / "rows.json"), "vision": {"fps": 1, "max_pixels": 3136}}, system_prompt="Be brief."
+    )
     [s] = load_samples(cfg, "train")
     assert s["origin"] == f"{tmp_path / 'rows.json'}:0"
     assert s["messages"][0] == {"role": "system", "content": "Be brief."}
     video, text = user_parts(s)
-    assert video == {"type": "video", "video": str((tmp_path / "clips" / "a.mp4").resolve()), "fps": 4, "max_pixels": 3136}
+    assert video == {
+        "type": "video",
+        "video": str((tmp_path / "clips" / "a.mp4").resolve()),
+        "fps": 4,
+        "max_pixels": 3136,
+    }
     assert text == {"type": "text", "text": "What happens?"}
     assert s["messages"][-1] == {"role": "assistant", "content": "<answer>B</answer>"}
 
@@ -137,11 +144,15 @@ def test_parquet_and_save_to_disk_with_split_list(tmp_path: Path) -> None:
 
     dd = datasets.DatasetDict({"a": datasets.Dataset.from_list(rows[:1]), "b": datasets.Dataset.from_list(rows[1:])})
     dd.save_to_disk(str(tmp_path / "disk"))
-    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": ["b", "a"]}), "train")
+    got = load_samples(
+        make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": ["b", "a"]}), "train"
+    )
     assert [user_parts(s)[1]["text"] for s in got] == ["q1", "q2", "q0"]
     assert got[0]["origin"].endswith("[b]:0")
     with pytest.raises(DatasetError, match="'zz' is not in"):
-        load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": "zz"}), "train")
+        load_samples(
+            make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "disk"), "split": "zz"}), "train"
+        )
 
 
 def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +165,9 @@ def test_hub_id_goes_through_load_dataset(monkeypatch: pytest.MonkeyPatch) -> No
         return datasets.Dataset.from_list([cosmos_row(f"/v/{split}.mp4", question=split)])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    cfg = make_cfg({"allow_media_outside_root": True, "name": "org/data", "subset": "sub", "split": ["x", "y"], "revision": "v1"})
+    cfg = make_cfg(
+        {"allow_media_outside_root": True, "name": "org/data", "subset": "sub", "split": ["x", "y"], "revision": "v1"}
+    )
     got = load_samples(cfg, "train")
     assert calls == [("org/data", "sub", "x", "v1"), ("org/data", "sub", "y", "v1")]
     assert [user_parts(s)[1]["text"] for s in got] == ["x", "y"]
@@ -172,8 +185,7 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
     import datasets
     import huggingface_hub
 
-    rows = [cosmos_row("clips/a.mp4"), cosmos_row("clips/[b].mp4"), cosmos_row("/abs/c.mp4"),
-            cosmos_row("clips/a.mp4")]
+    rows = [cosmos_row("clips/a.mp4"), cosmos_row("clips/[b].mp4"), cosmos_row("/abs/c.mp4"), cosmos_row("clips/a.mp4")]
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_list(rows))
     snapshots = []
 
@@ -199,15 +211,20 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
     (local / "clips").mkdir(parents=True)
     for name in ["a.mp4", "[b].mp4"]:
         (local / "clips" / name).write_bytes(b"mp4")
-    got = load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos", "media_path": str(local)}), "train")
+    got = load_samples(
+        make_cfg({"allow_media_outside_root": True, "name": "org/videos", "media_path": str(local)}), "train"
+    )
     assert snapshots == [] and user_parts(got[0])[0]["video"] == str(local / "clips" / "a.mp4")
 
     def offline(*a, **k):
         raise huggingface_hub.errors.LocalEntryNotFoundError("offline and not in the cache")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    with pytest.raises(DatasetError, match=r"'org/videos': 2 media file\(s\).*clips/\[b\]\.mp4, clips/a\.mp4.*"
-                                           r"LocalEntryNotFoundError.*dataset\.media_path"):
+    with pytest.raises(
+        DatasetError,
+        match=r"'org/videos': 2 media file\(s\).*clips/\[b\]\.mp4, clips/a\.mp4.*"
+        r"LocalEntryNotFoundError.*dataset\.media_path",
+    ):
         load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos"}), "train")
 
 
@@ -219,7 +236,14 @@ def test_test_size_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
     ids = lambda ss: {s["origin"] for s in ss}  # noqa: E731
     assert len(val) == 5 and len(train) == 15 and not ids(train) & ids(val)
     assert ids(load_samples(cfg, "val")) == ids(val)  # the same rows every time
-    assert len(load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val")) == 3
+    assert (
+        len(
+            load_samples(
+                make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val"
+            )
+        )
+        == 3
+    )
     with pytest.raises(DatasetError, match="test_size"):
         split_held_out(train[:1], 0.5, "val", "dataset")
     with pytest.raises(DatasetError, match="no held-out split"):
@@ -234,7 +258,9 @@ def test_unknown_column_names_file_and_row(tmp_path: Path) -> None:
     got = load_samples(cfg, "train", keep_errors=True)
     assert got[1]["error"]["reason"] == "unknown_column"
     # The column name is configurable.
-    cfg = make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.json")}, conversation_column_name="chat")
+    cfg = make_cfg(
+        {"allow_media_outside_root": True, "name": str(tmp_path / "r.json")}, conversation_column_name="chat"
+    )
     assert load_samples(cfg, "train", keep_errors=True)[0]["error"]["reason"] == "unknown_column"
 
 
@@ -242,16 +268,31 @@ def test_unknown_column_names_file_and_row(tmp_path: Path) -> None:
 def test_llava_placeholders_multi_turn_and_video_rows(tmp_path: Path) -> None:
     media = tmp_path / "media"
     rows = [
-        {"id": "one", "image": "a.png",
-         "conversations": [{"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A cat."}]},
-        {"id": "two", "images": ["a.png", "b.png"],
-         "conversations": [{"from": "human", "value": "First <image> then <image> compare."},
-                           {"from": "gpt", "value": "Same."},
-                           {"from": "human", "value": "Sure?"}, {"from": "gpt", "value": "Yes."}]},
-        {"id": "vid", "video": "v.mp4",
-         "conversations": [{"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}]},
-        {"id": "bad", "images": ["a.png"],
-         "conversations": [{"from": "human", "value": "<image><image> two?"}, {"from": "gpt", "value": "No."}]},
+        {
+            "id": "one",
+            "image": "a.png",
+            "conversations": [{"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A cat."}],
+        },
+        {
+            "id": "two",
+            "images": ["a.png", "b.png"],
+            "conversations": [
+                {"from": "human", "value": "First <image> then <image> compare."},
+                {"from": "gpt", "value": "Same."},
+                {"from": "human", "value": "Sure?"},
+                {"from": "gpt", "value": "Yes."},
+            ],
+        },
+        {
+            "id": "vid",
+            "video": "v.mp4",
+            "conversations": [{"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}],
+        },
+        {
+            "id": "bad",
+            "images": ["a.png"],
+            "conversations": [{"from": "human", "value": "<image><image> two?"}, {"from": "gpt", "value": "No."}],
+        },
     ]
     ann = tmp_path / "llava.json"
     ann.write_text(json.dumps(rows))
@@ -262,10 +303,20 @@ def test_llava_placeholders_multi_turn_and_video_rows(tmp_path: Path) -> None:
         {"type": "text", "text": "What is this?"},
     ]
     assert [p.get("text", p.get("image")) for p in two["messages"][1]["content"]] == [
-        "First ", str(media / "a.png"), " then ", str(media / "b.png"), " compare."]
+        "First ",
+        str(media / "a.png"),
+        " then ",
+        str(media / "b.png"),
+        " compare.",
+    ]
     assert [m["role"] for m in two["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     assert two["messages"][3]["content"] == "Sure?"
-    assert vid["messages"][1]["content"][0] == {"type": "video", "video": str(media / "v.mp4"), "max_pixels": 3136, "fps": 2}
+    assert vid["messages"][1]["content"][0] == {
+        "type": "video",
+        "video": str(media / "v.mp4"),
+        "max_pixels": 3136,
+        "fps": 2,
+    }
     assert bad["id"] == "bad" and bad["error"]["reason"] == "placeholder_mismatch"
     assert f"{ann}:3" in bad["error"]["message"] and "2 <image> placeholder(s)" in bad["error"]["message"]
     with pytest.raises(RowError, match=r"llava\.json:3: 2 <image> placeholder"):
@@ -285,8 +336,13 @@ def test_video_folder_captions(tmp_path: Path) -> None:
     a, b, c = load_samples(cfg, "train", keep_errors=True)
     assert a["messages"] == [
         {"role": "system", "content": "You are a helpful assistant."},  # the default, written out
-        {"role": "user", "content": [{"type": "video", "video": str(tmp_path / "videos" / f"a{suffix}.mp4")},
-                                     {"type": "text", "text": "Caption it."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "video": str(tmp_path / "videos" / f"a{suffix}.mp4")},
+                {"type": "text", "text": "Caption it."},
+            ],
+        },
         {"role": "assistant", "content": "A car turns left."},
     ]
     assert b["messages"][2]["content"] == "Rain on the road."
@@ -338,26 +394,35 @@ def test_cosmos_source_extracts_once_and_maps_by_basename(tmp_path: Path, monkey
         return str(hub)
 
     sft_rows = [cosmos_row("clips/aa.mp4", system=True), cosmos_row("bb.mp4")]
-    rl_rows = [{"video": "clips/bb.mp4", "qa_pairs": {"question": "Next?", "index2ans": {"A": "stop", "B": "go"},
-                                                      "correct_answer": "go"}}]
+    rl_rows = [
+        {
+            "video": "clips/bb.mp4",
+            "qa_pairs": {"question": "Next?", "index2ans": {"A": "stop", "B": "go"}, "correct_answer": "go"},
+        }
+    ]
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda name, subset, split, revision: datasets.Dataset.from_list(
-                            rl_rows if "RL" in name else sft_rows))
+    monkeypatch.setattr(
+        datasets,
+        "load_dataset",
+        lambda name, subset, split, revision: datasets.Dataset.from_list(rl_rows if "RL" in name else sft_rows),
+    )
     cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-SFT-Dataset", "subset": "robovqa", "split": "understanding"})
     a, b = load_samples(cfg, "train")
     clips = tmp_path / "cache" / "datasets" / "nvidia" / "Cosmos-Reason1-SFT-Dataset" / "robovqa" / "video_clips"
     assert (clips / ".prepared").is_file()
     assert a["messages"][0] == {"role": "system", "content": "You are a robot."}
-    assert user_parts(a) == [{"type": "video", "video": str(clips / "clips" / "aa.mp4"), "fps": 1, "max_pixels": 81920},
-                             {"type": "text", "text": "What happens?"}]
+    assert user_parts(a) == [
+        {"type": "video", "video": str(clips / "clips" / "aa.mp4"), "fps": 1, "max_pixels": 81920},
+        {"type": "text", "text": "What happens?"},
+    ]
     assert user_parts(b)[0]["video"] == str(clips / "clips" / "bb.mp4")
     assert downloads == [("nvidia/Cosmos-Reason1-SFT-Dataset", "dataset", ["robovqa/clips/*"])]
     load_samples(cfg, "train")
     assert len(downloads) == 1  # prepared: no second download or extraction
 
-    rl_cfg = make_cfg({"name": "nvidia/Cosmos-Reason1-RL-Dataset", "subset": "robovqa", "vision": {"fps": 2}},
-                      type="grpo")
+    rl_cfg = make_cfg(
+        {"name": "nvidia/Cosmos-Reason1-RL-Dataset", "subset": "robovqa", "vision": {"fps": 2}}, type="grpo"
+    )
     [r] = load_samples(rl_cfg, "train")
     assert r["reference"] == "B"  # the answer text mapped to its letter
     video, text = user_parts(r)
@@ -379,8 +444,10 @@ def test_two_processes_extract_at_once(tmp_path: Path) -> None:
     dest = tmp_path / "cache" / "video_clips"
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_extract_worker, args=(str(tmp_path / "a.tar.gz"), str(dest), barrier, out))
-             for _ in range(2)]
+    procs = [
+        ctx.Process(target=_extract_worker, args=(str(tmp_path / "a.tar.gz"), str(dest), barrier, out))
+        for _ in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -410,8 +477,12 @@ def test_example_script_train_val_and_rewards(tmp_path: Path) -> None:
     assert train[0]["origin"] == f"{script}:get_dataset:0"
     assert Path(user_parts(train[0])[0]["video"]).is_file()
     assert train[0]["reference"] == "B" and "<answer>B</answer>" in train[0]["messages"][-1]["content"]
-    grpo = config_from_dict({"train": {"train_policy": {"type": "grpo"}},
-                             "custom": {"my_dataset": {"root": str(tmp_path / "clips"), "n_train": 2}}})
+    grpo = config_from_dict(
+        {
+            "train": {"train_policy": {"type": "grpo"}},
+            "custom": {"my_dataset": {"root": str(tmp_path / "clips"), "n_train": 2}},
+        }
+    )
     rl = load_samples(grpo, "train", script=script)
     assert rl[1]["reference"] == "A" and "(B) right" in user_parts(rl[1])[1]["text"]
     rewards = script_reward_functions(script)
@@ -443,8 +514,11 @@ def test_script_errors_name_the_file(tmp_path: Path) -> None:
 def test_a_dataset_without_rows_names_what_was_read(tmp_path: Path) -> None:
     empty = tmp_path / "rows.jsonl"
     empty.write_text("\n")
-    with pytest.raises(DatasetError, match=rf"train\.train_policy\.dataset: hf dataset {empty}, split 'train' "
-                                           "yielded no rows"):
+    with pytest.raises(
+        DatasetError,
+        match=rf"train\.train_policy\.dataset: hf dataset {empty}, split 'train' "
+        "yielded no rows",
+    ):
         load_samples(make_cfg({"name": str(empty)}), "train")
     ann = tmp_path / "llava.json"
     ann.write_text("[]")
@@ -456,8 +530,18 @@ def test_a_dataset_without_rows_names_what_was_read(tmp_path: Path) -> None:
 def llava_rows(tmp_path: Path, videos: list[str], **ds) -> list[dict]:
     ann = tmp_path / "data" / "llava.json"
     ann.parent.mkdir(exist_ok=True)
-    ann.write_text(json.dumps([{"id": str(i), "video": v, "conversations": [
-        {"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}]} for i, v in enumerate(videos)]))
+    ann.write_text(
+        json.dumps(
+            [
+                {
+                    "id": str(i),
+                    "video": v,
+                    "conversations": [{"from": "human", "value": "Describe."}, {"from": "gpt", "value": "Rain."}],
+                }
+                for i, v in enumerate(videos)
+            ]
+        )
+    )
     return load_samples(make_cfg({"annotation_path": str(ann), **ds}), "train", keep_errors=True)
 
 
@@ -472,7 +556,13 @@ def test_media_outside_the_roots_is_a_bad_row(tmp_path: Path) -> None:
     rows = ["ok.mp4", "../elsewhere/secret.mp4", str(secret), "link.mp4", str(media / "ok.mp4"), "sub/../ok.mp4"]
     samples = llava_rows(tmp_path, rows, media_path=str(media))
     assert [s.get("error", {}).get("reason") for s in samples] == [
-        None, "media_outside_root", "media_outside_root", "media_outside_root", None, None]
+        None,
+        "media_outside_root",
+        "media_outside_root",
+        "media_outside_root",
+        None,
+        None,
+    ]
     message = samples[3]["error"]["message"]
     assert f"llava.json:3: media 'link.mp4' resolves to {secret}" in message
     assert "allow_media_outside_root = true" in message
@@ -528,8 +618,9 @@ def test_response_column_names_the_reference_answer(tmp_path: Path) -> None:
     that column; a row without it is a bad row naming the column."""
     rows = [{"id": "a", "question": "How many?", "result": 4, "answer": "not this"}, {"id": "b", "question": "Q"}]
     (tmp_path / "r.json").write_text(json.dumps(rows))
-    cfg = make_cfg({"name": str(tmp_path / "r.json")}, type="grpo", prompt_column_name="question",
-                   response_column_name="result")
+    cfg = make_cfg(
+        {"name": str(tmp_path / "r.json")}, type="grpo", prompt_column_name="question", response_column_name="result"
+    )
     got = load_samples(cfg, "train", keep_errors=True)
     assert got[0]["reference"] == "4" and got[0]["messages"][-1]["content"] == "How many?"
     assert got[1]["error"]["reason"] == "missing_reference" and "column 'result'" in got[1]["error"]["message"]

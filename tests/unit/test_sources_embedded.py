@@ -31,8 +31,10 @@ def cfg_for(name: Path, cache: Path, **tp: object) -> object:
 
 
 def llava_row(image: object, question: str) -> dict:
-    return {"image": image, "conversations": [{"from": "human", "value": f"<image>\n{question}"},
-                                              {"from": "gpt", "value": "A square."}]}
+    return {
+        "image": image,
+        "conversations": [{"from": "human", "value": f"<image>\n{question}"}, {"from": "gpt", "value": "A square."}],
+    }
 
 
 def test_store_is_content_addressed_and_lossless(tmp_path: Path) -> None:
@@ -53,10 +55,12 @@ def test_image_column_of_a_saved_dataset(tmp_path: Path) -> None:
 
     images = [picture(i) for i in range(3)]
     rows = [llava_row(images[i % 2], f"q{i}") for i in range(3)]  # rows 0 and 2 share a picture
-    features = datasets.Features({
-        "image": datasets.Image(),
-        "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
-    })
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
+        }
+    )
     datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp_path / "disk"))
 
     got = load_samples(cfg_for(tmp_path / "disk", tmp_path / "cache"), "train")
@@ -77,10 +81,12 @@ def test_parquet_image_structs_keep_their_bytes(tmp_path: Path) -> None:
     # a row whose struct holds only a path is a plain file reference
     picture(9).save(tmp_path / "on_disk.png")
     rows.append(llava_row({"bytes": None, "path": str(tmp_path / "on_disk.png")}, "q2"))
-    features = datasets.Features({
-        "image": datasets.Image(),
-        "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
-    })
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
+        }
+    )
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(tmp_path / "d.parquet"))
 
     got = load_samples(cfg_for(tmp_path / "d.parquet", tmp_path / "cache"), "train")
@@ -94,13 +100,28 @@ def test_trl_messages_with_an_images_column(tmp_path: Path) -> None:
 
     pics = [picture(7), picture(8)]
     rows = [
-        {"images": pics, "messages": [
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Left"},
-                                         {"type": "image"}, {"type": "text", "text": "right. Same?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "No."}]}]},
-        {"images": pics, "messages": [  # two images, one slot: the second would be lost
-            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "A square."}]}]},
+        {
+            "images": pics,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image"},
+                        {"type": "text", "text": "Left"},
+                        {"type": "image"},
+                        {"type": "text", "text": "right. Same?"},
+                    ],
+                },
+                {"role": "assistant", "content": [{"type": "text", "text": "No."}]},
+            ],
+        },
+        {
+            "images": pics,
+            "messages": [  # two images, one slot: the second would be lost
+                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "A square."}]},
+            ],
+        },
     ]
     # from_list unifies the parts into one struct: every part gets "type", "text", None where unset
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "disk"))
@@ -128,10 +149,16 @@ def test_embedded_images_pass_data_prep(tmp_path: Path, tiny_model_dir: Path) ->
     from cosmos_train.models.load import load_processor
 
     rows = [llava_row(picture(i), f"q{i}") for i in range(4)]
-    datasets.Dataset.from_list(rows, features=datasets.Features({
-        "image": datasets.Image(),
-        "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
-    })).save_to_disk(str(tmp_path / "disk"))
-    report = prepare_split(cfg_for(tmp_path / "disk", tmp_path / "cache"), "train", tmp_path / "run",
-                           load_processor(tiny_model_dir))
+    datasets.Dataset.from_list(
+        rows,
+        features=datasets.Features(
+            {
+                "image": datasets.Image(),
+                "conversations": [{"from": datasets.Value("string"), "value": datasets.Value("string")}],
+            }
+        ),
+    ).save_to_disk(str(tmp_path / "disk"))
+    report = prepare_split(
+        cfg_for(tmp_path / "disk", tmp_path / "cache"), "train", tmp_path / "run", load_processor(tiny_model_dir)
+    )
     assert report.rows_kept == 4

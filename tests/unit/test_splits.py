@@ -140,10 +140,7 @@ def test_a_split_no_file_names_is_an_error(tmp_path: Path) -> None:
 def test_hub_download_layout_and_save_to_disk_validation(tmp_path: Path) -> None:
     import datasets
 
-    rows = [
-        {"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "A"}]}
-        for i in range(3)
-    ]
+    rows = [{"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "A"}]} for i in range(3)]
     hub = tmp_path / "hub"
     (hub / "data").mkdir(parents=True)
     datasets.Dataset.from_list(rows[:2]).to_parquet(str(hub / "data" / "train-00000-of-00001.parquet"))
@@ -176,7 +173,5 @@ def test_the_data_report_names_the_files_of_each_split(tmp_path: Path) -> None:
 def test_the_error_names_the_config_block_that_asked(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "data", {"train.json": 2, "val.json": 1})
     cfg = job({"name": str(folder)}, {"enable": True, "dataset": {"name": str(folder), "split": "test"}})
-    with pytest.raises(
-        DatasetError, match=r"^validation\.dataset\.split = 'test': .*Set validation\.dataset\.split"
-    ):
+    with pytest.raises(DatasetError, match=r"^validation\.dataset\.split = 'test': .*Set validation\.dataset\.split"):
         load_samples(cfg, "val")

@@ -41,10 +41,17 @@ def _export(tmp_path: Path) -> Path:
 
 def test_repo_created_private_then_one_commit_naming_run_and_step(tmp_path: Path) -> None:
     hub = RecordingHub()
-    report = upload_folder_hf(_export(tmp_path), parse_target("hf://my-org/tiny-sft"), token="hf_secret",
-                              commit_message="cosmos-train 20261124: safetensors/final at step 40", api=hub)
-    assert hub.calls[0] == ("create_repo", {"repo_id": "my-org/tiny-sft", "repo_type": "model", "private": True,
-                                            "exist_ok": True, "token": "hf_secret"})
+    report = upload_folder_hf(
+        _export(tmp_path),
+        parse_target("hf://my-org/tiny-sft"),
+        token="hf_secret",
+        commit_message="cosmos-train 20261124: safetensors/final at step 40",
+        api=hub,
+    )
+    assert hub.calls[0] == (
+        "create_repo",
+        {"repo_id": "my-org/tiny-sft", "repo_type": "model", "private": True, "exist_ok": True, "token": "hf_secret"},
+    )
     name, kw = hub.calls[1]
     assert name == "upload_folder" and kw["repo_id"] == "my-org/tiny-sft" and kw["token"] == "hf_secret"
     assert kw["commit_message"] == "cosmos-train 20261124: safetensors/final at step 40"
@@ -54,23 +61,38 @@ def test_repo_created_private_then_one_commit_naming_run_and_step(tmp_path: Path
 
 def test_public_repo_and_a_path_inside_it(tmp_path: Path) -> None:
     hub = RecordingHub()
-    upload_folder_hf(_export(tmp_path), parse_target("hf://me/models/sft/step_40"), token="t", commit_message="m",
-                     private=False, api=hub)
+    upload_folder_hf(
+        _export(tmp_path),
+        parse_target("hf://me/models/sft/step_40"),
+        token="t",
+        commit_message="m",
+        private=False,
+        api=hub,
+    )
     assert hub.calls[0][1]["private"] is False and hub.calls[1][1]["path_in_repo"] == "sft/step_40"
 
 
 def test_large_folder_goes_through_the_resumable_path_where_the_library_has_it(tmp_path: Path) -> None:
     hub = RecordingHub(large=True)
-    report = upload_folder_hf(_export(tmp_path), parse_target("hf://me/big"), token="t", commit_message="m", api=hub,
-                              large_folder_bytes=100)
+    report = upload_folder_hf(
+        _export(tmp_path), parse_target("hf://me/big"), token="t", commit_message="m", api=hub, large_folder_bytes=100
+    )
     assert [c[0] for c in hub.calls] == ["create_repo", "upload_large_folder"] and "several commits" in report.note
     plain = RecordingHub()  # huggingface_hub >= 2: upload_folder batches and resumes by itself
-    upload_folder_hf(_export(tmp_path / "x"), parse_target("hf://me/big"), token="t", commit_message="m", api=plain,
-                     large_folder_bytes=100)
+    upload_folder_hf(
+        _export(tmp_path / "x"),
+        parse_target("hf://me/big"),
+        token="t",
+        commit_message="m",
+        api=plain,
+        large_folder_bytes=100,
+    )
     assert [c[0] for c in plain.calls] == ["create_repo", "upload_folder"]
 
 
-@pytest.mark.parametrize("status, error", [(401, AuthError), (403, AuthError), (404, UploadError), (502, UploadUnavailable)])
+@pytest.mark.parametrize(
+    "status, error", [(401, AuthError), (403, AuthError), (404, UploadError), (502, UploadUnavailable)]
+)
 def test_hub_errors_name_the_repo(tmp_path: Path, status: int, error: type) -> None:
     response = httpx.Response(status, request=httpx.Request("POST", "https://huggingface.co/api/upload"))
     hub = RecordingHub(fail=HfHubHTTPError("refused", response=response))

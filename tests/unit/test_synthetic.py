@@ -71,8 +71,12 @@ def true_label(family: str, params: dict, size: int) -> str:
         moving = tuple(o["x"][0] != o["x"][-1] for o in objs)
         for o in objs:
             assert len(set(o["y"])) == 1, "two_objects squares only move sideways"
-        return {(True, False): "first_only", (False, True): "second_only", (True, True): "both",
-                (False, False): "neither"}[moving]
+        return {
+            (True, False): "first_only",
+            (False, True): "second_only",
+            (True, True): "both",
+            (False, False): "neither",
+        }[moving]
     (o,) = objs
     dx, dy = steps(o["x"]), steps(o["y"])
     if family == "direction":
@@ -104,14 +108,25 @@ def true_label(family: str, params: dict, size: int) -> str:
 def expected_option(family: str, label: str, params: dict) -> str:
     if family == "two_objects":
         a, b = (o["color"] for o in params["objects"])
-        return {"first_only": f"Only the {a} square", "second_only": f"Only the {b} square",
-                "both": "Both squares", "neither": "Neither square"}[label]
+        return {
+            "first_only": f"Only the {a} square",
+            "second_only": f"Only the {b} square",
+            "both": "Both squares",
+            "neither": "Neither square",
+        }[label]
     return {
-        "left": "It moves to the left", "right": "It moves to the right", "up": "It moves up",
-        "down": "It moves down", "speeding_up": "It speeds up", "slowing_down": "It slows down",
-        "constant": "It moves at a constant speed", "not_moving": "It does not move",
-        "falling": "It falls toward the ground", "rising": "It rises away from the ground",
-        "sideways": "It moves sideways", "at_rest": "It stays at rest",
+        "left": "It moves to the left",
+        "right": "It moves to the right",
+        "up": "It moves up",
+        "down": "It moves down",
+        "speeding_up": "It speeds up",
+        "slowing_down": "It slows down",
+        "constant": "It moves at a constant speed",
+        "not_moving": "It does not move",
+        "falling": "It falls toward the ground",
+        "rising": "It rises away from the ground",
+        "sideways": "It moves sideways",
+        "at_rest": "It stays at rest",
     }[label]
 
 
@@ -183,7 +198,8 @@ def test_answers_follow_the_simulation(ds: Path) -> None:
             assert qa["index2ans"][qa["answer"]] == expected_option(m["family"], label, m["params"]), m["id"]
             # the three wrong options are the family's other answers, never a second right one
             others = {expected_option(m["family"], lab, m["params"]) for lab in FAMILIES[m["family"]].labels} - {
-                qa["index2ans"][qa["answer"]]}
+                qa["index2ans"][qa["answer"]]
+            }
             assert {v for k, v in qa["index2ans"].items() if k != qa["answer"]} == others
 
 
@@ -220,7 +236,9 @@ def test_clips_decode_to_the_simulated_frames(ds: Path) -> None:
     seen: set[str] = set()
     drawn = {}
     for split, n in (("test", 12), ("val", 8), ("train", 24)):  # the generator's order, same seed
-        drawn.update({it.id: it for it in generate_split(split, n, 3, canvas, list(FAMILIES), seen, fixed_options=True)})
+        drawn.update(
+            {it.id: it for it in generate_split(split, n, 3, canvas, list(FAMILIES), seen, fixed_options=True)}
+        )
     for split in ("train", "val", "test"):
         for m in meta(ds, split):
             frames = read_mp4(ds / m["video"])
@@ -343,8 +361,24 @@ def test_output_folder_handling(tmp_path: Path) -> None:
 
 
 def test_cli_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path / "c"), "--n-train", "4", "--n-val", "0", "--n-test", "4", "--seed", "2",
-                 "--difficulty", "hard"]) == 0
+    assert (
+        main(
+            [
+                str(tmp_path / "c"),
+                "--n-train",
+                "4",
+                "--n-val",
+                "0",
+                "--n-test",
+                "4",
+                "--seed",
+                "2",
+                "--difficulty",
+                "hard",
+            ]
+        )
+        == 0
+    )
     assert "train 4" in capsys.readouterr().out
     info = load(tmp_path / "c" / "dataset_info.json")
     assert (info["seed"], info["difficulty"], info["splits"]["test"]["count"]) == (2, "hard", 4)

@@ -47,14 +47,29 @@ def test_each_text_tiny_model_loads_as_a_causal_lm_with_its_spec(family: str, te
         out = model(input_ids=enc.input_ids[None], attention_mask=enc.attention_mask[None])
     assert out.logits.shape[:2] == (1, len(enc.input_ids))
     with pytest.raises(DataError, match="text-only language model"):
-        encode_chat(tokenizer, [{"role": "user", "content": [{"type": "video", "video": "clip.mp4"},
-                                                             {"type": "text", "text": "What moves?"}]}])
+        encode_chat(
+            tokenizer,
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "video", "video": "clip.mp4"}, {"type": "text", "text": "What moves?"}],
+                }
+            ],
+        )
 
 
-@pytest.mark.parametrize("model_type, why", [
-    ("qwen3_moe", "mixture-of-experts"), ("gpt_oss", "mixture-of-experts"), ("deepseek_v3", "mixture-of-experts"),
-    ("gemma3", "Gemma-3"), ("mixtral", "mixture-of-experts"), ("phi3", "qkv_proj"), ("falcon", ""),
-])
+@pytest.mark.parametrize(
+    "model_type, why",
+    [
+        ("qwen3_moe", "mixture-of-experts"),
+        ("gpt_oss", "mixture-of-experts"),
+        ("deepseek_v3", "mixture-of-experts"),
+        ("gemma3", "Gemma-3"),
+        ("mixtral", "mixture-of-experts"),
+        ("phi3", "qkv_proj"),
+        ("falcon", ""),
+    ],
+)
 def test_an_unsupported_model_type_is_refused_by_name(model_type: str, why: str, tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     with pytest.raises(ModelError) as e:
@@ -95,27 +110,39 @@ def test_math_rewards_read_the_final_answer() -> None:
     assert parts == {"boxed_math": 1.0, "gsm8k": 0.0} and total == 1.0
 
 
-LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>"
-                   "\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
-                   "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
-MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}[INST] "
-                    "{{ message['content'] }} [/INST]{% elif message['role'] == 'assistant' %} {{ message['content'] }}"
-                    "{{ eos_token }}{% endif %}{% endfor %}")
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>"
+    "\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}[INST] "
+    "{{ message['content'] }} [/INST]{% elif message['role'] == 'assistant' %} {{ message['content'] }}"
+    "{{ eos_token }}{% endif %}{% endfor %}"
+)
 
 
-@pytest.mark.parametrize("template, eos, first, prompt_end", [
-    (LLAMA3_TEMPLATE, "<|eot_id|>", "4", "<|start_header_id|>assistant<|end_header_id|>\n\n"),  # trimmed
-    (MISTRAL_TEMPLATE, "</s>", " 4 ", "[/INST]"),  # as written
-])
-def test_a_non_chatml_template_labels_each_answer_and_its_eos(template: str, eos: str, first: str, prompt_end: str,
-                                                               text_model_dirs: dict[str, Path]) -> None:
+@pytest.mark.parametrize(
+    "template, eos, first, prompt_end",
+    [
+        (LLAMA3_TEMPLATE, "<|eot_id|>", "4", "<|start_header_id|>assistant<|end_header_id|>\n\n"),  # trimmed
+        (MISTRAL_TEMPLATE, "</s>", " 4 ", "[/INST]"),  # as written
+    ],
+)
+def test_a_non_chatml_template_labels_each_answer_and_its_eos(
+    template: str, eos: str, first: str, prompt_end: str, text_model_dirs: dict[str, Path]
+) -> None:
     """Llama-3's and Mistral's turn layouts (their templates' user / assistant branches): the labels are each
     assistant turn's content as the template renders it and the eos token it writes after it."""
     tokenizer = load_processor(text_model_dirs["llama"])
     tokenizer.add_special_tokens({"eos_token": eos, "bos_token": "<s>"})
     tokenizer.chat_template = template
-    chat = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": " 4 "},
-            {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6, since 3 + 3 = 6"}]
+    chat = [
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": " 4 "},
+        {"role": "user", "content": "And 3 + 3?"},
+        {"role": "assistant", "content": "6, since 3 + 3 = 6"},
+    ]
     enc = encode_chat(tokenizer, chat)
     ids, labels = enc.input_ids.tolist(), enc.labels.tolist()
     runs, run = [], []

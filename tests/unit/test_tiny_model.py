@@ -164,16 +164,12 @@ def test_processor_save_round_trip(tmp_path: Path, tiny_dir: Path) -> None:
     assert get_tokenizer(again).get_vocab() == get_tokenizer(processor).get_vocab()
 
 
-@pytest.mark.skipif(
-    is_torchvision_available(), reason="the torchvision-less processor is only used without it"
-)
+@pytest.mark.skipif(is_torchvision_available(), reason="the torchvision-less processor is only used without it")
 def test_processor_without_torchvision_refuses_videos(tiny_dir: Path) -> None:
     processor = load_processor(tiny_dir)
     assert isinstance(processor, Qwen25VLProcessorWithoutVideo)
     with pytest.raises(RuntimeError, match="encode_chat"):
-        processor(
-            text=["<|vision_start|><|video_pad|><|vision_end|>"], videos=[np.zeros((4, 56, 56, 3), np.uint8)]
-        )
+        processor(text=["<|vision_start|><|video_pad|><|vision_end|>"], videos=[np.zeros((4, 56, 56, 3), np.uint8)])
 
 
 def test_generate_from_video_and_text(tmp_path: Path, tiny_dir: Path) -> None:

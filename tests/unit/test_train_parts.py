@@ -32,7 +32,7 @@ def test_accumulated_loss_equals_full_batch_token_mean() -> None:
     labels[0, :4] = -100  # uneven label counts per row
     labels[2, :] = -100
     full, n = token_ce_sum(logits, labels)
-    parts = [token_ce_sum(logits[i:i + 1], labels[i:i + 1]) for i in range(4)]
+    parts = [token_ce_sum(logits[i : i + 1], labels[i : i + 1]) for i in range(4)]
     assert sum(k for _, k in parts) == n
     assert (sum(s for s, _ in parts) / n).item() == pytest.approx((full / n).item(), rel=1e-6)
 
@@ -130,10 +130,20 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
 
     assert unsupported_settings(config_from_dict({})) == []
     assert unsupported_settings(config_from_dict({"train": {"train_policy": {"kl_beta": 0.1}}})) == []  # GRPO runs
-    cfg = config_from_dict({"train": {"compile": True, "train_policy": {"kl_beta": 0.1, "use_remote_reward": True,
-                                                                      "remote_reward": {"reward_fns": [{"name": "a"}]}}},
-                            "policy": {"lora": {"r": 4}, "parallelism": {"cp_size": 2, "pp_size": 2}},
-                            "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "compile": True,
+                "train_policy": {
+                    "kl_beta": 0.1,
+                    "use_remote_reward": True,
+                    "remote_reward": {"reward_fns": [{"name": "a"}]},
+                },
+            },
+            "policy": {"lora": {"r": 4}, "parallelism": {"cp_size": 2, "pp_size": 2}},
+            "rollout": {"backend": "hf", "parallelism": {"tp_size": 2}},
+        }
+    )
     problems = " ".join(unsupported_settings(cfg))
     assert "rollout.parallelism.tp_size" in problems and "policy.lora" not in problems  # LoRA runs
     tp_lora = config_from_dict({"policy": {"lora": {"r": 4}, "parallelism": {"tp_size": 2}}})
@@ -147,8 +157,16 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
 def test_schedule_start_factor_and_decay_ratio_by_hand() -> None:
     """optm_warmup_start_factor: warmup from f (step s of w: f + (1 - f) s / (w - 1)); optm_decay_ratio: the peak
     holds until the last round(ratio x total) steps, which decay (cosmos-rl's warmup-stable-decay)."""
-    cfg = config_from_dict({"train": {"optm_warmup_steps": 2, "optm_warmup_start_factor": 0.2,
-                                      "optm_decay_ratio": 0.4, "optm_decay_type": "linear"}})
+    cfg = config_from_dict(
+        {
+            "train": {
+                "optm_warmup_steps": 2,
+                "optm_warmup_start_factor": 0.2,
+                "optm_decay_ratio": 0.4,
+                "optm_decay_type": "linear",
+            }
+        }
+    )
     sched = schedule_of(cfg.train, 10)
     assert (sched.warmup, sched.stable, sched.decay) == (2, 5, 4)
     f = [lr_factor(s, sched, "linear", 0.0, start_factor=0.2) for s in range(10)]
@@ -167,8 +185,12 @@ def test_gpu_path_options_refused_where_they_cannot_run() -> None:
 
     sft = config_from_dict({"train": {"fused_linear_ce": True}, "policy": {"attn_implementation": "flash_attention_2"}})
     assert unsupported_settings(sft) == []
-    grpo = config_from_dict({"train": {"fused_linear_ce": True, "train_policy": {"kl_beta": 0.1}},
-                             "policy": {"attn_implementation": "flash_attention_2"}})
+    grpo = config_from_dict(
+        {
+            "train": {"fused_linear_ce": True, "train_policy": {"kl_beta": 0.1}},
+            "policy": {"attn_implementation": "flash_attention_2"},
+        }
+    )
     problems = unsupported_settings(grpo)
     assert [p.split(":")[0] for p in problems] == ["train.fused_linear_ce", "policy.attn_implementation"]
     assert "4D attention mask" in problems[1]
@@ -178,8 +200,12 @@ def test_gpu_path_options_refused_where_they_cannot_run() -> None:
         lora = config_from_dict({"train": {"fused_linear_ce": True}, "policy": {"lora": {"target_modules": targets}}})
         assert [p.split(":")[0] for p in unsupported_settings(lora)] == ["train.fused_linear_ce"], targets
     for targets in (None, "all-linear", ["q_proj", "v_proj"], r".*\.q_proj"):
-        lora = config_from_dict({"train": {"fused_linear_ce": True},
-                                 "policy": {"lora": {"target_modules": targets, "modules_to_save": ["lm_head"]}}})
+        lora = config_from_dict(
+            {
+                "train": {"fused_linear_ce": True},
+                "policy": {"lora": {"target_modules": targets, "modules_to_save": ["lm_head"]}},
+            }
+        )
         assert unsupported_settings(lora) == [], targets
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_attention("auto", cpu, torch.float32, "sft") == "sdpa"

@@ -23,17 +23,43 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _train(step: int, reward: float, acc: float, kl: float, **extra: float) -> dict:
-    return {"step": step, "kind": "train", "time": 1000.0 + step, "reward_mean": reward, "reward_std": 0.25,
-            "reward/format": 1.0, "reward/single_choice": acc, "accuracy": acc, "kl": kl, "clip_fraction": 0.0,
-            "entropy": 1.5, "response_length_mean": 4.0, "zero_std_fraction": 0.5, "rollout_time": 3.0,
-            "train_time": 1.0, "step_time": 4.0, "tokens_per_s": 100.0 * step, "weight_version": step,
-            "loss": 0.1, "grad_norm": 0.5, "lr": 1e-5, "update_tflops_per_device": 0.01 * step, **extra}
+    return {
+        "step": step,
+        "kind": "train",
+        "time": 1000.0 + step,
+        "reward_mean": reward,
+        "reward_std": 0.25,
+        "reward/format": 1.0,
+        "reward/single_choice": acc,
+        "accuracy": acc,
+        "kl": kl,
+        "clip_fraction": 0.0,
+        "entropy": 1.5,
+        "response_length_mean": 4.0,
+        "zero_std_fraction": 0.5,
+        "rollout_time": 3.0,
+        "train_time": 1.0,
+        "step_time": 4.0,
+        "tokens_per_s": 100.0 * step,
+        "weight_version": step,
+        "loss": 0.1,
+        "grad_norm": 0.5,
+        "lr": 1e-5,
+        "update_tflops_per_device": 0.01 * step,
+        **extra,
+    }
 
 
 def _completion(step: int, i: int, reward: float) -> dict:
-    return {"step": step, "id": f"clip-{i // 4}", "prompt": "SYSTEM " * 100 + f"Which way does ball {i} roll?",
-            "completion": f"<think>step {step}</think><answer>{'AB'[i % 2]}</answer>", "reward": reward,
-            "parts": {"format": 1.0, "single_choice": reward - 1.0}, "advantage": reward - 1.5}
+    return {
+        "step": step,
+        "id": f"clip-{i // 4}",
+        "prompt": "SYSTEM " * 100 + f"Which way does ball {i} roll?",
+        "completion": f"<think>step {step}</think><answer>{'AB'[i % 2]}</answer>",
+        "reward": reward,
+        "parts": {"format": 1.0, "single_choice": reward - 1.0},
+        "advantage": reward - 1.5,
+    }
 
 
 @pytest.fixture
@@ -54,10 +80,15 @@ def run_dir(tmp_path: Path) -> Path:
     completions = [_completion(2, i, 1.0) for i in range(4)] + cut + [_completion(4, i, 2.0 - i % 2) for i in range(24)]
     text = "".join(json.dumps(r) + "\n" for r in completions)
     (run / "completions.jsonl").write_text(text + '{"step": 4, "id": "cl')
-    result = {"step": 4, "stopped": False, "final": str(run / "safetensors" / "final"),
-              "best": {"step": 2, "metric": "accuracy", "value": 0.625, "path": str(run / "safetensors" / "best")},
-              "resumed_from": str(run / "checkpoints" / "step_2"), "resume_note": "resumed after a crash at step 3",
-              "skipped_steps": [3]}
+    result = {
+        "step": 4,
+        "stopped": False,
+        "final": str(run / "safetensors" / "final"),
+        "best": {"step": 2, "metric": "accuracy", "value": 0.625, "path": str(run / "safetensors" / "best")},
+        "resumed_from": str(run / "checkpoints" / "step_2"),
+        "resume_note": "resumed after a crash at step 3",
+        "skipped_steps": [3],
+    }
     (run / "result.json").write_text(json.dumps(result))
     return run
 
@@ -123,8 +154,11 @@ def test_grpo_curves_one_small_png_embedded(run_dir: Path) -> None:
 
 
 def test_a_panel_without_data_is_left_out(tmp_path: Path) -> None:
-    rows = [{"step": 1, "kind": "train", "loss": 2.0, "lr": float("nan")},
-            {"step": 2, "kind": "train", "loss": 1.5}, {"step": 2, "kind": "val", "loss": 1.7}]
+    rows = [
+        {"step": 1, "kind": "train", "loss": 2.0, "lr": float("nan")},
+        {"step": 2, "kind": "train", "loss": 1.5},
+        {"step": 2, "kind": "val", "loss": 1.7},
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     png = plot_curves(tmp_path, "sft")
     assert _panel_rows(png) == 1  # the loss panel alone
@@ -143,9 +177,16 @@ def test_metrics_table_every_step_or_sampled(tmp_path: Path) -> None:
 
 
 def test_export_paths_are_text_with_their_uploads() -> None:
-    md = export_markdown({"final": "/runs/a/safetensors/final", "best": {"path": "/runs/a/safetensors/best"},
-                          "uploads": [{"what": "safetensors/final", "url": "s3://b/a/safetensors/final", "ok": True},
-                                      {"what": "checkpoints/step_2", "url": "s3://b/x", "ok": False}]})
+    md = export_markdown(
+        {
+            "final": "/runs/a/safetensors/final",
+            "best": {"path": "/runs/a/safetensors/best"},
+            "uploads": [
+                {"what": "safetensors/final", "url": "s3://b/a/safetensors/final", "ok": True},
+                {"what": "checkpoints/step_2", "url": "s3://b/x", "ok": False},
+            ],
+        }
+    )
     assert "- final: `/runs/a/safetensors/final`" in md and "- best: `/runs/a/safetensors/best`" in md
     assert "uploaded to s3://b/a/safetensors/final" in md and "s3://b/x" not in md and "file://" not in md
 
@@ -153,8 +194,10 @@ def test_export_paths_are_text_with_their_uploads() -> None:
 def test_summary_lists_the_keys_that_had_no_effect() -> None:
     """A cosmos-rl key accepted with no effect is said in the run summary, never dropped silently."""
     lines = result_notes({"no_effect": ["redis = '12800': cosmos-rl's controller port: there is no controller here"]})
-    assert lines == ["- accepted with no effect here (cosmos-rl keys / settings):",
-                     "  - `redis = '12800': cosmos-rl's controller port: there is no controller here`"]
+    assert lines == [
+        "- accepted with no effect here (cosmos-rl keys / settings):",
+        "  - `redis = '12800': cosmos-rl's controller port: there is no controller here`",
+    ]
     assert result_notes({"no_effect": []}) == []
 
 

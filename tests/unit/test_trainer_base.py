@@ -31,7 +31,7 @@ SHARED = ("fit", "maybe_resume", "save", "finish", "periodic_save", "clip_gradie
 @pytest.mark.parametrize("cls", [SFTTrainer, GRPOTrainer, WfmTrainer])
 def test_the_three_trainers_share_the_base_and_keep_no_copy_of_it(cls: type) -> None:
     assert issubclass(cls, BaseTrainer)
-    for klass in cls.__mro__[:cls.__mro__.index(BaseTrainer)]:
+    for klass in cls.__mro__[: cls.__mro__.index(BaseTrainer)]:
         copied = [name for name in SHARED if name in vars(klass)]
         assert not copied, f"{klass.__name__} redefines {copied}: the base's run logic belongs in train/loop.py"
 
@@ -92,8 +92,13 @@ class ToyTrainer(BaseTrainer[SimpleNamespace]):
     def __init__(self, cfg: SimpleNamespace, run_dir: Path):
         torch.manual_seed(0)
         model = torch.nn.Linear(3, 1)
-        super().__init__(cfg, run_dir, SimpleNamespace(is_main=True, world_size=1, rank=0),  # type: ignore[arg-type]
-                         model, torch.optim.SGD(model.parameters(), lr=0.1))
+        super().__init__(
+            cfg,
+            run_dir,
+            SimpleNamespace(is_main=True, world_size=1, rank=0),  # type: ignore[arg-type]
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: 1.0 / (1 + step))
         self.total_steps = cfg.steps
         self.stop_after = cfg.stop_after
@@ -101,9 +106,18 @@ class ToyTrainer(BaseTrainer[SimpleNamespace]):
 
     @classmethod
     def loop_settings(cls, cfg: SimpleNamespace) -> LoopSettings:
-        return LoopSettings(seed=0, parallelism=ParallelismConfig(), ckpt=CheckpointConfig(save_freq=2, save_mode="sync"),
-                            resume=False, resume_key="resume", output_dir=str(cfg.out), export_final=False,
-                            export_each_save=False, validation_freq=3, grad_clip=1.0)
+        return LoopSettings(
+            seed=0,
+            parallelism=ParallelismConfig(),
+            ckpt=CheckpointConfig(save_freq=2, save_mode="sync"),
+            resume=False,
+            resume_key="resume",
+            output_dir=str(cfg.out),
+            export_final=False,
+            export_each_save=False,
+            validation_freq=3,
+            grad_clip=1.0,
+        )
 
     @classmethod
     def load_job_config(cls, path: Path) -> SimpleNamespace:
@@ -144,8 +158,9 @@ class ToyTrainer(BaseTrainer[SimpleNamespace]):
 
 
 def _toy(tmp_path: Path, name: str, steps: int, stop_after: int | None = None) -> ToyTrainer:
-    cfg = SimpleNamespace(steps=steps, stop_after=stop_after, out=tmp_path,
-                          logging=LoggingConfig(logger=[]), model_dump=lambda **_: {})
+    cfg = SimpleNamespace(
+        steps=steps, stop_after=stop_after, out=tmp_path, logging=LoggingConfig(logger=[]), model_dump=lambda **_: {}
+    )
     (tmp_path / name).mkdir(exist_ok=True)  # the run folder the launching flow made
     return ToyTrainer(cfg, tmp_path / name)
 

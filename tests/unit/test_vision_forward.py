@@ -24,13 +24,13 @@ PIXELS = {"min_pixels": 3136, "max_pixels": 3136}
 
 def _chat(media: list[tuple[str, Path]], q: str, a: str) -> list[dict]:
     content = [{"type": kind, kind: str(path), **PIXELS} for kind, path in media]
-    return [{"role": "user", "content": [*content, {"type": "text", "text": q}]},
-            {"role": "assistant", "content": a}]
+    return [{"role": "user", "content": [*content, {"type": "text", "text": q}]}, {"role": "assistant", "content": a}]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def setup(request: pytest.FixtureRequest, family_model_dirs: dict[str, Path],
-          tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def setup(
+    request: pytest.FixtureRequest, family_model_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> tuple:
     tmp = tmp_path_factory.mktemp("vision-forward")
     image = tmp / "noise.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (56, 70, 3), dtype=np.uint8)).save(image)
@@ -47,8 +47,9 @@ def setup(request: pytest.FixtureRequest, family_model_dirs: dict[str, Path],
     return model, {k: encode_chat(proc, c, max_length=512) for k, c in chats.items()}
 
 
-def _loss_and_grads(model: torch.nn.Module, mb: MicroBatch, shared: bool,
-                    run_vision: bool = False) -> tuple[float, dict[str, torch.Tensor]]:
+def _loss_and_grads(
+    model: torch.nn.Module, mb: MicroBatch, shared: bool, run_vision: bool = False
+) -> tuple[float, dict[str, torch.Tensor]]:
     model.zero_grad()
     if shared:
         out, blank = forward_micro_batch(model, mb, run_vision, use_cache=False)
@@ -67,10 +68,16 @@ def _is_vision(model: torch.nn.Module, name: str) -> bool:
 MODALITIES = {"image": {"image"}, "video": {"video"}, "both": {"image", "video"}, "text": set()}
 
 
-@pytest.mark.parametrize(("rows", "packed"), [
-    (["image"], False), (["video"], False), (["both"], False), (["image", "video", "text"], False),
-    (["text", "both", "image"], True),
-])
+@pytest.mark.parametrize(
+    ("rows", "packed"),
+    [
+        (["image"], False),
+        (["video"], False),
+        (["both"], False),
+        (["image", "video", "text"], False),
+        (["text", "both", "image"], True),
+    ],
+)
 def test_shared_vision_call_equals_model_forward(setup: tuple, rows: list[str], packed: bool) -> None:
     model, samples = setup
     batch = [samples[r] for r in rows]
@@ -118,8 +125,9 @@ def test_media_flags_per_micro_batch(setup: tuple) -> None:
     assert media_in_micro_batches(micro, torch.device("cpu")) == [False, True, True, False]
 
 
-@pytest.mark.parametrize(("rows", "packed"), [(["both", "text"], False), (["text", "video", "image"], True)],
-                         ids=["padded", "packed"])
+@pytest.mark.parametrize(
+    ("rows", "packed"), [(["both", "text"], False), (["text", "video", "image"], True)], ids=["padded", "packed"]
+)
 def test_fused_head_loss_equals_the_logits_loss(setup: tuple, rows: list[str], packed: bool) -> None:
     """train.fused_linear_ce: the LM head run by the loss on the hidden states at the label positions, in chunks
     smaller than the batch's label tokens, gives the logits path's loss and gradients (lm_head's included)."""
@@ -134,10 +142,16 @@ def test_fused_head_loss_equals_the_logits_loss(setup: tuple, rows: list[str], p
     def run(fused: bool) -> tuple[float, int, dict[str, torch.Tensor]]:
         model.zero_grad()
         if fused:
-            def head_loss(i: int, mb: MicroBatch, hidden: torch.Tensor, lm_head: torch.nn.Module,
-                          keep: torch.Tensor) -> torch.Tensor:
-                ce, n = linear_ce_sum(hidden.reshape(-1, hidden.shape[-1]), head_weight(lm_head),
-                                      mb.labels[:, keep + 1].reshape(-1), chunk_rows=3)
+
+            def head_loss(
+                i: int, mb: MicroBatch, hidden: torch.Tensor, lm_head: torch.nn.Module, keep: torch.Tensor
+            ) -> torch.Tensor:
+                ce, n = linear_ce_sum(
+                    hidden.reshape(-1, hidden.shape[-1]),
+                    head_weight(lm_head),
+                    mb.labels[:, keep + 1].reshape(-1),
+                    chunk_rows=3,
+                )
                 counted.append(n)
                 return ce
 

@@ -34,20 +34,34 @@ from tests.cosmos_rl_oracle import oracle_module, oracle_root
 
 RECIPES = ROOT / "tests" / "data" / "cosmos_rl_configs" / "wfm"
 GRPO, GRPO_MOCK = "cosmos-predict2-5-2b-480-grpo.toml", "cosmos-predict2-5-2b-480-grpo-mock-data.toml"
-DDRL_2B, DDRL_14B = "cosmos-predict2-5-2b-720-reason-embedding-ddrl.toml", "cosmos-predict2-5-14b-720-reason-embedding-ddrl.toml"
+DDRL_2B, DDRL_14B = (
+    "cosmos-predict2-5-2b-720-reason-embedding-ddrl.toml",
+    "cosmos-predict2-5-14b-720-reason-embedding-ddrl.toml",
+)
 NFT = "cosmos-predict2-5-2b-720-nft.toml"
 IMAGINAIRE = [GRPO, GRPO_MOCK, DDRL_2B, DDRL_14B]
 FRAMES = "model.rl.min_num_conditional_frames / max_num_conditional_frames = "
 
 # what `config check` refuses in each recipe as published, one problem each (the start of its line)
 AS_PUBLISHED = {
-    GRPO: [FRAMES + "1 / 1 (min_num_conditional_frames and max_num_conditional_frames: cosmos-rl's default",
-           "checkpoint.model_id = 'base/pre-trained/d20b7120", "dataloader_train.video_dataloader.dataset_dir"],
+    GRPO: [
+        FRAMES + "1 / 1 (min_num_conditional_frames and max_num_conditional_frames: cosmos-rl's default",
+        "checkpoint.model_id = 'base/pre-trained/d20b7120",
+        "dataloader_train.video_dataloader.dataset_dir",
+    ],
     GRPO_MOCK: [FRAMES + "1 / 1", 'dataloader_train.type = "web"', "model.model_name_or_path / checkpoint.load_path"],
-    DDRL_2B: ["model_parallel.context_parallel_size = 2", FRAMES + "0 / 1 (max_num_conditional_frames: cosmos-rl's",
-              "checkpoint.model_id = 'base/pre-trained/d20b7120", "dataloader_train.video_dataloader.dataset_dir"],
-    DDRL_14B: ["model_parallel.context_parallel_size = 8", FRAMES + "0 / 1",
-               "checkpoint.model_id = 'base/pre-trained/54937b8c", "dataloader_train.video_dataloader.dataset_dir"],
+    DDRL_2B: [
+        "model_parallel.context_parallel_size = 2",
+        FRAMES + "0 / 1 (max_num_conditional_frames: cosmos-rl's",
+        "checkpoint.model_id = 'base/pre-trained/d20b7120",
+        "dataloader_train.video_dataloader.dataset_dir",
+    ],
+    DDRL_14B: [
+        "model_parallel.context_parallel_size = 8",
+        FRAMES + "0 / 1",
+        "checkpoint.model_id = 'base/pre-trained/54937b8c",
+        "dataloader_train.video_dataloader.dataset_dir",
+    ],
 }
 TEXT2WORLD = ["model.rl.min_num_conditional_frames=0", "model.rl.max_num_conditional_frames=0"]
 
@@ -55,7 +69,12 @@ TEXT2WORLD = ["model.rl.min_num_conditional_frames=0", "model.rl.max_num_conditi
 def runnable(name: str, model: Path, data: Path) -> list[str]:
     """The overrides that make a published recipe one that runs here: its model a diffusers folder, text2world, no
     context parallelism, a local dataset (the mock-data recipe: mock prompts)."""
-    out = [f"checkpoint.load_path='{model}'", "checkpoint.model_id=''", *TEXT2WORLD, "model_parallel.context_parallel_size=1"]
+    out = [
+        f"checkpoint.load_path='{model}'",
+        "checkpoint.model_id=''",
+        *TEXT2WORLD,
+        "model_parallel.context_parallel_size=1",
+    ]
     if name == GRPO_MOCK:
         return out + ["dataloader_train.type='mock'"]
     return out + [f"dataloader_train.video_dataloader.dataset_dir='{data}'"]
@@ -101,26 +120,47 @@ def test_runnable_recipe_reads_what_cosmos_rl_reads(name: str, tmp_path: Path) -
     rl, ref_rl = cfg.model.rl, ref.model.rl
     assert cfg.model.model_name_or_path == str(tmp_path)  # checkpoint.load_path is the model
     assert (rl.num_generations, rl.sample_steps, rl.train_on, rl.update_ref_every_iter) == (
-        ref_rl.num_rollout, ref_rl.sample_steps, ref_rl.train_on, ref_rl.update_ref_every_iter)
+        ref_rl.num_rollout,
+        ref_rl.sample_steps,
+        ref_rl.train_on,
+        ref_rl.update_ref_every_iter,
+    )
     assert (rl.kl_beta, rl.data_beta, rl.guidance, rl.clip_range, rl.use_same_seed) == (
-        ref_rl.kl_beta, ref_rl.data_beta, ref_rl.guidance, ref_rl.clip_ratio, ref_rl.use_same_seed)
+        ref_rl.kl_beta,
+        ref_rl.data_beta,
+        ref_rl.guidance,
+        ref_rl.clip_ratio,
+        ref_rl.use_same_seed,
+    )
     assert rl.algorithm == ("ddrl" if ref_rl.data_beta > 0 else "flow_grpo")
     o, ref_o = cfg.optimizer, ref.optimizer
     assert (o.lr, o.weight_decay, o.betas, o.eps) == (ref_o.lr, ref_o.weight_decay, ref_o.betas, ref_o.eps)
     s, ref_s = cfg.scheduler, ref.scheduler
     assert (s.f_start, s.f_max, s.f_min, s.warm_up_steps, s.cycle_lengths) == (
-        ref_s.f_start, ref_s.f_max, ref_s.f_min, ref_s.warm_up_steps, ref_s.cycle_lengths)
+        ref_s.f_start,
+        ref_s.f_max,
+        ref_s.f_min,
+        ref_s.warm_up_steps,
+        ref_s.cycle_lengths,
+    )
     assert (cfg.trainer.max_iter, cfg.checkpoint.save_iter) == (ref.trainer.max_iter, ref.checkpoint.save_iter)
     clip = next(c.args for c in ref.trainer.callbacks if c.name == "grad_clip")
     assert (cfg.grad_clip(), cfg.grad_force_finite()) == (clip["clip_norm"], clip["force_finite"])
     text = next(c for c in ref.model.conditioner if c.type == "text_attr")
     assert cfg.text_dropout_rate() == text.dropout_rate
     assert (cfg.model.fsdp_shard_size, cfg.model.dp_replicate_size, cfg.model.param_dtype) == (
-        ref.model.fsdp_shard_size, ref.model.dp_replicate_size, ref.model.precision)
+        ref.model.fsdp_shard_size,
+        ref.model.dp_replicate_size,
+        ref.model.precision,
+    )
     if ref.dataloader_train.type == "local":
         v, ref_v = cfg.video, ref.dataloader_train.video_dataloader
         assert (v.num_frames, v.video_size, v.offline_text_embedding, v.batch_size) == (
-            ref_v.num_frames, ref_v.video_size, ref_v.offline_text_embedding, ref_v.batch_size)
+            ref_v.num_frames,
+            ref_v.video_size,
+            ref_v.offline_text_embedding,
+            ref_v.batch_size,
+        )
     # the written run config is the resolved one: it loads back to the same values
     cfg.write(tmp_path / "config.toml")
     assert load_wfm_config(tmp_path / "config.toml", env={}).model_dump() == cfg.model_dump()
@@ -132,8 +172,9 @@ def test_every_imaginaire_entry_has_one_state(name: str, tmp_path: Path) -> None
     states = {key: state for key, state, _ in conditioner_states(cfg) + callback_states(cfg)}
     assert states.pop("trainer.callbacks[grad_clip]") == "implemented"
     text = states.pop("model.conditioner[text]")
-    assert text == ("implemented" if cfg.model.rl.algorithm == "ddrl" else "no effect" if
-                    cfg.text_dropout_rate() else "implemented")
+    assert text == (
+        "implemented" if cfg.model.rl.algorithm == "ddrl" else "no effect" if cfg.text_dropout_rate() else "implemented"
+    )
     assert set(states.values()) == {"no effect"}, states
     said = {n.key for n in cfg.no_effect}
     assert set(states) <= said  # each no-effect entry is listed by `config check`, with why
@@ -141,14 +182,22 @@ def test_every_imaginaire_entry_has_one_state(name: str, tmp_path: Path) -> None
 
 def test_config_check_prints_states_and_cosmos_rl_defaults(tmp_path: Path) -> None:
     args = [a for o in runnable(GRPO, tmp_path, tmp_path) for a in ("--set", o)]
-    res = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO), *args],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
     assert "cosmos-rl's defaults taken for reward, model.param_dtype, model.rl.sample_steps" in res.stderr
     assert "trainer.callbacks[every_n_sample_ema]" in res.stderr and "model.conditioner[fps]" in res.stderr
     assert "# ok:" in res.stderr and "(wfm_rl: flow_grpo)" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO)],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr and "convert_cosmos_to_diffusers" in res.stderr
 
 
@@ -158,12 +207,18 @@ def test_cosmos_rl_defaults_are_cosmos_rls() -> None:
     ref_rl = wfm.RLConfig()
     for key, value in COSMOS_RL_DEFAULTS["model"]["rl"].items():
         assert getattr(ref_rl, names.get(key, key)) == value, key
-    for section, cls in (("optimizer", wfm.OptimizerConfig), ("scheduler", wfm.SchedulerConfig),
-                         ("trainer", wfm.TrainerConfig), ("checkpoint", wfm.CheckpointConfig)):
+    for section, cls in (
+        ("optimizer", wfm.OptimizerConfig),
+        ("scheduler", wfm.SchedulerConfig),
+        ("trainer", wfm.TrainerConfig),
+        ("checkpoint", wfm.CheckpointConfig),
+    ):
         for key, value in COSMOS_RL_DEFAULTS[section].items():
             assert list(getattr(cls(), key)) == value if isinstance(value, list) else getattr(cls(), key) == value
     assert COSMOS_RL_DEFAULTS["model"]["param_dtype"] == wfm.ModelConfig().precision
-    assert wfm.RemoteRewardConfig().enabled and wfm.RemoteRewardConfig().reward_fn in COSMOS_RL_DEFAULTS["reward"]["fns"]
+    assert (
+        wfm.RemoteRewardConfig().enabled and wfm.RemoteRewardConfig().reward_fn in COSMOS_RL_DEFAULTS["reward"]["fns"]
+    )
     # our own recipes (model.model_name_or_path set) keep our defaults
     ours = wfm_config_from_dict({"model": {"model_name_or_path": "/tmp"}})
     assert ours.cosmos_rl_defaults == [] and ours.model.rl.kl_beta == 0.0 and ours.model.rl.train_on is None
@@ -171,16 +226,20 @@ def test_cosmos_rl_defaults_are_cosmos_rls() -> None:
 
 def test_every_cosmos_rl_callback_name_has_a_state() -> None:
     source = (oracle_root() / "cosmos_rl" / "utils" / "wfm" / "callback.py").read_text()
-    mapping = next(node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
-                   and getattr(node.targets[0], "id", "") == "CALLBACK_CLS_MAPPING")
+    mapping = next(
+        node.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CALLBACK_CLS_MAPPING"
+    )
     assert isinstance(mapping, ast.Dict)
     assert {k.value for k in mapping.keys if isinstance(k, ast.Constant)} == set(CALLBACK_STATES)
     ref = oracle_module("cosmos_rl.policy.config.wfm").ConditionerConfig
     assert set(ref.model_fields["type"].annotation.__args__) == {"remap_key", "text_attr", "boolean_flag"}
 
 
-def _cfg(conditioner: list[dict[str, Any]] | None = None, callbacks: list[dict[str, Any]] | None = None,
-         **rl: Any) -> WfmConfig:
+def _cfg(
+    conditioner: list[dict[str, Any]] | None = None, callbacks: list[dict[str, Any]] | None = None, **rl: Any
+) -> WfmConfig:
     raw: dict[str, Any] = {"model": {"model_name_or_path": "/tmp", "rl": rl}}
     if conditioner is not None:
         raw["model"]["conditioner"] = conditioner
@@ -194,16 +253,19 @@ def _cfg(conditioner: list[dict[str, Any]] | None = None, callbacks: list[dict[s
 TEXT = {"name": "text", "type": "text_attr", "input_key": ["t5_text_embeddings"]}
 
 
-@pytest.mark.parametrize(("entry", "algorithm", "state"), [
-    ({**TEXT, "dropout_rate": 0.2}, "ddrl", "implemented"),
-    ({**TEXT, "dropout_rate": 0.2}, "flow_grpo", "no effect"),
-    (TEXT, "flow_grpo", "implemented"),
-    ({"name": "fps", "type": "remap_key", "output_key": "fps", "input_key": "fps"}, "flow_grpo", "no effect"),
-    ({"name": "padding_mask", "input_key": "padding_mask"}, "flow_grpo", "no effect"),
-    ({"name": "use_video_condition", "type": "boolean_flag", "input_key": "fps"}, "flow_grpo", "no effect"),
-    ({"name": "camera", "type": "remap_key", "input_key": "camera"}, "flow_grpo", "refused"),
-    ({"name": "is_image", "type": "boolean_flag"}, "flow_grpo", "refused"),
-])
+@pytest.mark.parametrize(
+    ("entry", "algorithm", "state"),
+    [
+        ({**TEXT, "dropout_rate": 0.2}, "ddrl", "implemented"),
+        ({**TEXT, "dropout_rate": 0.2}, "flow_grpo", "no effect"),
+        (TEXT, "flow_grpo", "implemented"),
+        ({"name": "fps", "type": "remap_key", "output_key": "fps", "input_key": "fps"}, "flow_grpo", "no effect"),
+        ({"name": "padding_mask", "input_key": "padding_mask"}, "flow_grpo", "no effect"),
+        ({"name": "use_video_condition", "type": "boolean_flag", "input_key": "fps"}, "flow_grpo", "no effect"),
+        ({"name": "camera", "type": "remap_key", "input_key": "camera"}, "flow_grpo", "refused"),
+        ({"name": "is_image", "type": "boolean_flag"}, "flow_grpo", "refused"),
+    ],
+)
 def test_conditioner_states(entry: dict[str, Any], algorithm: str, state: str) -> None:
     text_attr = entry.get("type") == "text_attr"
     entries = [entry] if text_attr else [TEXT, entry]
@@ -228,16 +290,23 @@ def test_conditioner_refusals() -> None:
         _cfg([TEXT], max_num_conditional_frames=1)
 
 
-@pytest.mark.parametrize(("callback", "state", "words"), [
-    ({"name": "grad_clip", "args": {"clip_norm": 0.25, "force_finite": False}}, "implemented", ""),
-    ({"name": "grad_clip", "args": {"clip_norm": 0.25, "norm_type": 1}}, "refused", "norm_type: not grad_clip arguments"),
-    ({"name": "grad_clip", "args": {"clip_norm": "big"}}, "refused", "a number in"),
-    ({"name": "ema_model"}, "refused", "EMA weights are not kept here"),
-    ({"name": "every_n_sample_ema", "args": {"is_ema": True}}, "no effect", ""),
-    ({"name": "heart_beat", "step_size": 1, "args": {"every_n": 10}}, "no effect", ""),
-    ({"name": "low_prec", "args": {"update_iter": 1}}, "no effect", ""),
-    ({"name": "my_callback"}, "refused", "not one of cosmos-rl's callbacks"),
-])
+@pytest.mark.parametrize(
+    ("callback", "state", "words"),
+    [
+        ({"name": "grad_clip", "args": {"clip_norm": 0.25, "force_finite": False}}, "implemented", ""),
+        (
+            {"name": "grad_clip", "args": {"clip_norm": 0.25, "norm_type": 1}},
+            "refused",
+            "norm_type: not grad_clip arguments",
+        ),
+        ({"name": "grad_clip", "args": {"clip_norm": "big"}}, "refused", "a number in"),
+        ({"name": "ema_model"}, "refused", "EMA weights are not kept here"),
+        ({"name": "every_n_sample_ema", "args": {"is_ema": True}}, "no effect", ""),
+        ({"name": "heart_beat", "step_size": 1, "args": {"every_n": 10}}, "no effect", ""),
+        ({"name": "low_prec", "args": {"update_iter": 1}}, "no effect", ""),
+        ({"name": "my_callback"}, "refused", "not one of cosmos-rl's callbacks"),
+    ],
+)
 def test_callback_states(callback: dict[str, Any], state: str, words: str) -> None:
     key = f"trainer.callbacks[{callback['name']}]"
     if state == "refused":
@@ -257,18 +326,23 @@ def test_grad_clip_callback_force_finite_defaults_to_cosmos_rls() -> None:
     assert _cfg(callbacks=[]).grad_force_finite() is False  # no callback: trainer.grad_force_finite (false)
 
 
-@pytest.mark.parametrize(("checkpoint", "words"), [
-    ({"load_path": "/ckpts/model.pt"}, "checkpoint.load_path = '/ckpts/model.pt': cosmos-rl's imaginaire .pt"),
-    ({"load_path": "/data/other"}, "two models"),
-])
+@pytest.mark.parametrize(
+    ("checkpoint", "words"),
+    [
+        ({"load_path": "/ckpts/model.pt"}, "checkpoint.load_path = '/ckpts/model.pt': cosmos-rl's imaginaire .pt"),
+        ({"load_path": "/data/other"}, "two models"),
+    ],
+)
 def test_checkpoint_refusals(checkpoint: dict[str, Any], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         wfm_config_from_dict({"model": {"model_name_or_path": "/tmp"}, "checkpoint": checkpoint})
 
 
 def test_local_diffusers_folder_as_load_path_is_the_model(tiny_wfm_dir: Path) -> None:
-    raw = {"model": {"rl": {"min_num_conditional_frames": 0, "max_num_conditional_frames": 0}},
-           "checkpoint": {"load_path": str(tiny_wfm_dir)}}
+    raw = {
+        "model": {"rl": {"min_num_conditional_frames": 0, "max_num_conditional_frames": 0}},
+        "checkpoint": {"load_path": str(tiny_wfm_dir)},
+    }
     cfg = wfm_config_from_dict(raw, check_paths=True)
     assert cfg.model.model_name_or_path == str(tiny_wfm_dir) and "reward" in cfg.cosmos_rl_defaults
     with pytest.raises(ConfigError, match="does not exist"):
@@ -336,6 +410,8 @@ def test_grad_clip_force_finite_zeroes_non_finite_gradients(force_finite: bool) 
     t.settings = WfmTrainer.loop_settings(t.cfg)  # the shared trainer base clips as the config says
     norm = t.clip_gradients()
     if force_finite:
-        assert norm == pytest.approx(5.0) and torch.allclose(t.model.weight.grad, torch.tensor([[0.0, 0.6], [0.0, 0.8]]))
+        assert norm == pytest.approx(5.0) and torch.allclose(
+            t.model.weight.grad, torch.tensor([[0.0, 0.6], [0.0, 0.8]])
+        )
     else:
         assert not torch.isfinite(torch.tensor(norm))  # the trainer then stops the run (TrainingDiverged)

@@ -1,6 +1,6 @@
 """The world-model dataset (cosmos_train/wfm/data.py) and its synthetic maker (wfm/synthetic_data.py).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_data.py
+HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_data.py
 """
 
 from __future__ import annotations
@@ -79,8 +79,7 @@ def test_synthetic_captions_describe_their_videos(tmp_path: Path) -> None:
         assert (along > 0.5).all(), (meta, centres)  # every frame a step the said way, never wrapping round
         for key, word in (("scene", scene), ("shape", shape), ("direction", direction)):
             seen[key].add(word)
-    assert seen == {"scene": {"dark", "dim", "bright"}, "shape": {"square", "disc"},
-                    "direction": set(moves)}
+    assert seen == {"scene": {"dark", "dim", "bright"}, "shape": {"square", "disc"}, "direction": set(moves)}
 
 
 def test_write_text_embeddings_round_trips_in_float16(synthetic: Path, tmp_path: Path) -> None:
@@ -237,8 +236,7 @@ def test_missing_folders_say_the_layout(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ clips
 def _ramp(path: Path, n_frames: int, height: int = 32, width: int = 48) -> Path:
     """Frame t is a flat grey of level 10 + 20 t: the frame index can be read back from the brightness."""
-    write_mp4(path, np.stack([np.full((height, width, 3), 10 + 20 * t, np.uint8) for t in range(n_frames)]),
-              fps=8)
+    write_mp4(path, np.stack([np.full((height, width, 3), 10 + 20 * t, np.uint8) for t in range(n_frames)]), fps=8)
     return path
 
 
@@ -273,14 +271,18 @@ def test_short_or_unreadable_videos_are_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ embeddings
-@pytest.mark.parametrize("obj", [
-    np.ones((3, 4), np.float16),
-    torch.ones(3, 4, dtype=torch.bfloat16),
-    {"embeddings": np.ones((3, 4), np.float32)},
-    {"t5_text_embeddings": torch.ones(3, 4), "prompt": "a scene"},
-    {"whatever": np.ones((3, 4))},
-    [np.ones((3, 4))],
-], ids=["numpy", "torch", "embeddings-key", "t5-key", "only-array", "one-element-list"])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        np.ones((3, 4), np.float16),
+        torch.ones(3, 4, dtype=torch.bfloat16),
+        {"embeddings": np.ones((3, 4), np.float32)},
+        {"t5_text_embeddings": torch.ones(3, 4), "prompt": "a scene"},
+        {"whatever": np.ones((3, 4))},
+        [np.ones((3, 4))],
+    ],
+    ids=["numpy", "torch", "embeddings-key", "t5-key", "only-array", "one-element-list"],
+)
 def test_embedding_forms_are_accepted(obj: object, tmp_path: Path) -> None:
     (tmp_path / "text_embedding").mkdir()
     (tmp_path / "text_embedding" / "e.pickle").write_bytes(pickle.dumps(obj))
@@ -288,14 +290,18 @@ def test_embedding_forms_are_accepted(obj: object, tmp_path: Path) -> None:
     assert emb.dtype == torch.float32 and emb.shape == (3, 4) and torch.equal(emb, torch.ones(3, 4))
 
 
-@pytest.mark.parametrize(("obj", "said"), [
-    (np.ones(5, np.float32), r"shape \(5,\); expected a float array \[n_tokens, dim\]"),
-    (torch.ones(1, 3, 4), r"shape \(1, 3, 4\); expected a float array \[n_tokens, dim\]"),
-    (np.arange(6).reshape(1, 6), r"dtype int64; .*\(token ids are not embeddings\)"),
-    ("hello", r"holds a str; expected a float array \[n_tokens, dim\]"),
-    ({"a": np.ones((2, 2)), "b": np.ones((2, 2))}, r"holds a dict with keys \['a', 'b'\]"),
-    ([np.ones((2, 2)), np.ones((2, 2))], r"holds a list of 2 items"),
-], ids=["1d", "3d", "int", "str", "two-arrays", "two-items"])
+@pytest.mark.parametrize(
+    ("obj", "said"),
+    [
+        (np.ones(5, np.float32), r"shape \(5,\); expected a float array \[n_tokens, dim\]"),
+        (torch.ones(1, 3, 4), r"shape \(1, 3, 4\); expected a float array \[n_tokens, dim\]"),
+        (np.arange(6).reshape(1, 6), r"dtype int64; .*\(token ids are not embeddings\)"),
+        ("hello", r"holds a str; expected a float array \[n_tokens, dim\]"),
+        ({"a": np.ones((2, 2)), "b": np.ones((2, 2))}, r"holds a dict with keys \['a', 'b'\]"),
+        ([np.ones((2, 2)), np.ones((2, 2))], r"holds a list of 2 items"),
+    ],
+    ids=["1d", "3d", "int", "str", "two-arrays", "two-items"],
+)
 def test_bad_embeddings_are_refused_naming_the_file(obj: object, said: str, tmp_path: Path) -> None:
     (tmp_path / "text_embedding").mkdir()
     (tmp_path / "text_embedding" / "bad.pickle").write_bytes(pickle.dumps(obj))

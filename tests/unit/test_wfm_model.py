@@ -1,6 +1,6 @@
 """The tiny world model's folder and the model API the trainer uses (cosmos_train/wfm/model.py).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_model.py
+HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_model.py
 """
 
 from __future__ import annotations
@@ -43,16 +43,21 @@ def test_diffusers_loads_the_folder_as_a_predict2_5_pipeline(tiny_wfm_dir: Path,
     with torch.no_grad():
         theirs = pipe._get_prompt_embeds(prompts, max_sequence_length=80, device=torch.device("cpu"))
     assert torch.allclose(wm.encode_prompts(parts, prompts, 80), theirs.float(), atol=1e-5)
-    assert torch.allclose(pipe.latents_mean, parts.latents_mean) and torch.allclose(1 / pipe.latents_std,
-                                                                                      parts.latents_std)
+    assert torch.allclose(pipe.latents_mean, parts.latents_mean) and torch.allclose(
+        1 / pipe.latents_std, parts.latents_std
+    )
 
 
 def test_tiny_folder_is_deterministic(tmp_path: Path, tiny_wfm_dir: Path) -> None:
     again = wm.make_tiny_wfm(tmp_path / "again")
     files = sorted(p.relative_to(tiny_wfm_dir) for p in tiny_wfm_dir.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
-    assert {"transformer/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors",
-            "text_encoder/model.safetensors", "tokenizer/tokenizer.json"} <= {str(f) for f in files}
+    assert {
+        "transformer/diffusion_pytorch_model.safetensors",
+        "vae/diffusion_pytorch_model.safetensors",
+        "text_encoder/model.safetensors",
+        "tokenizer/tokenizer.json",
+    } <= {str(f) for f in files}
     assert all((tiny_wfm_dir / f).read_bytes() == (again / f).read_bytes() for f in files)
     other = wm.make_tiny_wfm(tmp_path / "other", seed=1)
     name = "transformer/diffusion_pytorch_model.safetensors"
@@ -86,12 +91,15 @@ def test_latent_shape_and_its_refusals(parts: wm.WfmParts) -> None:
 def _by_hand(parts: wm.WfmParts, prompt: str, max_length: int) -> torch.Tensor:
     """Predict2.5's full_concat for one prompt, spelled out: the chat's ids through the whole text encoder, every
     layer's hidden states normalised over features, concatenated."""
-    chat = [{"role": "system", "content": [{"type": "text", "text": wm.SYSTEM_PROMPT}]},
-            {"role": "user", "content": [{"type": "text", "text": prompt}]}]
+    chat = [
+        {"role": "system", "content": [{"type": "text", "text": wm.SYSTEM_PROMPT}]},
+        {"role": "user", "content": [{"type": "text", "text": prompt}]},
+    ]
     text = parts.tokenizer.apply_chat_template(chat, tokenize=False)
     assert text.startswith("<|im_start|>system\n" + wm.SYSTEM_PROMPT) and f"user\n{prompt}<|im_end|>" in text
-    ids = parts.tokenizer(text, max_length=max_length, truncation=True, padding="max_length",
-                          return_tensors="pt").input_ids
+    ids = parts.tokenizer(
+        text, max_length=max_length, truncation=True, padding="max_length", return_tensors="pt"
+    ).input_ids
     with torch.no_grad():
         hs = parts.text_encoder(input_ids=ids, output_hidden_states=True).hidden_states
     return torch.cat([(h - h.mean(-1, keepdim=True)) / (h.std(-1, keepdim=True) + 1e-8) for h in hs[1:]], -1)[0]
@@ -139,9 +147,13 @@ def test_velocity_matches_the_pipelines_call_and_has_gradients(parts: wm.WfmPart
     assert v.shape == latents.shape
     # the pipeline's text2world call: timestep [B, 1, T, 1, 1] (all frames at sigma), condition_mask zeros
     with torch.no_grad():
-        theirs = parts.transformer(hidden_states=latents, timestep=sigma.view(2, 1, 1, 1, 1).expand(2, 1, 2, 1, 1),
-                                   encoder_hidden_states=emb, condition_mask=torch.zeros(2, 1, 2, 4, 4),
-                                   return_dict=False)[0]
+        theirs = parts.transformer(
+            hidden_states=latents,
+            timestep=sigma.view(2, 1, 1, 1, 1).expand(2, 1, 2, 1, 1),
+            encoder_hidden_states=emb,
+            condition_mask=torch.zeros(2, 1, 2, 4, 4),
+            return_dict=False,
+        )[0]
     assert torch.allclose(v, theirs, atol=1e-6)
     v.square().mean().backward()
     try:
@@ -166,8 +178,14 @@ def test_export_round_trips_exactly(parts: wm.WfmParts, tiny_wfm_dir: Path, tmp_
     out = wm.export_wfm(tiny_wfm_dir, trained, tmp_path / "export")
     loaded = CosmosTransformer3DModel.from_pretrained(out, subfolder="transformer").state_dict()
     assert loaded.keys() == trained.keys() and all(torch.equal(loaded[k], trained[k]) for k in trained)
-    for same in ("model_index.json", "vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
-                 "tokenizer/tokenizer.json", "scheduler/scheduler_config.json", "transformer/config.json"):
+    for same in (
+        "model_index.json",
+        "vae/diffusion_pytorch_model.safetensors",
+        "text_encoder/model.safetensors",
+        "tokenizer/tokenizer.json",
+        "scheduler/scheduler_config.json",
+        "transformer/config.json",
+    ):
         assert (out / same).read_bytes() == (tiny_wfm_dir / same).read_bytes()
     again = wm.export_wfm(tiny_wfm_dir, parts.transformer.state_dict(), out)  # over an existing export
     assert wm.load_wfm(again, text_encoder=False).transformer.state_dict().keys() == trained.keys()

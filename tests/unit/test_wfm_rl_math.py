@@ -70,8 +70,9 @@ def test_gaussian_kl_matches_torch() -> None:
     g = torch.Generator().manual_seed(1)
     m, r = torch.randn(2, 6, generator=g), torch.randn(2, 6, generator=g)
     std = torch.tensor(0.3)
-    direct = torch.distributions.kl_divergence(torch.distributions.Normal(m, std),
-                                               torch.distributions.Normal(r, std)).mean(1)
+    direct = torch.distributions.kl_divergence(
+        torch.distributions.Normal(m, std), torch.distributions.Normal(r, std)
+    ).mean(1)
     assert torch.allclose(gaussian_kl(m, r, std), direct, atol=1e-6)
 
 
@@ -84,8 +85,9 @@ def test_policy_step_loss_by_hand() -> None:
     loss.backward()  # the clipped sample (A=+1) gives no gradient; the other d/dlogp (-A ratio)/2 = ratio/2
     assert torch.allclose(logp.grad, torch.tensor([0.0, math.exp(0.5) / 2]))
     # the KL term adds kl_beta * mean(kl)
-    loss2, stats2 = policy_step_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), 0.2,
-                                     kl=torch.tensor([0.2, 0.4]), kl_beta=0.5)
+    loss2, stats2 = policy_step_loss(
+        torch.zeros(2), torch.zeros(2), torch.zeros(2), 0.2, kl=torch.tensor([0.2, 0.4]), kl_beta=0.5
+    )
     assert math.isclose(float(loss2), 0.15, rel_tol=1e-6) and math.isclose(stats2["kl"], 0.3, rel_tol=1e-6)
 
 

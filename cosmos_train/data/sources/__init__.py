@@ -135,6 +135,7 @@ def detect_source(ds: DatasetConfig) -> str:
 def cosmos_subsets(folder: Path) -> list[str]:
     """The subsets of a local copy of a Cosmos-Reason hub dataset: subfolders holding a `clips/` folder
     with clip archives (*.tar.gz) or extracted videos, the layout the `cosmos` source reads locally."""
+
     def has_clips(clips: Path) -> bool:
         # any() stops at the first hit: an extracted subset holds many thousands of clips.
         return clips.is_dir() and any(
@@ -151,7 +152,8 @@ def split_held_out(samples: list[dict], test_size: float | int, split_role: Spli
     n_val = round(test_size * n) if test_size < 1 else int(test_size)
     if not 0 < n_val < n:
         raise DatasetError(
-            f"{where}.test_size = {test_size} holds out {n_val} of {n} rows; it must leave at least one row on each side"
+            f"{where}.test_size = {test_size} holds out {n_val} of {n} rows; "
+            "it must leave at least one row on each side"
         )
     order = list(range(n))
     random.Random(SPLIT_SEED).shuffle(order)
@@ -211,8 +213,10 @@ def load_samples(
     except SplitNotFound as e:
         raise e.named(where) from None
     if not samples:
-        raise DatasetError(f"{where}: {_describe(ds, script, read_role)} yielded no rows; check the file is not "
-                           "empty and that subset / split name the rows you mean")
+        raise DatasetError(
+            f"{where}: {_describe(ds, script, read_role)} yielded no rows; check the file is not "
+            "empty and that subset / split name the rows you mean"
+        )
     if ds.test_size is not None:
         samples = split_held_out(samples, ds.test_size, split_role, where)
     if not keep_errors:
@@ -220,4 +224,3 @@ def load_samples(
             if "error" in s:
                 raise RowError(s["error"]["reason"], s["error"]["message"])
     return [_with_system_prompt(s, tp.system_prompt) for s in samples]
-

@@ -26,8 +26,17 @@ from cosmos_train.data.sources.embedded import is_embedded, store_embedded
 from cosmos_train.errors import DataError
 
 VISION_KEYS = (
-    "fps", "nframes", "min_frames", "max_frames", "max_pixels", "min_pixels", "total_pixels",
-    "resized_height", "resized_width", "video_start", "video_end",
+    "fps",
+    "nframes",
+    "min_frames",
+    "max_frames",
+    "max_pixels",
+    "min_pixels",
+    "total_pixels",
+    "resized_height",
+    "resized_width",
+    "video_start",
+    "video_end",
 )
 # Settings that mean something for a still image (qwen-vl-utils fetch_image).
 IMAGE_KEYS = ("max_pixels", "min_pixels", "resized_height", "resized_width")
@@ -99,7 +108,9 @@ def error_sample(sample_id: str, origin: str, reason: str, message: str) -> dict
     return {"id": sample_id, "origin": origin, "messages": [], "error": {"reason": reason, "message": message}}
 
 
-def map_rows(rows: Iterable[Mapping[str, Any]], origin_file: str, ctx: RowContext, id_prefix: str = "") -> Iterator[dict]:
+def map_rows(
+    rows: Iterable[Mapping[str, Any]], origin_file: str, ctx: RowContext, id_prefix: str = ""
+) -> Iterator[dict]:
     """row_to_samples over rows; a row that fails becomes an error sample naming file:row."""
     for index, row in enumerate(rows):
         origin = f"{origin_file}:{index}"
@@ -146,8 +157,11 @@ def row_to_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: Row
 def _reference(row: Mapping[str, Any], column: str | None = None) -> str | None:
     if column is not None:
         if not isinstance(row.get(column), str | int | float):
-            raise RowError("missing_reference", f"row has no reference answer in column {column!r} "
-                           f"(train.train_policy.response_column_name; it has {sorted(row)})")
+            raise RowError(
+                "missing_reference",
+                f"row has no reference answer in column {column!r} "
+                f"(train.train_policy.response_column_name; it has {sorted(row)})",
+            )
         return str(row[column])
     for key in ("reference", "answer", "correct_answer"):
         if isinstance(row.get(key), str | int):
@@ -284,7 +298,7 @@ def _split_placeholders(text: str, media: dict[str, list[dict]], used: dict[str,
     pos = 0
     for m in PLACEHOLDER.finditer(text):
         kind = m.group(1)
-        before = text[pos:m.start()].strip("\n")
+        before = text[pos : m.start()].strip("\n")
         if before:
             parts.append({"type": "text", "text": before})
         if used[kind] < len(media[kind]):
@@ -313,7 +327,8 @@ def _place_media(turns: list[dict], media: dict[str, list[dict]], ctx: RowContex
         used = {"image": 0, "video": 0}
         return [
             {**t, "content": _split_placeholders(t["content"], media, used)}
-            if isinstance(t["content"], str) and PLACEHOLDER.search(t["content"]) else t
+            if isinstance(t["content"], str) and PLACEHOLDER.search(t["content"])
+            else t
             for t in turns
         ]
     parts = media["image"] + media["video"]
@@ -374,7 +389,9 @@ def _chat_messages(value: Any, ctx: RowContext, own: Mapping[str, Any], media: d
 
 
 # ------------------------------------------------------------------------------------ RL rows
-def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowContext, own: Mapping[str, Any]) -> list[dict]:
+def _qa_samples(
+    row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowContext, own: Mapping[str, Any]
+) -> list[dict]:
     pairs = row["qa_pairs"]
     if isinstance(pairs, str):
         try:
@@ -395,7 +412,9 @@ def _qa_samples(row: Mapping[str, Any], origin: str, sample_id: str, ctx: RowCon
             # Some rows store the answer text instead of its letter.
             letters = [key for key, text in options.items() if text == answer]
             if len(letters) != 1:
-                raise RowError("bad_row", f"{where}: answer {answer!r} is neither a key of index2ans nor one of its values")
+                raise RowError(
+                    "bad_row", f"{where}: answer {answer!r} is neither a key of index2ans nor one of its values"
+                )
             answer = letters[0]
         turns = [{"role": "user", "content": choice_question_text(qa["question"], options, ctx.reasoning_prompt)}]
         media = _row_media(row, ctx, own)

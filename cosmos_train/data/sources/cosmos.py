@@ -162,7 +162,9 @@ def prepare_clips(ds: DatasetConfig) -> Path:
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
-    """Row files under `folder` named after the split: <split>.json, robovqa_<split>.parquet, <split>-00000-of-00001.parquet."""
+    """Row files under `folder` named after the split: <split>.json, robovqa_<split>.parquet,
+    <split>-00000-of-00001.parquet."""
+
     def named(p: Path) -> bool:
         stem = p.name[: -len(p.suffix)]
         return stem == split or stem.endswith(f"_{split}") or stem.startswith((f"{split}-", f"{split}_"))

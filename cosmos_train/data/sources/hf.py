@@ -85,8 +85,14 @@ def _folder_files(folder: Path, splits: list[str]) -> list[Path]:
     files: list[Path] = []
     for split in splits:
         mine = layout.files_for(split)
-        logger.info("dataset %s: split %r reads %s (the folder's files by split, %s: %s)", folder, split,
-                    ", ".join(str(f.relative_to(folder)) for f in mine), RULES[layout.rule], layout.describe())
+        logger.info(
+            "dataset %s: split %r reads %s (the folder's files by split, %s: %s)",
+            folder,
+            split,
+            ", ".join(str(f.relative_to(folder)) for f in mine),
+            RULES[layout.rule],
+            layout.describe(),
+        )
         files += [f for f in mine if f not in files]
     return files
 
@@ -130,9 +136,7 @@ def _from_disk(ds: DatasetConfig, splits: list[str]) -> Iterator[tuple[str, list
     if isinstance(loaded, datasets.DatasetDict):
         for split in splits:
             if split not in loaded:
-                raise DatasetError(
-                    f"dataset.split {split!r} is not in {ds.name} (splits: {', '.join(loaded)})"
-                )
+                raise DatasetError(f"dataset.split {split!r} is not in {ds.name} (splits: {', '.join(loaded)})")
             yield f"{ds.name}[{split}]", list(loaded[split])
     else:
         yield ds.name, list(loaded)
@@ -221,8 +225,11 @@ def hf_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: st
         splits = [held_out]
     for label, rows, folder in iter_tables(ds, splits):
         ctx = context_for(
-            train_policy, ds.vision.as_part_defaults(), media_roots=_media_roots(ds, folder),
-            embedded_store=_embedded_store(ds), allow_outside_root=ds.allow_media_outside_root,
+            train_policy,
+            ds.vision.as_part_defaults(),
+            media_roots=_media_roots(ds, folder),
+            embedded_store=_embedded_store(ds),
+            allow_outside_root=ds.allow_media_outside_root,
         )
         if folder is None:  # a hub dataset: media its rows name by relative path live in the same repo
             files = _unresolved_media(rows, label, ctx)

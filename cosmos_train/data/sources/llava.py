@@ -35,6 +35,10 @@ def llava_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role:
         )
     annotation = Path(ds.annotation_path).expanduser()
     roots = [Path(ds.media_path).expanduser()] if ds.media_path else []
-    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=roots + [annotation.parent],
-                      allow_outside_root=ds.allow_media_outside_root)
+    ctx = context_for(
+        train_policy,
+        ds.vision.as_part_defaults(),
+        media_roots=roots + [annotation.parent],
+        allow_outside_root=ds.allow_media_outside_root,
+    )
     yield from map_rows(read_rows(annotation), str(annotation), ctx)

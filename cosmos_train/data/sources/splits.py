@@ -54,8 +54,7 @@ _FILE_NAME = {
     split: re.compile(rf"^(?:.*{_SEP})?(?:{'|'.join(kws)}){_SEP}.*$") for split, kws in SPLIT_KEYWORDS.items()
 }
 _DIR_NAME = {
-    split: re.compile(rf"^(?:.*{_SEP})?(?:{'|'.join(kws)})(?:{_SEP}.*)?$")
-    for split, kws in SPLIT_KEYWORDS.items()
+    split: re.compile(rf"^(?:.*{_SEP})?(?:{'|'.join(kws)})(?:{_SEP}.*)?$") for split, kws in SPLIT_KEYWORDS.items()
 }
 # datasets.data_files.SPLIT_PATTERN_SHARDED, split names as datasets.naming._split_re allows.
 _SHARDED = re.compile(r"^data/(?P<split>\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*$")
@@ -138,9 +137,7 @@ def data_files(root: Path) -> list[str]:
     out = []
     for path in root.rglob("*"):
         rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or any(
-            part.startswith("__") for part in rel.parts[:-1]
-        ):
+        if any(part.startswith(".") for part in rel.parts) or any(part.startswith("__") for part in rel.parts[:-1]):
             continue
         if path.suffix.lower() in ROW_FILE_SUFFIXES and path.name not in FILES_TO_IGNORE and path.is_file():
             out.append(rel.as_posix())

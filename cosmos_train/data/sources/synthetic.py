@@ -30,13 +30,19 @@ def synthetic_file(root: Path, policy_type: str, split_role: str, split: str) ->
 
 
 @register_source("synthetic")
-def synthetic_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+def synthetic_source(
+    ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict
+) -> Iterator[dict]:
     root = Path(ds.name).expanduser()
     if not (root / "dataset_info.json").is_file():
         raise DatasetError(f"dataset.name {ds.name}: not a synthetic dataset folder (no dataset_info.json)")
     split = ds.split if isinstance(ds.split, str) else "train"
     policy_type = "grpo" if isinstance(train_policy, GRPOPolicyConfig) else "sft"
     path = synthetic_file(root, policy_type, split_role, split)
-    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[root.absolute(), path.parent.absolute()],
-                      allow_outside_root=ds.allow_media_outside_root)
+    ctx = context_for(
+        train_policy,
+        ds.vision.as_part_defaults(),
+        media_roots=[root.absolute(), path.parent.absolute()],
+        allow_outside_root=ds.allow_media_outside_root,
+    )
     yield from map_rows(read_rows(path), str(path), ctx)

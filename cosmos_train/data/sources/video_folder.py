@@ -57,15 +57,20 @@ def _meta_id(path: Path) -> str | None:
 
 
 @register_source("video_folder")
-def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict) -> Iterator[dict]:
+def video_folder_source(
+    ds: DatasetConfig, train_policy: TrainPolicyConfig, split_role: str, custom: dict
+) -> Iterator[dict]:
     root = Path(ds.name).expanduser()
     videos, metas = root / "videos", root / "metas"
     if not videos.is_dir() or not metas.is_dir():
         raise DatasetError(f"dataset.name {ds.name}: a video folder needs videos/ and metas/ subfolders")
     if split_role == "val":
-        raise DatasetError(f"video folder {ds.name} has no held-out split: set dataset.test_size or a [validation.dataset]")
-    ctx = context_for(train_policy, ds.vision.as_part_defaults(), media_roots=[videos],
-                      allow_outside_root=ds.allow_media_outside_root)
+        raise DatasetError(
+            f"video folder {ds.name} has no held-out split: set dataset.test_size or a [validation.dataset]"
+        )
+    ctx = context_for(
+        train_policy, ds.vision.as_part_defaults(), media_roots=[videos], allow_outside_root=ds.allow_media_outside_root
+    )
     suffix = f"{ds.video_suffix}.mp4"
     captions: dict[str, Path] = {}
     for meta_file in sorted(metas.iterdir()):
@@ -79,7 +84,9 @@ def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, spli
         meta = captions.get(sample_id)
         origin = str(meta if meta is not None else video)
         if meta is None:
-            yield error_sample(sample_id, origin, "missing_caption", f"{video}: no metas/{sample_id}.label.json or .txt")
+            yield error_sample(
+                sample_id, origin, "missing_caption", f"{video}: no metas/{sample_id}.label.json or .txt"
+            )
             continue
         try:
             caption = read_caption(meta)
@@ -91,8 +98,13 @@ def video_folder_source(ds: DatasetConfig, train_policy: TrainPolicyConfig, spli
             "id": sample_id,
             "origin": origin,
             "messages": [
-                {"role": "user", "content": [media_part("video", str(video.absolute()), ctx, {}),
-                                             {"type": "text", "text": ds.caption_prompt}]},
+                {
+                    "role": "user",
+                    "content": [
+                        media_part("video", str(video.absolute()), ctx, {}),
+                        {"type": "text", "text": ds.caption_prompt},
+                    ],
+                },
                 {"role": "assistant", "content": caption},
             ],
         }

@@ -53,9 +53,16 @@ class VLMJudge(Handler):
 
     def set_up(self) -> None:
         s = self.settings
-        self.engine = create_engine(GenerationConfig(
-            model_path=str(s.model_path), engine="hf", device=s.device, dtype=s.dtype, max_length=s.max_length,
-            decode_workers=1))
+        self.engine = create_engine(
+            GenerationConfig(
+                model_path=str(s.model_path),
+                engine="hf",
+                device=s.device,
+                dtype=s.dtype,
+                max_length=s.max_length,
+                decode_workers=1,
+            )
+        )
 
     def score(self, batch: Batch) -> list[float]:
         prompts = batch.prompts or [""] * batch.size
