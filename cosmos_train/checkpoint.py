@@ -201,9 +201,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def seed_rng(seed: int, rank_: int) -> int:
-    """Seed every RNG of this process from (seed, rank); returns the derived seed."""
-    derived = (seed * 1_000_003 + rank_ * 7919 + 17) % (2**32)
+def seed_process_rngs(seed: int, rank_: int) -> int:
+    """Seed Python's, NumPy's and torch's global RNGs of this process as a fresh run's rank `rank_` is seeded
+    (the trainers' start, and a resumed rank that has no saved RNG state); returns the seed used."""
+    derived = seed + rank_
     random.seed(derived)
     np.random.seed(derived)
     torch.manual_seed(derived)  # also seeds every CUDA device
@@ -500,7 +501,7 @@ class CheckpointManager:
         if rng_file.is_file():
             set_rng_state(torch.load(rng_file, weights_only=True))
             return
-        derived = seed_rng(self.seed, rank())
+        derived = seed_process_rngs(self.seed, rank())
         log.warning(
             "%s has no RNG state for rank %d (written by %d ranks, now %d): seeded this rank's RNGs "
             "deterministically from (seed=%d, rank=%d) -> %d",

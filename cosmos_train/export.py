@@ -70,7 +70,7 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     got = {strip_wrappers(k) for k in state}
     missing, unexpected = sorted(expected - got), sorted(got - expected)
     if missing or unexpected:
-        raise ValueError(
+        raise CheckpointError(
             f"{ckpt_dir}: model tensors do not match {source}'s architecture: "
             f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
@@ -89,7 +89,7 @@ def read_checkpoint_model(ckpt_dir: Path) -> dict[str, torch.Tensor]:
         if key.startswith("model.") and isinstance(item, TensorStorageMetadata):
             state[key.removeprefix("model.")] = torch.empty(item.size, dtype=item.properties.dtype)
     if not state:
-        raise ValueError(f"{ckpt_dir}: the checkpoint holds no model tensors")
+        raise CheckpointError(f"{ckpt_dir}: the checkpoint holds no model tensors")
     # no_dist: one process reading every rank's shards
     dcp_load({"model": state}, storage_reader=reader, no_dist=True)
     return state

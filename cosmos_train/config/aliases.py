@@ -88,8 +88,8 @@ def canonical_key(path: list[str], value: Any) -> tuple[list[str], Any]:
 def says_rl(raw: dict[str, Any]) -> bool:
     """The seed guides' RL recipe says GRPO only through these cosmos-rl names (no `type`): a [grpo] table or
     train.train_policy.rollout_batch_size. Read before the aliases move them."""
-    tp = raw.get("train", {}).get("train_policy", {}) if isinstance(raw.get("train"), dict) else {}
-    return "grpo" in raw or (isinstance(tp, dict) and "rollout_batch_size" in tp)
+    policy_table = raw.get("train", {}).get("train_policy", {}) if isinstance(raw.get("train"), dict) else {}
+    return "grpo" in raw or (isinstance(policy_table, dict) and "rollout_batch_size" in policy_table)
 
 
 def resolve_policy_type(raw: dict[str, Any], rl_alias: bool) -> list[str]:
@@ -97,14 +97,14 @@ def resolve_policy_type(raw: dict[str, Any], rl_alias: bool) -> list[str]:
     key implies it, else "sft". An explicit type = "sft" with GRPO-only keys is a problem naming each (the SFT
     table has no such key; the run would otherwise silently be another kind)."""
     train = raw.setdefault("train", {})
-    tp = train.setdefault("train_policy", {}) if isinstance(train, dict) else None
-    if not isinstance(tp, dict):
+    policy_table = train.setdefault("train_policy", {}) if isinstance(train, dict) else None
+    if not isinstance(policy_table, dict):
         return []  # not a table: validation names it
-    grpo_keys = [k for k in GRPO_ONLY_KEYS if k in tp]
-    if "type" not in tp:
-        tp["type"] = "grpo" if rl_alias or grpo_keys else "sft"
+    grpo_keys = [k for k in GRPO_ONLY_KEYS if k in policy_table]
+    if "type" not in policy_table:
+        policy_table["type"] = "grpo" if rl_alias or grpo_keys else "sft"
         return []
-    if tp["type"] != "sft":
+    if policy_table["type"] != "sft":
         return []
     return [
         f'train.train_policy.{k}: a GRPO setting, but train.train_policy.type = "sft"; remove it for an SFT '

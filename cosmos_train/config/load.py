@@ -135,24 +135,24 @@ def speed_only_settings(cfg: Config) -> list[NoEffect]:
         )
     if cfg.policy_type == "grpo" and "batch_size" in cfg.rollout.model_fields_set:
         out.append(NoEffect("rollout.batch_size", cfg.rollout.batch_size, INERT["rollout.batch_size"]))
-    tp = cfg.train.train_policy
-    if not isinstance(tp, GRPOPolicyConfig):  # the keys below are GRPO's
+    policy_cfg = cfg.train.train_policy
+    if not isinstance(policy_cfg, GRPOPolicyConfig):  # the keys below are GRPO's
         return out
-    if tp.behav_imp_weight_cap is not None and not tp.use_decoupled_loss:
+    if policy_cfg.behav_imp_weight_cap is not None and not policy_cfg.use_decoupled_loss:
         out.append(
             NoEffect(
                 "train.train_policy.behav_imp_weight_cap",
-                tp.behav_imp_weight_cap,
+                policy_cfg.behav_imp_weight_cap,
                 "caps the decoupled loss's importance weights; use_decoupled_loss is false (as in "
                 "cosmos-rl, the cap then does nothing)",
             )
         )
     for key, default in (("advantage_low", -5.0), ("advantage_high", 5.0)):
-        if not tp.clip_advantages and getattr(tp, key) != default:
+        if not policy_cfg.clip_advantages and getattr(policy_cfg, key) != default:
             out.append(
                 NoEffect(
                     f"train.train_policy.{key}",
-                    getattr(tp, key),
+                    getattr(policy_cfg, key),
                     "cosmos-rl's language-model GRPO trainer does not clip advantages; set "
                     "train.train_policy.clip_advantages = true to clip them here",
                 )

@@ -75,11 +75,11 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
 
 def grpo_problems(cfg: Config) -> list[str]:
     """GRPO's combinations that cannot run (nothing for an SFT config)."""
-    t, r, tp = cfg.train, cfg.rollout, cfg.train.train_policy
-    if not isinstance(tp, GRPOPolicyConfig):
+    t, r, policy_cfg = cfg.train, cfg.rollout, cfg.train.train_policy
+    if not isinstance(policy_cfg, GRPOPolicyConfig):
         return []
     out = []
-    rr = tp.remote_reward
+    rr = policy_cfg.remote_reward
     if rr.local_service and (rr.enqueue_url or rr.fetch_url):
         out.append(
             "train.train_policy.remote_reward: local_service = true starts a service for the run and "
@@ -93,58 +93,58 @@ def grpo_problems(cfg: Config) -> list[str]:
             f"rollout.n_generation = {n} that splits a group unevenly (each rank samples whole groups here): set it "
             "to a multiple or a divisor of n_generation"
         )
-    if tp.use_decoupled_loss and tp.old_logprobs == "engine":
+    if policy_cfg.use_decoupled_loss and policy_cfg.old_logprobs == "engine":
         out.append(
             "train.train_policy.use_decoupled_loss weights each token by the trainer/sampler ratio, which "
             "is 1 when the old log-probs are the sampler's (use_rollout_logprobs_for_loss / old_logprobs = "
             '"engine"); set one of them (cosmos-rl refuses both too)'
         )
-    if tp.unbiased_loss_max_tokens is not None and tp.loss_type != "seq-mean-token-mean":
+    if policy_cfg.unbiased_loss_max_tokens is not None and policy_cfg.loss_type != "seq-mean-token-mean":
         out.append(
             f'train.train_policy.unbiased_loss_max_tokens applies to loss_type = "seq-mean-token-mean" '
-            f"only (it is {tp.loss_type!r}); remove it or change loss_type"
+            f"only (it is {policy_cfg.loss_type!r}); remove it or change loss_type"
         )
     engine_logprobs = [
         k
         for k, on in (
-            ('old_logprobs = "engine"', tp.old_logprobs == "engine"),
-            ("use_decoupled_loss", tp.use_decoupled_loss),
+            ('old_logprobs = "engine"', policy_cfg.old_logprobs == "engine"),
+            ("use_decoupled_loss", policy_cfg.use_decoupled_loss),
         )
         if on
     ]
-    if tp.temperature != r.sampling_config.temperature and engine_logprobs:
+    if policy_cfg.temperature != r.sampling_config.temperature and engine_logprobs:
         out.append(
-            f"train.train_policy.temperature ({tp.temperature}) and rollout.sampling_config.temperature "
+            f"train.train_policy.temperature ({policy_cfg.temperature}) and rollout.sampling_config.temperature "
             f"({r.sampling_config.temperature}) differ while the loss uses the engine's log-probs "
             f"({', '.join(engine_logprobs)}): those are of the engine's distribution, the trainer's of its own; "
             "set the temperatures equal"
         )
     stale = t.sync_weight_interval - 1  # versions behind the policy the engine's weights get, at most
-    if tp.on_policy and stale:
+    if policy_cfg.on_policy and stale:
         out.append(
             f"train.sync_weight_interval ({t.sync_weight_interval}) > 1 with train.train_policy.on_policy = "
             "true: on-policy rollouts need the newest weights every step; set sync_weight_interval = 1"
         )
-    elif stale > tp.allowed_outdated_steps:
+    elif stale > policy_cfg.allowed_outdated_steps:
         out.append(
             f"train.sync_weight_interval ({t.sync_weight_interval}) samples rollouts up to {stale} weight "
-            f"versions old, more than train.train_policy.allowed_outdated_steps ({tp.allowed_outdated_steps}) "
+            f"versions old, more than train.train_policy.allowed_outdated_steps ({policy_cfg.allowed_outdated_steps}) "
             "allows: lower the interval or raise the bound"
         )
     if r.n_generation < 2:
         out.append("rollout.n_generation: GRPO compares completions within a group; set it to 2 or more")
-    rr = tp.remote_reward
-    if tp.use_remote_reward and not rr.reward_fns:
+    rr = policy_cfg.remote_reward
+    if policy_cfg.use_remote_reward and not rr.reward_fns:
         out.append(
             "train.train_policy.remote_reward.reward_fns: use_remote_reward = true asks the service for "
             "nothing; list the rewards ([[train.train_policy.remote_reward.reward_fns]] name = ...)"
         )
-    remote_names = [f.name for f in rr.reward_fns] if tp.use_remote_reward else []
+    remote_names = [f.name for f in rr.reward_fns] if policy_cfg.use_remote_reward else []
     if len(set(remote_names)) != len(remote_names):
         out.append("train.train_policy.remote_reward.reward_fns: a name is listed twice")
     # max_response_length may reach or pass model_max_length (cosmos-rl's recipes do both): the engines stop a
     # completion where prompt and completion fill model_max_length (vLLM's max_model_len, the HF engine's budget)
-    ol = tp.overlong_reward
+    ol = policy_cfg.overlong_reward
     if ol.enable_overlong_penalty and ol.buffer_length > r.max_response_length:
         out.append(
             f"train.train_policy.overlong_reward.buffer_length ({ol.buffer_length}) must be <= "

@@ -47,6 +47,8 @@ from cosmos_train.errors import DataError
 from cosmos_train.vision.processor import get_tokenizer, vision_layout_of
 
 IGNORE_INDEX = -100
+# The vision tensors an EncodedChat may carry (its optional fields), as the model's forward names them.
+VISION_TENSOR_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"

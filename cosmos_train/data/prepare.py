@@ -223,7 +223,7 @@ def check_sample(
 
     if "error" in sample:  # the source could not map the row
         return bad(sample["error"]["reason"], sample["error"]["message"])
-    tp = cfg.train.train_policy
+    policy_cfg = cfg.train.train_policy
     policy = cfg.policy_type
     messages = sample.get("messages")
     found = check_conversation(messages, policy)
@@ -231,7 +231,7 @@ def check_sample(
         return bad(*found)
     assert isinstance(messages, list)  # check_conversation refuses anything else
     if policy == "grpo" and reference_answer(sample) is None:
-        needs = [r for r in reward_names(tp.reward_function) if r in REFERENCE_REWARDS]
+        needs = [r for r in reward_names(policy_cfg.reward_function) if r in REFERENCE_REWARDS]
         if needs:
             return bad("missing_reference", f"no reference answer, which the {needs[0]} reward compares with")
     for kind, path, _ in media_parts(messages):
@@ -256,7 +256,7 @@ def check_sample(
             messages = prompt_messages(messages)
         enc = encode_chat(processor, messages, add_generation_prompt=gen, origin=origin, clip_cache=clip_cache)
         res.n_tokens = len(enc)
-        if res.n_tokens > limit and tp.overlength == "truncate":
+        if res.n_tokens > limit and policy_cfg.overlength == "truncate":
             # The trainer cuts it; it still has to keep an assistant token (else ChatTooLongError).
             cut = encode_chat(
                 processor,
@@ -278,7 +278,7 @@ def check_sample(
         temporal = vision_layout_of(processor).temporal_patch_size  # frames per temporal patch
         res.frames = [int(t) * temporal for t in enc.video_grid_thw[:, 0]]
     if res.n_tokens > limit:
-        res.skip_always = tp.overlength == "skip"
+        res.skip_always = policy_cfg.overlength == "skip"
         return bad("too_long", f"{res.n_tokens} tokens (vision included) > policy.model_max_length {limit}")
     return res
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from cosmos_train.data.chat import encode_chat
+from cosmos_train.data.chat import VISION_TENSOR_KEYS, encode_chat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.errors import DataError, ModelError
 from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams, WeightSource
@@ -47,7 +47,6 @@ from cosmos_train.vision.processor import get_tokenizer
 from cosmos_train.vision.settings import VisionSettings
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
 FLOAT_KEYS = ("pixel_values_videos", "pixel_values")
 
 
@@ -89,7 +88,7 @@ def collate_left(encoded: Sequence[Any], pad_id: int) -> dict[str, torch.Tensor]
         "attention_mask": attention_mask,
         "mm_token_type_ids": type_ids,
     }
-    for key in VISION_KEYS:
+    for key in VISION_TENSOR_KEYS:
         parts = [getattr(e, key) for e in encoded if getattr(e, key) is not None]
         if parts:
             out[key] = torch.cat(parts, dim=0)

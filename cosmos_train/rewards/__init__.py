@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,14 +42,25 @@ from cosmos_train.rewards.remote import RemoteScorer
 
 RewardFn = Callable[[str, Mapping[str, Any]], float]
 REWARDS: dict[str, RewardFn] = {}
+# Rewards that are 1 for a right answer and 0 for a wrong one, so their mean over answers is an accuracy: the
+# trainer logs it as "accuracy" and validation keeps the best weights by it. A format reward, a weighted mix or
+# a +1 / -1 rule (direct_math) is no accuracy; a dataset script's reward is not one either (its values are its own).
+ACCURACY_REWARDS: set[str] = set()
 WHERE = "train.train_policy.reward_function"
 _FORMAT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
 LETTERS = "ABCDEFGHIJ"
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+def register_reward(name: str, *, accuracy: bool = False) -> Callable[[RewardFn], RewardFn]:
+    """Register `fn(completion, sample) -> float` as `name` (replacing one of that name); `accuracy`: it is 1 for a
+    right answer and 0 otherwise (ACCURACY_REWARDS)."""
+
     def deco(fn: RewardFn) -> RewardFn:
         REWARDS[name] = fn
+        if accuracy:
+            ACCURACY_REWARDS.add(name)
+        else:
+            ACCURACY_REWARDS.discard(name)
         return fn
 
     return deco
@@ -69,7 +80,7 @@ def _options(sample: Mapping[str, Any], reference: str) -> dict[str, str]:
     return dict.fromkeys(LETTERS[: last + 1], "")
 
 
-@register_reward("single_choice")
+@register_reward("single_choice", accuracy=True)
 def single_choice_reward(completion: str, sample: Mapping[str, Any]) -> float:
     reference = (reference_answer(sample) or "").strip().upper()
     if not reference:
@@ -78,7 +89,7 @@ def single_choice_reward(completion: str, sample: Mapping[str, Any]) -> float:
     return 1.0 if answer is not None and answer.strip().upper() == reference else 0.0
 
 
-@register_reward("exact_match")
+@register_reward("exact_match", accuracy=True)
 def exact_match_reward(completion: str, sample: Mapping[str, Any]) -> float:
     reference = reference_answer(sample)
     if reference is None:
@@ -96,8 +107,8 @@ def _math(rule: Callable[[str, str], float]) -> RewardFn:
     return reward
 
 
-register_reward("boxed_math")(_math(boxed_math_reward))
-register_reward("gsm8k")(_math(gsm8k_reward))
+register_reward("boxed_math", accuracy=True)(_math(boxed_math_reward))
+register_reward("gsm8k", accuracy=True)(_math(gsm8k_reward))
 register_reward("direct_math")(_math(direct_math_reward))
 
 
@@ -118,6 +129,11 @@ def register_script_rewards(path: str | Path) -> list[str]:
         register_reward(name)(_script_reward(fn))
         names.append(name)
     return names
+
+
+def accuracy_reward(names: Iterable[str]) -> str | None:
+    """The first of a reward set's names (`RewardSet.names`) whose mean is an accuracy (ACCURACY_REWARDS), if any."""
+    return next((name for name in names if name in ACCURACY_REWARDS), None)
 
 
 def weights_of(spec: str | Sequence[str] | Mapping[str, float]) -> dict[str, float]:
@@ -216,4 +232,14 @@ def _known(weights: dict[str, float]) -> dict[str, float]:
     return weights
 
 
-__all__ = ["REWARDS", "RewardFn", "RewardSet", "combine", "register_reward", "register_script_rewards", "weights_of"]
+__all__ = [
+    "ACCURACY_REWARDS",
+    "REWARDS",
+    "accuracy_reward",
+    "RewardFn",
+    "RewardSet",
+    "combine",
+    "register_reward",
+    "register_script_rewards",
+    "weights_of",
+]

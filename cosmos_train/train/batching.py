@@ -15,12 +15,11 @@ from typing import Any
 
 import torch
 
-from cosmos_train.data.chat import EncodedChat
+from cosmos_train.data.chat import VISION_TENSOR_KEYS, EncodedChat
 from cosmos_train.models.families import family_of
 from cosmos_train.train import packed_attention
 
 IGNORE = -100
-_VISION_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts", "pixel_values", "image_grid_thw")
 
 
 @dataclass
@@ -72,7 +71,7 @@ class MicroBatch:
 
 def cat_vision(samples: list[EncodedChat]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
-    for key in _VISION_KEYS:
+    for key in VISION_TENSOR_KEYS:
         parts = [getattr(s, key) for s in samples if getattr(s, key) is not None]
         if parts:
             parts = [p.reshape(-1) if key == "second_per_grid_ts" else p for p in parts]

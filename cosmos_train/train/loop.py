@@ -15,18 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-import numpy as np
 import torch
 from torch import nn
 
-from cosmos_train.checkpoint import CheckpointManager
+from cosmos_train.checkpoint import CheckpointManager, seed_process_rngs
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import CheckpointConfig, ParallelismConfig
 from cosmos_train.distributed import DistInfo, init_distributed, teardown
@@ -62,10 +60,9 @@ class LoopSettings:
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
-    """Seed Python's, NumPy's and torch's global RNGs of this process from (seed, rank)."""
-    random.seed(seed + rank)
-    np.random.seed(seed + rank)
-    torch.manual_seed(seed + rank)
+    """Seed this process's global RNGs from (seed, rank) (`checkpoint.seed_process_rngs`, which a resumed rank
+    without saved RNG state uses too); `deterministic` asks torch for deterministic kernels."""
+    seed_process_rngs(seed, rank)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
 

@@ -12,6 +12,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from cosmos_train.config import PolicyConfig, TrainConfig, pattern_list
+from cosmos_train.errors import ConfigError
 
 
 def apply_freeze_patterns(model: nn.Module, policy: PolicyConfig) -> tuple[int, int]:
@@ -31,12 +32,12 @@ def apply_freeze_patterns(model: nn.Module, policy: PolicyConfig) -> tuple[int, 
     unused = [r.pattern for r in freeze + train_only if r.pattern not in used]
     if unused:
         key = "trainable_pattern" if train_only else "freeze_pattern"
-        raise ValueError(
-            f"policy.{key}: {unused} match no parameter name (e.g. {next(iter(dict(model.named_parameters())))})"
+        raise ConfigError(
+            [f"policy.{key}: {unused} match no parameter name (e.g. {next(iter(dict(model.named_parameters())))})"]
         )
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if trainable == 0:
-        raise ValueError("policy.freeze_pattern/trainable_pattern leave no trainable parameter")
+        raise ConfigError(["policy.freeze_pattern / trainable_pattern: they leave no trainable parameter"])
     return trainable, sum(p.numel() for p in model.parameters())
 
 

@@ -16,13 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
+from cosmos_train.rewards import accuracy_reward
 from cosmos_train.train.rollout import Rollout
 
-# The reward part whose mean is logged as "accuracy" (rollouts and validation): single_choice is 1 exactly when
-# the evaluation's letter parser reads the reference letter, so its mean is the benchmark's accuracy; a
-# weighted mix or a format reward is no accuracy. Without it in the reward set there is no accuracy, and the
-# best validation weights go by the mean reward.
-ACCURACY_REWARD = "single_choice"
 # RolloutSums' fields summed over ranks, in the order they travel in one all-reduce (then the parts' sums)
 _SUMMED = (
     "completions",
@@ -38,8 +34,10 @@ _SUMMED = (
 
 
 def accuracy_part(parts: Sequence[str]) -> str | None:
-    """The part of a reward set (`RewardSet.names`) whose mean is "accuracy", if it scores one."""
-    return ACCURACY_REWARD if ACCURACY_REWARD in parts else None
+    """The part of a reward set (`RewardSet.names`) whose mean is logged as "accuracy" (rollouts and validation):
+    a reward registered as an accuracy (`rewards.ACCURACY_REWARDS`: single_choice, exact_match, boxed_math,
+    gsm8k). Without one there is no accuracy, and the best validation weights go by the mean reward."""
+    return accuracy_reward(parts)
 
 
 @dataclass
@@ -120,4 +118,4 @@ def rollout_stats(rollout: Rollout, parts: Sequence[str]) -> dict[str, float]:
     return RolloutSums.of(rollout, parts).stats()
 
 
-__all__ = ["ACCURACY_REWARD", "RolloutSums", "accuracy_part", "rollout_stats"]
+__all__ = ["RolloutSums", "accuracy_part", "rollout_stats"]

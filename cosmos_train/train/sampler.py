@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cosmos_train.errors import DataError
+
 
 @dataclass
 class DataPosition:
@@ -34,13 +36,13 @@ class GlobalBatchSampler:
         drop_last: bool = True,
     ):
         if n_samples == 0:
-            raise ValueError("the training split has no rows")
+            raise DataError("the training split has no rows")
         self.n, self.global_batch, self.dp_size, self.dp_rank = n_samples, global_batch, dp_size, dp_rank
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         if drop_last and n_samples < global_batch:
-            raise ValueError(
+            raise DataError(
                 f"the training split has {n_samples} rows, fewer than one global batch of {global_batch} "
-                f"(train_batch_per_replica x dp_replicate_size)"
+                f"(train_batch_per_replica x dp_replicate_size): lower train.train_batch_per_replica or add rows"
             )
 
     def steps_per_epoch(self) -> int:

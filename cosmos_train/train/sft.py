@@ -39,15 +39,19 @@ class SFTTrainer(Trainer):
 
     def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
         super().__init__(cfg, run_dir, dist, dataset_script)
-        t, tp = cfg.train, cfg.train.train_policy
+        t, policy_cfg = cfg.train, cfg.train.train_policy
         rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.dataset = SFTDataset(
-            rows, self.processor, cfg.policy.model_max_length, tp.overlength, clip_cache=tp.dataset.cache_dir
+            rows,
+            self.processor,
+            cfg.policy.model_max_length,
+            policy_cfg.overlength,
+            clip_cache=policy_cfg.dataset.cache_dir,
         )
         val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
-        val_cache = (cfg.validation.dataset or tp.dataset).cache_dir
+        val_cache = (cfg.validation.dataset or policy_cfg.dataset).cache_dir
         self.val_dataset = SFTDataset(
-            val_rows, self.processor, cfg.policy.model_max_length, tp.overlength, clip_cache=val_cache
+            val_rows, self.processor, cfg.policy.model_max_length, policy_cfg.overlength, clip_cache=val_cache
         )
         # A replica is one model copy: its dp_shard ranks split the replica's batch. The global batch is
         # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
@@ -64,9 +68,9 @@ class SFTTrainer(Trainer):
             global_batch,
             dist.dp_size,
             dist.dp_rank,
-            shuffle=tp.dataloader_shuffle,
-            seed=tp.dataloader_seed,
-            drop_last=tp.dataloader_drop_last,
+            shuffle=policy_cfg.dataloader_shuffle,
+            seed=policy_cfg.dataloader_seed,
+            drop_last=policy_cfg.dataloader_drop_last,
         )
         per_epoch = self.sampler.steps_per_epoch()
         if per_epoch == 0:  # training nothing would export the untrained model as `final`
@@ -191,13 +195,13 @@ class SFTTrainer(Trainer):
     # ------------------------------------------------------------------ the loop
     def batches(self, pos: DataPosition) -> Iterator[tuple[list[Any], DataPosition]]:
         steps = list(self.sampler.batches(pos))
-        tp = self.cfg.train.train_policy
+        policy_cfg = self.cfg.train.train_policy
         kwargs: dict[str, Any] = {}
-        if tp.dataloader_num_workers > 0:
+        if policy_cfg.dataloader_num_workers > 0:
             kwargs = {
-                "num_workers": tp.dataloader_num_workers,
+                "num_workers": policy_cfg.dataloader_num_workers,
                 "persistent_workers": False,
-                "prefetch_factor": tp.dataloader_prefetch_factor or 2,
+                "prefetch_factor": policy_cfg.dataloader_prefetch_factor or 2,
             }
         dl = DataLoader(self.dataset, batch_sampler=[s[0] for s in steps], collate_fn=list, **kwargs)
         return zip(dl, [s[1] for s in steps])

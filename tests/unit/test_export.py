@@ -169,7 +169,7 @@ def test_export_checkpoint_rejects_other_architecture(tiny, tmp_path):
     config.write(run / "config.toml")
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     ckpt = CheckpointManager(run, CheckpointConfig(save_mode="sync")).save(1, model, None, None, {})
-    with pytest.raises(ValueError, match=r"do not match .*missing \['lm_head.weight'.*unexpected \['0.bias'"):
+    with pytest.raises(CheckpointError, match=r"do not match .*missing \['lm_head.weight'.*unexpected \['0.bias'"):
         export_checkpoint(ckpt, tmp_path / "never")
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from cosmos_train.errors import ConfigError
-from cosmos_train.rewards import REWARDS, combine, register_script_rewards, weights_of
+from cosmos_train.rewards import (
+    ACCURACY_REWARDS,
+    REWARDS,
+    accuracy_reward,
+    combine,
+    register_script_rewards,
+    weights_of,
+)
 
 OPTIONS = {"A": "It moves left", "B": "It moves right", "C": "It stays", "D": "It falls"}
 ROW = {"messages": [{"role": "user", "content": "Which way?"}], "reference": "B", "options": OPTIONS}
@@ -97,3 +104,24 @@ def test_dataset_script_rewards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     score = combine({"contains_reference": 2.0, "single_choice": 1.0})
     assert score("B", ROW) == (3.0, {"contains_reference": 1.0, "single_choice": 1.0})
     assert score("xxxx", ROW)[1]["contains_reference"] == pytest.approx(-0.04)
+
+
+def test_accuracy_rewards_are_the_right_or_wrong_ones() -> None:
+    # 1 for a right answer, 0 for a wrong one: their mean is an accuracy; format, direct_math (+1 / -1) are not
+    assert {"single_choice", "exact_match", "boxed_math", "gsm8k"} <= ACCURACY_REWARDS
+    assert not {"format", "direct_math"} & ACCURACY_REWARDS
+    assert accuracy_reward(["format", "boxed_math"]) == "boxed_math"
+    assert accuracy_reward(["format", "single_choice", "exact_match"]) == "single_choice"
+    assert accuracy_reward(["format", "direct_math"]) is None
+
+
+def test_a_script_reward_replacing_a_builtin_is_no_accuracy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "my_grpo.py"
+    script.write_text(
+        "def get_dataset(config):\n    return []\n\n"
+        "REWARD_FUNCTIONS = {'exact_match': lambda completion, reference, sample: 0.5}\n"
+    )
+    monkeypatch.setattr("cosmos_train.rewards.REWARDS", dict(REWARDS))
+    monkeypatch.setattr("cosmos_train.rewards.ACCURACY_REWARDS", set(ACCURACY_REWARDS))
+    register_script_rewards(script)
+    assert accuracy_reward(["exact_match"]) is None  # its values are the script's own

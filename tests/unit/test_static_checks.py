@@ -1,5 +1,6 @@
-"""The static checks `make test` runs (mypy, `ruff format --check`) can fail: each is run, with the project's
-pyproject.toml, on a planted violation (exit 1, the problem named) and on the same file fixed (exit 0)."""
+"""The static checks `make test` runs can fail: mypy and `ruff format --check` are each run, with the project's
+pyproject.toml, on a planted violation (exit 1, the problem named) and on the same file fixed (exit 0); the module
+length limit is checked on the tree and on a planted long module."""
 
 from __future__ import annotations
 
@@ -58,3 +59,26 @@ def test_ruff_format_check_rejects_a_misformatted_file(tmp_path: Path) -> None:
     target.write_text("def area(w, h):\n    return w * h\n")
     good = _run("ruff", "format", "--check", "--config", str(PYPROJECT), str(target))
     assert good.returncode == 0, good.stdout + good.stderr
+
+
+MAX_MODULE_LINES = 700  # a module a reader takes in at one sitting; past this it does more than one thing
+
+
+def _long_modules(roots: list[Path], limit: int) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {n} lines"
+        for root in roots
+        for path in sorted(root.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > limit
+    ]
+
+
+def test_no_module_is_over_700_lines() -> None:
+    long = _long_modules([ROOT / "cosmos_train", ROOT / "flows", ROOT / "tasks"], MAX_MODULE_LINES)
+    assert not long, "split these modules by what they do:\n" + "\n".join(long)
+
+
+def test_the_length_check_sees_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert _long_modules([tmp_path], MAX_MODULE_LINES) == [f"{tmp_path / 'long.py'}: 701 lines"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cosmos_train.config import config_from_dict
-from cosmos_train.errors import ConfigError
+from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.train.losses import token_ce_sum
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, lr_factor, schedule_of
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
@@ -82,7 +82,7 @@ def test_sampler_covers_epoch_once_and_resume_is_world_size_free() -> None:
 
 
 def test_sampler_rejects_too_small_split() -> None:
-    with pytest.raises(ValueError, match="fewer than one global batch"):
+    with pytest.raises(DataError, match="fewer than one global batch"):
         GlobalBatchSampler(3, 4, 1, 0, shuffle=False, seed=0)
 
 
@@ -96,7 +96,7 @@ def test_freeze_and_trainable_patterns() -> None:
     cfg = config_from_dict({"policy": {"trainable_pattern": "^1\\.weight"}})
     assert apply_freeze_patterns(model2, cfg.policy) == (2, 9)
     cfg = config_from_dict({"policy": {"freeze_pattern": "visual"}})
-    with pytest.raises(ValueError, match="match no parameter"):
+    with pytest.raises(ConfigError, match="match no parameter"):
         apply_freeze_patterns(torch.nn.Linear(2, 2), cfg.policy)
 
 

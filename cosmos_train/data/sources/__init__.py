@@ -193,9 +193,9 @@ def load_samples(
     """
     if split_role not in ("train", "val"):
         raise ValueError(f"split_role must be 'train' or 'val', got {split_role!r}")
-    tp = cfg.train.train_policy
+    policy_cfg = cfg.train.train_policy
     where = "train.train_policy.dataset"
-    ds = tp.dataset
+    ds = policy_cfg.dataset
     if split_role == "val" and cfg.validation.dataset is not None:
         ds, where = cfg.validation.dataset, "validation.dataset"
     if script is None and detect_source(ds) == "script":
@@ -206,8 +206,8 @@ def load_samples(
         )
     else:
         source = get_source(detect_source(ds))
-        reader = lambda role: source(ds, tp, role, dict(cfg.custom))  # noqa: E731
-    read_role: SplitRole = "train" if ds.test_size is not None or ds is not tp.dataset else split_role
+        reader = lambda role: source(ds, policy_cfg, role, dict(cfg.custom))  # noqa: E731
+    read_role: SplitRole = "train" if ds.test_size is not None or ds is not policy_cfg.dataset else split_role
     try:
         samples = list(reader(read_role))
     except SplitNotFound as e:
@@ -223,4 +223,4 @@ def load_samples(
         for s in samples:
             if "error" in s:
                 raise RowError(s["error"]["reason"], s["error"]["message"])
-    return [_with_system_prompt(s, tp.system_prompt) for s in samples]
+    return [_with_system_prompt(s, policy_cfg.system_prompt) for s in samples]

@@ -24,20 +24,8 @@ from cosmos_train.config.paths import cosmos_cache
 from cosmos_train.data.prompt import choice_question_text
 from cosmos_train.data.sources.embedded import is_embedded, store_embedded
 from cosmos_train.errors import DataError
+from cosmos_train.vision.settings import VISION_KEYS
 
-VISION_KEYS = (
-    "fps",
-    "nframes",
-    "min_frames",
-    "max_frames",
-    "max_pixels",
-    "min_pixels",
-    "total_pixels",
-    "resized_height",
-    "resized_width",
-    "video_start",
-    "video_end",
-)
 # Settings that mean something for a still image (qwen-vl-utils fetch_image).
 IMAGE_KEYS = ("max_pixels", "min_pixels", "resized_height", "resized_width")
 ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
