@@ -50,7 +50,7 @@ from cosmos_train.data.prompt import prompt_messages, reference_answer, user_tex
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.generation import Chat
-from cosmos_train.rewards import combine, register_script_rewards, weights_of
+from cosmos_train.rewards import accuracy_reward, combine, register_script_rewards, weights_of
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.loop import run_main
@@ -59,7 +59,7 @@ from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_los
 from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, validation_sampling
 from cosmos_train.train.rollout_colocated import ColocatedRollout
 from cosmos_train.train.rollout_source import RolloutSource
-from cosmos_train.train.rollout_stats import RolloutSums, accuracy_part
+from cosmos_train.train.rollout_stats import RolloutSums
 from cosmos_train.train.rollout_worker import WorkerRollout
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
@@ -575,7 +575,7 @@ class GRPOTrainer(Trainer):
         n_rows = len(self.val_rows)
         share = -(-n_rows // self.dist.dp_size)
         mine = self.val_rows[self.dist.dp_rank * share : (self.dist.dp_rank + 1) * share]
-        accuracy = accuracy_part(self.val_rewards.names)  # the validation reward's part that is an accuracy
+        accuracy = accuracy_reward(self.val_rewards.names)  # the validation reward's part that is an accuracy
         sums = torch.zeros(3, dtype=torch.float64)  # answers, their rewards, their accuracy part
         answers = self.rollout_source.generate_for_validation(
             [self._chat(r) for r in mine],

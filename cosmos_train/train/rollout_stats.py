@@ -33,13 +33,6 @@ _SUMMED = (
 )
 
 
-def accuracy_part(parts: Sequence[str]) -> str | None:
-    """The part of a reward set (`RewardSet.names`) whose mean is logged as "accuracy" (rollouts and validation):
-    a reward registered as an accuracy (`rewards.ACCURACY_REWARDS`: single_choice, exact_match, boxed_math,
-    gsm8k). Without one there is no accuracy, and the best validation weights go by the mean reward."""
-    return accuracy_reward(parts)
-
-
 @dataclass
 class RolloutSums:
     """Additive statistics of one rank's rollout (float64, summed over ranks by `all_reduced`); `longest`
@@ -90,8 +83,8 @@ class RolloutSums:
         )
 
     def stats(self, ranks: int = 1) -> dict[str, float]:
-        """What to log: reward mean / std and per part, accuracy (`accuracy_part`), lengths, truncation, groups
-        trained on, zero-std fraction, dropped groups, refill rounds (a mean over `ranks`)."""
+        """What to log: reward mean / std and per part, accuracy (`rewards.accuracy_reward`), lengths,
+        truncation, groups trained on, zero-std fraction, dropped groups, refill rounds (a mean over `ranks`)."""
         n = max(self.completions, 1.0)
         mean = self.reward / n
         out = {
@@ -108,7 +101,7 @@ class RolloutSums:
         }
         for name, value in zip(self.parts, self.part_rewards):
             out[f"reward/{name}"] = value / n
-        if (accuracy := accuracy_part(self.parts)) is not None:
+        if (accuracy := accuracy_reward(self.parts)) is not None:
             out["accuracy"] = out[f"reward/{accuracy}"]
         return out
 
@@ -118,4 +111,4 @@ def rollout_stats(rollout: Rollout, parts: Sequence[str]) -> dict[str, float]:
     return RolloutSums.of(rollout, parts).stats()
 
 
-__all__ = ["RolloutSums", "accuracy_part", "rollout_stats"]
+__all__ = ["RolloutSums", "rollout_stats"]
