@@ -24,7 +24,9 @@ collectives with training's.
 Model/optimizer state comes from `torch.distributed.checkpoint.state_dict.get_state_dict`, so the same
 code serves FSDP2 (`fully_shard`) modules and plain modules, and a checkpoint written at one world size
 loads at another (DCP reshards). Used by the trainers; offline conversion to Hugging Face safetensors is
-`cosmos_train.export`.
+`cosmos_train.export`. Loading reads through `cosmos_train.checkpoint_files`: a checkpoint damaged after it was
+written (a truncated or missing shard, unreadable .metadata, RNG or trainer state) is a CheckpointError naming
+the file, never retried as a crash.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from cosmos_train.atomic import write_json_atomic
+from cosmos_train.checkpoint_files import RESUME, TRAINER_STATE, load_dcp, load_torch_file, read_trainer_state
 from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the checkpoint API in one import)
     COMPLETE,
     complete_checkpoints,
@@ -75,7 +78,6 @@ log = logging.getLogger(__name__)
 # purpose (no_dist=True below), so the warning carries no information here.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
-TRAINER_STATE = "trainer_state.json"
 SCHEDULER_FALLBACK = "scheduler.pt"
 FORMAT_VERSION = 1
 _TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
@@ -469,15 +471,20 @@ class CheckpointManager:
                 f"interrupted save never has one, and is never loaded); {describe_complete(ckpt_dir.parent)}"
             )
         t0 = time.perf_counter()
-        meta = json.loads((ckpt_dir / TRAINER_STATE).read_text())
+        meta = read_trainer_state(ckpt_dir, RESUME)
         model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
         state: dict[str, Any] = {"model": model_sd}
         if optimizer is not None:
             state["optimizer"] = optim_sd
-        try:
-            dcp.load(state, checkpoint_id=str(ckpt_dir), process_group=self._group, no_dist=not dist_on())
-        except CheckpointException as e:
-            raise RuntimeError(f"loading checkpoint {ckpt_dir} failed: {e}") from e
+        # a damaged file or another model's tensors: a CheckpointError naming it (every rank reads the same files)
+        load_dcp(
+            state,
+            ckpt_dir,
+            RESUME,
+            what="model and optimizer" if optimizer is not None else "model",
+            process_group=self._group,
+            no_dist=not dist_on(),
+        )
         set_model_state_dict(model, state["model"])
         if optimizer is not None:
             set_optimizer_state_dict(model, [optimizer], state["optimizer"])
@@ -485,9 +492,12 @@ class CheckpointManager:
         if scheduler is not None:
             sched = meta.get("scheduler")
             if sched is None:
-                raise ValueError(f"{ckpt_dir / TRAINER_STATE}: no scheduler state saved, but a scheduler was given")
+                raise CheckpointError(
+                    f"{ckpt_dir / TRAINER_STATE}: no scheduler state saved, but this run has a learning-rate "
+                    f"scheduler: the checkpoint was written by another kind of run; {RESUME}"
+                )
             if sched == {"file": SCHEDULER_FALLBACK}:
-                sched = torch.load(ckpt_dir / SCHEDULER_FALLBACK, weights_only=False)
+                sched = load_torch_file(ckpt_dir / SCHEDULER_FALLBACK, ckpt_dir, RESUME, weights_only=False)
             scheduler.load_state_dict(sched)
 
         self._restore_rng(ckpt_dir, int(meta.get("world_size", 0)))
@@ -499,7 +509,7 @@ class CheckpointManager:
     def _restore_rng(self, ckpt_dir: Path, saved_world: int) -> None:
         rng_file = ckpt_dir / f"rng_rank{rank()}.pt"
         if rng_file.is_file():
-            set_rng_state(torch.load(rng_file, weights_only=True))
+            set_rng_state(load_torch_file(rng_file, ckpt_dir, RESUME, weights_only=True))
             return
         derived = seed_process_rngs(self.seed, rank())
         log.warning(

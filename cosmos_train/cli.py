@@ -22,9 +22,10 @@ Heavy imports (torch, transformers, prefect) happen inside each command so `--he
 `config check` answer at once, and a command's inputs are checked (`cosmos_train.preflight`) before
 Prefect starts its temporary API server.
 
-A mistake in the input (a `cosmos_train.errors.UserError`) prints one paragraph and exits 2, with no
-traceback (`--debug` shows it; the flow run's log on the Prefect server keeps it); anything else is
-a bug and keeps its traceback.
+A mistake in the input (a `cosmos_train.errors.UserError`, or an OSError on a path the user must fix: a
+file where a folder is needed, no permission, a read-only or full disk; `errors.user_error_of`) prints
+one paragraph and exits 2, with no traceback (`--debug` shows it; the flow run's log on the Prefect
+server keeps it); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from cosmos_train.config import (
     load_config,
 )
 from cosmos_train.data.synthetic import build_arg_parser, run_from_args
-from cosmos_train.errors import EXIT_USER_ERROR, UserError
+from cosmos_train.errors import EXIT_USER_ERROR, user_error_of
 from cosmos_train.process_tree import start_reaper, watch_parent
 from cosmos_train.reward_service.config import load_service_config
 from cosmos_train.storage import parse_target
@@ -443,7 +444,7 @@ class _HideUserErrorTracebacks(logging.Filter):
         self.handler = handler
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], UserError):
+        if record.exc_info and record.exc_info[1] is not None and user_error_of(record.exc_info[1]) is not None:
             bare = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
             self.handler.handle(bare)
             return False
@@ -488,11 +489,14 @@ def main(argv: list[str] | None = None) -> int:
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
         return int(args.func(args) or 0)
-    except UserError as e:
+    except Exception as e:
+        error = user_error_of(e)
+        if error is None:  # a bug or a crash: its traceback
+            raise
         if args.debug:
             traceback.print_exc()
         _stop_temporary_prefect_server()  # its "Stopping temporary server" line would come after ours
-        print(f"error: {e.paragraph}", file=sys.stderr)
+        print(f"error: {error.paragraph}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

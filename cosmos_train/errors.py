@@ -3,7 +3,10 @@
 A `UserError` is a mistake in the input (config, data, media, benchmark, checkpoint, model folder,
 credentials, disk): it fails the same way every time, so it is never retried, and it is shown as one
 short paragraph (the key / file / row, what is wrong, what to do) with exit code 2 and no traceback.
-Any other exception is a bug or a crash and keeps its traceback.
+Any other exception is a bug or a crash and keeps its traceback, except an OSError on a path the user
+must fix (a file where a folder is needed, no permission, a read-only or full disk): `path_error` gives
+its paragraph, and `user_error_of` is the one test of "is this the user's to fix" that the CLI, the
+flows (report, retry) and the ranks share (which OSErrors, and why not the others: see `path_error`).
 
 Errors cross process boundaries as RUN/error.json (`write_error_file` in a torchrun rank,
 `read_error_file` in the launching task), so the flow that started the ranks raises the same typed
@@ -15,10 +18,12 @@ error the rank raised.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import traceback
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +127,13 @@ class DiskFullError(UserError):
     kind = "disk"
 
 
+class PathError(UserError):
+    """A file or folder the command must read or write that the operating system refuses: a file where a
+    folder is needed, no permission, a read-only disk, a folder where a file is needed (`path_error`)."""
+
+    kind = "path"
+
+
 class TrainingDiverged(UserError):
     """A non-finite loss or gradient norm: names the step and what to change (lr, clip, data)."""
 
@@ -145,6 +157,7 @@ KINDS: dict[str, type[UserError]] = {
         AuthError,
         UploadError,
         DiskFullError,
+        PathError,
         TrainingDiverged,
     )
 }
@@ -195,8 +208,6 @@ def out_of_space(path: str | os.PathLike) -> bool:
     """Whether the filesystem holding `path` (or its nearest existing parent) is full: under 1% of
     its size or 4 MiB free, whichever is less. For writers that report a short write in their own
     words (torch's zip writer: "unexpected pos 704 vs 598") instead of passing ENOSPC on."""
-    from pathlib import Path
-
     where = Path(path)
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -209,11 +220,121 @@ def out_of_space(path: str | os.PathLike) -> bool:
 
 def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> DiskFullError | None:
     """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
-    import errno
-
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     return disk_full_at(path or exc.filename)
+
+
+# ------------------------------------------------------------------------- a path the OS refuses
+# Which OSErrors are the user's to fix: those the OS raised on a path it names (`filename` set), for a
+# reason that no retry and no code change cures: the path's shape (a file where a folder is needed, or
+# the reverse), its permissions, a read-only or full disk, a name too long, a symlink loop. The paths
+# the commands touch are the user's (config keys, arguments, folders below them), and the same errors
+# on a path a library picked (a cache under $HOME) are fixed by the user the same way.
+#
+# Left out, so they keep their traceback as a crash: an OSError without a filename (a socket, a pipe,
+# a library's own failure: nothing to name, and often a bug); FileNotFoundError, since the inputs a
+# user names are checked by name before they are read (config check_paths, preflight, the model and
+# checkpoint checks), so a missing file that gets this far is one the program meant to have written
+# (a bug or a race); and a FileExistsError whose path is a folder (a race between two writers).
+_PATH_ERRNOS = (
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EISDIR,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+)
+
+
+def file_in_the_way(path: str | os.PathLike) -> Path | None:
+    """The file (not a folder) at `path` or at one of its parents, which keeps `path` from being or
+    holding a folder; None when there is none."""
+    where = Path(path).expanduser()
+    for p in (where, *where.parents):
+        if p.is_symlink() and not p.exists():
+            continue  # a dangling link: mkdir reports it itself
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def not_a_folder(key: str, path: str | os.PathLike, subject: str | None = None) -> str | None:
+    """The sentence "KEY = 'PATH' is below FILE, which is a file ..." (what to do included) when a file keeps
+    `path` from being a folder; None when it can be one. For the checks that run before anything is written;
+    `subject` replaces "KEY = 'PATH'" where the path is not a config key's (a command's argument)."""
+    blocker = file_in_the_way(path)
+    if blocker is None:
+        return None
+    where = "is a file" if blocker == Path(path).expanduser() else f"is below {blocker}, which is a file"
+    return (
+        f"{subject or f'{key} = {str(path)!r}'} {where}, not a folder, so no folder can be made there: point "
+        f"{key} at a folder (or a path where one can be made), or move {blocker} out of the way"
+    )
+
+
+def path_error(exc: BaseException, what: str | None = None) -> UserError | None:
+    """The user's paragraph for an OSError on a path (see the note above for which ones): the path, the
+    OS's reason and what to do, after `what` (the key or role of the path) when given. A full disk is a
+    DiskFullError, the others a PathError; None for any other exception, which stays a crash."""
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    if (full := from_os_error(exc)) is not None:
+        return full
+    if exc.errno not in _PATH_ERRNOS:
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    head = f"{what}: " if what else ""
+    second = f" (and {os.fsdecode(exc.filename2)})" if exc.filename2 is not None else ""
+    reason = exc.strerror or os.strerror(exc.errno)
+    if exc.errno == errno.ENOTDIR or (exc.errno == errno.EEXIST and path.exists() and not path.is_dir()):
+        blocker = path if exc.errno == errno.EEXIST else file_in_the_way(path)
+        if blocker is None:  # the file that was in the way is gone again: say what the OS said
+            return PathError(f"{head}{path}{second}: {reason}; a folder was expected there")
+        where = "is a file" if blocker == path else f"is below {blocker}, which is a file"
+        return PathError(
+            f"{head}{path}{second} {where}, where a folder is needed: choose another path, or move {blocker} "
+            "out of the way"
+        )
+    if exc.errno == errno.EEXIST:
+        return None  # an existing folder: two writers raced (a crash, not the input)
+    access = (
+        "give this user access to it (check its owner and mode, and its parent folders': ls -ld), or choose a "
+        "path this user can use"
+    )
+    todo = {
+        errno.EACCES: access,
+        errno.EPERM: access,
+        errno.EISDIR: "a file is needed there: choose a file's path, or move the folder out of the way",
+        errno.EROFS: "the disk it is on is mounted read-only: choose a path on a writable disk",
+        errno.ENAMETOOLONG: "choose a shorter path",
+        errno.ELOOP: "a symbolic link on the path points back into itself: fix or remove the link",
+    }[exc.errno]
+    return PathError(f"{head}{path}{second}: {reason}; {todo}")
+
+
+def user_error_of(exc: BaseException) -> UserError | None:
+    """`exc` as the user error it is: itself for a UserError, `path_error`'s paragraph for an OSError on a
+    path the user can fix, a DiskFullError for a full disk behind a library's error; None for a crash.
+    The CLI, the flows (what they report and what they retry) and the ranks all decide with this."""
+    if isinstance(exc, UserError):
+        return exc
+    return path_error(exc) or disk_full_in(exc)
+
+
+@contextmanager
+def path_errors(what: str) -> Iterator[None]:
+    """Inside the block, an OSError `path_error` knows is raised as that UserError, naming `what` (the
+    config key or the role of the path), with the OSError as its cause; any other exception as it is."""
+    try:
+        yield
+    except OSError as e:
+        err = path_error(e, what)
+        if err is None:
+            raise
+        raise err from e
 
 
 # ------------------------------------------------------------------------- across processes
@@ -272,7 +393,7 @@ def report_rank_failure(
     paragraph and return the exit code. None for a crash: the caller re-raises it with its traceback."""
     import sys
 
-    exc = disk_full_in(exc, run_dir) or exc
+    exc = disk_full_in(exc, run_dir) or user_error_of(exc) or exc
     first = write_error_file(run_dir, exc, step=step, rank=rank)
     if not isinstance(exc, UserError):
         return None

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint import load as dcp_load
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from cosmos_train.checkpoint import describe_complete, is_complete
+from cosmos_train.checkpoint_files import EXPORT, check_dcp_files, load_dcp
 from cosmos_train.config import is_world_model_recipe, load_config
-from cosmos_train.errors import CheckpointError
+from cosmos_train.errors import CheckpointError, PathError, not_a_folder
 from cosmos_train.models.hf_folder import build_meta_model, resolve_model_dir, write_hf_folder
 from cosmos_train.models.lora import apply_lora, lora_parts
 from cosmos_train.models.wrappers import strip_wrappers
@@ -42,6 +42,8 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
     meta device (no base weights are read) and only the checkpoint's model tensors are loaded.
     """
     ckpt_dir = Path(ckpt_dir)
+    if blocked := not_a_folder("OUT", out_dir, subject=f"the export folder {out_dir}"):  # before anything is read
+        raise PathError(blocked)
     if not is_complete(ckpt_dir):
         raise CheckpointError(
             f"{ckpt_dir}: not a complete checkpoint (expected a step_N folder with COMPLETE); "
@@ -49,7 +51,11 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
         )
     config_path = ckpt_dir.parent.parent / "config.toml"
     if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path}: the run's config.toml is missing (expected next to checkpoints/)")
+        raise CheckpointError(
+            f"{config_path}: the run's config.toml is missing (export reads the base model from it, next to "
+            f"checkpoints/): export the checkpoint where its run folder wrote it (RUN/checkpoints/step_N), or copy "
+            "the run's config.toml there"
+        )
     if is_world_model_recipe(config_path):  # a world-model RL run: its DiT into the base diffusers folder
         wfm = load_wfm_config(config_path, env={}, check_paths=False)
         return export_wfm(
@@ -83,15 +89,15 @@ def export_checkpoint(ckpt_dir: Path, out_dir: Path, *, dtype: torch.dtype | Non
 def read_checkpoint_model(ckpt_dir: Path) -> dict[str, torch.Tensor]:
     """The full model tensors of a DCP checkpoint (names without the "model." prefix), in this one process
     whatever world size wrote them."""
-    reader = FileSystemReader(str(ckpt_dir))
     state: dict[str, torch.Tensor] = {}
-    for key, item in reader.read_metadata().state_dict_metadata.items():
+    # every file there and whole before a tensor is read (a damaged one: a CheckpointError naming it)
+    for key, item in check_dcp_files(ckpt_dir, EXPORT).state_dict_metadata.items():
         if key.startswith("model.") and isinstance(item, TensorStorageMetadata):
             state[key.removeprefix("model.")] = torch.empty(item.size, dtype=item.properties.dtype)
     if not state:
         raise CheckpointError(f"{ckpt_dir}: the checkpoint holds no model tensors")
     # no_dist: one process reading every rank's shards
-    dcp_load({"model": state}, storage_reader=reader, no_dist=True)
+    load_dcp({"model": state}, ckpt_dir, EXPORT, storage_reader=FileSystemReader(str(ckpt_dir)), no_dist=True)
     return state
 
 

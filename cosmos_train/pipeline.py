@@ -137,7 +137,7 @@ def is_pipeline_file(path: str | Path) -> bool:
     sections are train, policy, rollout, ...)."""
     try:
         raw = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False  # the job config loader names the problem
     return any(isinstance(raw.get(s), dict) and "config" in raw[s] for s in ("sft", "grpo"))
 

@@ -20,12 +20,13 @@ from typing import Literal
 
 import torch
 
+from cosmos_train.checkpoint_files import RESUME, check_dcp_files
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config
 from cosmos_train.data.sources import SplitRole, detect_source, load_samples
-from cosmos_train.errors import DataError, ModelError
+from cosmos_train.errors import DataError, ModelError, not_a_folder
 from cosmos_train.evaluation.benchmark import load_benchmark
-from cosmos_train.evaluation.config import EvalConfig, load_eval_config
+from cosmos_train.evaluation.config import EvalConfig, EvalConfigError, load_eval_config
 from cosmos_train.generation.vllm_requests import check_vllm_family
 from cosmos_train.models.families import FAMILIES, UNSUPPORTED_TYPES
 from cosmos_train.models.load import resolve_attention
@@ -69,7 +70,9 @@ def check_job(
         check_rows(cfg, role, dataset_script)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
-        resolve_resume(cfg.train.resume, cfg.train.output_dir)
+        found = resolve_resume(cfg.train.resume, cfg.train.output_dir)
+        if found is not None:  # its files there and whole (a stat each), not only its COMPLETE marker
+            check_dcp_files(found, RESUME)
     return cfg
 
 
@@ -143,15 +146,17 @@ def check_eval(config: str | Path, overrides: list[str] | None = None, models: l
     """An evaluation's config, every benchmark's questions (read, not answered) and local model folders;
     returns the validated config."""
     cfg = load_eval_config(config, overrides or [])
+    if blocked := not_a_folder("results_dir", cfg.results_dir):  # each model's results folder is made under it
+        raise EvalConfigError(blocked, str(config))
     for ds in cfg.datasets:
         load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=cfg.evaluation.answer_type != "freeform")
     for model in models or [cfg.model.model_name]:
         path = Path(model).expanduser()
         looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
-        if looks_local and not path.exists():
+        if looks_local and not path.is_dir():
             raise ModelError(
-                f"--model {model}: no such folder (a checkpoint folder such as RUN/safetensors/final, "
-                "or a hub id org/name)"
+                f"--model {model}: {'not a folder but a file' if path.exists() else 'no such folder'} (a "
+                "checkpoint folder such as RUN/safetensors/final, or a hub id org/name)"
             )
         check_model_family(model, vllm=cfg.engine == "vllm", key="--model" if models else "model.model_name")
     return cfg

@@ -27,6 +27,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
 from cosmos_train.config import Config, load_config
+from cosmos_train.errors import path_errors
 from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
@@ -98,7 +99,8 @@ class Pipeline:
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
         self.folder = cfg.folder
-        self.folder.mkdir(parents=True, exist_ok=True)
+        with path_errors("output_dir / name (the pipeline folder)"):
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.state = PipelineState(self.folder)
         self.logger = get_run_logger()
         self.rows: list[dict[str, Any]] = []

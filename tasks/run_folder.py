@@ -11,6 +11,7 @@ preparation's report, the trainer's ranks and a retry read. No later stage appli
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config, load_config
+from cosmos_train.errors import path_errors
 from cosmos_train.wfm.config import WfmConfig
 
 CONFIG_FILE = "config.toml"
@@ -41,22 +43,34 @@ class ResolvedJob(Generic[JobConfig]):
         return self.run / CONFIG_FILE
 
 
+def output_key(cfg: Config | WfmConfig) -> str:
+    """The config key of the folder run folders are made in, for messages."""
+    return "job.output_dir" if isinstance(cfg, WfmConfig) else "train.output_dir"
+
+
+def folder_errors(cfg: Config | WfmConfig, run_dir: str | None) -> AbstractContextManager[None]:
+    """A file where a folder is needed, no permission, a read-only disk ... while the run folder is made or
+    written: the user's paragraph naming the key (or --run-dir) and the path, never retried as a crash."""
+    return path_errors("--run-dir" if run_dir else output_key(cfg))
+
+
 def new_run_dir(cfg: Config | WfmConfig) -> Path:
     """A new timestamped folder under output_dir; for a multi-node job, <output_dir>/<rdzv_id>, the one folder
     every node's flow run agrees on without talking to the others (on storage they share)."""
     root = Path(cfg.run_root).expanduser().resolve()
-    if cfg.launch.nnodes > 1 and cfg.launch.rdzv_id:
-        run = root / cfg.launch.rdzv_id
-        run.mkdir(parents=True, exist_ok=True)
+    with folder_errors(cfg, None):
+        if cfg.launch.nnodes > 1 and cfg.launch.rdzv_id:
+            run = root / cfg.launch.rdzv_id
+            run.mkdir(parents=True, exist_ok=True)
+            return run
+        stamp = datetime.now().strftime("%Y%m%d%H%M%S")
+        run = root / stamp
+        n = 1
+        while run.exists():  # two runs in the same second get distinct folders
+            run = root / f"{stamp}-{n}"
+            n += 1
+        run.mkdir(parents=True)
         return run
-    stamp = datetime.now().strftime("%Y%m%d%H%M%S")
-    run = root / stamp
-    n = 1
-    while run.exists():  # two runs in the same second get distinct folders
-        run = root / f"{stamp}-{n}"
-        n += 1
-    run.mkdir(parents=True)
-    return run
 
 
 def is_own_config(config: str | Path, run: Path) -> bool:
@@ -86,5 +100,6 @@ def resolve_config(
         asked = cfg.no_effect  # the keys the job's file set that have no effect (config.toml keeps them as comments)
         cfg = load_config(run / CONFIG_FILE, overrides, env={})  # continuing an existing run folder
         cfg.no_effect[:] = asked + [n for n in cfg.no_effect if n not in asked]
-    cfg.write(run / CONFIG_FILE)
+    with folder_errors(cfg, run_dir):
+        cfg.write(run / CONFIG_FILE)
     return ResolvedJob(cfg, run, absolute_script(dataset_script))

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
 from tasks.reward_service import reward_service
-from tasks.run_folder import CONFIG_FILE, ResolvedJob, is_own_config, new_run_dir
+from tasks.run_folder import CONFIG_FILE, ResolvedJob, folder_errors, is_own_config, new_run_dir
 
 
 @task(name="resolve-config", cache_policy=NO_CACHE)
@@ -33,7 +33,8 @@ def resolve_wfm_config(config: str, overrides: list[str], run_dir: str | None = 
         if is_own_config(config, run) and not overrides:
             return ResolvedJob(cfg, run)
         cfg = load_wfm_config(run / CONFIG_FILE, overrides, env={})
-    cfg.write(run / CONFIG_FILE)
+    with folder_errors(cfg, run_dir):
+        cfg.write(run / CONFIG_FILE)
     return ResolvedJob(cfg, run)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +238,17 @@ def kill_a_rank_after_step_2(out_dir: Path, trainer_module: str, timeout_s: floa
     watcher = threading.Thread(target=crash_one_rank, daemon=True)
     watcher.start()
     return watcher, killed
+
+
+@contextmanager
+def mounted_tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at `folder` (made here) with mount `options`, unmounted after; mounting needs root, so
+    the test is skipped elsewhere."""
+    folder.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs ({options}) here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -1,5 +1,6 @@
 """The real reward service on loopback for tests: uvicorn in a thread of the test process (so a test
-can register its own handler), on a free or given port, stopped gracefully; waits are bounded."""
+can register its own handler), on a free or given port, with the connection limits `serve` uses
+(http_limits), stopped gracefully; waits are bounded."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import uvicorn
 from cosmos_train.net import free_port
 from cosmos_train.reward_service.app import create_app
 from cosmos_train.reward_service.config import ServiceConfig
+from cosmos_train.reward_service.http_limits import uvicorn_options
 
-TOKEN = "test-token-3f9a"
+TOKEN = "test-token-3f9a-71c2"  # the service refuses tokens under 16 characters
 
 
 class ServiceThread:
@@ -35,6 +37,11 @@ class ServiceThread:
     def service(self) -> Any:
         return self.app.state.service
 
+    @property
+    def open_connections(self) -> int:
+        """Connections the server holds now (uvicorn's own set: accepted and not yet lost)."""
+        return len(self._server.server_state.connections) if self._server is not None else 0
+
     def start(self, timeout: float = 20.0) -> ServiceThread:
         self.app = create_app(self.config, self.token)
         self._server = uvicorn.Server(
@@ -45,6 +52,7 @@ class ServiceThread:
                 log_level="error",
                 lifespan="on",
                 timeout_graceful_shutdown=10,
+                **uvicorn_options(self.config, self.app.state.count),
             )
         )
         self._thread = threading.Thread(target=self._server.run, daemon=True)

@@ -42,6 +42,10 @@ def read_toml(path: str | Path | None, what: str = "config") -> tuple[dict[str, 
         return tomllib.loads(p.read_text()), source
     except tomllib.TOMLDecodeError as e:
         raise ConfigError([f"TOML syntax: {e}"], source, what=what) from e
+    except UnicodeDecodeError as e:  # a binary file (weights, a video) passed as the config
+        raise ConfigError(
+            [f"{p} is not a text file ({e.reason} at byte {e.start}): pass the TOML file"], source, what=what
+        ) from e
 
 
 NO_EFFECT_HEADER = "# accepted with no effect here (cosmos-rl keys / settings), with why:"

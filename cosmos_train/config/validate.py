@@ -10,7 +10,7 @@ from pathlib import Path
 from cosmos_train.config.paths import looks_local
 from cosmos_train.config.schema import Config, LoraConfig
 from cosmos_train.config.schema_policy import GRPOPolicyConfig
-from cosmos_train.errors import ConfigError
+from cosmos_train.errors import ConfigError, not_a_folder
 
 
 def validate(cfg: Config, check_paths: bool = False, source: str | None = None) -> None:
@@ -64,6 +64,12 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
         model = cfg.policy.model_name_or_path
         if looks_local(model) and not Path(model).expanduser().exists():
             out.append(f"policy.model_name_or_path: local path {model} does not exist")
+        elif looks_local(model) and not Path(model).expanduser().is_dir():
+            out.append(
+                f"policy.model_name_or_path: {model} is a file; point it at the model's folder (config.json ...)"
+            )
+        if blocked := not_a_folder("train.output_dir", t.output_dir):  # run folders are made under it
+            out.append(blocked)
     if cfg.launch.nproc_per_node != "auto":
         nproc = int(cfg.launch.nproc_per_node) * cfg.launch.nnodes
         try:

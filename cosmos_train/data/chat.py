@@ -196,7 +196,11 @@ def _load_vision(
                 settings = layout.settings(media.VisionSettings.from_part(part, defaults))
                 if kind == "video":
                     frames, sample_fps = read_video(part["video"], settings)
-                    times = media.sampled_frame_times(part["video"], settings) if layout.frame_timestamps else None
+                    # frames already in memory (a reader with `in_memory`, the reward service's videos) have no
+                    # file to time: None takes them as a clip from 0 s at sample_fps (preprocess_video)
+                    in_memory = bool(getattr(clip_cache, "in_memory", False))
+                    timed = layout.frame_timestamps and not in_memory
+                    times = media.sampled_frame_times(part["video"], settings) if timed else None
                     vi = media.preprocess_video(frames, settings, sample_fps, layout, times)
                     assert vi.second_per_grid_t is not None  # set for every video
                     spg = float(vi.second_per_grid_t)

@@ -7,10 +7,12 @@ import hmac
 
 from starlette.requests import Request
 
-from cosmos_train.reward_service.protocol import ProtocolError
+from cosmos_train.reward_service.errors import ProtocolError
 
 QUERY_TOKEN_NAMES = frozenset({"token", "access_token", "api_key", "apikey", "key", "auth", "authorization"})
 TOKEN_ENV = "REWARD_SERVICE_TOKEN"
+MIN_TOKEN_CHARS = 16  # shorter ones can be guessed; the service refuses to start with one
+MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def check_request(request: Request, token: str | None) -> None:

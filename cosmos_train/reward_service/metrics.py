@@ -4,6 +4,11 @@ latency p50 / p99 (seconds, over the latest `latency_window` batches), batches s
     {"queue_depth": 3, "in_flight": 2, "results_held": 10,
      "counters": {"enqueued": 120, "deduplicated": 4, "rejected_400": 2, "rejected_429": 1, ...},
      "handlers": {"brightness": {"scored": 118, "errors": 0, "latency_p50_s": 0.004, "latency_p99_s": 0.02}}}
+
+Counters besides the service's own: `responses_<status>` for every response the app gave (401 from auth, 404,
+408, 413, 500, ...; `responses_499`: the client went away before its body was read), `header_timeouts`
+(connections closed for not sending their headers in time) and `connections_refused` (over max_connections;
+they get a 503 that the app never sees).
 """
 
 from __future__ import annotations

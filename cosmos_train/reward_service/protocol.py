@@ -1,44 +1,41 @@
 """The wire protocol of the reference reward service (nvidia-cosmos/cosmos-rl, reward_service/), parsed
-strictly.
+strictly and within bounds.
 
 An enqueue body is `<JSON object, UTF-8>\\n<tensor bytes>`:
     {"prompts": [...], "reward_fn": {name: weight}, "video_infos": [{...}], "media_type": "video"}
-media_type: latent | video ([B, C, T, H, W]) | image ([B, H, W, C]), pixels in [0, 255]; ours also
-takes "text" (no tensor) for rewards that read `completions` (+ `samples`: per item the row's
-`reference` / `options`), the VLM rule rewards and the judge.
-The tensor is a `.npy` file (np.save) read with allow_pickle=False, or a torch.save file read with
-torch.load(weights_only=True); never an unrestricted unpickle.
+media_type: latent ([B, C, T, H, W], decoded to pixels by the service's Wan VAE before the pixel rewards) |
+video ([B, C, T, H, W]) | image ([B, H, W, C]), pixels in [0, 255]. A missing media_type means latent, as
+the reference reads it (cosmos-rl's world-model RemoteReward sends latents without one). Ours also takes
+"text" (no tensor) for rewards that read `completions` (+ `samples`: per item the row's `reference` /
+`options`), the VLM rule rewards and the judge.
+The tensor is a `.npy` file (np.save) or a torch.save file, checked by `tensors` before it is allocated;
+never an unrestricted unpickle.
 
+Parsing is two steps, so the service can weigh a request before it allocates it:
+    incoming = inspect_enqueue(body, handlers, decoder, max_decoded_bytes)   # headers only; .weight in bytes
+    enqueued = decode_enqueue(incoming)                                      # the arrays
 Every problem is a `ProtocolError(status, message)` naming the field, answered as that status.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import pickle
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
-
+from cosmos_train.reward_service.errors import ProtocolError
 from cosmos_train.reward_service.handlers.base import MEDIA_TYPES, Batch, Handler
+from cosmos_train.reward_service.latents import LatentDecoder, from_wire
+from cosmos_train.reward_service.tensors import TensorInfo, check_finite, decode_tensor, inspect_tensor
 
-NPY_MAGIC = b"\x93NUMPY"
-ZIP_MAGIC = b"PK\x03\x04"  # torch.save's (zip) format
 MEDIA_NDIM = {"latent": 5, "video": 5, "image": 4}
 MEDIA_LAYOUT = {"latent": "[B, C, T, H, W]", "video": "[B, C, T, H, W]", "image": "[B, H, W, C]"}
+DEFAULT_MEDIA_TYPE = "latent"  # the reference's reading of a body without media_type
+LATENT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
 
-
-class ProtocolError(Exception):
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
+__all__ = ["Enqueued", "Incoming", "ProtocolError", "decode_enqueue", "inspect_enqueue"]
 
 
 @dataclass
@@ -48,6 +45,23 @@ class Enqueued:
     batch: Batch
     weights: dict[str, float]
     input_info: dict[str, Any]
+
+
+@dataclass
+class Incoming:
+    """An enqueue body checked up to its tensor's header: what it asks and what it takes in memory."""
+
+    weights: dict[str, float]
+    media_type: str
+    size: int
+    prompts: list[str]
+    video_infos: list[dict[str, Any]]
+    completions: list[str]
+    samples: list[dict[str, Any]]
+    tensor: TensorInfo | None = None
+    tensor_bytes: bytes = b""
+    weight: int = 0  # bytes held while queued and scored: the decoded tensor (+ the pixels of decoded latents)
+    decoded_shape: tuple[int, ...] | None = field(default=None)
 
 
 def _bad(message: str) -> ProtocolError:
@@ -64,9 +78,21 @@ def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
         raise _bad("body: the first line is not UTF-8 JSON") from None
     except json.JSONDecodeError as e:
         raise _bad(f"body: the first line is not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise _bad("body: the first line's JSON nests too deep; send a flat object") from None
     if not isinstance(meta, dict):
         raise _bad("body: the first line must be a JSON object")
     return meta, tensor
+
+
+def reward_names(body: bytes) -> list[str] | None:
+    """The reward set a body asks for, read without checking the rest (None: unreadable)."""
+    try:
+        meta, _ = split_body(body)
+    except ProtocolError:
+        return None
+    spec = meta.get("reward_fn")
+    return sorted(spec) if isinstance(spec, dict) else None
 
 
 def read_weights(meta: Mapping[str, Any], handlers: Mapping[str, Handler]) -> dict[str, float]:
@@ -92,89 +118,133 @@ def _list_of(meta: Mapping[str, Any], key: str, kind: type, what: str) -> list[A
     return value
 
 
-def decode_tensor(data: bytes) -> tuple[np.ndarray, str]:
-    """The tensor as numpy and its dtype's name as the sender had it ("torch.bfloat16", "torch.uint8")."""
-    if data.startswith(NPY_MAGIC):
-        try:
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as e:
-            if "pickle" in str(e).lower():
-                raise _bad("tensor: an object (pickled) .npy array is refused; send a numeric array") from None
-            raise _bad(f"tensor: not a complete .npy file ({e})") from None
-        except (OSError, EOFError) as e:
-            raise _bad(f"tensor: not a complete .npy file ({e})") from None
-        name = f"torch.{arr.dtype.name}"
-    elif data.startswith(ZIP_MAGIC):
-        try:
-            obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-        except pickle.UnpicklingError as e:
-            raise _bad(f"tensor: refused by torch.load(weights_only=True): {str(e).splitlines()[0]}") from None
-        except Exception as e:  # a truncated / corrupt zip surfaces as RuntimeError or others
-            raise _bad(f"tensor: not a complete torch.save file ({type(e).__name__}: {str(e)[:200]})") from None
-        if not isinstance(obj, torch.Tensor):
-            raise _bad(f"tensor: the torch.save file holds a {type(obj).__name__}, not a tensor")
-        name = str(obj.dtype)
-        if obj.dtype in (torch.bfloat16, torch.float16):
-            obj = obj.float()  # numpy has no bfloat16
-        arr = obj.detach().contiguous().numpy()
-    else:
-        raise _bad("tensor: neither a .npy (np.save) nor a torch.save file; pickles and other formats are refused")
-    if arr.dtype.kind not in "biuf":
-        raise _bad(f"tensor: dtype {arr.dtype} is not numeric")
-    return arr, name
-
-
-def parse_enqueue(body: bytes, handlers: Mapping[str, Handler]) -> Enqueued:
-    meta, tensor = split_body(body)
-    weights = read_weights(meta, handlers)
-    media_type = meta.get("media_type", "video")
-    if media_type not in MEDIA_TYPES:
+def _media_type(meta: Mapping[str, Any]) -> str:
+    media_type = meta.get("media_type", DEFAULT_MEDIA_TYPE)
+    if not isinstance(media_type, str) or media_type.lower() not in MEDIA_TYPES:
         raise _bad(f"media_type: must be one of {' | '.join(MEDIA_TYPES)}, got {media_type!r}")
-    prompts = _list_of(meta, "prompts", str, "strings")
-    video_infos = _list_of(meta, "video_infos", dict, "objects")
-    completions = _list_of(meta, "completions", str, "strings")
-    samples = _list_of(meta, "samples", dict, "objects")
+    return media_type.lower()
 
-    media, dtype_name, input_info = None, None, {}
+
+def _check_media_shape(media_type: str, info: TensorInfo, named: bool, decoder: LatentDecoder) -> tuple[int, ...]:
+    """The shape the handlers (or, for latents, the VAE) will see; 400 when it is not one they take."""
+    # a body without media_type is read as latents (the reference's reading): say so, since the sender may
+    # have meant pixels
+    unnamed = "" if named else ' (no media_type sent: read as latent, as the reference does; send "video" for pixels)'
+    shape = info.shape
+    if len(shape) != MEDIA_NDIM[media_type] or 0 in shape:
+        raise _bad(
+            f"tensor: media_type {media_type!r}{unnamed} takes shape {MEDIA_LAYOUT[media_type]}, got {list(shape)}"
+        )
+    if media_type != "latent":
+        return shape
+    if info.format == "npy" and info.dtype_name == "torch.uint8":
+        # numpy has no bfloat16: the reference reads uint8 latents as bfloat16 bytes (a view), halving the last axis
+        if shape[-1] % 2:
+            raise _bad(f"tensor: uint8 latents are read as bfloat16 bytes, but the last axis ({shape[-1]}) is odd")
+        shape = (*shape[:-1], shape[-1] // 2)
+    elif info.dtype_name not in LATENT_DTYPES:
+        raise _bad(
+            f"tensor: latents must be float ({', '.join(LATENT_DTYPES)}) or bfloat16 bytes as .npy uint8, "
+            f"got {info.dtype_name}"
+        )
+    why = decoder.refuse(shape)
+    if why:
+        raise _bad(f"media_type latent{unnamed}: {why}")
+    return shape
+
+
+def inspect_enqueue(
+    body: bytes, handlers: Mapping[str, Handler], decoder: LatentDecoder, max_decoded_bytes: int
+) -> Incoming:
+    """The request checked from its JSON line and its tensor's header, nothing allocated: 400 / 413 naming
+    what is wrong. `.weight` is what it will hold in memory once decoded."""
+    meta, tensor_bytes = split_body(body)
+    weights = read_weights(meta, handlers)
+    media_type = _media_type(meta)
+    incoming = Incoming(
+        weights=weights,
+        media_type=media_type,
+        size=0,
+        prompts=_list_of(meta, "prompts", str, "strings"),
+        video_infos=_list_of(meta, "video_infos", dict, "objects"),
+        completions=_list_of(meta, "completions", str, "strings"),
+        samples=_list_of(meta, "samples", dict, "objects"),
+        tensor_bytes=tensor_bytes,
+        weight=len(body),
+    )
     if media_type == "text":
-        if tensor:
+        if tensor_bytes:
             raise _bad("tensor: media_type 'text' takes no tensor bytes after the JSON line")
-        size = len(completions)
-        if size == 0:
+        incoming.size = len(incoming.completions)
+        if incoming.size == 0:
             raise _bad("completions: media_type 'text' needs at least one completion")
     else:
-        if not tensor:
+        if not tensor_bytes:
             raise _bad(f"tensor: media_type {media_type!r} needs tensor bytes after the JSON line")
-        media, dtype_name = decode_tensor(tensor)
-        if media.ndim != MEDIA_NDIM[media_type] or 0 in media.shape:
-            raise _bad(
-                f"tensor: media_type {media_type!r} takes shape {MEDIA_LAYOUT[media_type]}, got {list(media.shape)}"
-            )
-        size = int(media.shape[0])
+        info = inspect_tensor(tensor_bytes, max_decoded_bytes)
+        shape = _check_media_shape(media_type, info, "media_type" in meta, decoder)
+        incoming.tensor, incoming.size, incoming.weight = info, info.shape[0], info.nbytes
+        if media_type == "latent":
+            incoming.weight = math.prod(shape) * 4  # decoded as float32
+            incoming.decoded_shape = decoder.decoded_shape(shape)
+            pixels = math.prod(incoming.decoded_shape)  # uint8
+            if pixels > max_decoded_bytes:
+                raise ProtocolError(
+                    413,
+                    f"tensor: latents {list(info.shape)} decode to {list(incoming.decoded_shape)} pixels "
+                    f"({pixels / 2**20:.1f} MiB), over the service's max_decoded_mb "
+                    f"({max_decoded_bytes / 2**20:.1f} MiB); send smaller batches",
+                )
+            incoming.weight += pixels
+    size = incoming.size
+    for key, items in (
+        ("prompts", incoming.prompts),
+        ("video_infos", incoming.video_infos),
+        ("completions", incoming.completions),
+    ):
+        if items and len(items) != size:
+            raise _bad(f"{key}: {len(items)} items for a batch of {size}")
+    if incoming.samples and len(incoming.samples) != len(incoming.completions):
+        raise _bad(f"samples: {len(incoming.samples)} items for {len(incoming.completions)} completions")
+    scored_as = "video" if media_type == "latent" else media_type  # latents reach the handlers as pixels
+    for name in weights:
+        why = handlers[name].refuse(scored_as, bool(incoming.completions))
+        if why:
+            raise _bad(f"reward_fn.{name}: {why}")
+    return incoming
+
+
+def decode_enqueue(incoming: Incoming) -> Enqueued:
+    """The arrays of an inspected request (values checked finite); latents stay latents until a worker
+    decodes them."""
+    media, input_info = None, {}
+    if incoming.tensor is not None:
+        media = decode_tensor(incoming.tensor_bytes, incoming.tensor)
+        if incoming.media_type == "latent":
+            media = from_wire(media)  # float32; bfloat16 bytes (npy uint8) read as the reference reads them
+            check_finite(media)
         input_info = {
             "shape": list(media.shape),
-            "dtype": dtype_name,
+            "dtype": incoming.tensor.dtype_name,
             "min": f"{float(media.min()):.3f}",
             "max": f"{float(media.max()):.3f}",
         }
-    for key, items in (("prompts", prompts), ("video_infos", video_infos), ("completions", completions)):
-        if items and len(items) != size:
-            raise _bad(f"{key}: {len(items)} items for a batch of {size}")
-    if samples and len(samples) != len(completions):
-        raise _bad(f"samples: {len(samples)} items for {len(completions)} completions")
-    if video_infos:
-        input_info["video_infos"] = video_infos
-    for name in weights:
-        why = handlers[name].refuse(media_type, bool(completions))
-        if why:
-            raise _bad(f"reward_fn.{name}: {why}")
+    if incoming.video_infos:
+        input_info["video_infos"] = incoming.video_infos
     batch = Batch(
-        media_type=media_type,
-        size=size,
+        media_type=incoming.media_type,
+        size=incoming.size,
         media=media,
-        prompts=prompts,
-        video_infos=video_infos,
-        completions=completions,
-        samples=samples,
+        prompts=incoming.prompts,
+        video_infos=incoming.video_infos,
+        completions=incoming.completions,
+        samples=incoming.samples,
     )
-    return Enqueued(batch=batch, weights=weights, input_info=input_info)
+    return Enqueued(batch=batch, weights=incoming.weights, input_info=input_info)
+
+
+def parse_enqueue(
+    body: bytes, handlers: Mapping[str, Handler], decoder: LatentDecoder, max_decoded_bytes: int
+) -> Enqueued:
+    """Both steps at once (a restart re-reading its queued bodies)."""
+    return decode_enqueue(inspect_enqueue(body, handlers, decoder, max_decoded_bytes))

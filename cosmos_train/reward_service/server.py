@@ -1,23 +1,32 @@
 """Start the reward service: `cosmos-train reward-service [--config rewards.toml] [--host H] [--port P]
 [--insecure-no-token]`.
 
-The token comes from REWARD_SERVICE_TOKEN. Without one the service refuses to start, unless
---insecure-no-token is given and the host is a loopback address (nothing off this machine can reach it).
+The token comes from REWARD_SERVICE_TOKEN and must be at least 16 characters. Without one the service refuses
+to start, unless --insecure-no-token is given and the host is a loopback address (nothing off this machine
+can reach it). Slow and surplus clients are bounded by `http_limits` (rewards.toml's header_timeout_s,
+body_timeout_s, max_connections).
 """
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import os
 from collections.abc import Mapping
+from typing import Any
+
+import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from cosmos_train.errors import AuthError
 from cosmos_train.reward_service.app import create_app
-from cosmos_train.reward_service.auth import TOKEN_ENV
+from cosmos_train.reward_service.auth import MAKE_TOKEN, MIN_TOKEN_CHARS, TOKEN_ENV
 from cosmos_train.reward_service.config import ServiceConfig
+from cosmos_train.reward_service.http_limits import uvicorn_options
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+SERVICE_LOGGER = "cosmos_train.reward_service"
 
 
 def is_loopback(host: str) -> bool:
@@ -32,6 +41,12 @@ def is_loopback(host: str) -> bool:
 def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = os.environ) -> str | None:
     """The token the service checks, or None when it may run without one; AuthError otherwise."""
     token = env.get(TOKEN_ENV, "").strip()
+    if token and len(token) < MIN_TOKEN_CHARS:
+        raise AuthError(
+            f"reward service: {TOKEN_ENV} is {len(token)} characters; a token needs at least {MIN_TOKEN_CHARS} "
+            f"(a short one can be guessed by anyone who can reach the service); make one with {MAKE_TOKEN} "
+            "and give the same value to the clients"
+        )
     if token:
         return token
     if insecure_no_token and is_loopback(host):
@@ -43,18 +58,31 @@ def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = o
             "serve on --host 127.0.0.1"
         )
     raise AuthError(
-        f"reward service: no token; set {TOKEN_ENV} to a secret token (clients send it as "
-        "'Authorization: Bearer <token>'), or pass --insecure-no-token to run without one on "
-        "a loopback host for local testing"
+        f"reward service: no token; set {TOKEN_ENV} to a secret token of at least {MIN_TOKEN_CHARS} characters "
+        f"(make one with {MAKE_TOKEN}; clients send it as 'Authorization: Bearer <token>'), or pass "
+        "--insecure-no-token to run without one on a loopback host for local testing"
     )
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging config, plus the service's own INFO lines (timeouts, clients gone) on stderr."""
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["loggers"][SERVICE_LOGGER] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return cfg
 
 
 def serve(
     config: ServiceConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, insecure_no_token: bool = False
 ) -> None:
     """Run until interrupted (SIGINT / SIGTERM stop it gracefully: batches being scored finish)."""
-    import uvicorn  # why: the ASGI server only when serving (a process that only reads the config skips it)
-
     token = resolve_token(host, insecure_no_token)
     app = create_app(config, token)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=log_config(),
+        timeout_graceful_shutdown=30,
+        **uvicorn_options(config, app.state.count),
+    )

@@ -32,7 +32,7 @@ from cosmos_train.config.overrides import apply_overrides
 from cosmos_train.config.paths import looks_local
 from cosmos_train.config.schema import CheckpointConfig as JobCheckpointConfig
 from cosmos_train.config.schema import LaunchConfig, LoggingConfig, ParallelismConfig
-from cosmos_train.errors import ConfigError
+from cosmos_train.errors import ConfigError, not_a_folder
 from cosmos_train.reward_service.handlers import HANDLERS, handler_names
 from cosmos_train.wfm.config_sections import (
     CheckpointConfig,
@@ -453,6 +453,8 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         out.append(f"model.model_name_or_path: {cfg.model.model_name_or_path} does not exist")
     if check_paths and dl.type == "local" and v.dataset_dir and not Path(v.dataset_dir).expanduser().is_dir():
         out.append(f"dataloader_train.video_dataloader.dataset_dir: {v.dataset_dir} is not a folder")
+    if check_paths and (blocked := not_a_folder("job.output_dir", cfg.job.output_dir)):  # run folders go there
+        out.append(blocked)
     return out
 
 

@@ -39,7 +39,8 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModelForImageTextToText, AutoTokenizer, PreTrainedModel
 
-from cosmos_train.errors import ConfigError, ModelError
+from cosmos_train.errors import CheckpointError, ConfigError, ModelError
+from cosmos_train.models.hf_folder import check_safetensors_file
 from cosmos_train.models.tiny import make_tiny_model
 
 if TYPE_CHECKING:  # diffusers is imported where it is used (a heavy import); these names are for hints only
@@ -297,6 +298,11 @@ def check_folder(folder: Path, text_encoder: bool = True) -> None:
             f"{', '.join(f'{c}/' for c in COMPONENTS)}; re-download it or point model_name_or_path at "
             "a complete one)"
         )
+    for weights in sorted(w for c in need for w in (folder / c).glob("*.safetensors")):
+        try:  # a header and a size check per file: a truncated one is named here, not by diffusers' bare OSError
+            check_safetensors_file(weights)
+        except CheckpointError as e:
+            raise ModelError(f"world model {folder}: {e} (a downloaded model: download it again)") from None
 
 
 def _frozen(module: ModuleT) -> ModuleT:

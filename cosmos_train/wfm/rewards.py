@@ -22,9 +22,16 @@ from cosmos_train.reward_service.config import ServiceConfig
 from cosmos_train.reward_service.handlers import HANDLERS, Batch
 from cosmos_train.rewards.remote import RemoteRewardClient
 
-# the handlers that score pixels (not completions): usable in the trainer
+# the handlers that score pixels (not completions) with no settings (a default service takes them): usable in the
+# trainer; a model-backed one (cosmos_reason1) or one the service refuses by name (dance_grpo) is service-only
 LOCAL_REWARDS = tuple(
-    sorted(name for name, cls in HANDLERS.items() if "video" in cls.media_types and not cls.needs_completions)
+    sorted(
+        name
+        for name, cls in HANDLERS.items()
+        if "video" in cls.media_types
+        and not cls.needs_completions
+        and cls(name, ServiceConfig()).refuse("video", False) is None
+    )
 )
 
 

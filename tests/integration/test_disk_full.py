@@ -4,14 +4,13 @@ and the metrics it wrote stay readable."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import processes_with, write_tiny_sft_config
+from tests.conftest import mounted_tmpfs, processes_with, write_tiny_sft_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -19,15 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 6 MiB filesystem: room for the run folder and a few steps, not for a checkpoint (~14 MB)."""
-    mount = tmp_path / f"small-{uuid.uuid4().hex[:6]}"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / f"small-{uuid.uuid4().hex[:6]}", "size=6m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_disk_during_checkpoint(

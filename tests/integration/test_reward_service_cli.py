@@ -34,7 +34,15 @@ def test_refuses_to_start_without_a_token(extra: list[str], words: str) -> None:
     assert done.stderr.startswith("error: reward service:")
 
 
-@pytest.mark.parametrize("token, extra", [("cli-secret", []), (None, ["--insecure-no-token"])])
+def test_refuses_a_token_under_16_characters() -> None:
+    done = subprocess.run(CLI, env=_env("fifteen-chars-x"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "fifteen-chars-x" not in done.stderr
+    assert "15 characters" in done.stderr and "at least 16" in done.stderr
+    assert "secrets.token_urlsafe(32)" in done.stderr
+
+
+@pytest.mark.parametrize("token, extra", [("cli-secret-4b1d-93a0", []), (None, ["--insecure-no-token"])])
 def test_serves_then_stops_on_sigterm(token: str | None, extra: list[str], tmp_path) -> None:
     port = free_port()
     cfg = tmp_path / "rewards.toml"

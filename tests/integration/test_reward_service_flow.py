@@ -21,7 +21,7 @@ def test_reward_service_flow_serves_with_the_secret_token(tmp_path: Path) -> Non
     from flows.reward_service import RewardServiceParams, reward_service_flow
     from tests.conftest import processes_with
 
-    Secret(value="s3cret-token").save("test-reward-token", overwrite=True)
+    Secret(value="s3cret-token-5e2f-a9").save("test-reward-token", overwrite=True)
     port = free_port()
     result: dict = {}
     runner = threading.Thread(
@@ -36,7 +36,7 @@ def test_reward_service_flow_serves_with_the_secret_token(tmp_path: Path) -> Non
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.post(ping, headers={"Authorization": "Bearer s3cret-token"}, timeout=2).status_code == 200:
+            if httpx.post(ping, headers={"Authorization": "Bearer s3cret-token-5e2f-a9"}, timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             time.sleep(0.3)

@@ -156,7 +156,7 @@ def test_export_checkpoint_offline(tiny, tmp_path):
 
     orphan = tmp_path / "orphan" / "checkpoints" / "step_7"
     shutil.copytree(ckpt, orphan)
-    with pytest.raises(FileNotFoundError, match="config.toml"):
+    with pytest.raises(CheckpointError, match="config.toml is missing"):
         export_checkpoint(orphan, tmp_path / "never")
     with pytest.raises(CheckpointError, match=rf"not a complete checkpoint.*complete ones under .*{ckpt}"):
         export_checkpoint(run / "checkpoints" / "step_8", tmp_path / "never")

@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "cosmos_train.data": 2,  # chats, media, datasets and their sources, synthetic data
     "cosmos_train.distributed": 2,  # process group and mesh from [policy.parallelism]; models.parallelize uses it
     "cosmos_train.checkpoint": 2,  # DCP checkpoints and the rank collectives the exporter shares
+    "cosmos_train.checkpoint_files": 2,  # reading a checkpoint's files (DCP, torch, JSON): damage as CheckpointError
     "cosmos_train.signals": 2,  # exit signals agreed over checkpoint's CPU group
     "cosmos_train.metrics": 2,  # metrics.jsonl and wandb for a run (config's logging keys)
     "cosmos_train.curves": 2,  # plots of metrics.jsonl (reads metrics)
@@ -52,6 +53,7 @@ LAYERS: dict[str, int] = {
     "cosmos_train.wfm": 4,  # world-model RL (reads train's RL losses and the reward service's handlers)
     "cosmos_train.evaluation": 4,  # benchmark evaluation
     "cosmos_train.reward_service": 4,  # the reward HTTP service and its handlers
+    "cosmos_train.reward_service.latents": 4,  # Wan VAE latents -> pixels for the service (diffusers, lazily)
     # 5 - what runs across jobs: offline conversion, checks before a run, the post-training pipeline.
     "cosmos_train.export": 5,  # DCP checkpoint -> Hugging Face / diffusers folder, for either kind of job
     "cosmos_train.preflight": 5,  # checks of a config before anything starts (every job's config)

@@ -59,8 +59,8 @@ class Handler(ABC):
         return None  # most handlers need nothing
 
     @abstractmethod
-    def score(self, batch: Batch) -> list[float]:
-        """One score per item of `batch`, in order."""
+    def score(self, batch: Batch) -> Sequence[float] | Mapping[str, Sequence[Any]]:
+        """One score per item of `batch`, in order; or several named lists of them (see `score_table`)."""
 
     def refuse(self, batch_media_type: str, has_completions: bool) -> str | None:
         """Why this handler cannot score such a request (None: it can); checked at enqueue, so the
@@ -91,6 +91,21 @@ def as_floats(values: Sequence[Any], where: str) -> list[float]:
     out = [float(v) for v in values]
     if any(not np.isfinite(v) for v in out):
         raise ValueError(f"{where}: a non-finite score")
+    return out
+
+
+def score_table(values: Sequence[Any] | Mapping[str, Sequence[Any]], name: str, size: int) -> dict[str, list[Any]]:
+    """A handler's answer as the result's `scores` object: a list of floats becomes {name: floats}; a
+    mapping (several scores per item, as the reference's cosmos_reason1 gives: prediction, no_score, ...)
+    keeps its keys. Every list has one entry per item; numbers must be finite, text labels pass as they are."""
+    table = dict(values) if isinstance(values, Mapping) else {name: values}
+    out: dict[str, list[Any]] = {}
+    for key, column in table.items():
+        column = list(column)
+        if len(column) != size:
+            raise ValueError(f"{name}.{key}: {len(column)} scores for a batch of {size}")
+        texts = all(isinstance(v, str) for v in column)
+        out[key] = column if texts and column else as_floats(column, f"{name}.{key}")
     return out
 
 

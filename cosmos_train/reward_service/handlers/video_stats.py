@@ -6,9 +6,13 @@ Pixels are in [0, 255] (the protocol's video / image range), any dtype; every sc
 - smoothness: 1 - mean |x[t+1] - 2 x[t] + x[t-1]| / 510, the second difference normalised by its
   largest possible value (1: constant-velocity change; 0: every pixel jerking 0 -> 255 -> 0).
 A video with too few frames for a difference scores 0 motion and 1 smoothness (nothing moved).
+Each item is reduced a frame at a time in float64, so scoring holds a few frames of scratch memory, not
+a float copy of the batch.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -17,10 +21,15 @@ from cosmos_train.reward_service.handlers.base import Batch, Handler, register_h
 PIXEL_MAX = 255.0
 
 
-def _frames_first(batch: Batch) -> np.ndarray:
-    """[B, T, ...] float64: video [B, C, T, H, W] -> time on axis 1."""
+def _videos(batch: Batch) -> Iterator[np.ndarray]:
+    """Per item, its frames [T, C, H, W] (a view: nothing copied)."""
     assert batch.media is not None
-    return np.moveaxis(batch.media.astype(np.float64, copy=False), 2, 1)
+    for video in batch.media:
+        yield np.moveaxis(video, 1, 0)
+
+
+def _frame(frames: np.ndarray, t: int) -> np.ndarray:
+    return frames[t].astype(np.float64)
 
 
 @register_handler("brightness")
@@ -29,8 +38,8 @@ class Brightness(Handler):
 
     def score(self, batch: Batch) -> list[float]:
         assert batch.media is not None
-        flat = batch.media.reshape(batch.size, -1).astype(np.float64, copy=False)
-        return np.clip(flat.mean(axis=1) / PIXEL_MAX, 0.0, 1.0).tolist()
+        means = [float(item.mean(dtype=np.float64)) for item in batch.media]  # reduced in buffered chunks
+        return np.clip(np.asarray(means) / PIXEL_MAX, 0.0, 1.0).tolist()
 
 
 @register_handler("motion")
@@ -38,11 +47,14 @@ class Motion(Handler):
     media_types = ("video",)
 
     def score(self, batch: Batch) -> list[float]:
-        x = _frames_first(batch)
-        if x.shape[1] < 2:
-            return [0.0] * batch.size
-        d1 = np.abs(np.diff(x, axis=1)).reshape(batch.size, -1)
-        return np.clip(d1.mean(axis=1) / PIXEL_MAX, 0.0, 1.0).tolist()
+        out = []
+        for frames in _videos(batch):
+            if len(frames) < 2:
+                out.append(0.0)
+                continue
+            total = sum(float(np.abs(_frame(frames, t + 1) - _frame(frames, t)).sum()) for t in range(len(frames) - 1))
+            out.append(total / ((len(frames) - 1) * frames[0].size))
+        return np.clip(np.asarray(out) / PIXEL_MAX, 0.0, 1.0).tolist()
 
 
 @register_handler("smoothness")
@@ -50,8 +62,14 @@ class Smoothness(Handler):
     media_types = ("video",)
 
     def score(self, batch: Batch) -> list[float]:
-        x = _frames_first(batch)
-        if x.shape[1] < 3:
-            return [1.0] * batch.size
-        d2 = np.abs(np.diff(x, n=2, axis=1)).reshape(batch.size, -1)
-        return np.clip(1.0 - d2.mean(axis=1) / (2 * PIXEL_MAX), 0.0, 1.0).tolist()
+        out = []
+        for frames in _videos(batch):
+            if len(frames) < 3:
+                out.append(1.0)
+                continue
+            total = sum(
+                float(np.abs(_frame(frames, t + 2) - 2 * _frame(frames, t + 1) + _frame(frames, t)).sum())
+                for t in range(len(frames) - 2)
+            )
+            out.append(1.0 - total / ((len(frames) - 2) * frames[0].size) / (2 * PIXEL_MAX))
+        return np.clip(np.asarray(out), 0.0, 1.0).tolist()
