@@ -36,6 +36,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from cosmos_train.config import (
     NO_EFFECT_HEADER,
@@ -485,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
+    servers_before = _temporary_prefect_servers()
     if args.command in ("sft", "grpo", "wfm-rl", "prepare-data", "eval", "post-train", "upload", "demo"):
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
@@ -495,20 +497,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if args.debug:
             traceback.print_exc()
-        _stop_temporary_prefect_server()  # its "Stopping temporary server" line would come after ours
+        _stop_temporary_prefect_server(keep=servers_before)  # its "Stopping temporary server" line would follow ours
         print(f"error: {error.paragraph}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 
-def _stop_temporary_prefect_server() -> None:
-    """Stop the ephemeral API servers Prefect started in this process now (Prefect does it at exit)."""
+def _temporary_prefect_servers() -> list[Any]:
+    """The ephemeral API servers Prefect has started in this process (none before prefect's server is imported)."""
     module = sys.modules.get("prefect.server.api.server")
-    if module is None:
+    return [] if module is None else list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
+
+
+def _stop_temporary_prefect_server(keep: list[Any]) -> None:
+    """Stop the ephemeral API servers this command started, now (Prefect does it at exit); those in `keep`,
+    running before the command began (a caller's own, when main() runs inside another program), stay."""
+    started = [server for server in _temporary_prefect_servers() if not any(server is k for k in keep)]
+    if not started:
         return
     from prefect.logging.handlers import APILogWorker
 
     APILogWorker.drain_all(timeout=5)  # the run's last log lines first, or they fail after the stop
-    for server in list(getattr(module.SubprocessASGIServer, "_instances", {}).values()):
+    for server in started:
         server.stop()
 
 

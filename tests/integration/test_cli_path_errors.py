@@ -307,3 +307,22 @@ def test_continuing_a_run_whose_newest_checkpoint_is_truncated(
     _through_prefect(env, "sft", "--config", env.job, "--run-dir", env.run, check=check)
     record = (env.run / "error.json").read_text()
     assert '"kind": "checkpoint"' in record and '"traceback": null' in record
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_in_process_cli_error_leaves_the_callers_prefect_server_running(tmp_path: Path) -> None:
+    """cli.main() stops the temporary Prefect servers its command started when it reports a user error; one
+    its caller started before (this test session's harness) keeps serving."""
+    from prefect import flow
+
+    from cosmos_train import cli
+
+    @flow
+    def ping() -> int:
+        return 1
+
+    assert ping() == 1  # the harness's server is up (started before the CLI call)
+    blocker = tmp_path / "somefile.txt"
+    blocker.write_text("x")
+    assert cli.main(["config", "check", str(blocker / "job.toml")]) == 2
+    assert ping() == 1  # before the fix: httpx.ConnectError, the harness's server stopped by the CLI
