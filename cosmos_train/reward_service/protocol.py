@@ -125,7 +125,9 @@ def _media_type(meta: Mapping[str, Any]) -> str:
     return media_type.lower()
 
 
-def _check_media_shape(media_type: str, info: TensorInfo, named: bool, decoder: LatentDecoder) -> tuple[int, ...]:
+def _check_media_shape(
+    media_type: str, info: TensorInfo, named: bool, decoder: LatentDecoder, decode: bool
+) -> tuple[int, ...]:
     """The shape the handlers (or, for latents, the VAE) will see; 400 when it is not one they take."""
     # a body without media_type is read as latents (the reference's reading): say so, since the sender may
     # have meant pixels
@@ -147,10 +149,16 @@ def _check_media_shape(media_type: str, info: TensorInfo, named: bool, decoder: 
             f"tensor: latents must be float ({', '.join(LATENT_DTYPES)}) or bfloat16 bytes as .npy uint8, "
             f"got {info.dtype_name}"
         )
-    why = decoder.refuse(shape)
+    why = decoder.refuse(shape) if decode else None  # handlers that read latents themselves need no VAE
     if why:
         raise _bad(f"media_type latent{unnamed}: {why}")
     return shape
+
+
+def reads_pixels(handler: Handler, media_type: str) -> bool:
+    """Whether `handler` scores this request's latents as the pixels they decode to (a pixel handler), rather
+    than reading the latents themselves (a handler whose media_types name "latent")."""
+    return media_type == "latent" and "latent" not in handler.media_types
 
 
 def inspect_enqueue(
@@ -182,10 +190,12 @@ def inspect_enqueue(
         if not tensor_bytes:
             raise _bad(f"tensor: media_type {media_type!r} needs tensor bytes after the JSON line")
         info = inspect_tensor(tensor_bytes, max_decoded_bytes)
-        shape = _check_media_shape(media_type, info, "media_type" in meta, decoder)
+        decode = media_type == "latent" and any(reads_pixels(handlers[name], media_type) for name in weights)
+        shape = _check_media_shape(media_type, info, "media_type" in meta, decoder, decode)
         incoming.tensor, incoming.size, incoming.weight = info, info.shape[0], info.nbytes
         if media_type == "latent":
             incoming.weight = math.prod(shape) * 4  # decoded as float32
+        if decode:
             incoming.decoded_shape = decoder.decoded_shape(shape)
             pixels = math.prod(incoming.decoded_shape)  # uint8
             if pixels > max_decoded_bytes:
@@ -206,8 +216,8 @@ def inspect_enqueue(
             raise _bad(f"{key}: {len(items)} items for a batch of {size}")
     if incoming.samples and len(incoming.samples) != len(incoming.completions):
         raise _bad(f"samples: {len(incoming.samples)} items for {len(incoming.completions)} completions")
-    scored_as = "video" if media_type == "latent" else media_type  # latents reach the handlers as pixels
     for name in weights:
+        scored_as = "video" if reads_pixels(handlers[name], media_type) else media_type
         why = handlers[name].refuse(scored_as, bool(incoming.completions))
         if why:
             raise _bad(f"reward_fn.{name}: {why}")

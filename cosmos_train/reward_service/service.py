@@ -37,6 +37,7 @@ from cosmos_train.reward_service.protocol import (
     decode_enqueue,
     inspect_enqueue,
     parse_enqueue,
+    reads_pixels,
     reward_names,
 )
 from cosmos_train.reward_service.state import DiskState
@@ -340,31 +341,34 @@ class RewardService:
                     self._ready.add(name)
         return handler
 
-    def _pixels(self, job: Job) -> tuple[Batch, float, str | None]:
-        """The batch the handlers score (latents decoded to uint8 video), the decode's seconds, and why it
-        failed (None: it did not)."""
-        batch = job.parsed.batch
-        if batch.media_type != "latent":
-            return batch, 0.0, None
+    def _pixels(self, batch: Batch) -> tuple[Batch, float]:
+        """The batch as uint8 video (latents decoded by the Wan VAE) and the decode's seconds."""
         assert batch.media is not None
         t0 = time.perf_counter()
-        try:
-            pixels = self.decoder.decode(batch.media)
-        except Exception as e:  # a decoder failure fails this request's rewards, not the service
-            return batch, time.perf_counter() - t0, f"latent decoding failed: {type(e).__name__}: {e}"
-        return replace(batch, media_type="video", media=pixels), time.perf_counter() - t0, None
+        pixels = self.decoder.decode(batch.media)
+        return replace(batch, media_type="video", media=pixels), time.perf_counter() - t0
 
     def _score(self, job: Job) -> Result:
-        """In a worker thread: the latents decoded (once for every reward), every asked reward over the
-        batch, then the result recorded."""
-        batch, decode_s, decode_error = self._pixels(job)
+        """In a worker thread: every asked reward over the batch, latents decoded once for the rewards that
+        score pixels (a handler that reads latents gets them as sent), then the result recorded."""
+        batch = job.parsed.batch
+        decoded: Batch | None = None
+        decode_s, decode_error = 0.0, None
         docs: dict[str, dict[str, Any]] = {}
         for name, weight in job.parsed.weights.items():
             t0 = time.perf_counter()
             try:
-                if decode_error:
-                    raise RuntimeError(decode_error)
-                scores = score_table(self._handler(name).score(batch), name, batch.size)
+                scored = batch
+                if reads_pixels(self.handlers[name], batch.media_type):
+                    if decoded is None and decode_error is None:
+                        try:
+                            decoded, decode_s = self._pixels(batch)
+                        except Exception as e:  # the decoder fails this request's pixel rewards, not the service
+                            decode_error = f"latent decoding failed: {type(e).__name__}: {e}"
+                    if decoded is None:
+                        raise RuntimeError(decode_error)
+                    scored = decoded
+                scores = score_table(self._handler(name).score(scored), name, batch.size)
             except Exception as e:  # a failing handler fails this request only; the service keeps serving
                 self.request_stats.handler_done(name, time.perf_counter() - t0, ok=False)
                 docs[name] = {"error": f"{type(e).__name__}: {e}", "type": name}

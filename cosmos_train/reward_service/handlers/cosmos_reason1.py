@@ -126,7 +126,7 @@ def yes_no_scores(yes_logit: float, no_logit: float) -> tuple[str, float]:
 
 @register_handler("cosmos_reason1")
 class CosmosReason1(Handler):
-    media_types = ("latent", "video")
+    media_types = ("video",)  # latent requests arrive decoded (a "latent" here would mean: reads raw latents)
 
     def __init__(self, name: str, config: Any):
         super().__init__(name, config)

@@ -22,7 +22,7 @@ REFUSED: dict[str, str] = {
 
 
 class RefusedHandler(Handler):
-    media_types = ("latent", "video")
+    media_types = ("video",)  # refused whatever is sent
 
     def refuse(self, batch_media_type: str, has_completions: bool) -> str | None:
         return REFUSED[self.name]
