@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 # GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-fast lint typecheck clean vllm-cpu-env test-vllm oracle
+.PHONY: setup demo test pytest test-fast lint typecheck clean vllm-cpu-env vllm-venv test-vllm oracle
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,10 +31,10 @@ oracle: $(ORACLE_DIR)/.installed
 demo: setup
 	$(VENV)/bin/cosmos-train demo
 
-test: setup oracle
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+# lint, typecheck, then the suite (each also a target of its own: .ci/run times them apart)
+test: lint typecheck pytest
+
+pytest: setup oracle
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40 tests
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
@@ -44,16 +44,34 @@ test-fast: setup oracle
 	$(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests/unit
 
-# The vLLM engine on a CPU (vllm-cpu in its own .venv-vllm; see the script's header). Not part of
-# `make test`: that environment takes minutes to build and CI runs without it.
-vllm-cpu-env: .venv-vllm/.installed
+# The vLLM engine on a CPU: vllm-cpu in its own environment (see the script's header), .venv-vllm
+# unless VLLM_VENV names another. VLLM_VENV_CACHE=DIR keeps it outside the checkout instead, at
+# DIR/venv-vllm-<key>, where the next clone reuses it (CI: .ci/run). The key hashes the script,
+# pyproject.toml and python3's version: a change to any of them builds anew, an unchanged one is reused
+# whatever the files' mtimes (a fresh clone's are all "now"), its editable install re-pointed here.
+VLLM_ENV_KEY := $(shell { cat scripts/vllm_cpu_env.sh pyproject.toml; python3 -V; } 2>&1 | sha256sum | cut -c1-12)
+ifdef VLLM_VENV_CACHE
+VLLM_VENV := $(VLLM_VENV_CACHE)/venv-vllm-$(VLLM_ENV_KEY)
+else
+VLLM_VENV ?= .venv-vllm
+endif
+VLLM_TESTS := tests/integration/test_vllm_engine.py tests/integration/test_generation_contract.py \
+	tests/integration/test_grpo_vllm.py tests/integration/test_vllm_families.py
+# unit tests that run only where torchvision imports, as it does in this environment
+TORCHVISION_TESTS := tests/unit/test_families.py::test_qwen3_vl_video_equals_transformers_video_processor \
+	tests/unit/test_media.py::test_preprocess_video_matches_transformers_video_processor
 
-.venv-vllm/.installed: scripts/vllm_cpu_env.sh pyproject.toml
-	VENV=.venv-vllm bash scripts/vllm_cpu_env.sh
-	touch $@
+vllm-cpu-env:
+	VENV=$(VLLM_VENV) KEY=$(VLLM_ENV_KEY) bash scripts/vllm_cpu_env.sh
 
+vllm-venv:  # where that environment is (`make -s vllm-venv`)
+	@echo $(VLLM_VENV)
+
+# Not part of `make test` (whose .venv has no vLLM); .ci/run runs both. The contract's hf cases run in
+# `make test` already: only its vllm ones run here.
 test-vllm: vllm-cpu-env
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv-vllm/bin/python -m pytest -q tests/integration/test_vllm_engine.py tests/integration/test_generation_contract.py tests/integration/test_grpo_vllm.py tests/integration/test_vllm_families.py
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(VLLM_VENV)/bin/python -m pytest -q -rs \
+		--durations=20 -k "not (test_generation_contract and hf)" $(VLLM_TESTS) $(TORCHVISION_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

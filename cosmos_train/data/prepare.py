@@ -40,9 +40,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config
 from cosmos_train.data import media
@@ -446,6 +443,11 @@ def write_outputs(report: PrepReport, run_dir: Path) -> None:
 
 def plot_histograms(token_lengths: Sequence[int], frames: Sequence[int], path: Path, title: str = "") -> Path:
     """Token-length and frames-per-clip histograms side by side (Agg canvas: no display needed)."""
+    # why: matplotlib (and its fonttools, kiwisolver, ...) only for this plot: the trainers import this module
+    # for read_manifest, and a GPU machine that only trains need not have it (scripts/gpu_check.sh).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(9, 3.2), dpi=100)
     FigureCanvasAgg(fig)
     for ax, values, label in (

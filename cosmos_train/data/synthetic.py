@@ -40,7 +40,7 @@ import numpy as np
 from cosmos_train.data.prompt import QUESTION_SYSTEM_PROMPT, choice_question_text
 from cosmos_train.data.synthetic_families import FAMILIES, Clip
 from cosmos_train.data.synthetic_render import DIFFICULTIES, Canvas
-from cosmos_train.data.synthetic_video import pick_codec, write_mp4
+from cosmos_train.data.synthetic_video import ARCHIVE_CODEC, pick_codec, write_frames_archive, write_mp4
 
 GENERATOR = "cosmos_train.data.synthetic"  # not __name__: that is "__main__" under python -m
 GENERATOR_VERSION = "1"
@@ -193,6 +193,7 @@ def _split_summary(metas: list[dict[str, Any]]) -> dict[str, Any]:
 def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: str) -> dict[str, Any]:
     """Encode the split's clips as they are drawn and write its JSON files under `root`.
 
+    codec: an mp4 codec (pick_codec), or ARCHIVE_CODEC for .npz frames archives (no PyAV needed).
     Returns the split's summary for dataset_info.json (counts and the files written, by role).
     The test split becomes the benchmark folder; train and val get sft/, rl/ and videos/.
     """
@@ -202,8 +203,12 @@ def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: 
     for it in items:
         if not rows:
             clip_dir.mkdir(parents=True, exist_ok=True)
-        path = clip_dir / f"{it.id}.mp4"
-        write_mp4(path, it.clip.frames, fps, codec)
+        if codec == ARCHIVE_CODEC:
+            path = clip_dir / f"{it.id}.npz"
+            write_frames_archive(path, it.clip.frames, fps)
+        else:
+            path = clip_dir / f"{it.id}.mp4"
+            write_mp4(path, it.clip.frames, fps, codec)
         it.clip.frames = it.clip.frames[:0]  # encoded: drop the pixels, keep the rows small
         rows.append((it, path.relative_to(root).as_posix()))
     if not rows:
@@ -215,7 +220,8 @@ def write_split(root: Path, split: str, items: Iterable[Item], fps: int, codec: 
     if split == "test":
         files["benchmark"] = f"benchmark/{BENCHMARK_NAME}/{BENCHMARK_NAME}_benchmark_qa_pairs.json"
         _write_json(
-            root / files["benchmark"], [{"video": f"clips/{it.id}.mp4", "qa_pairs": qa_pairs(it)} for it, _ in rows]
+            root / files["benchmark"],
+            [{"video": f"clips/{Path(video).name}", "qa_pairs": qa_pairs(it)} for it, video in rows],
         )
     else:
         files.update(sft=f"sft/{split}.json", sft_letter=f"sft/{split}_letter.json", rl=f"rl/{split}.json")
@@ -282,6 +288,7 @@ def make_synthetic_dataset(
     n_frames: int = 4,
     fps: int = 4,
     option_order: str | None = None,
+    video_format: str = "mp4",
 ) -> Path:
     """Generate the dataset into `out_dir` (layout in the module docstring) and return its path.
 
@@ -297,6 +304,8 @@ def make_synthetic_dataset(
     raises a ValueError saying the motion does not fit). A reader that samples 4 of n frames
     keeps the steps evenly spaced when n is 4, 7 or 10, which the speed questions rely on.
     Distinct clips are finite at "easy" (one object size, three colours): about 2,500 in all.
+    video_format: "mp4" (PyAV encodes them) or "npz" (frames archives: the exact pixels, read by
+    cosmos_train.data.media without PyAV, larger files; for machines without PyAV).
     The folder is written next to `out_dir` and renamed into place when complete; an existing
     synthetic dataset there is replaced, any other non-empty folder is an error.
     """
@@ -304,6 +313,8 @@ def make_synthetic_dataset(
         option_order = "fixed" if difficulty == "easy" else "shuffled"
     if option_order not in ("fixed", "shuffled"):
         raise ValueError(f"option_order must be 'fixed' or 'shuffled', got {option_order!r}")
+    if video_format not in ("mp4", "npz"):
+        raise ValueError(f"video_format must be 'mp4' or 'npz', got {video_format!r}")
     counts = {"n_train": n_train, "n_val": n_val, "n_test": n_test}
     chosen = _check_args(counts, difficulty, families, size, n_frames, fps)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -312,7 +323,7 @@ def make_synthetic_dataset(
     canvas = Canvas(size=size, n_frames=n_frames, difficulty=DIFFICULTIES[difficulty])
     sizes = {"train": n_train, "val": n_val, "test": n_test}
 
-    codec = pick_codec()
+    codec = pick_codec() if video_format == "mp4" else ARCHIVE_CODEC
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -379,6 +390,12 @@ def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
         default=None,
         help="default: fixed at easy, shuffled at medium/hard",
     )
+    p.add_argument(
+        "--video-format",
+        choices=["mp4", "npz"],
+        default="mp4",
+        help="npz: frames archives, read without PyAV (for a machine that has none)",
+    )
     return p
 
 
@@ -395,6 +412,7 @@ def run_from_args(args: argparse.Namespace) -> Path:
         n_frames=args.n_frames,
         fps=args.fps,
         option_order=args.option_order,
+        video_format=args.video_format,
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from cosmos_train.data.chat import VISION_TENSOR_KEYS, encode_chat
+from cosmos_train.data.chat import VISION_TENSOR_KEYS
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.errors import DataError, ModelError
 from cosmos_train.generation.base import Chat, Completion, FinishReason, SamplingParams, WeightSource
@@ -175,12 +175,12 @@ class HFEngine:
 
     # ------------------------------------------------------------------------------- encoding
     def encode(self, chat: Chat) -> Any:
-        return encode_chat(
+        # kept in the memo: a colocated GRPO trainer encodes the same prompts with the same settings next
+        return self.frames.encode_chat(
             self.processor,
             chat,
             add_generation_prompt=True,
             max_length=self.cfg.max_length,
-            clip_cache=self.frames,
             vision_defaults=self.vision_defaults,
         )
 

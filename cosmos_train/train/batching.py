@@ -37,6 +37,7 @@ class MicroBatch:
     # additive attention mask [B, 1, L, L], and the positions whose logits the loss reads.
     position_ids: torch.Tensor | None = None
     logit_positions: torch.Tensor | None = None
+    n_padding: int = 0  # explicit layouts: positions holding padding (each sees only itself)
 
     @property
     def n_label_tokens(self) -> int:
@@ -50,7 +51,7 @@ class MicroBatch:
     @property
     def n_tokens(self) -> int:
         if self.attention_mask is None or self.attention_mask.dim() == 4:
-            return self.input_ids.numel()
+            return self.input_ids.numel() - self.n_padding
         return int(self.attention_mask.sum())
 
     def to(self, device: torch.device) -> MicroBatch:

@@ -123,7 +123,8 @@ class FlopCounter:
             mask = mb.attention_mask
             if mask is not None and mask.dim() == 4:  # explicit layout (GRPO's shared prompt): its allowed pairs
                 allowed = int(mask.sum()) if mask.dtype == torch.bool else int((mask == 0).sum())
-                total += self.forward_flops(mb.input_ids.numel(), 2 * allowed, 0)
+                # padding positions see only themselves: neither they nor that pair is useful work
+                total += self.forward_flops(mb.n_tokens, 2 * (allowed - mb.n_padding), 0)
             else:
                 lengths = mb.packed_lengths or (
                     [int(n) for n in mask.sum(-1).tolist()]

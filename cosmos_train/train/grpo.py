@@ -20,7 +20,8 @@ n_generation, as in cosmos-rl, where a step trains on train_batch_per_replica co
    step); every `validation.freq` steps the engine answers the validation rows and the best weights by
    validation accuracy (or reward) are exported to safetensors/best.
 The rollout comes from one `RolloutSource` chosen when the trainer starts (`train/rollout_source.py`): the
-colocated engine above, or, with on_policy = false, a worker process per rank sampling ahead of training.
+colocated engine above, or, with on_policy = false (unset: on a GPU), a worker process per rank sampling ahead
+of training.
 
 Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight version and the best
 score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
@@ -44,7 +45,7 @@ import torch
 import torch.distributed as torch_dist
 
 from cosmos_train.config import Config, ConfigError
-from cosmos_train.data.chat import EncodedChat, encode_chat
+from cosmos_train.data.chat import EncodedChat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.data.prompt import prompt_messages, reference_answer, user_text
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
@@ -58,7 +59,7 @@ from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
 from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, validation_sampling
 from cosmos_train.train.rollout_colocated import ColocatedRollout
-from cosmos_train.train.rollout_source import RolloutSource
+from cosmos_train.train.rollout_source import RolloutSource, asynchronous_rollout
 from cosmos_train.train.rollout_stats import RolloutSums
 from cosmos_train.train.rollout_worker import WorkerRollout
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
@@ -196,17 +197,15 @@ class GRPOTrainer(Trainer):
         self.vision_token_completions = 0
 
     def _rollout_source(self, dataset_script: str | None) -> RolloutSource:
-        """Asynchronous rollout runs one engine per rank in a worker process; a tensor-parallel rollout engine
-        spans ranks and is the colocated one, sampling in step with training."""
-        policy_cfg, r = self.policy_cfg, self.cfg.rollout
+        """Asynchronous rollout runs one engine per rank in a worker process; synchronous rollout the rank's
+        colocated engine (`asynchronous_rollout` decides which, from on_policy, tp_size and the device)."""
         local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        if not policy_cfg.on_policy and r.parallelism.tp_size == 1:
+        worker, why = asynchronous_rollout(
+            self.policy_cfg.on_policy, self.cfg.rollout.parallelism.tp_size, self.dist.device
+        )
+        self.log(f"rollout {'asynchronous' if worker else 'synchronous'}: {why}")
+        if worker:  # a trainer and a worker process per rank compute at once
             return WorkerRollout(self.cfg, self.run_dir, dataset_script, self.dist, 2 * local_procs, self.model_dir)
-        if not policy_cfg.on_policy:
-            self.log(
-                f"rollout.parallelism.tp_size = {r.parallelism.tp_size}: one colocated tensor-parallel "
-                "engine, sampling synchronously (on_policy = false runs asynchronously at tp_size 1)"
-            )
         return ColocatedRollout(self.cfg, self.dist, self.rewards, self.rows, processes_per_host=local_procs)
 
     def _vision_defaults(self) -> VisionSettings | None:
@@ -243,12 +242,12 @@ class GRPOTrainer(Trainer):
         return prompt_messages(row["messages"], origin=str(row.get("id", "")))
 
     def _encode_prompt(self, row: dict) -> EncodedChat:
-        return encode_chat(
+        # the colocated engine's memo holds this step's prompts as it encoded them with the same settings
+        return self.frames.encode_chat(
             self.processor,
             self._chat(row),
             add_generation_prompt=True,
             max_length=self.cfg.policy.model_max_length,
-            clip_cache=self.frames,
             vision_defaults=self.vision_defaults,
         )
 
@@ -402,7 +401,7 @@ class GRPOTrainer(Trainer):
                     )
                     loss = loss * scales.dp_factor
                     with torch.set_grad_enabled(bool(policy_cfg.entropy_coeff)):  # logged always, trained on when asked
-                        entropy = layout.per_position(token_entropy(logits[0].float() / (self.temperature or 1.0)))
+                        entropy = layout.per_position(token_entropy(logits.float() / (self.temperature or 1.0)))
                     if (
                         policy_cfg.entropy_coeff
                     ):  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type

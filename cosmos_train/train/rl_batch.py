@@ -2,13 +2,15 @@
 of their prompt, and the per-token log-probs of a forward's logits.
 
 Shared prompt: a group's n completions share their prompt (and its video). One micro-batch row holds, for
-each group in it, the prompt's tokens followed by each completion's tokens; a 4D attention mask lets every
+one group, the prompt's tokens followed by each completion's tokens; a 4D attention mask lets every
 completion see the whole prompt and its own earlier tokens, never another completion's, and each
 completion's positions continue from the prompt's end (3D RoPE: the prompt's own positions from the
 model's `get_rope_index`, then text positions + the prompt's rope delta, exactly as generation placed
 them). The prompt and the vision tower then run once per group instead of n times, and every completion
 token's log-prob equals the one a separate prompt + completion sequence gives (tests/unit/test_rl_batch.py).
-The logits at the prompt's last position predict every completion's first token.
+The logits at the prompt's last position predict every completion's first token. One row per group, not
+all groups packed into one row: attention costs the square of a row's length whatever the mask allows,
+so 8 groups in one row cost 8x the attention of 8 rows (tests/unit/test_rl_batch.py counts it).
 
 The separate layout (prompt + one completion per sequence) is the reference the shared one is tested
 against: tests/rl_reference.py.
@@ -43,9 +45,11 @@ class RLSample:
 @dataclass
 class SharedPrefixLayout:
     """Where each completion token of a shared-prompt micro-batch is read: token t (in sample order, then
-    token order) is sample[t]'s token column[t], predicted by kept-logits row logit_index[t]."""
+    token order) is sample[t]'s token column[t], predicted by the kept logits at row logit_row[t], kept
+    position logit_index[t]."""
 
-    logit_index: torch.Tensor  # [N]
+    logit_row: torch.Tensor  # [N] the micro-batch row (one per prompt block)
+    logit_index: torch.Tensor  # [N] index into the kept positions
     sample: torch.Tensor  # [N]
     column: torch.Tensor  # [N]
     target: torch.Tensor  # [N] the token ids
@@ -55,6 +59,7 @@ class SharedPrefixLayout:
     def to(self, device: torch.device) -> SharedPrefixLayout:
         return replace(
             self,
+            logit_row=self.logit_row.to(device),
             logit_index=self.logit_index.to(device),
             sample=self.sample.to(device),
             column=self.column.to(device),
@@ -71,16 +76,17 @@ class SharedPrefixLayout:
 
     def logprobs(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
         """[n_samples, width] log-probs of the targets under softmax(kept logits / temperature); logits
-        [1, K, V] from a forward with logits_to_keep = the micro-batch's logit_positions."""
-        rows = logits[0].float()
+        [B, K, V] from a forward with logits_to_keep = the micro-batch's logit_positions."""
+        rows = logits.float()
         if temperature > 0 and temperature != 1:
             rows = rows / temperature
-        picked = rows[self.logit_index, self.target] - torch.logsumexp(rows, dim=-1)[self.logit_index]
+        at = (self.logit_row, self.logit_index)
+        picked = rows[(*at, self.target)] - torch.logsumexp(rows, dim=-1)[at]
         return self.grid(picked)
 
     def per_position(self, values: torch.Tensor) -> torch.Tensor:
-        """Values per kept position [K] (e.g. entropy) as [n_samples, width] at each token's predictor."""
-        return self.grid(values[self.logit_index])
+        """Values per kept position [B, K] (e.g. entropy) as [n_samples, width] at each token's predictor."""
+        return self.grid(values[self.logit_row, self.logit_index])
 
 
 def _prompt_positions(prompt: EncodedChat, rope_index: Callable[..., Any]) -> tuple[torch.Tensor, int]:
@@ -99,78 +105,130 @@ def _prompt_positions(prompt: EncodedChat, rope_index: Callable[..., Any]) -> tu
     return pos[:, 0, :].cpu(), int(delta.reshape(-1)[0])
 
 
-def shared_prefix_batch(
-    samples: list[RLSample], rope_index: Callable[..., Any]
-) -> tuple[MicroBatch, SharedPrefixLayout]:
-    """One micro-batch row for `samples` (module docstring); consecutive samples with the same prompt
-    object form one block. rope_index: the model's `get_rope_index`."""
-    ids: list[torch.Tensor] = []
-    text_pos: list[torch.Tensor] = []
-    rope_pos: list[torch.Tensor] = []
-    types: list[torch.Tensor] = []
-    vision_of: list[EncodedChat] = []
-    allowed: list[tuple[int, int, torch.Tensor]] = []  # (row start, row end, columns each row may see)
+@dataclass
+class _Block:
+    """One prompt and its completions in the block's own columns (0: the prompt's first token)."""
+
+    prompt: EncodedChat
+    ids: torch.Tensor  # [length]
+    text_pos: torch.Tensor  # [length]
+    rope_pos: torch.Tensor  # [3, length]
+    types: torch.Tensor  # [length]
+    mask: torch.Tensor  # [length, length] who sees whom
+    predictor: list[int]  # per completion token (sample order, then token order): the column predicting it
+    sample_of: list[int]
+    column: list[int]
+    target: list[int]
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+def _block(samples: list[RLSample], first: int, last: int, rope_index: Callable[..., Any]) -> _Block:
+    """samples[first:last] (one prompt object) as a block: the prompt, then each completion after it."""
+    prompt = samples[first].prompt
+    n_prompt = len(prompt.input_ids)
+    pos3, delta = _prompt_positions(prompt, rope_index)
+    ids, text_pos, rope_pos = [prompt.input_ids], [torch.arange(n_prompt)], [pos3]
+    types = [prompt.mm_token_type_ids.long()]
+    spans = [(0, n_prompt)]  # (start, end) of the prompt, then of each completion
     predictor: list[int] = []
     sample_of: list[int] = []
     column: list[int] = []
-    target: list[int] = []
-    offset = 0
+    start = n_prompt
+    for k in range(first, last):
+        toks = samples[k].token_ids
+        m = len(toks)
+        steps = torch.arange(n_prompt, n_prompt + m)
+        ids.append(torch.tensor(toks, dtype=torch.long))
+        text_pos.append(steps)
+        rope_pos.append((steps + delta).expand(3, m))
+        types.append(torch.zeros(m, dtype=torch.long))
+        spans.append((start, start + m))
+        if m:  # the prompt's last token predicts the first completion token, each token the next
+            predictor += [n_prompt - 1, *range(start, start + m - 1)]
+        sample_of += [k] * m
+        column += range(m)
+        start += m
+    # causal within the prompt; each completion sees the whole prompt and its own earlier tokens
+    cols = torch.arange(start)
+    span_of = torch.zeros(start, dtype=torch.long)
+    for i, (lo, hi) in enumerate(spans):
+        span_of[lo:hi] = i
+    causal = cols.unsqueeze(0) <= cols.unsqueeze(1)
+    same_span = span_of.unsqueeze(0) == span_of.unsqueeze(1)
+    mask = causal & (same_span | (cols < n_prompt).unsqueeze(0))
+    target = [t for k in range(first, last) for t in samples[k].token_ids]
+    return _Block(
+        prompt,
+        torch.cat(ids),
+        torch.cat(text_pos),
+        torch.cat(rope_pos, dim=1),
+        torch.cat(types),
+        mask,
+        predictor,
+        sample_of,
+        column,
+        target,
+    )
+
+
+def shared_prefix_batch(
+    samples: list[RLSample], rope_index: Callable[..., Any]
+) -> tuple[MicroBatch, SharedPrefixLayout]:
+    """The micro-batch of `samples` (module docstring): consecutive samples with the same prompt object form
+    one block, each block one row. Rows are aligned on the prompts' ends (a shorter prompt is padded on
+    the left, a row with fewer completion tokens on the right), so every row's completions start in the
+    same column and the kept logit positions of all rows are nearly the same few. A padding position sees
+    only itself and no real token sees it. rope_index: the model's `get_rope_index`."""
+    blocks: list[_Block] = []
     i = 0
     while i < len(samples):
-        prompt = samples[i].prompt
         j = i
-        while j < len(samples) and samples[j].prompt is prompt:
+        while j < len(samples) and samples[j].prompt is samples[i].prompt:
             j += 1
-        n_prompt = len(prompt.input_ids)
-        pos3, delta = _prompt_positions(prompt, rope_index)
-        ids.append(prompt.input_ids)
-        text_pos.append(torch.arange(n_prompt))
-        rope_pos.append(pos3)
-        types.append(prompt.mm_token_type_ids.long())
-        vision_of.append(prompt)
-        prompt_cols = torch.arange(offset, offset + n_prompt)
-        allowed.append((offset, offset + n_prompt, prompt_cols))
-        start = offset + n_prompt
-        for k in range(i, j):
-            toks = torch.tensor(samples[k].token_ids, dtype=torch.long)
-            m = len(toks)
-            if m:
-                steps = torch.arange(n_prompt, n_prompt + m)
-                ids.append(toks)
-                text_pos.append(steps)
-                rope_pos.append((steps + delta).expand(3, m))
-                types.append(torch.zeros(m, dtype=torch.long))
-                allowed.append((start, start + m, torch.cat([prompt_cols, torch.arange(start, start + m)])))
-                for t in range(m):
-                    predictor.append(offset + n_prompt - 1 if t == 0 else start + t - 1)
-                    sample_of.append(k)
-                    column.append(t)
-                    target.append(samples[k].token_ids[t])
-            start += m
-        offset = start
+        blocks.append(_block(samples, i, j, rope_index))
         i = j
-    length = offset
-    mask = torch.zeros(length, length, dtype=torch.bool)
-    for lo, hi, cols in allowed:
-        rows = torch.arange(lo, hi)
-        # causal within what a row may see
-        mask[lo:hi, cols] = cols.unsqueeze(0) <= rows.unsqueeze(1)
-    keep, logit_index = torch.unique(torch.tensor(predictor, dtype=torch.long), sorted=True, return_inverse=True)
+    prompt_width = max((len(b.prompt.input_ids) for b in blocks), default=0)
+    length = prompt_width + max((b.length - len(b.prompt.input_ids) for b in blocks), default=0)
+    n_rows = len(blocks)
+    input_ids = torch.zeros(n_rows, length, dtype=torch.long)
+    types = torch.zeros(n_rows, length, dtype=torch.long)
+    positions = torch.zeros(4, n_rows, length, dtype=torch.long)
+    # padding sees itself: a query row with nothing to attend to would make attention NaN
+    mask = torch.eye(length, dtype=torch.bool).repeat(n_rows, 1, 1)
+    logit_row: list[int] = []
+    logit_col: list[int] = []
+    for r, b in enumerate(blocks):
+        shift = prompt_width - len(b.prompt.input_ids)
+        at = slice(shift, shift + b.length)
+        input_ids[r, at] = b.ids
+        types[r, at] = b.types
+        positions[0, r, at] = b.text_pos
+        positions[1:, r, at] = b.rope_pos
+        mask[r, at, at] = b.mask
+        logit_row += [r] * len(b.predictor)
+        logit_col += [shift + p for p in b.predictor]
+    cols = torch.tensor(logit_col, dtype=torch.long)
+    keep = torch.unique(cols, sorted=True)
     batch = MicroBatch(
-        input_ids=torch.cat(ids)[None],
-        labels=torch.full((1, length), IGNORE_INDEX, dtype=torch.long),
-        attention_mask=mask[None, None],
-        mm_token_type_ids=torch.cat(types)[None],
-        vision=cat_vision(vision_of),
+        input_ids=input_ids,
+        labels=torch.full((n_rows, length), IGNORE_INDEX, dtype=torch.long),
+        attention_mask=mask[:, None],
+        mm_token_type_ids=types,
+        vision=cat_vision([b.prompt for b in blocks]),
         n_samples=len(samples),
-        position_ids=torch.cat([torch.cat(text_pos)[None], torch.cat(rope_pos, dim=1)], dim=0)[:, None, :],
+        position_ids=positions,
         logit_positions=keep,
+        n_padding=n_rows * length - sum(b.length for b in blocks),
     )
     layout = SharedPrefixLayout(
-        logit_index,
-        torch.tensor(sample_of, dtype=torch.long),
-        torch.tensor(column, dtype=torch.long),
-        torch.tensor(target, dtype=torch.long),
+        torch.tensor(logit_row, dtype=torch.long),
+        torch.searchsorted(keep, cols),
+        torch.tensor([k for b in blocks for k in b.sample_of], dtype=torch.long),
+        torch.tensor([c for b in blocks for c in b.column], dtype=torch.long),
+        torch.tensor([t for b in blocks for t in b.target], dtype=torch.long),
         len(samples),
         max((len(s.token_ids) for s in samples), default=0),
     )

@@ -52,6 +52,7 @@ def engine(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Iterator[Any
         decode_workers=2,
         vision_defaults=VISION,
         seed=0,
+        enforce_eager=True,  # vLLM: no torch.compile, a faster start (test_vllm_engine.py runs the compiled path)
     )
     eng = create_engine(cfg)
     yield eng

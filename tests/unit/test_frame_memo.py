@@ -108,3 +108,47 @@ def test_hf_engine_decodes_a_clip_once_for_several_questions(tmp_path: Path, tin
     # the same answers as engines without the memo would give: the memo changes no pixel
     fresh = HFEngine(dataclasses.replace(cfg, decode_workers=1), frame_memo_bytes=0)
     assert [g[0].text for g in fresh.generate(chats, greedy)] == texts and fresh.frames.size_bytes == 0
+
+
+def test_an_encoded_chat_is_kept_for_the_same_settings_and_rebuilt_when_its_file_changes(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """GRPO's colocated engine and trainer encode a step's prompts with the same settings: the second gets
+    the first's encoding. Other settings, a rewritten file, and media that is not a file are encoded anew."""
+    from PIL import Image
+
+    from cosmos_train.data.chat import encode_chat
+    from cosmos_train.models.load import load_processor
+
+    processor = load_processor(str(tiny_model_dir))
+    clip = moving_square_mp4(tmp_path / "a.mp4", frames=8)
+    chat = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "video": str(clip), "fps": 2, "max_pixels": 3136, "min_pixels": 3136},
+                {"type": "text", "text": "Where does it go?"},
+            ],
+        }
+    ]
+    memo = FrameMemo()
+    first = memo.encode_chat(processor, chat, add_generation_prompt=True, max_length=512, origin="row 1")
+    again = memo.encode_chat(processor, chat, add_generation_prompt=True, max_length=512, origin="row 9")
+    assert again is first and (memo.encoded_hits, memo.encoded_misses) == (1, 1)
+    plain = encode_chat(processor, chat, add_generation_prompt=True, max_length=512)
+    assert torch.equal(first.input_ids, plain.input_ids) and torch.equal(
+        first.pixel_values_videos, plain.pixel_values_videos
+    )
+    # other settings: another encoding
+    memo.encode_chat(processor, chat, add_generation_prompt=False, max_length=512)
+    assert memo.encoded_misses == 2
+    # the file rewritten under the same name: encoded again, not served stale
+    moving_square_mp4(clip, frames=8, shift=3)
+    rewritten = memo.encode_chat(processor, chat, add_generation_prompt=True, max_length=512)
+    assert memo.encoded_misses == 3 and not torch.equal(rewritten.pixel_values_videos, first.pixel_values_videos)
+    # a PIL image has nothing stable to key on: encoded every time, never kept
+    image_chat = [{"role": "user", "content": [{"type": "image", "image": Image.new("RGB", (56, 56))}]}]
+    before = memo.size_bytes
+    memo.encode_chat(processor, image_chat, add_generation_prompt=True)
+    memo.encode_chat(processor, image_chat, add_generation_prompt=True)
+    assert memo.encoded_misses == 3 and memo.encoded_hits == 1 and memo.size_bytes == before

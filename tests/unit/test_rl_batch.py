@@ -182,8 +182,17 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
     for name, p in model.named_parameters():
         if p.grad is not None or name in grads_shared:
             assert torch.allclose(grads_shared[name], p.grad, atol=1e-5, rtol=1e-4), name
-    # the point of it: far fewer tokens through the model
-    assert shared.input_ids.numel() < mb.input_ids.numel() / 2
+    # the point of it: far fewer tokens through the model, one row per group (prompts right-aligned, so the
+    # rows' completion tokens share their kept positions), padding counted apart
+    assert shared.input_ids.shape[0] == len(prompts)
+    assert shared.n_tokens == sum(len(p.input_ids) for p in prompts) + sum(len(s.token_ids) for s in samples)
+    assert shared.n_tokens < mb.input_ids.numel() / 2
+    # every row's kept positions: its prompt's last token, then each completion token but the last
+    assert len(shared.logit_positions) == 1 + sum(len(s.token_ids) - 1 for s in samples[:3])
+    # and the attention's cost: the scores of one row per group, not of all groups packed in one row
+    width = max(len(p.input_ids) for p in prompts) + 8  # the longest prompt + a group's completion tokens
+    assert shared.attention_mask.shape == (len(prompts), 1, width, width)
+    assert shared.attention_mask.numel() < 0.6 * shared.n_tokens**2
 
 
 def test_ignored_prefix_tokens_leave_the_loss_mask() -> None:
