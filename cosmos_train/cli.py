@@ -15,6 +15,8 @@
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train upload RUN_OR_FOLDER --to s3://bucket/prefix | hf://org/repo
     cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
+    cosmos-train filter-rl-data --config configs/tiny-grpo.toml [--model RUN/safetensors/final] [--samples 8] [--out F]
+    cosmos-train sweep --config configs/tiny-sft.toml --grid train.optm_lr=1e-5,3e-5 [--random 'k=loguniform(a,b)']
     cosmos-train demo
     REWARD_SERVICE_TOKEN=... cosmos-train reward-service [--config rewards.toml] [--host 127.0.0.1] [--port 8080]
 
@@ -25,7 +27,10 @@ Prefect starts its temporary API server.
 A mistake in the input (a `cosmos_train.errors.UserError`, or an OSError on a path the user must fix: a
 file where a folder is needed, no permission, a read-only or full disk; `errors.user_error_of`) prints
 one paragraph and exits 2, with no traceback (`--debug` shows it; the flow run's log on the Prefect
-server keeps it); anything else is a bug and keeps its traceback.
+server keeps it); anything else is a bug and keeps its traceback. A stop that is no mistake is shown the
+same way with its own exit code (`UserError.exit_code`): 3 when train.stop_when_stuck ended a GRPO run that
+could not learn (`errors.RunStuck`), 4 when a post-train pipeline's [gate] did not promote a stage's export
+(`promotion.EXIT_NOT_PROMOTED`).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from cosmos_train.config import (
     load_config,
 )
 from cosmos_train.data.synthetic import build_arg_parser, run_from_args
-from cosmos_train.errors import EXIT_USER_ERROR, user_error_of
+from cosmos_train.errors import user_error_of
 from cosmos_train.process_tree import start_reaper, watch_parent
 from cosmos_train.reward_service.config import load_service_config
 from cosmos_train.storage import parse_target
@@ -280,6 +285,80 @@ def _post_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _filter_rl_data(args: argparse.Namespace) -> int:
+    """Sample the model on the GRPO prompts and keep those it sometimes gets right (flows/filter_rl_data.py)."""
+    from cosmos_train.preflight import check_job, check_model_family  # why: HEAVY
+    from cosmos_train.train.rl_filter import FilterSettings, check_model_path  # why: HEAVY
+
+    # every input error, named by its option, before Prefect starts (the flow checks the same for a deployment)
+    cfg = check_job(args.config, args.overrides, args.dataset_script, read_rows=False, policy_type="grpo")
+    settings = FilterSettings(samples=args.samples, min_pass=args.min_pass, max_pass=args.max_pass)
+    settings.check(Path(args.out) if args.out else None)
+    if args.model:
+        check_model_path(args.model)
+        check_model_family(args.model, vllm=cfg.rollout.backend == "vllm", key="--model")
+    from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
+
+    _quiet_prefect_console()
+
+    result = filter_rl_data(
+        FilterRLDataParams(
+            config=str(args.config),
+            overrides=args.overrides,
+            model=args.model,
+            samples=args.samples,
+            min_pass=args.min_pass,
+            max_pass=args.max_pass,
+            out=args.out,
+            threshold=args.threshold,
+            seed=args.seed,
+            dataset_script=args.dataset_script,
+        )
+    )
+    print(result["dataset"])
+    print(f"kept {result['kept']} prompts, dropped {result['dropped']}; report {result['report']}", file=sys.stderr)
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from cosmos_train.errors import ConfigError
+    from cosmos_train.sweep import plan_sweep  # why: HEAVY
+
+    settings = {k: getattr(args, k) for k in ("grid", "random", "trials", "seed", "kind", "name", "output_dir")}
+    settings.update(metric=args.metric, mode=args.mode, dataset_script=args.dataset_script)
+    plan = plan_sweep(args.config, args.overrides, **settings)  # every bad spec before Prefect starts
+    if not 1 <= args.parallel <= 64 or not 0 <= args.stop_after <= 1 or (args.stop_margin or 0) < 0:
+        raise ConfigError(
+            [
+                f"--parallel {args.parallel} / --stop-after {args.stop_after} / --stop-margin {args.stop_margin}: "
+                "parallel from 1 to 64, stop-after from 0 to 1, stop-margin >= 0"
+            ],
+            what="sweep spec",
+        )
+    from flows.sweep import SweepParams, sweep
+
+    _quiet_prefect_console()
+
+    summary = sweep(
+        SweepParams(
+            config=str(args.config),
+            overrides=args.overrides,
+            parallel=args.parallel,
+            deployment=args.deployment,
+            stop_margin=args.stop_margin,
+            stop_after=args.stop_after,
+            **settings,
+        )
+    )
+    best = summary["best"]
+    print(
+        f"{plan.folder}: best {best['name']} ({best['metric']} {best['value']}), {best['export']}"
+        if best
+        else plan.folder
+    )
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
@@ -410,6 +489,64 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(pt)
     pt.set_defaults(func=_post_train)
 
+    flt = sub.add_parser(
+        "filter-rl-data",
+        help="Sample the model k times per GRPO prompt; keep the prompts whose pass rate lies in a band.",
+    )
+    _add_config_args(flt)
+    flt.add_argument("--model", default=None, help="The model to sample (default: policy.model_name_or_path).")
+    flt.add_argument("--samples", type=int, default=8, help="Completions per prompt (default 8).")
+    flt.add_argument("--min-pass", type=float, default=0.0, help="Keep pass rate > this (default 0).")
+    flt.add_argument("--max-pass", type=float, default=1.0, help="Keep pass rate < this (default 1).")
+    flt.add_argument(
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="Without an accuracy reward: a completion passes when its reward >= this (default 1).",
+    )
+    flt.add_argument("--seed", type=int, default=None, help="Sampling seed (default: train.seed).")
+    flt.add_argument("--out", default=None, help="Filtered dataset, .json or .jsonl (default: RUN/filtered.json).")
+    flt.add_argument("--dataset-script", default=None, help="Optional dataset script (rows, REWARD_FUNCTIONS).")
+    flt.set_defaults(func=_filter_rl_data)
+
+    sw = sub.add_parser(
+        "sweep",
+        help="A grid or random search over config keys: each trial an sft / grpo / wfm-rl run, then a comparison "
+        "(a rerun skips the finished trials).",
+    )
+    _add_config_args(sw)
+    sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="A grid axis (repeatable).")
+    sw.add_argument(
+        "--random",
+        action="append",
+        default=[],
+        metavar="KEY=DIST",
+        help="A random axis: KEY=loguniform(a,b) | uniform(a,b) | choice(a,b,c) (repeatable).",
+    )
+    sw.add_argument("--trials", type=int, default=8, help="Random draws (crossed with the grid; default 8).")
+    sw.add_argument("--seed", type=int, default=0, help="Seed of the random draws (default 0).")
+    sw.add_argument(
+        "--kind", choices=["sft", "grpo", "wfm-rl"], default=None, help="The trials' flow (default: the config's)."
+    )
+    sw.add_argument("--parallel", type=int, default=2, help="Trials at once (default 2).")
+    sw.add_argument(
+        "--metric", default=None, help="What picks the best: val_loss, val_accuracy, loss ... (default: by kind)."
+    )
+    sw.add_argument(
+        "--mode", choices=["max", "min"], default=None, help="Best is the max or the min (default: min for a loss)."
+    )
+    sw.add_argument("--name", default=None, help="The sweep folder's name (default: the config file's stem).")
+    sw.add_argument("--output-dir", default=None, help="Where the sweep folder goes (default: <output_dir>/sweeps).")
+    sw.add_argument("--dataset-script", default=None, help="Dataset script of sft / grpo trials (see examples/).")
+    sw.add_argument("--deployment", default=None, help="Run each trial as a run of this deployment, e.g. sft/sft.")
+    sw.add_argument(
+        "--stop-margin", type=float, default=None, help="Early stop: stop a trial trailing the best by more than this."
+    )
+    sw.add_argument(
+        "--stop-after", type=float, default=0.3, help="Early stop only after this fraction of a trial's steps."
+    )
+    sw.set_defaults(func=_sweep)
+
     demo = sub.add_parser("demo", help="Tiny model + synthetic videos: base score, SFT, GRPO, each scored.")
     demo.add_argument("--output-dir", type=Path, default=Path("outputs/demo"))
     demo.set_defaults(func=_demo)
@@ -487,7 +624,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
     servers_before = _temporary_prefect_servers()
-    if args.command in ("sft", "grpo", "wfm-rl", "prepare-data", "eval", "post-train", "upload", "demo"):
+    if args.command in (
+        "sft",
+        "grpo",
+        "wfm-rl",
+        "prepare-data",
+        "eval",
+        "post-train",
+        "sweep",
+        "upload",
+        "demo",
+        "filter-rl-data",
+    ):
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
         return int(args.func(args) or 0)
@@ -499,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         _stop_temporary_prefect_server(keep=servers_before)  # its "Stopping temporary server" line would follow ours
         print(f"error: {error.paragraph}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return error.exit_code  # 2; 3 for a run train.stop_when_stuck ended
 
 
 def _temporary_prefect_servers() -> list[Any]:

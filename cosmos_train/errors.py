@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_USER_ERROR = 2
+EXIT_RUN_STUCK = 3  # train.stop_when_stuck ended a run that could not learn: a user-facing stop, not a crash
 ERROR_FILE = "error.json"
 
 
@@ -35,6 +36,7 @@ class UserError(ValueError):
     """Base of every error a user can fix. A ValueError, so callers that catch bad input keep working."""
 
     kind = "input"
+    exit_code = EXIT_USER_ERROR  # what the CLI and a rank exit with
 
     @property
     def paragraph(self) -> str:
@@ -140,6 +142,15 @@ class TrainingDiverged(UserError):
     kind = "training"
 
 
+class RunStuck(UserError):
+    """train.stop_when_stuck ended a run in a state where RL cannot learn (cosmos_train/train/run_health.py): the
+    verdicts with their evidence and what to change. The run's checkpoint and exports were saved as at a normal
+    end; a retry would land in the same state, so it is not retried."""
+
+    kind = "stuck"
+    exit_code = EXIT_RUN_STUCK
+
+
 class RepeatedFailure(RuntimeError):
     """A crash that happened again at the same step with the same message: retrying cannot help."""
 
@@ -159,6 +170,7 @@ KINDS: dict[str, type[UserError]] = {
         DiskFullError,
         PathError,
         TrainingDiverged,
+        RunStuck,
     )
 }
 
@@ -399,4 +411,4 @@ def report_rank_failure(
         return None
     if first:  # ranks usually fail alike: say it once
         print(f"error: {exc.paragraph}", file=sys.stderr, flush=True)
-    return EXIT_USER_ERROR
+    return exc.exit_code

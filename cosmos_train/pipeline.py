@@ -18,14 +18,25 @@ A pipeline file names one job config per stage, relative to itself:
     [evaluate]                          # scores the base model and each training stage's export
     config = "eval-tiny.toml"
 
+    [filter]                            # GRPO's rows: those the SFT export answers right in some, not all,
+    samples = 8                         # of 8 samples (pass rate strictly between min_pass and max_pass)
+    min_pass = 0.0
+    max_pass = 1.0
+
+    [gate]                              # an export goes on only when it beats its parent's accuracy
+    min_gain = 2.0                      # by this many points, and raises none of the evaluation's flags
+
     [upload]
     to = ["s3://my-bucket/cosmos/tiny"]
 
-Stages run in the order prepare-data -> sft -> evaluate -> grpo -> evaluate -> upload, each one only
-when its section is present. `<output_dir>/<name>/pipeline.json` records each stage's key (a hash of
-its resolved config and inputs), state, run folder and result: a rerun skips every stage whose key
-matches a finished record and whose outputs still exist, and continues a stage that failed in its
-own run folder (training resumes from the newest checkpoint there).
+Stages run in the order prepare-data -> sft -> evaluate -> gate -> filter -> grpo -> evaluate -> gate ->
+upload, each one only when its section is present. A stage the gate stops ends the pipeline there: no
+later stage, no upload (cosmos_train/promotion.py decides and words the verdict).
+
+`<output_dir>/<name>/pipeline.json` records each stage's key (a hash of its resolved config and inputs),
+state, run folder and result, and this run's gate decisions: a rerun skips every stage whose key matches
+a finished record and whose outputs still exist, and continues a stage that failed in its own run folder
+(training resumes from the newest checkpoint there).
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.config.overrides import parse_override, set_path
 from cosmos_train.errors import ConfigError
 from cosmos_train.evaluation.config import load_eval_config
+from cosmos_train.promotion import CARD_FILE, FLAG_KINDS, FlagKind
 
 STATE_FILE = "pipeline.json"
 WHAT = "pipeline config"
@@ -99,6 +111,44 @@ class UploadStage(Section):
     hf_private: bool = Field(True, description="Create a Hub repo private when it does not exist.")
 
 
+class FilterStage(Section):
+    """[filter]: before GRPO, keep the rows whose pass rate (the share of `samples` answers of the model GRPO starts
+    from that the rewards pass) lies strictly inside (min_pass, max_pass): a row answered all right or all wrong
+    gives GRPO a group with no advantage, nothing to learn. GRPO trains on the rows kept (flows/filter_rl_data.py)."""
+
+    samples: int = Field(8, ge=1, le=1024, description="Answers sampled per row to measure its pass rate.")
+    min_pass: float = Field(0.0, ge=0.0, le=1.0, description="Keep a row when its pass rate is above this.")
+    max_pass: float = Field(1.0, ge=0.0, le=1.0, description="Keep a row when its pass rate is below this.")
+
+    @model_validator(mode="after")
+    def _band(self) -> FilterStage:
+        if self.min_pass >= self.max_pass:
+            raise ValueError(
+                f"min_pass = {self.min_pass:g} is not below max_pass = {self.max_pass:g}: no pass rate lies "
+                "strictly between them, so no row would be kept"
+            )
+        return self
+
+
+class GateSection(Section):
+    """[gate]: which exports are promoted (go on to the next stage, a model card and the upload)."""
+
+    min_gain: float = Field(
+        0.0,
+        ge=-100.0,
+        le=100.0,
+        description="Accuracy points (overall micro, 0-100) a stage's export must gain over its parent (SFT: the "
+        "base model; GRPO: the SFT export, or the base without SFT): promoted when gain >= min_gain; 0: not "
+        "worse; negative: a loss this large is tolerated.",
+    )
+    blocking_flags: list[FlagKind] = Field(
+        default_factory=lambda: list(FLAG_KINDS),
+        description="Evaluation flags that stop an export whatever its score: constant_answer (one option for "
+        ">= 80% of the questions), unreadable (>= 20% unreadable), not_above_chance (95% interval reaches "
+        "chance); [] lets the score alone decide.",
+    )
+
+
 class PipelineConfig(Section):
     """The whole pipeline file."""
 
@@ -117,11 +167,28 @@ class PipelineConfig(Section):
     grpo: GRPOStage | None = Field(None, description="The GRPO stage (absent: no GRPO).")
     evaluate: EvaluateStage | None = Field(None, description="Evaluation after each training stage (absent: none).")
     upload: UploadStage | None = Field(None, description="Upload of the resulting model(s) (absent: none).")
+    filter: FilterStage | None = Field(
+        None, description="Pass-rate filter of GRPO's rows before the GRPO stage (absent: GRPO trains on all)."
+    )
+    gate: GateSection | None = Field(
+        None, description="Promotion gate after each training stage's evaluation (absent: every export goes on)."
+    )
 
     @model_validator(mode="after")
     def _trains_something(self) -> PipelineConfig:
         if self.sft is None and self.grpo is None:
             raise ValueError("a pipeline needs an [sft] or a [grpo] section (or both)")
+        return self
+
+    @model_validator(mode="after")
+    def _sections_that_need_others(self) -> PipelineConfig:
+        if self.filter is not None and self.grpo is None:
+            raise ValueError("[filter] selects the GRPO stage's rows: it needs a [grpo] section")
+        if self.gate is not None and (self.evaluate is None or not self.evaluate.base):
+            raise ValueError(
+                "[gate] compares each export with its parent's evaluation (the first stage's parent is the base "
+                "model): it needs an [evaluate] section with base = true"
+            )
         return self
 
     @property
@@ -186,6 +253,12 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
         script = getattr(stage, "dataset_script", None)
         if script:
             stage.dataset_script = str((here / script).resolve())
+    if cfg.filter is not None and cfg.grpo is not None and cfg.grpo.dataset_script:
+        problems.append(
+            "filter: the GRPO stage reads its rows through dataset_script, which the filter stage cannot replace "
+            "with the rows it keeps; remove [filter], or drop grpo.dataset_script and name the rows in the GRPO "
+            "config's train.train_policy.dataset.name"
+        )
     if not problems:
         problems += _stage_config_problems(cfg)
     for url in cfg.upload.to if cfg.upload else []:
@@ -227,7 +300,9 @@ def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
 # ----------------------------------------------------------------------------- stage keys
 def folder_fingerprint(path: str | Path, max_files: int = 100_000) -> list[Any]:
     """What a stage's input folder (a model, a dataset) looks like without reading it: each file's
-    relative path, size and mtime. A hub id or a missing path is its name alone."""
+    relative path, size and mtime. A hub id or a missing path is its name alone. A folder's top-level
+    README.md (the model card the pipeline writes into a promoted export) is left out: writing the card must
+    not make the stages that read that export (its evaluation, the next stage, the upload) run again."""
     p = Path(path).expanduser()
     if p.is_file():
         st = p.stat()
@@ -238,6 +313,8 @@ def folder_fingerprint(path: str | Path, max_files: int = 100_000) -> list[Any]:
     for root, dirs, files in os.walk(p):
         dirs.sort()
         for f in sorted(files):
+            if f == CARD_FILE and Path(root) == p:
+                continue
             fp = Path(root) / f
             try:
                 st = fp.stat()
@@ -260,15 +337,19 @@ StageStatus = Literal["running", "failed", "done"]
 
 
 class PipelineState:
-    """`<pipeline folder>/pipeline.json`: {"stages": {name: {key, status, run_dir, result, started, finished}}}.
-    Written whole and atomically after every change, so a killed pipeline leaves the last good record."""
+    """`<pipeline folder>/pipeline.json`: {"stages": {name: {key, status, run_dir, result, started, finished}},
+    "gates": {stage: this run's gate decision (promotion.gate_decision)}}. Written whole and atomically after
+    every change, so a killed pipeline leaves the last good record. A gate decision is not a stage: it is
+    decided again on every run from the (skipped) evaluations, so a changed [gate] takes effect at once."""
 
     def __init__(self, folder: Path):
         self.path = Path(folder) / STATE_FILE
         self.stages: dict[str, dict[str, Any]] = {}
+        self.gates: dict[str, dict[str, Any]] = {}
         if self.path.is_file():
             try:
-                self.stages = json.loads(self.path.read_text()).get("stages", {})
+                saved = json.loads(self.path.read_text())
+                self.stages, self.gates = saved.get("stages", {}), saved.get("gates", {})
             except (json.JSONDecodeError, AttributeError):
                 self.stages = {}  # an unreadable record only costs a rerun of every stage
 
@@ -313,5 +394,19 @@ class PipelineState:
         rec.update(status="failed", error=error[-2000:], finished=time.time())
         self.save()
 
+    def clear_gates(self) -> None:
+        """At the start of a run: the decisions recorded are this run's (a stage an earlier run let through may
+        not get its turn this time)."""
+        if self.gates:
+            self.gates = {}
+            self.save()
+
+    def record_gate(self, name: str, decision: dict[str, Any]) -> None:
+        self.gates[name] = decision
+        self.save()
+
     def save(self) -> None:
-        write_json_atomic(self.path, {"stages": self.stages}, sort_keys=True)
+        record: dict[str, Any] = {"stages": self.stages}
+        if self.gates:
+            record["gates"] = self.gates
+        write_json_atomic(self.path, record, sort_keys=True)

@@ -8,21 +8,28 @@ Steps (tasks/training_run.py, shared with `sft`; the job TOML is read once): res
 safetensors/final and safetensors/best) -> artifacts: `grpo-summary` (markdown), `grpo-completions`
 (table of the last sampled step's completions and rewards), `training-curves` (reward, accuracy, KL,
 length, grad norm, lr, throughput; refreshed during training, also RUN/plots/curves.png),
-`training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads). A retry
-of the training task resumes from the run folder's newest checkpoint instead of starting over.
+`training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads), `run-health`
+(the states in which RL cannot learn, with their evidence and what to change, or "healthy" with the numbers
+checked: cosmos_train/train/run_health.py, thresholds under [train.run_health]). A retry of the training task
+resumes from the run folder's newest checkpoint instead of starting over; a run that train.stop_when_stuck ended
+is not retried: its artifacts are published, then the flow fails with its paragraph.
 """
 
 from __future__ import annotations
 
+import json
+
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from cosmos_train.errors import RunStuck
 from cosmos_train.train.report import (
     completions_table,
     export_markdown,
     grpo_summary_markdown,
     read_run_report,
 )
+from cosmos_train.train.run_health import assess_run, ratio_moves_of
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
 from tasks.training_run import TrainJobParams, resolve_training_job, run_trainer
@@ -40,10 +47,20 @@ def grpo(params: GRPOParams) -> dict:
 
 def _grpo(params: GRPOParams) -> dict:
     job = resolve_training_job(params, "grpo")  # the one read of the job TOML; later steps get `job`
-    result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
     run = job.run
+    stuck: RunStuck | None = None
+    try:
+        result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
+    except RunStuck as e:  # train.stop_when_stuck ended it, saved as at a normal end: report, then fail with it
+        stuck, result = e, json.loads((run / "result.json").read_text())
     report = read_run_report(run)
-    create_markdown_artifact(grpo_summary_markdown(report), key="grpo-summary", description=f"GRPO {run.name}")
+    health = assess_run(run, job.cfg.train.run_health, ratio_moves_of(job.cfg.train.train_policy))
+    create_markdown_artifact(
+        health.markdown(run.name),
+        key="run-health",
+        description=f"GRPO {run.name}: " + ("healthy" if health.healthy else f"{len(health.verdicts)} verdict(s)"),
+    )
+    create_markdown_artifact(grpo_summary_markdown(report, health), key="grpo-summary", description=f"GRPO {run.name}")
     table = completions_table(report.completions)
     if table:
         create_table_artifact(
@@ -53,5 +70,7 @@ def _grpo(params: GRPOParams) -> dict:
         )
     publish_curves(run, "grpo")  # the final version of the curves refreshed during training
     create_markdown_artifact(export_markdown(result), key="grpo-export", description=f"GRPO {run.name}: exports")
+    if stuck is not None:
+        raise stuck
     get_run_logger().info("GRPO done: %s (curves in %s)", result.get("final"), run / "plots")
     return {"run_dir": str(run), **result}

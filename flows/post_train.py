@@ -1,4 +1,4 @@
-"""The `post-train` flow: prepare-data -> SFT -> evaluate -> GRPO -> evaluate -> upload, as one pipeline.
+"""The `post-train` flow: prepare-data -> SFT -> evaluate -> gate -> filter -> GRPO -> evaluate -> gate -> upload.
 
     cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
     prefect deployment run 'post-train/post-train' --param params='{"config": "configs/tiny-post-train.toml"}'
@@ -14,11 +14,23 @@ that failed in its own run folder, from its newest checkpoint. One `post-train-s
 compares the stages (accuracy with its interval against chance, flags for degenerate answers, reward,
 time, where each export went); each trained stage's evaluation is also a `verdict-<stage>` artifact; a
 failed stage leaves `post-train-failure` with its run folder and last log lines.
+
+With a [gate], each trained stage's export is promoted only when its evaluation beats its parent's (the base
+model for SFT, the SFT export for GRPO) by gate.min_gain accuracy points and raises none of the blocking flags
+(cosmos_train/promotion.py): the decision is a `gate-<stage>` artifact and `gates` in pipeline.json. An export
+not promoted stops the pipeline there (no later stage, nothing uploaded) and fails the flow run with
+promotion.NotPromoted (the CLI exits 4); decided from the recorded evaluations, a rerun gives the same verdict
+without training again. Each promoted export gets a model card (lineage, data, scores, where it is uploaded):
+README.md in the export folder, so it travels with the upload, and a `model-card-<stage>` artifact, published
+again with the upload's outcome. [filter] runs the filter-rl-data flow on the model GRPO starts from with the
+GRPO stage's job config, and GRPO trains on the rows it keeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +38,16 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
+from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config, load_config
-from cosmos_train.errors import path_errors
+from cosmos_train.errors import DataError, path_errors
 from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
+from cosmos_train.promotion import CARD_FILE, NotPromoted, gate_decision, gate_markdown, model_card, stop_paragraph
 from cosmos_train.storage import parse_target
 from flows.evaluate import EvaluateParams, evaluate
+from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
 from flows.grpo import GRPOParams, grpo
 from flows.prepare_data import PrepareDataParams, prepare_data
 from flows.sft import SFTParams, sft
@@ -47,6 +62,7 @@ SUMMARY_COLUMNS = (
     "accuracy",
     "chance",
     "flags",
+    "gate",
     "reward",
     "train seconds",
     "uploaded to",
@@ -68,9 +84,13 @@ class PostTrainParams(BaseModel):
 
 @flow(name="post-train", log_prints=True)
 def post_train(params: PostTrainParams) -> dict[str, Any]:
-    """Run the pipeline's stages in order, skipping those that finished before; returns the summary."""
+    """Run the pipeline's stages in order, skipping those that finished before; returns the summary. Raises
+    NotPromoted when the gate stopped an export (after the summary artifacts: the stages that ran are shown)."""
     with user_errors_reported("post-train pipeline"):
-        return Pipeline(load_pipeline_config(params.config, params.overrides)).run()
+        summary = Pipeline(load_pipeline_config(params.config, params.overrides)).run()
+    if summary["stopped"]:  # outside user_errors_reported: a verdict, not an input to fix (its own artifact)
+        raise NotPromoted(stop_paragraph(summary["stopped"], summary["folder"]))
+    return summary
 
 
 def _local(path: str | None) -> list[str]:
@@ -83,6 +103,12 @@ def resolved_run_folder(job: Config, run: Path) -> Path:
     and no overrides, so it reads the resolved config and nothing applies the overrides again."""
     job.write(run / CONFIG_FILE)
     return run
+
+
+def _sent(record: dict[str, Any] | None) -> str:
+    if record is None or not record.get("ok"):
+        return "not uploaded"
+    return f"uploaded: {record.get('files_sent', 0)} files sent, {record.get('files_unchanged', 0)} unchanged"
 
 
 def _log_tail(run_dir: str | None) -> str:
@@ -104,6 +130,9 @@ class Pipeline:
         self.state = PipelineState(self.folder)
         self.logger = get_run_logger()
         self.rows: list[dict[str, Any]] = []
+        self.jobs: dict[str, Config] = {}  # each training stage's resolved job config (this run's)
+        self.lineage: list[dict[str, Any]] = []  # base -> each promoted stage: model, run folder, config
+        self.cards: dict[str, str] = {}  # promoted stage -> its model card (README.md of its export)
 
     # ---------------------------------------------------------------- one stage
     def stage(
@@ -146,26 +175,43 @@ class Pipeline:
     # ---------------------------------------------------------------- the stages
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        self.state.clear_gates()  # pipeline.json's decisions are this run's
         base = self.prepare()
-        evaluations = []
+        self.lineage = [{"stage": "base", "model": base, "run_dir": None, "config": None}]
+        evaluations: dict[str, dict[str, Any]] = {}
         if cfg.evaluate and cfg.evaluate.base:
-            evaluations.append(self.evaluate("base", base))
-        model = base
+            evaluations["base"] = self.evaluate("base", base)
+        model, parent = base, "base"
         exports: dict[str, str] = {}
+        stopped: dict[str, Any] | None = None
         for name, _ in cfg.training_stages():
-            result = self.train(name, model)
+            rows = self.filter_rows(model)["overrides"] if name == "grpo" and cfg.filter else []
+            result = self.train(name, model, rows)
             model = exports[name] = result["export"]
             if cfg.evaluate:
-                evaluations.append(self.evaluate(name, model))
-        uploads = self.upload(exports) if cfg.upload else []
-        return self.summary(exports, evaluations, uploads)
+                evaluations[name] = self.evaluate(name, model)
+            if cfg.gate:
+                decision = self.gate(name, parent, evaluations)
+                if not decision["promoted"]:
+                    stopped = decision
+                    break
+            run_dir = self.state.stages[name].get("run_dir")
+            config = str(Path(run_dir) / CONFIG_FILE) if run_dir else None
+            self.lineage.append({"stage": name, "model": model, "run_dir": run_dir, "config": config})
+            self.card(name, evaluations, exports, uploads=None)  # before the upload: README.md travels with it
+            parent = name
+        uploads = self.upload(exports) if cfg.upload and stopped is None else []
+        for name in dict.fromkeys(u["stage"] for u in uploads):  # the cards again, with where the upload put them
+            self.card(name, evaluations, exports, uploads)
+        return self.summary(exports, evaluations, uploads, stopped)
 
-    def _resolve(self, name: str, model: str | None, out: Path) -> Config:
-        """A stage's job config with its overrides, the model it starts from and its output folder: the one read
-        of its TOML for this step. model None: the stage's own (the base, for the first stage)."""
+    def _resolve(self, name: str, model: str | None, out: Path, rows: Sequence[str] = ()) -> Config:
+        """A stage's job config with its overrides, the model it starts from, its rows (for GRPO after [filter]:
+        the filter's overrides, its file as the dataset) and its output folder: the one read of its TOML for this
+        step. model None: the stage's own (the base, for the first stage)."""
         stage = getattr(self.cfg, name)
         placed = [] if model is None else [f'policy.model_name_or_path="{model}"']
-        return load_config(stage.config, [*stage.overrides, *placed, f'train.output_dir="{out}"'])
+        return load_config(stage.config, [*stage.overrides, *placed, *rows, f'train.output_dir="{out}"'])
 
     def prepare(self) -> str:
         """Validate every training stage's rows before any training (the GRPO stage's model is not trained
@@ -193,9 +239,9 @@ class Pipeline:
         assert base is not None  # a training stage's config always names a model (its default, at least)
         return base
 
-    def train(self, name: str, model: str) -> dict[str, Any]:
+    def train(self, name: str, model: str, rows: Sequence[str] = ()) -> dict[str, Any]:
         stage = getattr(self.cfg, name)
-        job = self._resolve(name, model, self.folder / name)
+        job = self.jobs[name] = self._resolve(name, model, self.folder / name, rows)
         key = stage_key(
             name,
             job.model_dump(mode="json"),
@@ -266,6 +312,118 @@ class Pipeline:
             )
         return result
 
+    def filter_rows(self, model: str) -> dict[str, Any]:
+        """[filter]: the GRPO stage's rows kept where `model` (the one GRPO starts from) passes a share of its
+        samples inside the band; the filter-rl-data flow reads the GRPO stage's job config, resolved here, and
+        returns the overrides that make that config train on the rows it wrote."""
+        f = self.cfg.filter
+        assert f is not None
+        job = self._resolve("grpo", model, self.folder / "filter")
+        source = job.train.train_policy.dataset.name
+        key = stage_key(
+            "filter",
+            {"job": job.model_dump(mode="json"), "filter": f.model_dump(mode="json")},
+            [*_local(model), *_local(source)],
+        )
+
+        def body(_: str | None) -> tuple[dict, list]:
+            config = self.folder / "filter" / "grpo-job.toml"  # the GRPO stage's job as resolved for the filter
+            with path_errors("output_dir / name (the pipeline folder)"):
+                config.parent.mkdir(parents=True, exist_ok=True)
+            job.write(config)
+            out = filter_rl_data(
+                FilterRLDataParams(
+                    config=str(config), model=model, samples=f.samples, min_pass=f.min_pass, max_pass=f.max_pass
+                )
+            )
+            if not out["kept"]:  # GRPO on no rows would fail later, further from the cause
+                raise DataError(
+                    f"filter: none of the {out['dropped']} prompts of {source} has a pass rate strictly between "
+                    f"min_pass = {f.min_pass:g} and max_pass = {f.max_pass:g} over {f.samples} samples of {model} "
+                    f"(report: {out['report']}); widen [filter]'s band, take more samples, or train the model GRPO "
+                    "starts from further"
+                )
+            return {**out, "source": source, "model": model}, [out["dataset"]]
+
+        return self.stage("filter", key, body)
+
+    def gate(self, name: str, parent: str, evaluations: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """[gate] on stage `name`'s export against `parent`'s evaluation: recorded in pipeline.json and published
+        (`gate-<name>`); decided again on every run, from the evaluations (skipped when they finished)."""
+        gate = self.cfg.gate
+        assert gate is not None
+        decision = gate_decision(
+            name, parent, evaluations[name], evaluations[parent], gate.min_gain, gate.blocking_flags
+        )
+        self.state.record_gate(name, decision)
+        verdict = "promoted" if decision["promoted"] else "stopped (not promoted)"
+        self.rows.append({"stage": f"gate-{name}", "ran": verdict, "seconds": 0.0})
+        create_markdown_artifact(
+            gate_markdown(decision), key=f"gate-{name}", description=f"post-train {self.cfg.name}: {name} {verdict}"
+        )
+        self.logger.info("gate %s: %s; gain %+.1f points vs %s", name, verdict, decision["gain"], parent)
+        return decision
+
+    def targets(self, name: str, exports: dict[str, str]) -> list[str]:
+        """The URLs stage `name`'s export is uploaded to (none when [upload] sends another stage's)."""
+        up = self.cfg.upload
+        if up is None or (up.models == "final" and name != [n for n, _ in self.cfg.training_stages()][-1]):
+            return []
+        return [parse_target(url).child(name).url if up.models == "all" else parse_target(url).url for url in up.to]
+
+    def card(
+        self,
+        name: str,
+        evaluations: dict[str, dict[str, Any]],
+        exports: dict[str, str],
+        uploads: list[dict[str, Any]] | None,
+    ) -> None:
+        """Stage `name`'s model card. Before the upload (uploads None): written as README.md into its export
+        (left out of the export's stage keys) and published; after it: published again with the outcome."""
+        sent = {u["url"]: u for u in uploads or [] if u.get("stage") == name}
+        where = [
+            {"url": url, "status": "upload target" if uploads is None else _sent(sent.get(url))}
+            for url in self.targets(name, exports)
+        ]
+        upto = [step["stage"] for step in self.lineage].index(name) + 1
+        text = model_card(
+            pipeline=self.cfg.name,
+            folder=self.folder,
+            stage=name,
+            lineage=self.lineage[:upto],
+            data=[self._data_row(step["stage"]) for step in self.lineage[1:upto]],
+            evaluations=evaluations,
+            decisions=self.state.gates,
+            eval_config=self.cfg.evaluate.config if self.cfg.evaluate else None,
+            uploads=where,
+        )
+        if uploads is None:
+            self.cards[name] = text
+            with path_errors(f"the {name} stage's export (its model card)"):
+                write_atomic(Path(exports[name]) / CARD_FILE, text)
+        create_markdown_artifact(text, key=f"model-card-{name}", description=f"post-train {self.cfg.name}: {name}")
+
+    def _data_row(self, name: str) -> dict[str, Any]:
+        """A training stage's rows for its card: the dataset it read and how many rows (its prepare report, or
+        the filter's counts for GRPO on filtered rows)."""
+        dataset = self.jobs[name].train.train_policy.dataset.name
+        filtered = self.state.stages.get("filter", {}).get("result") or {}
+        f = self.cfg.filter
+        if name == "grpo" and f is not None and filtered:
+            rows = (
+                f"{filtered['kept']} kept of {filtered['kept'] + filtered['dropped']} prompts of "
+                f"`{filtered['source']}` (pass rate strictly between {f.min_pass:g} and {f.max_pass:g} over "
+                f"{f.samples} samples of `{filtered['model']}`)"
+            )
+            return {"stage": name, "dataset": dataset, "rows": rows}
+        prepared = (self.state.stages.get(f"prepare-{name}", {}).get("result") or {}).get("manifest")
+        report = Path(prepared).parent / "prep_report.json" if prepared else None
+        try:
+            counts = json.loads(report.read_text()) if report else {}
+            return {"stage": name, "dataset": dataset, "rows": f"{counts['rows_kept']} used of {counts['rows_read']}"}
+        except (OSError, ValueError, KeyError):  # not counted: the card says so
+            return {"stage": name, "dataset": dataset, "rows": None}
+
     def upload(self, exports: dict[str, str]) -> list[dict[str, Any]]:
         """Each chosen export to each target (`<target>/<stage>` when several stages go up). A failed upload
         fails the stage (and the pipeline): the rerun retries it alone, the trained stages being done."""
@@ -279,7 +437,10 @@ class Pipeline:
                 if up.models == "all":
                     target = target.child(name)
                 export = exports[name]
-                key = stage_key(f"upload-{name}", {"url": target.url}, [export])
+                # the card's text in the key: README.md is left out of the export's fingerprint, and a changed
+                # card (a changed gate, say) must still go up
+                card = hashlib.sha256(self.cards.get(name, "").encode()).hexdigest()
+                key = stage_key(f"upload-{name}", {"url": target.url, "card": card}, [export])
 
                 def body(
                     _: str | None, export: str = export, target: Any = target, name: str = name
@@ -301,9 +462,12 @@ class Pipeline:
 
     # ---------------------------------------------------------------- the report
     def summary(
-        self, exports: dict[str, str], evaluations: list[dict[str, Any]], uploads: list[dict[str, Any]]
+        self,
+        exports: dict[str, str],
+        by_label: dict[str, dict[str, Any]],
+        uploads: list[dict[str, Any]],
+        stopped: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        by_label = {e["label"]: e for e in evaluations}
         table = []
         for name in ["base", *exports]:
             ev = by_label.get(name)
@@ -320,6 +484,9 @@ class Pipeline:
                 if profile:
                     row["chance"] = f"{100 * profile['chance']:.1f} %"
                     row["flags"] = "; ".join(profile["flags"]) or "ok"
+            if name in self.state.gates:
+                decision = self.state.gates[name]
+                row["gate"] = "promoted" if decision["promoted"] else "stopped: " + "; ".join(decision["reasons"])
             rec = self.state.stages.get(name, {})
             result = rec.get("result") or {}
             if name == "grpo" and result.get("best"):
@@ -352,6 +519,10 @@ class Pipeline:
             "evaluations": by_label,
             "uploads": uploads,
             "runs": {name: self.state.stages[name] for name in exports},
+            "gates": self.state.gates,
+            "promoted": list(self.cards),
+            "stopped": stopped,
+            "cards": {name: str(Path(exports[name]) / CARD_FILE) for name in self.cards},
         }
         for row in table:
             self.logger.info("%s", "  ".join(f"{k}: {v}" for k, v in row.items()))

@@ -9,7 +9,9 @@ cosmos_train.wfm.trainer (checkpoints/, metrics.jsonl, samples/, diffusers/final
 folder's newest checkpoint) -> artifacts: `wfm-summary` (reward and held-out diffusion loss before / after, the
 export), `training-curves` (reward, held-out loss, data loss, KL, clip fraction, grad norm, lr; refreshed during
 training), `training-metrics` (per-iteration table), `wfm-samples` (a grid of evaluation videos before and after
-training: same prompts, same noise).
+training: same prompts, same noise), `run-health` (the states in which RL cannot learn, cosmos_train/train/
+run_health.py, at [train.run_health]'s default thresholds: groups without reward variance, flat reward and
+evaluation, pinned clip fraction; the summary has its line).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, Field
 
+from cosmos_train.config import RunHealthConfig
 from cosmos_train.curves import curves_markdown
+from cosmos_train.train.run_health import assess_run
 from cosmos_train.wfm.report import run_summary, sample_grid, summary_markdown
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
@@ -66,8 +70,18 @@ def _wfm_rl(params: WfmRLParams) -> dict:
         )
     result = json.loads((run / "result.json").read_text())
     summary = run_summary(run)
+    # the world-model job has no [train.run_health]: the defaults; a ratio that only moves after the first pass
+    health = assess_run(run, RunHealthConfig(), ratio_moves=cfg.model.rl.mu_iterations > 1)
     create_markdown_artifact(
-        summary_markdown(summary, run), key="wfm-summary", description=f"world-model RL {run.name}"
+        health.markdown(run.name),
+        key="run-health",
+        description=f"world-model RL {run.name}: "
+        + ("healthy" if health.healthy else f"{len(health.verdicts)} verdict(s)"),
+    )
+    create_markdown_artifact(
+        summary_markdown(summary, run) + health.line() + "\n",
+        key="wfm-summary",
+        description=f"world-model RL {run.name}",
     )
     publish_curves(run, "wfm_rl")
     grid = sample_grid(run)

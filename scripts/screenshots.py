@@ -1,15 +1,18 @@
-"""Retake README's screenshots of the Prefect UI: a real server, the tiny post-train pipeline, headless Chromium.
+"""Retake README's screenshots of the Prefect UI: a real server, the tiny post-train pipeline and a sweep, headless
+Chromium.
 
     apt-get install -y chromium          # Debian's Chromium (once)
-    .venv/bin/python scripts/screenshots.py [--out docs/img] [--sft-steps 40]
+    .venv/bin/python scripts/screenshots.py [--out docs/img] [--sft-steps 40] [--only sweep]
 
 Starts `prefect server start` on a free loopback port through the tests' helper
 (tests/integration/prefect_server.py, which sets PREFECT_UI_API_URL to that port: without it the UI's
 page calls port 4200), makes the tiny model and synthetic videos, runs
 `cosmos-train post-train` on configs/tiny-post-train.toml against that server (a short SFT and GRPO,
-evaluation of each), then opens the artifacts in Chromium and saves PNGs: the SFT run's curves, the
-SFT evaluation's comparison table (answers, flags, chance level) and the pipeline's summary. Every
-process it starts is stopped at the end.
+evaluation of each) and `cosmos-train sweep` of configs/tiny-sft.toml over three learning rates (two trials at
+a time), then opens the artifacts in Chromium and saves PNGs: the SFT run's curves, the SFT evaluation's
+comparison table (answers, flags, chance level), the pipeline's summary and the sweep's comparison table.
+`--only post-train` / `--only sweep` runs one of the two and takes its screenshots. Every process it starts
+is stopped at the end.
 """
 
 from __future__ import annotations
@@ -39,11 +42,17 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--hide-scrollbars",
 ]
-SHOTS = {  # file -> (flow name, artifact key)
-    "ui-training-curves.png": ("sft", "training-curves"),
-    "ui-evaluation-flags.png": ("evaluate", "eval-comparison"),
-    "ui-pipeline-summary.png": ("post-train", "post-train-summary"),
+SHOTS = {  # file -> (flow name, artifact key), by the run that makes them
+    "post-train": {
+        "ui-training-curves.png": ("sft", "training-curves"),
+        "ui-evaluation-flags.png": ("evaluate", "eval-comparison"),
+        "ui-pipeline-summary.png": ("post-train", "post-train-summary"),
+    },
+    "sweep": {
+        "ui-sweep-table.png": ("sweep", "sweep-table"),
+    },
 }
+SWEEP_GRID = "train.optm_lr=1e-4,3e-4,1e-3"
 
 
 def _chromium() -> str:
@@ -68,7 +77,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     ap.add_argument("--sft-steps", type=int, default=40)
     ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--sweep-steps", type=int, default=40, help="Steps of each sweep trial.")
+    ap.add_argument("--only", choices=sorted(SHOTS), default=None, help="Run only this one and take its shots.")
     args = ap.parse_args()
+    runs = [args.only] if args.only else list(SHOTS)
     chromium = _chromium()
     work = Path(tempfile.mkdtemp(prefix="cosmos-screenshots-"))
     with start_server(work / "prefect") as server:  # the tests' real server: loopback, free port, own home
@@ -84,33 +96,12 @@ def main() -> int:
             check=True,
         )
         data = work / "data"
-        subprocess.run(
-            [
-                *cli,
-                "post-train",
-                "--config",
-                str(ROOT / "configs" / "tiny-post-train.toml"),
-                "--set",
-                f'output_dir="{work / "runs"}"',
-                "--set",
-                f'model="{work / "model"}"',
-                "--set",
-                f'sft.train.train_policy.dataset.name="{data}"',
-                "--set",
-                f"sft.train.max_num_steps={args.sft_steps}",
-                "--set",
-                f'grpo.train.train_policy.dataset.name="{data}"',
-                "--set",
-                f"grpo.train.max_num_steps={args.grpo_steps}",
-                "--set",
-                f'evaluate.data_dir="{data}"',
-            ],
-            env=env,
-            cwd=ROOT,
-            check=True,
-        )
+        if "post-train" in runs:
+            _post_train(cli, work, data, args, env)
+        if "sweep" in runs:
+            _sweep(cli, work, data, args, env)
         args.out.mkdir(parents=True, exist_ok=True)
-        for name, (flow_name, key) in SHOTS.items():
+        for name, (flow_name, key) in [shot for run in runs for shot in SHOTS[run].items()]:
             page = f"{url}/artifacts/artifact/{_artifact_id(f'{url}/api', flow_name, key)}"
             subprocess.run(
                 [
@@ -129,6 +120,68 @@ def main() -> int:
             print(args.out / name)
     shutil.rmtree(work, ignore_errors=True)  # the server (and every run it started) was stopped above
     return 0
+
+
+def _sweep(cli: list[str], work: Path, data: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Three learning rates of the tiny SFT recipe, two trials at a time, validation loss picking the best."""
+    subprocess.run(
+        [
+            *cli,
+            "sweep",
+            "--config",
+            str(ROOT / "configs" / "tiny-sft.toml"),
+            "--grid",
+            SWEEP_GRID,
+            "--parallel",
+            "2",
+            "--name",
+            "lr",
+            "--output-dir",
+            str(work / "sweeps"),
+            "--set",
+            f'policy.model_name_or_path="{work / "model"}"',
+            "--set",
+            f'train.train_policy.dataset.name="{data}"',
+            "--set",
+            f"train.max_num_steps={args.sweep_steps}",
+            "--set",
+            "validation.enable=true",
+            "--set",
+            f"validation.freq={max(1, args.sweep_steps // 4)}",
+        ],
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
+
+
+def _post_train(cli: list[str], work: Path, data: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """The tiny post-train pipeline: SFT, evaluation, GRPO, evaluation."""
+    subprocess.run(
+        [
+            *cli,
+            "post-train",
+            "--config",
+            str(ROOT / "configs" / "tiny-post-train.toml"),
+            "--set",
+            f'output_dir="{work / "runs"}"',
+            "--set",
+            f'model="{work / "model"}"',
+            "--set",
+            f'sft.train.train_policy.dataset.name="{data}"',
+            "--set",
+            f"sft.train.max_num_steps={args.sft_steps}",
+            "--set",
+            f'grpo.train.train_policy.dataset.name="{data}"',
+            "--set",
+            f"grpo.train.max_num_steps={args.grpo_steps}",
+            "--set",
+            f'evaluate.data_dir="{data}"',
+        ],
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
 
 
 if __name__ == "__main__":

@@ -62,6 +62,71 @@ class CheckpointConfig(Section):
         return "final" if v is True else v
 
 
+# the run-health verdicts (cosmos_train/train/run_health.py), and those train.stop_when_stuck ends a run on by default
+VerdictName = Literal["zero_variance_groups", "entropy_collapse", "reward_flat", "validation_flat", "clip_pinned"]
+STOP_ON: tuple[VerdictName, ...] = ("zero_variance_groups", "reward_flat", "validation_flat", "clip_pinned")
+
+
+class RunHealthConfig(Section):
+    """[train.run_health]: when a GRPO run is in a state where RL cannot learn (cosmos_train/train/run_health.py):
+    the `run-health` artifact's verdicts, and where train.stop_when_stuck ends the run."""
+
+    zero_std_fraction: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="A step has (almost) no learning signal when at least this share of its sampled groups has "
+        "all rewards equal (the zero_std_fraction metric: their advantages are 0).",
+    )
+    patience: int = Field(
+        20,
+        ge=1,
+        description="Consecutive steps a state must hold (zero-variance groups, pinned clip fraction) before it is "
+        "a verdict; also the steps averaged for the entropy at the start and now.",
+    )
+    entropy_drop: float = Field(
+        5.0,
+        gt=1,
+        description="Entropy collapse: the mean token entropy of the last `patience` steps is this many times "
+        "lower than that of the first `patience` steps.",
+    )
+    entropy_floor: float = Field(
+        0.01,
+        ge=0,
+        description="Entropy collapse too: the mean token entropy of the last `patience` steps is below this "
+        "(nats; 0: only the drop counts).",
+    )
+    flat_steps: int = Field(
+        50,
+        ge=2,
+        description="Train steps over which the train reward and the validation score must move: flat when the "
+        "reward's change between the window's halves is within noise (2 standard errors, at least "
+        "flat_tolerance) and the validations in the window all lie within flat_tolerance.",
+    )
+    flat_tolerance: float = Field(
+        0.01, ge=0, le=1, description="The smallest change of reward or validation score that is not flat."
+    )
+    clip_near_zero: float = Field(
+        0.001,
+        ge=0,
+        le=1,
+        description="Clip fraction pinned low: below this on `patience` consecutive steps that had advantages, "
+        "where the ratio can move (mu_iterations > 1 or old_logprobs = engine): the policy barely moves.",
+    )
+    clip_near_one: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="Clip fraction pinned high: at least this on `patience` consecutive steps: almost every "
+        "token's gradient is clipped away.",
+    )
+    stop_on: list[VerdictName] = Field(
+        default_factory=lambda: list(STOP_ON),
+        description="The verdicts train.stop_when_stuck ends a run on (all are reported either way); "
+        "entropy_collapse is left out by default because a run can still improve while its entropy falls.",
+    )
+
+
 # Adam's betas are decay rates of moving averages: 1 never forgets, and torch refuses it.
 Beta = Annotated[float, Field(ge=0, lt=1)]
 
@@ -163,6 +228,16 @@ class TrainConfig(Section):
         "run stops naming the step; 0 stops at the first.",
     )
     ckpt: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and exports.")
+    stop_when_stuck: bool = Field(
+        False,
+        description="GRPO: end the run early (checkpoint and exports saved as at a normal end, exit code 3, not "
+        "retried) when a [train.run_health] verdict holds at the latest step: RL cannot learn in that state.",
+    )
+    run_health: RunHealthConfig = Field(
+        default_factory=RunHealthConfig,
+        description="Thresholds of the run-health verdicts (zero-variance groups, entropy collapse, flat reward "
+        "and validation, pinned clip fraction).",
+    )
     train_policy: TrainPolicy = Field(
         default_factory=SFTPolicyConfig, description="SFT or GRPO (by its type), and its dataset."
     )

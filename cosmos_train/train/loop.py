@@ -28,7 +28,7 @@ from cosmos_train.checkpoint import CheckpointManager, seed_process_rngs
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import CheckpointConfig, ParallelismConfig
 from cosmos_train.distributed import DistInfo, init_distributed, teardown
-from cosmos_train.errors import TrainingDiverged, report_rank_failure
+from cosmos_train.errors import TrainingDiverged, UserError, report_rank_failure
 from cosmos_train.logs import setup_logging
 from cosmos_train.metrics import LoggedJob, MetricsLogger
 from cosmos_train.signals import install_exit_handlers
@@ -93,6 +93,8 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         # signal at different moments, so they agree (one all-reduce) to stop after the same step.
         self.exit_request = install_exit_handlers()
         self.stopped = False
+        # a user-facing reason the run ended before its last step (`end_early`), raised once the end is saved
+        self.ended_early: UserError | None = None
 
     # ------------------------------------------------------------------ what a subclass maps from its config
     @classmethod
@@ -227,6 +229,12 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         """What RUN/result.json holds beyond the common keys."""
         return {}
 
+    def end_early(self, values: dict[str, Any]) -> UserError | None:
+        """After each logged step (`values` its metrics): a reason to end the run here, as if this were its last
+        step (final validation, checkpoint, export, result.json), after which `run_main` raises it; None to go
+        on. Every rank must give the same answer (decide on all-reduced values)."""
+        return None  # an optional hook: GRPO's train.stop_when_stuck
+
     def skip_nonfinite(self, values: dict[str, Any]) -> None:
         """A step that made no update (train_step said "skipped"). A trainer that allows skipping overrides this;
         here the run stops."""
@@ -251,11 +259,13 @@ class BaseTrainer(ABC, Generic[ConfigT]):
                 else:
                     last = values
                     self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
-                    if self.validating and freq and self.step % freq == 0 and self.step < self.total_steps:
-                        self.validate_and_log()
-                    self.periodic_save()
+                    self.ended_early = self.end_early(values)
+                    if self.ended_early is None:  # else this step is the last: validated and saved below
+                        if self.validating and freq and self.step % freq == 0 and self.step < self.total_steps:
+                            self.validate_and_log()
+                        self.periodic_save()
                 self.stopped = self.exit_request.agreed()
-                if self.stopped or self.step >= self.total_steps:
+                if self.stopped or self.ended_early is not None or self.step >= self.total_steps:
                     break
         if not self.stopped and self.validating:
             self.validate_and_log()  # the final weights
@@ -272,6 +282,7 @@ class BaseTrainer(ABC, Generic[ConfigT]):
             "resumed_from": self.resumed_from,
             "resume_note": self.resume_note,
             "skipped_steps": self.skipped_steps,
+            **({"ended_early": str(self.ended_early)} if self.ended_early is not None else {}),
             **last,
         }
 
@@ -283,7 +294,8 @@ class BaseTrainer(ABC, Generic[ConfigT]):
 def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None) -> int:
     """The process entry point every trainer shares: parse --config / --resume-own-run (and the trainer's own
     arguments), set up logging, start the process group, seed, train, write RUN/result.json; a user error is
-    its paragraph in RUN/error.json and exit 2, a crash its traceback; 143 when stopped by a signal."""
+    its paragraph in RUN/error.json and exit 2 (3 for a run `end_early` ended: `RunStuck`), a crash its traceback;
+    143 when stopped by a signal."""
     ap = argparse.ArgumentParser(description=f"{trainer_cls.name} trainer (run under torchrun).")
     ap.add_argument("--config", type=Path, required=True, help="The run folder's resolved config.toml.")
     ap.add_argument(
@@ -307,6 +319,8 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
         result = trainer.fit()
         if dist.is_main:
             (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+        if trainer.ended_early is not None and not result.get("stopped"):
+            raise trainer.ended_early  # saved and reported like a normal end; then its paragraph and exit code
     except Exception as e:
         # A user error: its paragraph and exit 2 (RUN/error.json tells the launching task); a crash
         # re-raises with its traceback. No barrier: the other ranks may be anywhere.

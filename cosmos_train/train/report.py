@@ -22,6 +22,7 @@ from typing import Any
 
 from cosmos_train.curves import per_step, series
 from cosmos_train.metrics import read_metrics
+from cosmos_train.train.run_health import HealthReport
 
 COMPLETIONS_FILE = "completions.jsonl"
 TABLE_ROWS = 20
@@ -71,16 +72,21 @@ def _first_last(rows: list[dict[str, Any]], key: str, fmt: str) -> str | None:
     return f"{values[0]:{fmt}} (step {steps[0]}) -> {values[-1]:{fmt}} (step {steps[-1]})"
 
 
-def grpo_summary_markdown(report: RunReport) -> str:
+def grpo_summary_markdown(report: RunReport, health: HealthReport | None = None) -> str:
     """Steps, reward and accuracy first -> last, best validation accuracy, KL, time split, throughput,
-    exports, resume notes and skipped steps."""
+    exports, the run-health line (`run_health.HealthReport.line`), resume notes and skipped steps."""
     r, train, val = report.result, report.train, report.val
+    ended = " (stopped early)" if r.get("stopped") else ""
+    if r.get("ended_early"):
+        ended = " (ended early by train.stop_when_stuck: RL could not learn)"
     lines = [
         f"# GRPO run `{report.run_dir.name}`",
         "",
         f"- run folder: `{report.run_dir}`",
-        f"- steps: {r.get('step')}" + (" (stopped early)" if r.get("stopped") else ""),
+        f"- steps: {r.get('step')}" + ended,
     ]
+    if health is not None:
+        lines.append(health.line())
     if (reward := _first_last(train, "reward_mean", ".3f")) is not None:
         lines.append(f"- reward (train mean): {reward}")
     if (acc := _first_last(train, "accuracy", ".3f")) is not None:

@@ -35,6 +35,7 @@ SFT = ["sft", "--config", "{job}"]
 CHECK = ["config", "check", "{job}"]
 EVAL = ["eval", "--config", "{eval}", "--model", "{model}"]
 PREP = ["prepare-data", "--config", "{job}"]
+SWEEP = ["sweep", "--config", "{job}"]
 
 
 def setting(key: str, value: str, base: list[str] = CHECK) -> list[str]:
@@ -249,6 +250,10 @@ CASES = [
         "no-tokenizer",
         fast=False,
     ),
+    # ---- sweep specs: each names the spec, before Prefect starts
+    Case("sweep unknown key", [*SWEEP, "--grid", "train.optm_lrr=1e-5,2e-5"], "--grid train.optm_lrr"),
+    Case("sweep value out of bounds", [*SWEEP, "--grid", "train.optm_lr=0,1e-5"], "train.optm_lr"),
+    Case("sweep bad distribution", [*SWEEP, "--random", "train.optm_lr=gauss(0,1)"], "gauss(0,1)"),
 ]
 
 

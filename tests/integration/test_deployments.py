@@ -190,3 +190,60 @@ def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: P
     children = deployed.post("/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}).json()
     flows = {deployed.get(f"/flows/{c['flow_id']}").json()["name"] for c in children}
     assert {"prepare-data", "sft", "grpo", "evaluate", "upload"} <= flows, flows
+
+
+def test_sweep_deployment_runs_its_trials_as_runs_of_the_sft_deployment(
+    deployed: PrefectServer, job_config: Path, tmp_path: Path
+) -> None:
+    """`prefect deployment run 'sweep/sweep'` with "deployment": "sft/sft": a polling worker picks up the sweep's
+    run, then each trial's run of the sft deployment (run_deployment, linked as subflows of the sweep's run,
+    named by their settings); the comparison table names the best trial."""
+    import subprocess
+    import time
+
+    from tests.integration.prefect_server import PREFECT, kill_group
+
+    params = {
+        "config": str(job_config),
+        "overrides": ["train.max_num_steps=2", "validation.enable=true"],
+        "grid": ["train.optm_lr=1e-3,1e-4"],
+        "deployment": "sft/sft",
+        "output_dir": str(tmp_path / "sweeps"),
+        "name": "lr",
+        "train_retries": 0,
+    }
+    created = deployed.cli(
+        ["deployment", "run", "sweep/sweep", "--param", f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120
+    ).check()
+    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
+    assert match, created.output
+    run_id = match.group(1)
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(  # a worker that keeps polling: the trials' runs are scheduled after the sweep's
+        [PREFECT, "worker", "start", "--pool", "local"],
+        cwd=tmp_path,
+        env=deployed.env(PREFECT_WORKER_QUERY_SECONDS="2"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            run = deployed.get(f"/flow_runs/{run_id}").json()
+            if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                break
+            time.sleep(2)
+    finally:
+        kill_group(worker)
+        deployed.kill_unfinished_flow_runs()
+    worker_log = (tmp_path / "worker.log").read_text(errors="replace")[-6000:]
+    assert run["state_type"] == "COMPLETED", f"{run['state']}\n{worker_log}"
+    children = deployed.post("/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}).json()
+    sft_id = deployed.get("/deployments/name/sft/sft").json()["id"]
+    assert {c["name"] for c in children} == {"lr=0.001", "lr=0.0001"}
+    assert all(c["deployment_id"] == sft_id and c["state_type"] == "COMPLETED" for c in children), children
+    arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
+    table = json.loads(next(a for a in arts if a["key"] == "sweep-table")["data"])
+    assert [r["trial"] for r in table] == ["lr=0.001", "lr=0.0001"] and [r["state"] for r in table] == ["done"] * 2
+    assert [r["best"] for r in table].count("best") == 1 and all(r["steps"] == 2 for r in table)

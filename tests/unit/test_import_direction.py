@@ -58,6 +58,8 @@ LAYERS: dict[str, int] = {
     "cosmos_train.export": 5,  # DCP checkpoint -> Hugging Face / diffusers folder, for either kind of job
     "cosmos_train.preflight": 5,  # checks of a config before anything starts (every job's config)
     "cosmos_train.pipeline": 5,  # SFT -> GRPO -> evaluation stages from one recipe
+    "cosmos_train.sweep": 5,  # hyperparameter sweeps: specs, trials (configs, pipeline keys), record, report
+    "cosmos_train.promotion": 5,  # the pipeline's gate decision and model card (reads evaluation's report)
     # 6 - the command line.
     "cosmos_train.cli": 6,
 }

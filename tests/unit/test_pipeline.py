@@ -141,3 +141,74 @@ def test_newest_export(tmp_path: Path) -> None:
         os.utime(p, ns=(10**18 + i, 10**18 + i))
     (tmp_path / "c" / "safetensors" / "final").mkdir(parents=True)  # no config.json: not an export
     assert newest_export(tmp_path) == newer
+
+
+def test_gate_and_filter_sections(tmp_path: Path) -> None:
+    path = _pipeline(tmp_path, BASIC.format(out=tmp_path) + "[gate]\nmin_gain = 2.5\n[filter]\nsamples = 4\n")
+    cfg = load_pipeline_config(path, ['gate.blocking_flags=["unreadable"]', "filter.max_pass=0.75"])
+    assert cfg.gate and cfg.gate.min_gain == 2.5 and cfg.gate.blocking_flags == ["unreadable"]
+    assert cfg.filter and (cfg.filter.samples, cfg.filter.min_pass, cfg.filter.max_pass) == (4, 0.0, 0.75)
+    default = load_pipeline_config(_pipeline(tmp_path, BASIC.format(out=tmp_path) + "[gate]\n"))
+    assert default.gate and default.gate.min_gain == 0.0  # not worse than the parent, and
+    assert default.gate.blocking_flags == ["constant_answer", "unreadable", "not_above_chance"]  # every flag blocks
+    assert (
+        load_pipeline_config(path, []).gate is not None
+        and load_pipeline_config(_pipeline(tmp_path, BASIC.format(out=tmp_path))).gate is None
+    )  # no [gate]: every export goes on, as before gates existed
+
+
+@pytest.mark.parametrize(
+    "extra, overrides, message",
+    [
+        ("[gate]\nmin_gain = 101\n", [], "gate.min_gain"),
+        ('[gate]\nblocking_flags = ["constant"]\n', [], "gate.blocking_flags"),
+        ("[gate]\n", ["evaluate.base=false"], "[gate] compares each export with its parent's evaluation"),
+        ("[filter]\nmin_pass = 0.5\nmax_pass = 0.5\n", [], "no row would be kept"),
+        ("[filter]\nsamples = 0\n", [], "filter.samples"),
+        ("[filter]\nsampels = 4\n", [], "did you mean filter.samples?"),
+    ],
+)
+def test_refused_gates_and_filters(tmp_path: Path, extra: str, overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_pipeline_config(_pipeline(tmp_path, BASIC.format(out=tmp_path) + extra), overrides)
+    assert message in "\n".join(e.value.problems), e.value.problems
+
+
+def test_gate_needs_evaluation_and_filter_needs_grpo(tmp_path: Path) -> None:
+    sft_only = f'[sft]\nconfig = "{CONFIGS / "tiny-sft.toml"}"\n'
+    with pytest.raises(ConfigError, match=r"\[gate\] compares each export .* needs an \[evaluate\] section"):
+        load_pipeline_config(_pipeline(tmp_path, sft_only + "[gate]\n"))
+    with pytest.raises(ConfigError, match=r"\[filter\] selects the GRPO stage's rows: it needs a \[grpo\] section"):
+        load_pipeline_config(_pipeline(tmp_path, sft_only + "[filter]\n"))
+    script = tmp_path / "rows.py"
+    script.write_text("")
+    with pytest.raises(ConfigError, match="filter: the GRPO stage reads its rows through dataset_script"):
+        load_pipeline_config(
+            _pipeline(tmp_path, BASIC.format(out=tmp_path) + "[filter]\n"), [f'grpo.dataset_script="{script}"']
+        )
+
+
+def test_the_model_card_does_not_change_an_export_s_key(tmp_path: Path) -> None:
+    """README.md (the card written into a promoted export) is left out: the evaluation of that export, the next
+    stage and the upload must not run again because the card was written. Any other file counts."""
+    export = tmp_path / "final"
+    export.mkdir()
+    (export / "model.safetensors").write_bytes(b"w")
+    key = stage_key("grpo", {}, [export])
+    (export / "README.md").write_text("# card")
+    assert stage_key("grpo", {}, [export]) == key
+    (export / "sub").mkdir()
+    (export / "sub" / "README.md").write_text("nested: counts")
+    assert stage_key("grpo", {}, [export]) != key
+
+
+def test_gate_decisions_are_recorded_per_run(tmp_path: Path) -> None:
+    state = PipelineState(tmp_path)
+    state.record_gate("sft", {"promoted": True})
+    state.record_gate("grpo", {"promoted": False})
+    saved = json.loads((tmp_path / "pipeline.json").read_text())
+    assert saved["gates"] == {"sft": {"promoted": True}, "grpo": {"promoted": False}} and saved["stages"] == {}
+    again = PipelineState(tmp_path)
+    assert again.gates == saved["gates"]
+    again.clear_gates()  # a new run: its own decisions only
+    assert "gates" not in json.loads((tmp_path / "pipeline.json").read_text()) and PipelineState(tmp_path).gates == {}

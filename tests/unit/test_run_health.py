@@ -1,0 +1,291 @@
+"""The run-health verdicts (cosmos_train/train/run_health.py) on hand-built metrics rows: each verdict fires on
+its state and not on a healthy series, at the [train.run_health] thresholds; the summary line; the loop's
+`end_early` hook (train.stop_when_stuck) ends a run as at its last step."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cosmos_train.config import ConfigError, GRPOPolicyConfig, RunHealthConfig, SFTPolicyConfig, load_config
+from cosmos_train.errors import EXIT_RUN_STUCK, KINDS, RunStuck, error_from_record
+from cosmos_train.train.report import grpo_summary_markdown, read_run_report
+from cosmos_train.train.run_health import (
+    HealthWatch,
+    assess,
+    assess_run,
+    ratio_moves_of,
+    stuck_message,
+)
+from tests.unit.test_trainer_base import ToyTrainer, _toy
+
+
+def _wiggle(i: int, size: float) -> float:
+    """A deterministic, zero-mean-ish step-to-step noise."""
+    return size * math.sin(1.7 * i)
+
+
+def _row(step: int, **values: float) -> dict[str, Any]:
+    return {"kind": "train", "step": step, **values}
+
+
+def healthy(n: int = 60) -> list[dict[str, Any]]:
+    """A GRPO run that learns: a third of its groups without variance, entropy easing from 1.5 to ~1.1, reward
+    rising 0.2 -> 0.7 with noise, a few percent of tokens clipped, validation accuracy rising."""
+    rows = [{"kind": "val", "step": 0, "accuracy": 0.25, "reward_mean": 0.25, "n": 8}]
+    for s in range(1, n + 1):
+        rows.append(
+            _row(
+                s,
+                zero_std_fraction=0.3 + _wiggle(s, 0.1),
+                entropy=1.5 - 0.4 * s / n + _wiggle(s, 0.05),
+                reward_mean=0.2 + 0.5 * s / n + _wiggle(s, 0.05),
+                reward_std=0.4,
+                clip_fraction=0.04 + _wiggle(s, 0.02),
+                ratio_mean=1.0 + _wiggle(s, 0.01),
+                grad_norm=0.5,
+            )
+        )
+        if s % 10 == 0:
+            rows.append({"kind": "val", "step": s, "accuracy": 0.25 + 0.5 * s / n, "reward_mean": 0.3, "n": 8})
+    return rows
+
+
+def stuck_like_the_issue(n: int = 300) -> list[dict[str, Any]]:
+    """The reported run: 88-100% of the groups at zero variance, gradient norm 0 on most steps, entropy 0.17 ->
+    0.02, validation accuracy flat at its start, for 300 steps."""
+    rows = [{"kind": "val", "step": 0, "accuracy": 0.625, "n": 8}]
+    for s in range(1, n + 1):
+        share = 1.0 if s % 4 else 0.88
+        rows.append(
+            _row(
+                s,
+                zero_std_fraction=share,
+                entropy=0.17 * (0.02 / 0.17) ** (s / n),
+                reward_mean=0.62 + (0.0 if share == 1.0 else 0.01),
+                reward_std=0.0 if share == 1.0 else 0.05,
+                grad_norm=0.0 if share == 1.0 else 0.02,
+                **({"clip_fraction": 0.0, "ratio_mean": 1.0} if share < 1.0 else {}),
+            )
+        )
+        if s % 20 == 0:
+            rows.append({"kind": "val", "step": s, "accuracy": 0.625, "n": 8})
+    return rows
+
+
+def names(rows: list[dict[str, Any]], cfg: RunHealthConfig | None = None, **kw: Any) -> set[str]:
+    return {v.name for v in assess(rows, cfg or RunHealthConfig(), **kw).verdicts}
+
+
+def test_a_healthy_run_gets_no_verdict_and_says_what_was_checked() -> None:
+    report = assess(healthy(), RunHealthConfig(), ratio_moves=True)
+    assert report.healthy and report.verdicts == [] and report.steps == 60
+    md = report.markdown("run-1")
+    assert "healthy: none of zero-variance groups, entropy collapse, flat reward, flat validation" in md
+    # the numbers checked, one line per check
+    for what in ("zero-variance groups:", "entropy:", "train reward over the last 50 steps", "validation accuracy"):
+        assert what in md, what
+    assert "clip fraction: mean 0.04" in md
+    assert report.line().startswith("- run health: healthy over 60 step(s)")
+
+
+def test_the_reported_stuck_run_gets_its_verdicts_with_evidence_cause_and_change() -> None:
+    report = assess(stuck_like_the_issue(), RunHealthConfig(), ratio_moves=False)
+    by_name = {v.name: v for v in report.verdicts}
+    assert set(by_name) == {"zero_variance_groups", "entropy_collapse", "reward_flat", "validation_flat"}
+    zero = by_name["zero_variance_groups"]
+    assert zero.first_step == 1 and zero.last_step == 300 and zero.ongoing
+    assert "on 300 consecutive steps (1-300)" in zero.evidence and "min 88%" in zero.evidence
+    assert "gradient norm 0 on 225 of them" in zero.evidence  # 3 steps in 4 had no group with variance
+    assert "temperature" in zero.change and "cosmos-train filter-rl-data" in zero.change
+    assert "shorter SFT" in zero.change and "too sure" in zero.cause
+    entropy = by_name["entropy_collapse"]
+    assert "fell x" in entropy.evidence and "entropy_coeff" in entropy.change
+    assert "0.625..0.625" in by_name["validation_flat"].evidence
+    md = report.markdown("run-2")
+    assert "4 verdict(s) over 300 train step(s)" in md and "### `zero_variance_groups`" in md
+    assert "`zero_variance_groups`" in report.line() and "could not learn" in report.line()
+
+
+def test_zero_variance_respects_its_share_and_its_patience() -> None:
+    rows = [_row(s, zero_std_fraction=0.85, reward_mean=0.5) for s in range(1, 11)]
+    cfg = RunHealthConfig(patience=10, zero_std_fraction=0.85)
+    assert "zero_variance_groups" in names(rows, cfg)
+    assert "zero_variance_groups" not in names(rows, cfg.model_copy(update={"zero_std_fraction": 0.86}))
+    assert "zero_variance_groups" not in names(rows, cfg.model_copy(update={"patience": 11}))
+    # a step with signal in the middle breaks the run of steps
+    broken = [dict(r, zero_std_fraction=0.2) if r["step"] == 5 else r for r in rows]
+    assert "zero_variance_groups" not in names(broken, cfg.model_copy(update={"patience": 6}))
+    assert "zero_variance_groups" in names(broken, cfg.model_copy(update={"patience": 5}))
+
+
+def test_zero_variance_that_ended_is_reported_but_not_ongoing() -> None:
+    rows = [_row(s, zero_std_fraction=1.0 if s <= 5 else 0.1) for s in range(1, 9)]
+    report = assess(rows, RunHealthConfig(patience=3))
+    (verdict,) = [v for v in report.verdicts if v.name == "zero_variance_groups"]
+    assert (verdict.first_step, verdict.last_step, verdict.ongoing) == (1, 5, False)
+    assert report.ongoing == []  # nothing for stop_when_stuck to end the run on
+
+
+def test_the_state_holding_now_is_judged_even_after_a_longer_earlier_one() -> None:
+    shares = [1.0] * 6 + [0.1] * 2 + [1.0] * 3  # steps 1-6 stuck, 7-8 not, 9-11 stuck again
+    rows = [_row(s, zero_std_fraction=x) for s, x in enumerate(shares, start=1)]
+    (verdict,) = assess(rows, RunHealthConfig(patience=3)).verdicts
+    assert (verdict.first_step, verdict.last_step, verdict.ongoing) == (9, 11, True)
+    (verdict,) = assess(rows, RunHealthConfig(patience=4)).verdicts  # the later run is too short: the longest
+    assert (verdict.first_step, verdict.last_step, verdict.ongoing) == (1, 6, False)
+
+
+def test_world_model_rows_without_groups_count_a_zero_reward_std() -> None:
+    rows = [_row(s, reward_mean=0.3, reward_std=0.0, clip_frac=0.0, ratio=1.0) for s in range(1, 5)]
+    report = assess(rows, RunHealthConfig(patience=4))
+    (verdict,) = [v for v in report.verdicts if v.name == "zero_variance_groups"]
+    assert verdict.evidence.startswith("reward_std 0 (no group varies) on 4 consecutive steps (1-4)")
+    varied = [dict(r, reward_std=0.1) for r in rows]
+    assert "zero_variance_groups" not in names(varied, RunHealthConfig(patience=4))
+
+
+def test_entropy_collapse_by_its_drop_and_by_its_floor() -> None:
+    falling = [_row(s, entropy=1.0 if s <= 3 else 0.15) for s in range(1, 7)]  # x6.7 between the windows
+    cfg = RunHealthConfig(patience=3)
+    assert "entropy_collapse" in names(falling, cfg)
+    assert "entropy_collapse" not in names(falling, cfg.model_copy(update={"entropy_drop": 7.0}))
+    low = [_row(s, entropy=0.005) for s in range(1, 4)]
+    assert "entropy_collapse" in names(low, cfg)  # below the 0.01 floor
+    assert "entropy_collapse" not in names(low, cfg.model_copy(update={"entropy_floor": 0.0}))
+    assert "entropy_collapse" not in names(low[:2], cfg)  # fewer steps than patience: not judged
+    assert "entropy: 2 step(s) logged it, the check needs 3" in assess(low[:2], cfg).markdown("r")
+
+
+def test_reward_flat_is_change_within_noise_over_the_window() -> None:
+    cfg = RunHealthConfig(flat_steps=20)
+    flat = [_row(s, reward_mean=0.4 + _wiggle(s, 0.05)) for s in range(1, 21)]
+    assert "reward_flat" in names(flat, cfg)
+    rising = [_row(s, reward_mean=0.2 + 0.02 * s + _wiggle(s, 0.05)) for s in range(1, 21)]
+    assert "reward_flat" not in names(rising, cfg)
+    assert "reward_flat" not in names(flat[:19], cfg)  # the window is not full yet
+    constant = [_row(s, reward_mean=0.5) for s in range(1, 21)]
+    assert "reward_flat" in names(constant, cfg)
+    step_up = [_row(s, reward_mean=0.5 if s <= 10 else 0.52) for s in range(1, 21)]
+    assert "reward_flat" not in names(step_up, cfg)  # 0.02 > the 0.01 tolerance, and no noise
+    assert "reward_flat" in names(step_up, cfg.model_copy(update={"flat_tolerance": 0.03}))
+
+
+def test_validation_flat_looks_at_the_validations_inside_the_window() -> None:
+    cfg = RunHealthConfig(flat_steps=10, flat_tolerance=0.01)
+    train = [_row(s, reward_mean=0.1 * s) for s in range(1, 21)]
+    val = [{"kind": "val", "step": s, "accuracy": 0.5} for s in (0, 5, 10, 15, 20)]
+    assert "validation_flat" in names(train + val, cfg)
+    moved = [dict(v, accuracy=0.625) if v["step"] == 15 else v for v in val]
+    assert "validation_flat" not in names(train + moved, cfg)
+    early = [dict(v, accuracy=0.625) if v["step"] == 5 else v for v in val]  # before the last 10 steps
+    assert "validation_flat" in names(train + early, cfg)
+    # no accuracy: the validation reward
+    rewards = [{"kind": "val", "step": v["step"], "reward_mean": 0.3} for v in val]
+    (verdict,) = [v for v in assess(train + rewards, cfg).verdicts if v.name == "validation_flat"]
+    assert "validation reward_mean" in verdict.evidence
+
+
+def test_clip_fraction_pinned_high_or_low_where_the_ratio_can_move() -> None:
+    cfg = RunHealthConfig(patience=3)
+    high = [_row(s, clip_fraction=0.95, zero_std_fraction=0.2) for s in range(1, 5)]
+    assert "clip_pinned" in names(high, cfg, ratio_moves=False)
+    assert "clip_pinned" not in names(high, cfg.model_copy(update={"clip_near_one": 0.96}))
+    low = [_row(s, clip_fraction=0.0, ratio_mean=1.0, zero_std_fraction=0.2) for s in range(1, 5)]
+    assert "clip_pinned" in names(low, cfg, ratio_moves=True)
+    # one pass on the trainer's own log-probs: the ratio is 1 and nothing is clipped by design
+    assert "clip_pinned" not in names(low, cfg, ratio_moves=False)
+    assert "clip_pinned" not in names(low, cfg)  # not told: the ratio never left 1, so it could not move
+    # steps whose groups all lacked variance had no advantages: not counted as pinned low
+    no_signal = [dict(r, zero_std_fraction=1.0) for r in low]
+    assert "clip_pinned" not in names(no_signal, cfg, ratio_moves=True)
+
+
+def test_ratio_moves_from_the_grpo_policy() -> None:
+    assert ratio_moves_of(GRPOPolicyConfig()) is False
+    assert ratio_moves_of(GRPOPolicyConfig(mu_iterations=2)) is True
+    assert ratio_moves_of(GRPOPolicyConfig(old_logprobs="engine")) is True
+    assert ratio_moves_of(SFTPolicyConfig()) is None
+
+
+def test_thresholds_are_config_keys_with_bounds(tmp_path: Path) -> None:
+    cfg = load_config(
+        None,
+        ["train.stop_when_stuck=true", "train.run_health.patience=3", "train.run_health.zero_std_fraction=0.5"],
+        env={},
+        check_paths=False,
+    )
+    assert cfg.train.stop_when_stuck and cfg.train.run_health.patience == 3
+    assert cfg.train.run_health.zero_std_fraction == 0.5 and cfg.train.run_health.flat_steps == 50
+    bad_keys = (
+        "train.run_health.patience=0",
+        "train.run_health.zero_std_fraction=1.5",
+        "train.run_health.x=1",
+        'train.run_health.stop_on=["stuck"]',
+    )
+    for bad in bad_keys:
+        with pytest.raises(ConfigError):
+            load_config(None, [bad], env={}, check_paths=False)
+    assert not load_config(None, [], env={}, check_paths=False).train.stop_when_stuck  # off unless asked
+
+
+def test_health_watch_reports_only_what_holds_now_and_the_message_says_what_to_do() -> None:
+    watch = HealthWatch(RunHealthConfig(patience=2), ratio_moves=False)
+    watch.add("val", 0, {"accuracy": 0.5})
+    watch.add("train", 1, {"zero_std_fraction": 1.0, "grad_norm": 0.0})
+    assert watch.stuck() == []
+    watch.add("train", 2, {"zero_std_fraction": 1.0, "grad_norm": 0.0})
+    stuck = watch.stuck()
+    assert [v.name for v in stuck] == ["zero_variance_groups"]
+    # a falling entropy alone is reported, and ends a run only when asked (stop_on)
+    falling = HealthWatch(RunHealthConfig(patience=1), ratio_moves=False)
+    for step, entropy in ((1, 1.0), (2, 0.1)):
+        falling.add("train", step, {"entropy": entropy, "zero_std_fraction": 0.2})
+    assert falling.stuck() == []
+    falling.cfg = RunHealthConfig(patience=1, stop_on=["entropy_collapse"])
+    assert [v.name for v in falling.stuck()] == ["entropy_collapse"]
+    message = stuck_message(stuck, 2, 10)
+    assert message.startswith("train.stop_when_stuck: the run ended after step 2 of 10")
+    assert "zero_variance_groups" in message and "train.stop_when_stuck = false" in message
+
+
+def test_the_summary_line_and_the_run_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = stuck_like_the_issue(40)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "result.json").write_text(json.dumps({"step": 40, "ended_early": "train.stop_when_stuck: ..."}))
+    health = assess_run(run, RunHealthConfig())
+    assert "zero_variance_groups" in {v.name for v in health.verdicts}
+    summary = grpo_summary_markdown(read_run_report(run), health)
+    assert "- steps: 40 (ended early by train.stop_when_stuck" in summary
+    assert health.line() in summary
+    assert "run health" not in grpo_summary_markdown(read_run_report(run))  # not asked: no line
+
+
+def test_run_stuck_is_a_user_error_with_its_own_exit_code_and_kind() -> None:
+    err = RunStuck("train.stop_when_stuck: the run ended after step 2 of 10")
+    assert err.exit_code == EXIT_RUN_STUCK == 3 and KINDS["stuck"] is RunStuck
+    rebuilt = error_from_record({"kind": "stuck", "message": str(err)})  # as the launching task reads error.json
+    assert isinstance(rebuilt, RunStuck) and str(rebuilt) == str(err)
+
+
+class _StuckToy(ToyTrainer):
+    def end_early(self, values: dict[str, Any]) -> RunStuck | None:
+        return RunStuck("stuck") if self.step == 4 else None
+
+
+def test_end_early_ends_the_run_as_at_its_last_step(tmp_path: Path) -> None:
+    toy = _toy(tmp_path, "run", 7)
+    toy.__class__ = _StuckToy
+    result = toy.fit()
+    assert result["step"] == 4 and not result["stopped"] and result["ended_early"] == "stuck"
+    assert isinstance(toy.ended_early, RunStuck)
+    # validated once at its end (not also as the periodic validation), and saved as the last step is
+    assert toy.validations == [3, 4]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    assert (tmp_path / "run" / "checkpoints" / "step_4" / "COMPLETE").is_file()
