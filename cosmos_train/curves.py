@@ -17,10 +17,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from cosmos_train.metrics import read_metrics
 
 # (panel title, metric key, draw the validation rows too) per policy type
@@ -152,6 +148,12 @@ def plot_curves(run_dir: Path, policy_type: str, out: Path | None = None) -> Pat
         return None
     cols = 2
     rows = math.ceil(len(panels) / cols)
+    # why: matplotlib (and its fonttools, kiwisolver, ...) only for this plot: the GRPO trainer imports this module
+    # (run-health reads the series), and the GPU check's environment has no matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     fig = Figure(figsize=(4.2 * cols, 2.4 * rows), dpi=72)
     FigureCanvasAgg(fig)
     for i, (title, key, with_val) in enumerate(panels):
