@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/wfm_rl_learning.py [--iters 40] [--seeds 0 1 2] [--nproc 1]
                                                                 [--algorithms flow_grpo ddrl] [--workdir DIR]
-                                                                [--set model.rl.data_beta=0.003]
+                                                                [--set model.rl.data_beta=0.003] [--video2world]
 
 Each run is the real trainer (`python -m cosmos_train.launch ... -m cosmos_train.wfm.trainer`, what the wfm_rl flow
 launches) on configs/tiny-wfm-flow-grpo.toml / tiny-wfm-ddrl.toml with the seed set in trainer.seed: the tiny
@@ -12,8 +12,15 @@ trainer). What is read from each run's metrics.jsonl:
 - the evaluation reward before training and after (ODE samples of the same prompts from the same noise), and the
   mean training reward of the first and last 5 iterations;
 - the held-out diffusion (flow-matching) loss before and after: DDRL's data term should keep it near where it
-  was while Flow-GRPO, which only sees its reward, lets it drift.
+  was while Flow-GRPO, which only sees its reward, lets it drift;
+- the follow slope of the evaluation videos before and after (`follow_slope`: does the brightness of the later
+  frames follow the first frame's across videos).
 Printed as a markdown table (mean +- std over seeds) with the machine, versions, load and wall time.
+
+--video2world: every run continues the first latent frame of its dataset clip (model.rl.min/max_num_conditional_frames
+= 1, wfm/conditioning.py) and the reward is first_frame_brightness (the later frames keep the given first frame's
+brightness: a dark clip must stay dark, a bright one bright, so no single brightness scores well on every clip);
+evaluation conditions the same held-out clips' first frames. Also printed per seed (before -> after).
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# --video2world: one conditioning latent frame per rollout, scored on keeping its brightness
+VIDEO2WORLD = [
+    "model.rl.min_num_conditional_frames=1",
+    "model.rl.max_num_conditional_frames=1",
+    "reward.fns={first_frame_brightness=1.0}",
+]
 RECIPES = {"flow_grpo": ROOT / "configs" / "tiny-wfm-flow-grpo.toml", "ddrl": ROOT / "configs" / "tiny-wfm-ddrl.toml"}
 
 
@@ -80,7 +93,10 @@ def run_one(
     rows = read_metrics(run)
     val = [r for r in rows if r["kind"] == "val"]
     train = [r for r in rows if r["kind"] == "train"]
+    samples = sorted((run / "samples").glob("iter_*.npy"), key=lambda f: int(f.stem.split("_")[1]))
     return {
+        "follow_before": follow_slope(samples[0]),
+        "follow_after": follow_slope(samples[-1]),
         "algorithm": algorithm,
         "seed": seed,
         "wall_s": wall,
@@ -91,6 +107,18 @@ def run_one(
         "heldout_before": val[0].get("heldout_diffusion_loss"),
         "heldout_after": val[-1].get("heldout_diffusion_loss"),
     }
+
+
+def follow_slope(samples: Path) -> float:
+    """How the evaluation videos' later frames follow their first frame: the least-squares slope of the later
+    frames' mean brightness on the first frame's, across the evaluation videos (1: each continues its first frame's
+    brightness; 0: the same brightness whatever the first frame). In video2world the first frame is the given one."""
+    import numpy as np
+
+    videos = np.load(samples).astype(np.float64)  # [N, 3, T, H, W]
+    first, later = videos[:, :, 0].mean(axis=(1, 2, 3)), videos[:, :, 1:].mean(axis=(1, 2, 3, 4))
+    spread = first - first.mean()
+    return float((spread * (later - later.mean())).sum() / max((spread**2).sum(), 1e-9))
 
 
 def _ms(values: list[float]) -> str:
@@ -107,6 +135,11 @@ def main() -> None:
     ap.add_argument("--algorithms", nargs="+", default=["flow_grpo", "ddrl"], choices=sorted(RECIPES))
     ap.add_argument("--workdir", type=Path, default=Path("outputs/bench-wfm"))
     ap.add_argument(
+        "--video2world",
+        action="store_true",
+        help="Condition on each clip's first latent frame; reward: the later frames keep its brightness.",
+    )
+    ap.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -121,6 +154,8 @@ def main() -> None:
     from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data
 
     work = args.workdir.resolve()
+    if args.video2world:
+        args.overrides = [*VIDEO2WORLD, *args.overrides]
     model = make_tiny_wfm(work / "tiny-wfm")
     data = make_synthetic_wfm_data(work / "wfm-data")
     load0 = os.getloadavg()
@@ -138,9 +173,9 @@ def main() -> None:
     )
     print(
         "\n| algorithm | eval reward before | eval reward after | train reward first 5 | last 5 | "
-        "held-out diffusion loss before | after | wall s / run |"
+        "held-out diffusion loss before | after | follow slope before | after | wall s / run |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for a in args.algorithms:
         rs = [r for r in results if r["algorithm"] == a]
         cols = [
@@ -152,10 +187,18 @@ def main() -> None:
                 "train_last5",
                 "heldout_before",
                 "heldout_after",
+                "follow_before",
+                "follow_after",
                 "wall_s",
             )
         ]
         print(f"| {a} | " + " | ".join(cols) + " |")
+    print("\nper seed, eval reward before -> after:")
+    for r in results:
+        print(
+            f"- {r['algorithm']} seed {r['seed']}: {r['eval_before']:.3f} -> {r['eval_after']:.3f} "
+            f"(follow slope {r['follow_before']:.3f} -> {r['follow_after']:.3f})"
+        )
 
 
 if __name__ == "__main__":

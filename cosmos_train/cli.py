@@ -12,6 +12,7 @@
     cosmos-train make-synthetic-wfm-data outputs/wfm-data [--text-embeddings-from outputs/tiny-wfm]
     cosmos-train wfm-rl --config configs/tiny-wfm-flow-grpo.toml [--set k=v ...]    # or cosmos-train --config FILE
     cosmos-train eval --config configs/eval-tiny.toml --model outputs/tiny-model --model RUN/safetensors/final
+    cosmos-train eval-wfm --config configs/tiny-wfm-flow-grpo.toml --model outputs/tiny-wfm --model RUN/diffusers/final
     cosmos-train export RUN/checkpoints/step_N OUT
     cosmos-train upload RUN_OR_FOLDER --to s3://bucket/prefix | hf://org/repo
     cosmos-train post-train --config configs/tiny-post-train.toml [--set sft.train.max_num_steps=40]
@@ -83,8 +84,11 @@ def _config_check(args: argparse.Namespace) -> int:
     if is_pipeline_file(args.config):  # a post-train pipeline: its own schema and each stage's config
         pipeline = load_pipeline_config(args.config, args.overrides)
         print(pipeline.model_dump_json(indent=2, exclude_none=True))
+        from cosmos_train.wfm.config import load_wfm_config  # why: HEAVY
+
         for name, stage in pipeline.training_stages():  # each stage's keys that have no effect, said here too
-            notes = load_config(stage.config, stage.overrides, check_paths=False).no_effect
+            load = load_wfm_config if name == "wfm_rl" else load_config
+            notes = load(stage.config, stage.overrides, check_paths=False).no_effect
             if notes:
                 print(
                     f"# [{name}] {NO_EFFECT_HEADER.removeprefix('# ')}",
@@ -250,6 +254,17 @@ def _eval(args: argparse.Namespace) -> int:
     out = evaluate(EvaluateParams(config=str(args.config), models=args.models, overrides=args.overrides))
     for r in out["results"]:
         print(r["label"], r["accuracy"], r["results_json"])
+    return 0
+
+
+def _eval_wfm(args: argparse.Namespace) -> int:
+    """World models compared on held-out prompts (flows/evaluate_wfm.py); every input checked before Prefect starts."""
+    from flows.evaluate_wfm import checked_params, evaluate_wfm, table_text
+
+    params = checked_params(args.config, args.overrides, args.models, args.prompts, args.seed, args.out)
+    _quiet_prefect_console()
+
+    print(table_text(evaluate_wfm(params)))
     return 0
 
 
@@ -470,6 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.set_defaults(func=_eval)
 
+    evw = sub.add_parser("eval-wfm", help="Compare world models on held-out prompts, the same noise for each.")
+    _add_config_args(evw)
+    evw.add_argument("--model", dest="models", action="append", default=[], help="Folder or s3:// export (repeatable).")
+    evw.add_argument("--prompts", type=int, default=None, help="Held-out prompts (default: evaluation.num_prompts).")
+    evw.add_argument("--seed", type=int, default=None, help="Seed of the per-prompt noise (default: evaluation.seed).")
+    evw.add_argument("--out", type=Path, default=None, help="Results folder (default: <job.output_dir>/eval-wfm/...).")
+    evw.set_defaults(func=_eval_wfm)
+
     exp = sub.add_parser("export", help="Convert a saved checkpoint to Hugging Face safetensors.")
     exp.add_argument("checkpoint", type=Path, help="RUN/checkpoints/step_N")
     exp.add_argument("out", type=Path)
@@ -630,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         "wfm-rl",
         "prepare-data",
         "eval",
+        "eval-wfm",
         "post-train",
         "sweep",
         "upload",

@@ -33,6 +33,20 @@ Stages run in the order prepare-data -> sft -> evaluate -> gate -> filter -> grp
 upload, each one only when its section is present. A stage the gate stops ends the pipeline there: no
 later stage, no upload (cosmos_train/promotion.py decides and words the verdict).
 
+A world-model pipeline is the same file with a [wfm_rl] stage instead (a world-model job TOML; `model`, when
+set, is the diffusers folder it starts from) and [evaluate_wfm], which compares the base model with the stage's
+diffusers/final export on the job's held-out prompts (flows/evaluate_wfm.py); [upload] sends the export:
+
+    name = "tiny-wfm"
+    [wfm_rl]
+    config = "tiny-wfm-flow-grpo.toml"
+    overrides = ["trainer.max_iter=40"]
+    [evaluate_wfm]                      # prompts / seed default to the job's [evaluation] num_prompts / seed
+    prompts = 8
+
+Stages: wfm_rl -> evaluate_wfm -> upload. The VLM stages ([sft], [grpo], [evaluate], [filter], [gate]) do not mix
+with it: a pipeline trains one kind of model.
+
 `<output_dir>/<name>/pipeline.json` records each stage's key (a hash of its resolved config and inputs),
 state, run folder and result, and this run's gate decisions: a rerun skips every stage whose key matches
 a finished record and whose outputs still exist, and continues a stage that failed in its own run folder
@@ -60,6 +74,7 @@ from cosmos_train.config.overrides import parse_override, set_path
 from cosmos_train.errors import ConfigError
 from cosmos_train.evaluation.config import load_eval_config
 from cosmos_train.promotion import CARD_FILE, FLAG_KINDS, FlagKind
+from cosmos_train.wfm.config import load_wfm_config
 
 STATE_FILE = "pipeline.json"
 WHAT = "pipeline config"
@@ -91,6 +106,17 @@ class EvaluateStage(Section):
     config: str = Field(..., description="Evaluation config (relative paths: from the pipeline file's folder).")
     overrides: list[str] = Field(default_factory=list, description="key.path=value overrides of that config.")
     base: bool = Field(True, description="Also score the base model, so the table shows what training added.")
+    eval_retries: int = Field(1, ge=0, le=100, description="Reruns of a model's evaluation after a crash.")
+
+
+class WfmEvaluateStage(Section):
+    """[evaluate_wfm]: compare the world model the [wfm_rl] stage starts from with its export on held-out prompts."""
+
+    prompts: int | None = Field(
+        None, ge=1, le=4096, description="Held-out prompts sampled per model (unset: the job's evaluation.num_prompts)."
+    )
+    seed: int | None = Field(None, ge=0, description="Seed of the per-prompt noise (unset: the job's evaluation.seed).")
+    base: bool = Field(True, description="Also evaluate the base model, so the table shows what training added.")
     eval_retries: int = Field(1, ge=0, le=100, description="Reruns of a model's evaluation after a crash.")
 
 
@@ -173,15 +199,29 @@ class PipelineConfig(Section):
     gate: GateSection | None = Field(
         None, description="Promotion gate after each training stage's evaluation (absent: every export goes on)."
     )
+    wfm_rl: TrainStage | None = Field(
+        None, description="A world-model RL stage (a world-model job TOML); its pipeline has no VLM stage."
+    )
+    evaluate_wfm: WfmEvaluateStage | None = Field(
+        None, description="World-model evaluation of the base and the [wfm_rl] export (absent: none)."
+    )
 
     @model_validator(mode="after")
     def _trains_something(self) -> PipelineConfig:
-        if self.sft is None and self.grpo is None:
-            raise ValueError("a pipeline needs an [sft] or a [grpo] section (or both)")
+        if self.sft is None and self.grpo is None and self.wfm_rl is None:
+            raise ValueError("a pipeline needs an [sft] or a [grpo] section (or both), or a world-model [wfm_rl]")
         return self
 
     @model_validator(mode="after")
     def _sections_that_need_others(self) -> PipelineConfig:
+        vlm = [s for s in ("sft", "grpo", "evaluate", "filter", "gate") if getattr(self, s) is not None]
+        if self.wfm_rl is not None and vlm:
+            raise ValueError(
+                f"[wfm_rl] trains a world model; [{'], ['.join(vlm)}] belong to a VLM pipeline: a pipeline trains "
+                "one kind of model (world model: [wfm_rl], [evaluate_wfm], [upload]); use two pipeline files"
+            )
+        if self.evaluate_wfm is not None and self.wfm_rl is None:
+            raise ValueError("[evaluate_wfm] evaluates the [wfm_rl] stage's export: it needs a [wfm_rl] section")
         if self.filter is not None and self.grpo is None:
             raise ValueError("[filter] selects the GRPO stage's rows: it needs a [grpo] section")
         if self.gate is not None and (self.evaluate is None or not self.evaluate.base):
@@ -196,17 +236,18 @@ class PipelineConfig(Section):
         return Path(self.output_dir).expanduser().resolve() / self.name
 
     def training_stages(self) -> list[tuple[str, TrainStage]]:
-        return [(n, s) for n, s in (("sft", self.sft), ("grpo", self.grpo)) if s is not None]
+        stages = (("sft", self.sft), ("grpo", self.grpo), ("wfm_rl", self.wfm_rl))
+        return [(n, s) for n, s in stages if s is not None]
 
 
 def is_pipeline_file(path: str | Path) -> bool:
-    """A pipeline file rather than a job config: an [sft] or [grpo] table naming a `config` (a job config's
-    sections are train, policy, rollout, ...)."""
+    """A pipeline file rather than a job config: an [sft], [grpo] or [wfm_rl] table naming a `config` (a job
+    config's sections are train, policy, rollout, ...)."""
     try:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False  # the job config loader names the problem
-    return any(isinstance(raw.get(s), dict) and "config" in raw[s] for s in ("sft", "grpo"))
+    return any(isinstance(raw.get(s), dict) and "config" in raw[s] for s in ("sft", "grpo", "wfm_rl"))
 
 
 def _stage_override(raw: dict[str, Any], text: str) -> bool:
@@ -214,7 +255,12 @@ def _stage_override(raw: dict[str, Any], text: str) -> bool:
     of the pipeline's stage section)."""
     head, _, rest = text.partition("=")
     parts = head.strip().split(".")
-    models: dict[str, type[Section]] = {"sft": TrainStage, "grpo": GRPOStage, "evaluate": EvaluateStage}
+    models: dict[str, type[Section]] = {
+        "sft": TrainStage,
+        "grpo": GRPOStage,
+        "evaluate": EvaluateStage,
+        "wfm_rl": TrainStage,
+    }
     if len(parts) < 2 or parts[0] not in models or parts[1] in models[parts[0]].model_fields:
         return False
     section = raw.setdefault(parts[0], {})
@@ -242,7 +288,7 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
     except ValidationError as e:
         raise ConfigError(explain_errors(e, PipelineConfig), source, what=WHAT) from None
     here = p.resolve().parent
-    for name in ("sft", "grpo", "evaluate"):
+    for name in ("sft", "grpo", "evaluate", "wfm_rl"):
         stage = getattr(cfg, name)
         if stage is None:
             continue
@@ -273,6 +319,8 @@ def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
     """Each stage's own config with its overrides, checked now: a typo in the GRPO stage's overrides must
     not wait for hours of SFT to surface. Model paths are not checked (earlier stages make them)."""
     out = []
+    if cfg.wfm_rl is not None:
+        return _wfm_stage_problems(cfg.wfm_rl)
     for name, stage in cfg.training_stages():
         try:
             job = load_config(stage.config, stage.overrides, check_paths=False)
@@ -295,6 +343,23 @@ def _stage_config_problems(cfg: PipelineConfig) -> list[str]:
         except ConfigError as e:
             out += [f"evaluate (config {cfg.evaluate.config}): {p}" for p in e.problems]
     return out
+
+
+def _wfm_stage_problems(stage: TrainStage) -> list[str]:
+    """The [wfm_rl] stage's world-model job config with its overrides, checked now (its paths when the stage
+    starts: the pipeline's `model` may replace the config's)."""
+    if stage.dataset_script:
+        return ["wfm_rl.dataset_script: a world-model job reads its [dataloader_train]; remove dataset_script"]
+    try:
+        job = load_wfm_config(stage.config, stage.overrides, check_paths=False)
+    except ConfigError as e:
+        return [f"wfm_rl (config {stage.config}): {p}" for p in e.problems]
+    if not job.checkpoint.export_diffusers:
+        return [
+            f"wfm_rl: checkpoint.export_diffusers = false in {stage.config}; a pipeline stage must export (the "
+            "evaluation and the upload take RUN/diffusers/final)"
+        ]
+    return []
 
 
 # ----------------------------------------------------------------------------- stage keys

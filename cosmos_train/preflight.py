@@ -23,6 +23,7 @@ import torch
 from cosmos_train.checkpoint_files import RESUME, check_dcp_files
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import Config, ConfigError, DatasetConfig, load_config
+from cosmos_train.config.paths import is_s3
 from cosmos_train.data.sources import SplitRole, detect_source, load_samples
 from cosmos_train.errors import DataError, ModelError, not_a_folder
 from cosmos_train.evaluation.benchmark import load_benchmark
@@ -69,7 +70,10 @@ def check_job(
     for role in roles:
         check_rows(cfg, role, dataset_script)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
-    if cfg.train.resume is not False and (run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()):
+    # A checkpoint on S3 is found (and downloaded) by the trainer's rank 0: run_sync.fetch_checkpoint.
+    on_s3 = is_s3(str(cfg.train.resume)) or (cfg.train.resume is True and is_s3(cfg.train.output_dir))
+    fresh = run_dir is None or not (Path(run_dir) / "checkpoints").is_dir()
+    if cfg.train.resume is not False and not on_s3 and fresh:
         found = resolve_resume(cfg.train.resume, cfg.train.output_dir)
         if found is not None:  # its files there and whole (a stat each), not only its COMPLETE marker
             check_dcp_files(found, RESUME)

@@ -14,6 +14,11 @@ ETag is the MD5 of the same local bytes is kept, so only the missing parts are s
 (every file with its size and sha256, the run and step) is written last, after removing an older one
 first: a reader that finds the manifest finds every file it lists, complete.
 
+Back from S3: `download_folder_s3(target, local, settings)` fetches a folder whose MANIFEST.json exists (a
+complete upload), checks every file's size and sha256 against it and renames the download into place whole;
+`list_keys_s3` lists a prefix, `put_file_s3` puts one small file as it is now (a run's metrics and logs,
+cosmos_train/run_sync.py).
+
 The Hub (huggingface_hub): the repo is created if missing (private unless told otherwise), the folder
 goes up with `upload_folder`, with a commit message naming the run and step; from huggingface_hub 2.0
 (installed here: 2.4) that call is itself resumable and batches a large folder into several commits;
@@ -423,6 +428,69 @@ def read_manifest(target: Target, settings: S3Settings, client: Any = None) -> d
     except ClientError as e:
         if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
             return None
+        raise s3_error(e, target.url) from e
+
+
+def list_keys_s3(target: Target, settings: S3Settings, client: Any = None, suffix: str = "") -> list[str]:
+    """Every key under `target`'s prefix (as a folder: `prefix/`) ending with `suffix`, sorted."""
+    client = client or s3_client(settings)
+    prefix = f"{target.prefix.rstrip('/')}/" if target.prefix else ""
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=target.bucket_or_repo, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(suffix))
+    except Exception as e:  # noqa: BLE001 (botocore's errors mapped to ours)
+        raise s3_error(e, target.url) from e
+
+
+def download_folder_s3(target: Target, local: Path, settings: S3Settings, client: Any = None) -> dict[str, Any] | None:
+    """Download the folder `target` that an `upload_folder_s3` completed (its MANIFEST.json lists every file)
+    into `local`: each file checked against the manifest's size and sha256, written into a temporary sibling
+    folder that is renamed into place whole, so `local` never holds half a download. Returns the manifest, or
+    None when there is none (an upload there is incomplete: nothing is downloaded)."""
+    import shutil  # why: only the download path removes folders
+
+    client = client or s3_client(settings)
+    manifest = read_manifest(target, settings, client)
+    if manifest is None:
+        return None
+    local = Path(local)
+    tmp = local.with_name(f".{local.name}.download.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for entry in manifest["files"]:
+            rel = str(entry["path"])
+            if rel.startswith("/") or ".." in Path(rel).parts:
+                raise UploadError(f"{target.url}: {MANIFEST} names {rel!r}, outside the folder")
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            key = f"{target.prefix}/{rel}" if target.prefix else rel
+            client.download_file(target.bucket_or_repo, key, str(dest))
+            if dest.stat().st_size != int(entry["size"]) or sha256_file(dest) != entry["sha256"]:
+                raise UploadUnavailable(f"{target.url}/{rel}: the downloaded bytes differ from {MANIFEST}; retry")
+        if local.exists():
+            shutil.rmtree(local)
+        tmp.rename(local)
+    except (UploadError, UploadUnavailable):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except Exception as e:  # noqa: BLE001 (botocore's errors mapped to ours)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise s3_error(e, target.url) from e
+    return manifest
+
+
+def put_file_s3(path: Path, target: Target, settings: S3Settings, client: Any = None) -> None:
+    """One small file to the key `target.prefix` as it is now (a run's metrics and logs, re-sent as they grow)."""
+    client = client or s3_client(settings)
+    try:
+        with open(path, "rb") as f:
+            client.put_object(Bucket=target.bucket_or_repo, Key=target.prefix, Body=f.read())
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 (botocore's errors mapped to ours)
         raise s3_error(e, target.url) from e
 
 

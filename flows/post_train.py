@@ -23,7 +23,8 @@ promotion.NotPromoted (the CLI exits 4); decided from the recorded evaluations, 
 without training again. Each promoted export gets a model card (lineage, data, scores, where it is uploaded):
 README.md in the export folder, so it travels with the upload, and a `model-card-<stage>` artifact, published
 again with the upload's outcome. [filter] runs the filter-rl-data flow on the model GRPO starts from with the
-GRPO stage's job config, and GRPO trains on the rows it keeps.
+GRPO stage's job config, and GRPO trains on the rows it keeps. A pipeline file with a [wfm_rl] stage is the
+world-model form, wfm_rl -> evaluate_wfm -> upload (flows/post_train_wfm.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from cosmos_train.storage import parse_target
 from flows.evaluate import EvaluateParams, evaluate
 from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
 from flows.grpo import GRPOParams, grpo
+from flows.post_train_wfm import run_wfm_pipeline
 from flows.prepare_data import PrepareDataParams, prepare_data
 from flows.sft import SFTParams, sft
 from flows.upload import UploadParams, upload
@@ -175,6 +177,8 @@ class Pipeline:
     # ---------------------------------------------------------------- the stages
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        if cfg.wfm_rl is not None:  # the world-model form: wfm_rl -> evaluate_wfm -> upload
+            return run_wfm_pipeline(self)
         self.state.clear_gates()  # pipeline.json's decisions are this run's
         base = self.prepare()
         self.lineage = [{"stage": "base", "model": base, "run_dir": None, "config": None}]

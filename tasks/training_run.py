@@ -23,12 +23,13 @@ from prefect import get_run_logger
 from pydantic import BaseModel, Field
 
 from cosmos_train.config import Config, GRPOPolicyConfig
+from cosmos_train.config.paths import is_s3
 from cosmos_train.preflight import check_job
 from tasks.prepare_data import prepare_data_task
 from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
 from tasks.run_folder import ResolvedJob, resolve_config
 from tasks.torchrun import run_torchrun
-from tasks.upload import run_uploads
+from tasks.upload import run_uploads, trainer_s3_env
 
 PolicyType = Literal["sft", "grpo"]
 
@@ -77,6 +78,8 @@ def run_trainer(
         if isinstance(tp, GRPOPolicyConfig) and wants_local_service(cfg):
             env = services.enter_context(local_reward_service(run, tp.remote_reward.token_env))
             logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
+        if is_s3(cfg.train.output_dir):  # the ranks mirror the run to the bucket with the Secret block's keys
+            env = {**env, **trainer_s3_env(cfg.train.ckpt)}
         uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread
         # a failed or cancelled run stops the background uploads (run_uploads' exit) and reports its error;
         # what went up stays
@@ -93,6 +96,6 @@ def run_trainer(
     result = json.loads((run / "result.json").read_text())
     if cfg.no_effect:  # the config's keys that had no effect here, for the summary
         result["no_effect"] = [n.line() for n in cfg.no_effect]
-    if records:
-        result["uploads"] = records
+    if records:  # beside the trainer's own (an s3:// output_dir: the run folder's mirror)
+        result["uploads"] = [*(result.get("uploads") or []), *records]
     return result

@@ -30,9 +30,9 @@ from prefect import get_run_logger, task
 from prefect.blocks.system import Secret
 from prefect.cache_policies import NO_CACHE
 
-from cosmos_train.checkpoint_paths import complete_checkpoints
 from cosmos_train.config import CheckpointConfig, Config
 from cosmos_train.errors import AuthError, UploadError, UploadUnavailable, UserError
+from cosmos_train.run_sync import written_folders
 from cosmos_train.storage import (
     Target,
     hf_token,
@@ -78,6 +78,19 @@ def _s3_credentials(name: str | None) -> dict[str, str] | None:
             '"secret_access_key": ..., optional "session_token", "endpoint_url", "region"}'
         )
     return creds
+
+
+def trainer_s3_env(ckpt: CheckpointConfig) -> dict[str, str]:
+    """train.ckpt.s3_credentials_secret as the PROD_S3_CHECKPOINT_* variables `storage.s3_settings` reads first: for
+    the ranks of a run whose output_dir is s3:// (they mirror it to the bucket themselves, without Prefect)."""
+    creds = _s3_credentials(ckpt.s3_credentials_secret) or {}
+    names = {
+        "access_key_id": "ACCESS_KEY_ID",
+        "secret_access_key": "SECRET_ACCESS_KEY",
+        "endpoint_url": "ENDPOINT_URL",
+        "region": "REGION_NAME",
+    }
+    return {f"PROD_S3_CHECKPOINT_{v}": str(creds[k]) for k, v in names.items() if creds.get(k)}
 
 
 def upload_folder(local: str | Path, url: str, meta: dict[str, Any], ckpt: CheckpointConfig | None = None) -> dict:
@@ -168,21 +181,8 @@ class RunUploads:
             self.scan()
 
     def _written(self) -> list[tuple[str, Path]]:
-        """(what, folder) of every complete checkpoint and export in the run folder now."""
-        found = [(f"checkpoints/{p.name}", p) for p in complete_checkpoints(self.run / "checkpoints")]
-        exports = self.run / "safetensors"
-        if exports.is_dir():
-            # an export folder appears whole (models/hf_folder.py renames it into place); `final` waits for finish()
-            found += [
-                (f"safetensors/{p.name}", p)
-                for p in sorted(exports.iterdir())
-                if p.is_dir()
-                and not p.name.startswith(".")
-                and ".tmp" not in p.name
-                and p.name != "final"
-                and (p / "config.json").is_file()
-            ]
-        return found
+        """(what, folder) of every complete checkpoint and export in the run folder now (`final` waits for finish())."""
+        return written_folders(self.run, include_final=False)
 
     def scan(self) -> None:
         """Send what appeared since the last scan to the S3 target (the Hub only gets the final export)."""

@@ -17,6 +17,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from cosmos_train.data.shards import shard_urls
+from cosmos_train.storage import s3_client, s3_settings
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
 from tasks.reward_service import reward_service
 from tasks.run_folder import CONFIG_FILE, ResolvedJob, folder_errors, is_own_config, new_run_dir
@@ -46,6 +48,9 @@ def check_wfm_data(job: ResolvedJob[WfmConfig]) -> dict[str, Any]:
     from cosmos_train.wfm.data import SCAN_FILE, save_scan, scan_dataset
 
     cfg = job.cfg
+    if cfg.dataloader_train.type == "web":  # the shards are listed (URL, credentials) before any process starts
+        urls = shard_urls(cfg.video.dataset_dir, s3_client(s3_settings(os.environ)))
+        return {"type": "web", "dataset": cfg.video.dataset_dir, "shards": len(urls)}
     if cfg.dataloader_train.type != "local":
         return {"type": cfg.dataloader_train.type, "rows": cfg.video.mock_prompts}
     settings = cfg.video.scan_settings

@@ -14,7 +14,7 @@ from cosmos_train.config.compat import NoEffect
 from cosmos_train.config.explain import check_name, explain_errors, field_bounds, unknown_keys
 from cosmos_train.config.load import (
     config_from_dict,
-    fold_context_and_pipeline,
+    fold_pipeline,
     load_config,
     parse_config,
     speed_only_settings,
@@ -93,7 +93,7 @@ __all__ = [
     "env_overrides",
     "explain_errors",
     "field_bounds",
-    "fold_context_and_pipeline",
+    "fold_pipeline",
     "is_world_model_recipe",
     "load_config",
     "looks_local",

@@ -307,7 +307,12 @@ RULES: tuple[Rule, ...] = (
             ("pp_micro_batch_size", _PP, _always, ""),
             ("pp_schedule", _PP, _always, ""),
             ("pp_layers_per_stage", _PP, _always, ""),
-            ("cp_rotate_method", "no context parallelism here (cp_size > 1 runs as more FSDP shards)", _always, ""),
+            (
+                "cp_rotate_method",
+                "context parallel here is Ulysses (an all-to-all over heads), not ring attention: no rotation",
+                _always,
+                "",
+            ),
             (
                 "n_init_replicas",
                 "one replica starts with its engines; cosmos-rl's controller waits for this many replicas to join",
@@ -453,10 +458,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# Keys of ours that have no effect at some values (config.load.fold_context_and_pipeline, speed_only_settings,
+# Keys of ours that have no effect at some values (config.load.fold_pipeline, speed_only_settings,
 # SUBSTITUTES): what the key table says of them.
 PARTLY: dict[str, str] = {
-    "policy.parallelism.cp_size": "> 1 runs as cp_size x more FSDP shards (the same result)",
     "policy.parallelism.pp_size": "> 1 runs as pp_size x more FSDP shards (the same result)",
     "train.async_tp_enabled": "true is accepted with no effect yet",
     "rollout.backend": "'trtllm' runs as 'vllm' (the same samples)",

@@ -92,33 +92,28 @@ def parse_config(
         raise ConfigError(explain_errors(e, Config), source) from None
     cfg._no_effect = no_effect
     _resolve_dataset_cache(cfg)
-    no_effect += fold_context_and_pipeline(cfg.policy.parallelism) + speed_only_settings(cfg)
+    no_effect += fold_pipeline(cfg.policy.parallelism) + speed_only_settings(cfg)
     return cfg
 
 
-def fold_context_and_pipeline(par: ParallelismConfig) -> list[NoEffect]:
-    """cp_size / pp_size > 1 as more FSDP shards (the same ranks, the same global batch and loss, so the same
-    result; the memory per rank differs: whole sequences and all layers' activations per rank)."""
-    factor = par.cp_size * par.pp_size
-    if factor == 1:
+def fold_pipeline(par: ParallelismConfig) -> list[NoEffect]:
+    """pp_size > 1 as more FSDP shards (the same ranks, the same global batch and loss, so the same result; the
+    memory per rank differs: all layers' activations per rank). cp_size is honoured: each sequence is split over
+    the cp ranks (`cosmos_train.context_parallel`, `cosmos_train.train.cp_language`)."""
+    if par.pp_size == 1:
         return []
     shard = par.dp_shard_size
-    notes = [
-        NoEffect(
-            f"policy.parallelism.{key}",
-            getattr(par, key),
-            f"no {what} parallelism here: its ranks shard the model with FSDP instead "
-            f"(dp_shard_size {'-1, all ranks' if shard == -1 else f'{shard} -> {shard * factor}'}); the "
-            "same result, but each rank holds whole sequences (gradient checkpointing keeps activations "
-            "small)",
-        )
-        for key, what in (("cp_size", "context"), ("pp_size", "pipeline"))
-        if getattr(par, key) > 1
-    ]
+    note = NoEffect(
+        "policy.parallelism.pp_size",
+        par.pp_size,
+        "no pipeline parallelism here: its ranks shard the model with FSDP instead "
+        f"(dp_shard_size {'-1, all ranks' if shard == -1 else f'{shard} -> {shard * par.pp_size}'}); the "
+        "same result, but each rank holds all layers (gradient checkpointing keeps activations small)",
+    )
     if shard != -1:
-        par.dp_shard_size = shard * factor
-    par.cp_size = par.pp_size = 1
-    return notes
+        par.dp_shard_size = shard * par.pp_size
+    par.pp_size = 1
+    return [note]
 
 
 def speed_only_settings(cfg: Config) -> list[NoEffect]:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from cosmos_train.config.base import JobSettings, MinusOneOrPositive, Section
+from cosmos_train.config.paths import run_cache_root
 from cosmos_train.config.schema_policy import DatasetConfig, SFTPolicyConfig, TrainPolicy
 from cosmos_train.errors import ConfigError
 
@@ -192,8 +193,15 @@ class TrainConfig(Section):
     )
     epoch: int = Field(1, ge=1, description="Passes over the training dataset.")
     max_num_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps.")
-    output_dir: str = Field("./outputs", min_length=1, description="A timestamp sub-folder is appended per run.")
-    resume: bool | str = Field(False, description="true: newest checkpoint in output_dir; or a path.")
+    output_dir: str = Field(
+        "./outputs",
+        min_length=1,
+        description="A timestamp sub-folder is appended per run. s3://bucket/prefix: the run is written to a "
+        "local working copy ($COSMOS_RUN_CACHE, default $COSMOS_CACHE/runs) and mirrored to the bucket.",
+    )
+    resume: bool | str = Field(
+        False, description="true: newest complete checkpoint in output_dir (on S3 too); or a path or s3:// URL."
+    )
     seed: int = Field(0, ge=0, description="Seed of torch, numpy and random (the rank is added).")
     deterministic: bool = Field(False, description="Deterministic kernels: reproducible and slower.")
     compile: bool = Field(
@@ -244,15 +252,20 @@ class TrainConfig(Section):
 
 
 class ParallelismConfig(Section):
-    """[policy.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks. cp_size and pp_size > 1
-    (cosmos-rl's context and pipeline parallelism) run as that many times more FSDP shards: the same
-    result, said by `config check` (`fold_context_and_pipeline`)."""
+    """[policy.parallelism]: one replica is dp_replicate*dp_shard*tp*cp*pp ranks. cp_size > 1 splits each sequence
+    over that many ranks (Ulysses context parallel: `cosmos_train.context_parallel`); pp_size > 1 (cosmos-rl's
+    pipeline parallelism) runs as that many times more FSDP shards: the same result, said by `config check`
+    (`fold_pipeline`)."""
 
     dp_shard_size: MinusOneOrPositive = Field(-1, description="FSDP shard group size; -1 = all remaining ranks.")
     dp_replicate_size: int = Field(1, ge=1, description="HSDP replicas (1 for GRPO).")
     tp_size: int = Field(1, ge=1, description="Tensor parallel size.")
     cp_size: int = Field(
-        1, ge=1, description="Context (sequence) parallel size; > 1 runs as cp_size x more FSDP shards here."
+        1,
+        ge=1,
+        description="Context (sequence) parallel size: each sequence is split over cp_size ranks (Ulysses: the "
+        "language model's attention heads must divide by tp_size x cp_size), which hold the same rows, so the "
+        "data-parallel ranks are world size / (tp_size x cp_size); parameters are FSDP-sharded over them too.",
     )
     pp_size: int = Field(1, ge=1, description="Pipeline parallel size; > 1 runs as pp_size x more FSDP shards here.")
 
@@ -532,8 +545,9 @@ class Config(JobSettings):
 
     @property
     def run_root(self) -> str:
-        """Where run folders go (<run_root>/<timestamp>/)."""
-        return self.train.output_dir
+        """Where run folders go (<run_root>/<timestamp>/): output_dir, or its local working copy when it is
+        s3:// (`paths.run_cache_root`)."""
+        return str(run_cache_root(self.train.output_dir))
 
     @property
     def prompts_per_step(self) -> int:

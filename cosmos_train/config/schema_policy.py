@@ -52,8 +52,8 @@ class DatasetConfig(Section):
         None, gt=0, description="Hold out this fraction (<1) or count (>=1) of rows as the validation split."
     )
     local_dir: str | None = Field(None, description="Where hub files are downloaded/extracted to.")
-    source: Literal["auto", "hf", "cosmos", "llava", "video_folder", "synthetic", "script"] = Field(
-        "auto", description="Which dataset source reads this dataset."
+    source: Literal["auto", "hf", "cosmos", "llava", "video_folder", "synthetic", "script", "webdataset"] = Field(
+        "auto", description="Which dataset source reads this dataset (webdataset: s3:// tar shards; auto for s3://)."
     )
     annotation_path: str | None = Field(None, description="LLaVA json annotation file.")
     media_path: str = Field("", description="LLaVA media root ('' when paths are absolute).")

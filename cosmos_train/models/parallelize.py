@@ -2,14 +2,15 @@
 
 One small module, torchtitan style: TP on the language model's attention/MLP projections over the
 "tp" mesh dimension, then `fully_shard` on each transformer block (language and vision) and on the
-root over the data-parallel mesh (2D "dp_replicate" x "dp_shard" = HSDP when dp_replicate_size > 1).
+root over the data-parallel mesh (2D "dp_replicate" x "dp_shard" = HSDP when dp_replicate_size > 1; with
+context parallel the shard dimension is "dp_shard" x "cp" flattened, and the CP ranks' gradients are summed).
 Which modules are blocks and the TP plan come from the model's family spec (`models.families`).
 Nothing here is model-size specific: the tiny model and Cosmos-Reason1-7B take the same path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -17,8 +18,8 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from cosmos_train.config import Config
-from cosmos_train.distributed import DistInfo
-from cosmos_train.errors import ModelError
+from cosmos_train.distributed import DistInfo, set_data_parallel_average
+from cosmos_train.errors import ConfigError, ModelError
 from cosmos_train.models.families import family_of
 
 if TYPE_CHECKING:
@@ -62,7 +63,23 @@ def apply_tensor_parallel(model: nn.Module, dist: DistInfo) -> None:
         parallelize_module(layer, tp_mesh, plan)
 
 
+def check_context_parallel(model: nn.Module, dist: DistInfo) -> None:
+    """Ulysses context parallel splits each TP rank's attention heads over the CP ranks: they must divide."""
+    text_cfg: Any = getattr(model.config, "text_config", model.config)
+    heads = int(text_cfg.num_attention_heads)
+    if heads % (dist.tp * dist.cp):
+        raise ConfigError(
+            [
+                f"policy.parallelism.cp_size = {dist.cp}: context parallel splits the language model's "
+                f"{heads} attention heads over tp_size x cp_size = {dist.tp * dist.cp} ranks, which must divide "
+                "them; choose a cp_size (and tp_size) whose product divides the head count"
+            ]
+        )
+
+
 def parallelize(model: PreTrainedModel, dist: DistInfo, cfg: Config) -> PreTrainedModel:
+    if dist.cp > 1:
+        check_context_parallel(model, dist)
     if dist.tp > 1:
         apply_tensor_parallel(model, dist)
     if cfg.policy.model_gradient_checkpointing:
@@ -96,4 +113,6 @@ def parallelize(model: PreTrainedModel, dist: DistInfo, cfg: Config) -> PreTrain
         fully_shard(block, mesh=dist.dp_mesh, reshard_after_forward=reshard, mp_policy=mp, offload_policy=offload)
     # the root keeps embeddings, merger and lm_head; no reshard after forward: backward needs it at once
     fully_shard(model, mesh=dist.dp_mesh, reshard_after_forward=False, mp_policy=mp, offload_policy=offload)
+    # context parallel: the mesh spans the CP ranks too, whose gradients are shares of one sequence's: summed
+    set_data_parallel_average(model, dist)
     return model

@@ -17,7 +17,7 @@ import torch
 
 from cosmos_train.data.chat import VISION_TENSOR_KEYS, EncodedChat
 from cosmos_train.models.families import family_of
-from cosmos_train.train import packed_attention
+from cosmos_train.train import cp_language, packed_attention
 
 IGNORE = -100
 
@@ -173,7 +173,7 @@ def _model_inputs(model: Any, mb: MicroBatch) -> dict[str, Any]:
         core = model.model if hasattr(model, "model") else model
         # a text-only model has no get_rope_index; its packed rows have no media to call it for
         kw["position_ids"] = packed_position_ids(getattr(core, "get_rope_index", None), mb)
-        if attention_of(model) == packed_attention.NAME:  # per-sample attention from the bounds, no mask
+        if attention_of(model) in (packed_attention.NAME, cp_language.NAME):  # per-sample attention from the bounds
             kw.update(packed_attention.segment_bounds(mb.packed_lengths))
     else:
         kw["attention_mask"] = mb.attention_mask

@@ -55,6 +55,7 @@ from cosmos_train.generation import Chat
 from cosmos_train.metrics import read_metrics
 from cosmos_train.rewards import accuracy_reward, combine, register_script_rewards, weights_of
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
+from cosmos_train.train.cp_language import KeptSlice
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.loop import run_main
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
@@ -145,8 +146,8 @@ class GRPOTrainer(Trainer):
                 [
                     f"the {prompts} prompt(s) of a step (train.train_batch_per_replica / rollout.n_generation, "
                     f"at least 1) must be divisible by the {dist.dp_size} data-parallel rank(s) "
-                    f"({dist.world_size} processes / tp_size {dist.tp}): each rank samples whole groups for an "
-                    "equal share of the prompts; raise "
+                    f"({dist.world_size} processes / tp_size {dist.tp} / cp_size {dist.cp}): each rank samples whole "
+                    "groups for an equal share of the prompts; raise "
                     "train.train_batch_per_replica or run fewer data-parallel ranks"
                 ]
             )
@@ -200,6 +201,19 @@ class GRPOTrainer(Trainer):
         self.vision_token_completions = 0
         # train.stop_when_stuck: the run-health verdicts followed step by step (`end_early`)
         self.health = HealthWatch(t.run_health, ratio_moves_of(policy_cfg)) if t.stop_when_stuck else None
+
+    @property
+    def same_rows(self) -> int:
+        """The ranks that train on the same rollout (one TP x CP group): all-reduced sums divide by it."""
+        return self.dist.tp * self.dist.cp
+
+    def _kept(self, mb: MicroBatch, keep: torch.Tensor) -> KeptSlice | None:
+        """With context parallel, which of `mb`'s kept positions this rank's logits hold (`forward_logits`)."""
+        cp = self.dist.cp_group
+        if not cp.active:
+            return None
+        assert mb.logit_positions is not None  # the shared-prompt layout always names them
+        return KeptSlice(cp, mb.logit_positions, keep)
 
     def _rollout_source(self, dataset_script: str | None) -> RolloutSource:
         """Asynchronous rollout runs one engine per rank in a worker process; synchronous rollout the rank's
@@ -310,8 +324,9 @@ class GRPOTrainer(Trainer):
         model.eval()
         flags = media_in_micro_batches([m.batch for m in micro], self.dist.device)
         for m, run_vision in zip(micro, flags):
-            logits, _, _ = forward_logits(model, m.batch.to(self.dist.device), run_vision)
-            setattr(m, attr, m.layout.to(logits.device).logprobs(logits, self.temperature))
+            mb = m.batch.to(self.dist.device)
+            logits, keep, _ = forward_logits(model, mb, run_vision, self.dist.cp_group)
+            setattr(m, attr, m.layout.to(logits.device).logprobs(logits, self.temperature, self._kept(mb, keep)))
 
     def _normaliser(self, micro: list[_Micro]) -> float:
         """loss_denominator = "update": one denominator for the whole update on every rank (tokens for token-mean,
@@ -323,7 +338,7 @@ class GRPOTrainer(Trainer):
             local = sum(float(m.completions_in_loss) for m in micro)
             if policy_cfg.loss_type == "seq-mean-token-sum":
                 local *= self.cfg.rollout.max_response_length
-        return float(all_reduce_sum(local, self.dist.device)) / self.dist.tp
+        return float(all_reduce_sum(local, self.dist.device)) / self.same_rows
 
     def _loss_scales(self, micro: list[_Micro]) -> _LossScales:
         """How each micro-batch's loss enters one update (`_LossScales`), as cosmos-rl's compute_loss and
@@ -339,7 +354,7 @@ class GRPOTrainer(Trainer):
         shares = [m.count / held if held else 0.0 for m in micro]
         tokens = (
             all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64), self.dist.device)
-            / self.dist.tp
+            / self.same_rows
         )
         total = float(tokens.sum())
         if (
@@ -386,7 +401,10 @@ class GRPOTrainer(Trainer):
                     m = micro[i]
                     norm = scales.normalisers[i]
                     layout = m.layout.to(logits.device)
-                    logp = layout.logprobs(logits, self.temperature)
+                    # context parallel: this rank's logits are its slice's; the log-probs of every token are
+                    # gathered, so each rank of the group computes the same loss (its backward: its own tokens')
+                    kept = self._kept(mb, keep)
+                    logp = layout.logprobs(logits, self.temperature, kept)
                     mask, behav = m.mask.to(logp.device), m.behav.to(logp.device)
                     if engine_old:
                         old = behav
@@ -406,7 +424,7 @@ class GRPOTrainer(Trainer):
                     )
                     loss = loss * scales.dp_factor
                     with torch.set_grad_enabled(bool(policy_cfg.entropy_coeff)):  # logged always, trained on when asked
-                        entropy = layout.per_position(token_entropy(logits.float() / (self.temperature or 1.0)))
+                        entropy = layout.per_position(token_entropy(logits.float() / (self.temperature or 1.0)), kept)
                     if (
                         policy_cfg.entropy_coeff
                     ):  # cosmos-rl: the mean over the micro-batch's tokens, whatever loss_type
@@ -429,7 +447,7 @@ class GRPOTrainer(Trainer):
 
                 backward_micro_batches(self.model, [m.batch for m in micro], self.dist, loss_fn)
                 grad_norm = self.clip_gradients()
-                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.dist.tp / self.dist.dp_size
+                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.same_rows / self.dist.dp_size
                 applied &= apply_update(self.optimizer, None, math.isfinite(loss) and math.isfinite(grad_norm))
                 losses.append(loss)
                 norms.append(grad_norm)
@@ -437,7 +455,7 @@ class GRPOTrainer(Trainer):
         sums["model_flops"] = flops
         keys = sorted(sums)
         total = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64), self.dist.device)
-        glob = dict(zip(keys, (total / self.dist.tp).tolist()))
+        glob = dict(zip(keys, (total / self.same_rows).tolist()))
         self.update_flops = glob.pop("model_flops")
         tokens = max(glob.pop("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in glob.items()}
@@ -496,7 +514,7 @@ class GRPOTrainer(Trainer):
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
         stats["vision_token_completions"] = (
-            float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.dist.tp
+            float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.same_rows
         )
         return {
             **stats,
@@ -505,7 +523,7 @@ class GRPOTrainer(Trainer):
             "rollout_time": t_rollout,
             "train_time": t_train,
             "step_time": step_time,
-            "tokens_per_s": float(seq_tokens) / self.dist.tp / step_time,
+            "tokens_per_s": float(seq_tokens) / self.same_rows / step_time,
             "weight_version": self.weight_version,
             "lr": self.scheduler.get_last_lr()[0],
             "peak_mem_gb": peak_memory_gb(self.dist.device),
@@ -513,14 +531,16 @@ class GRPOTrainer(Trainer):
         }
 
     def _from_tp_leader(self, rollout: Rollout) -> Rollout:
-        """The ranks of one policy TP group hold slices of one model and must train on the same batch: they
-        take the rollout of the group's first rank (their engines sampled the same prompts with the same
-        seed, but kernels need not agree to the bit)."""
-        mesh = self.dist.tp_mesh
-        if mesh is None:
-            return rollout
+        """The ranks of one policy TP group hold slices of one model, those of one CP group slices of one
+        sequence: they must train on the same batch, and take the rollout of the TP x CP group's first rank
+        (their engines sampled the same prompts with the same seed, but kernels need not agree to the bit).
+        From the TP leader within each TP group, then from the CP leader within each CP group."""
         box: list[Any] = [rollout]
-        torch_dist.broadcast_object_list(box, group_src=0, group=mesh.get_group())
+        if self.dist.tp_mesh is not None:
+            torch_dist.broadcast_object_list(box, group_src=0, group=self.dist.tp_mesh.get_group())
+        cp = self.dist.cp_group
+        if cp.active:
+            torch_dist.broadcast_object_list(box, group_src=0, group=cp.group)
         return box[0]
 
     def _filler(self, rollout: Rollout, samples: list[RLSample]) -> RLSample:
@@ -591,7 +611,7 @@ class GRPOTrainer(Trainer):
             for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
                 right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
                 sums += torch.tensor([1.0, total, right], dtype=torch.float64)
-        n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.dist.tp).tolist()
+        n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.same_rows).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
         if accuracy is not None:
             out["accuracy"] = right / max(n, 1.0)

@@ -8,6 +8,10 @@ the world-model trainer (wfm/trainer.py). It owns what does not depend on the ki
 A subclass maps its config onto `LoopSettings` (`loop_settings`), builds its model, optimizer and schedule, and
 supplies each step's input (`step_inputs`), the step (`train_step`) and its export (`export`); what it keeps in a
 checkpoint beyond the step is `checkpoint_extra` / `restore_extra`.
+
+An s3:// output_dir: the run folder is its local working copy, rank 0 mirrors it to the bucket while the run
+goes (`run_sync.RunSync`: checkpoints and exports as they complete, metrics and logs on a timer and at exit),
+and resume = true downloads the bucket's newest complete checkpoint first (`resolve_resume`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from cosmos_train.checkpoint import CheckpointManager, seed_process_rngs
+from cosmos_train.checkpoint import CheckpointManager, all_ok, broadcast_str, cpu_group, seed_process_rngs
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import CheckpointConfig, ParallelismConfig
+from cosmos_train.config.paths import is_s3, run_cache_root
 from cosmos_train.distributed import DistInfo, init_distributed, teardown
 from cosmos_train.errors import TrainingDiverged, UserError, report_rank_failure
 from cosmos_train.logs import setup_logging
 from cosmos_train.metrics import LoggedJob, MetricsLogger
+from cosmos_train.run_sync import RunSync, fetch_checkpoint, run_url, settings_for
 from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.step import clip_grad_norm
 
@@ -85,6 +91,12 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         self.model, self.optimizer = model, optimizer
         self.ckpt = CheckpointManager(run_dir, self.settings.ckpt, seed=self.settings.seed)
         self.metrics = MetricsLogger(run_dir, cfg, enabled=dist.is_main)
+        # output_dir = "s3://...": run_dir is the run's local working copy; rank 0 mirrors it to the bucket
+        self.run_url = run_url(self.settings.output_dir, run_dir)
+        self.sync: RunSync | None = None
+        self._closed_sync: RunSync | None = None
+        if self.run_url and dist.is_main:
+            self.sync = RunSync(run_dir, self.run_url, settings_for(self.settings.ckpt)).start()
         self.step = 0
         self.resumed_from: str | None = None
         self.resume_note: str | None = None
@@ -137,7 +149,7 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         s = self.settings
         ckpt = CheckpointManager.find_latest(self.run_dir) if own_run_first else None
         if ckpt is None:
-            ckpt = resolve_resume(s.resume, s.output_dir)
+            ckpt = self.resolve_resume()
             if ckpt is None and s.resume is True:
                 self.resume_note = (
                     f"{s.resume_key} = true: no complete checkpoint under {s.output_dir}; started from step 0"
@@ -152,11 +164,54 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         self.metrics.drop_after(self.step)
         self.log(f"resumed from {ckpt} at {self.position()}")
 
+    def resolve_resume(self) -> Path | None:
+        """The checkpoint the config's resume names (`checkpoint_paths.resolve_resume`). From S3 (resume = an
+        s3:// URL, or true with an s3:// output_dir): rank 0 first downloads the newest complete checkpoint there
+        into the local copy (`run_sync.fetch_checkpoint`; the other ranks wait), then true takes the newest
+        complete one of the local copy (the download, or a newer one this machine wrote)."""
+        s = self.settings
+        remote = s.resume if isinstance(s.resume, str) and is_s3(s.resume) else None
+        if s.resume is True and is_s3(s.output_dir):
+            remote = s.output_dir
+        if remote is None:
+            return resolve_resume(s.resume, s.output_dir)
+        fetched: Path | None = None
+        error: Exception | None = None
+        if self.dist.rank == 0:
+            try:
+                fetched = fetch_checkpoint(remote, settings_for(s.ckpt), s.resume_key, required=s.resume is not True)
+            except Exception as e:  # noqa: BLE001 (raised below on rank 0, after every rank knows)
+                error = e
+        if not all_ok(error is None, cpu_group()):
+            raise error or UserError(f"{s.resume_key}: rank 0 could not download the checkpoint from {remote}")
+        path = broadcast_str(str(fetched or ""), cpu_group())
+        if s.resume is True:
+            return resolve_resume(True, run_cache_root(s.output_dir))
+        return Path(path)
+
     def save(self, blocking: bool = False) -> Path:
         """A checkpoint of this step (the checkpoint manager logs where and how long it took)."""
-        return self.ckpt.save(
+        path = self.ckpt.save(
             self.step, self.model, self.optimizer, self.scheduler, self.checkpoint_extra(), blocking=blocking
         )
+        if self.sync is not None:
+            self.sync.poke()  # a synchronous save is complete now; an async one at a later scan
+        return path
+
+    def close_sync(self) -> list[dict[str, Any]]:
+        """Rank 0 of a run on S3: stop the mirror's thread after its last scans (every checkpoint, export,
+        metrics and logs); one record per folder uploaded or failed. Nothing to do elsewhere."""
+        if self.sync is None:
+            return []
+        sync, self.sync = self.sync, None
+        records = sync.close()
+        self._closed_sync = sync
+        return records
+
+    def push_run_files(self) -> None:
+        """After `close_sync`: the run's files written since (RUN/result.json, RUN/error.json) to the bucket."""
+        if self._closed_sync is not None:
+            self._closed_sync.scan()
 
     @abstractmethod
     def export(self, name: str) -> Path | None:
@@ -184,7 +239,10 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         if s.ckpt.enable_checkpoint:
             self.save(blocking=True)
         self.ckpt.wait()
-        return self.export("final") if s.export_final else None
+        final = self.export("final") if s.export_final else None
+        if self.sync is not None:
+            self.sync.poke()
+        return final
 
     def clip_gradients(self) -> float:
         """The global gradient norm of the model, clipped to the config's limit (`step.clip_grad_norm`)."""
@@ -317,6 +375,8 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
         trainer = trainer_cls.from_args(cfg, run_dir, dist, args)
         trainer.maybe_resume(args.resume_own_run)
         result = trainer.fit()
+        if trainer.run_url:
+            result["run_url"] = trainer.run_url
         if dist.is_main:
             (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
         if trainer.ended_early is not None and not result.get("stopped"):
@@ -326,8 +386,17 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
         # re-raises with its traceback. No barrier: the other ranks may be anywhere.
         teardown(barrier=False)
         code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None, rank=dist.rank if dist else 0)
+        if trainer is not None:  # a run on S3: what it saved, its metrics and RUN/error.json go up before exit
+            trainer.close_sync()
+            trainer.push_run_files()
         if code is None:
             raise
         return code
     teardown()
+    if trainer is not None and trainer.sync is not None:
+        # rank 0 of a run on S3, once the other ranks are done (no collective waits on the uploads): the last
+        # checkpoint and export go up, then result.json with their records
+        result["uploads"] = trainer.close_sync()
+        (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+        trainer.push_run_files()
     return 143 if result.get("stopped") else 0

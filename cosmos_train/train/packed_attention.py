@@ -69,7 +69,7 @@ def packed_sdpa(
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
+def packed_mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
     """SDPA's mask for a padded batch (a 2D padding mask given); none for a packed row, which carries its
     segment bounds instead (model_inputs passes no padding mask for it): the dense L x L mask is never built.
     transformers calls a mask interface with keyword arguments only."""
@@ -79,7 +79,7 @@ def _mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch
 
 
 AttentionInterface.register(NAME, packed_sdpa)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, _mask)
+ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, packed_mask)
 
 
 def language_config(model: nn.Module) -> Any:

@@ -246,6 +246,10 @@ def export_markdown(result: dict[str, Any]) -> str:
     for r in result.get("uploads") or []:
         if r.get("ok"):
             lines.append(f"- `{r['what']}` uploaded to {r['url']}")
+        elif r.get("error"):
+            lines.append(f"- `{r['what']}` NOT uploaded to {r['url']}: {r['error']}")
     if len(lines) == 2:
         lines.append("- none (train.ckpt.export_safetensors = false, or the run stopped early)")
+    if result.get("run_url"):  # output_dir on S3: the run folder is the local copy of this
+        lines.append(f"\nThe run folder is mirrored to {result['run_url']}")
     return "\n".join(lines) + "\n"

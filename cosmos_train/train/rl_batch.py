@@ -28,6 +28,7 @@ from cosmos_train.data.chat import IGNORE_INDEX, EncodedChat
 from cosmos_train.errors import ModelError
 from cosmos_train.generation import Completion
 from cosmos_train.train.batching import MicroBatch, cat_vision
+from cosmos_train.train.cp_language import KeptSlice
 
 
 @dataclass
@@ -74,19 +75,33 @@ class SharedPrefixLayout:
     def token_mask(self) -> torch.Tensor:
         return self.grid(torch.ones_like(self.target, dtype=torch.float32)) > 0
 
-    def logprobs(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    def logprobs(self, logits: torch.Tensor, temperature: float, kept: KeptSlice | None = None) -> torch.Tensor:
         """[n_samples, width] log-probs of the targets under softmax(kept logits / temperature); logits
-        [B, K, V] from a forward with logits_to_keep = the micro-batch's logit_positions."""
+        [B, K, V] from a forward with logits_to_keep = the micro-batch's logit_positions. With context parallel,
+        `kept` says which of those positions this rank's logits hold; the others' values come from their ranks."""
         rows = logits.float()
         if temperature > 0 and temperature != 1:
             rows = rows / temperature
-        at = (self.logit_row, self.logit_index)
-        picked = rows[(*at, self.target)] - torch.logsumexp(rows, dim=-1)[at]
-        return self.grid(picked)
+        if kept is None:
+            at = (self.logit_row, self.logit_index)
+            return self.grid(rows[(*at, self.target)] - torch.logsumexp(rows, dim=-1)[at])
+        held, index = kept.locate(self.logit_index)
+        at = (self.logit_row[held], index)
+        picked = rows.new_zeros(self.target.shape).index_put(
+            (held.nonzero(as_tuple=True)[0],), rows[(*at, self.target[held])] - torch.logsumexp(rows, dim=-1)[at]
+        )
+        return self.grid(kept.combine(picked))
 
-    def per_position(self, values: torch.Tensor) -> torch.Tensor:
-        """Values per kept position [B, K] (e.g. entropy) as [n_samples, width] at each token's predictor."""
-        return self.grid(values[self.logit_row, self.logit_index])
+    def per_position(self, values: torch.Tensor, kept: KeptSlice | None = None) -> torch.Tensor:
+        """Values per kept position [B, K] (e.g. entropy) as [n_samples, width] at each token's predictor
+        (`kept`: as in `logprobs`)."""
+        if kept is None:
+            return self.grid(values[self.logit_row, self.logit_index])
+        held, index = kept.locate(self.logit_index)
+        picked = values.new_zeros(self.target.shape).index_put(
+            (held.nonzero(as_tuple=True)[0],), values[self.logit_row[held], index]
+        )
+        return self.grid(kept.combine(picked))
 
 
 def _prompt_positions(prompt: EncodedChat, rope_index: Callable[..., Any]) -> tuple[torch.Tensor, int]:

@@ -72,9 +72,10 @@ class RolloutSums:
         return out
 
     def all_reduced(self, dist: DistInfo) -> RolloutSums:
-        """The sums over every rank (each policy TP group counted once), the longest completion of any."""
+        """The sums over every rank (each policy TP x CP group, which trains on one rollout, counted once), the
+        longest completion of any."""
         values = torch.tensor([getattr(self, name) for name in _SUMMED] + self.part_rewards, dtype=torch.float64)
-        total = (all_reduce_sum(values, dist.device) / dist.tp).tolist()
+        total = (all_reduce_sum(values, dist.device) / (dist.tp * dist.cp)).tolist()
         return RolloutSums(
             **dict(zip(_SUMMED, total)),
             part_rewards=total[len(_SUMMED) :],

@@ -24,12 +24,13 @@ from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo, all_reduce_sum
 from cosmos_train.errors import ConfigError, DataError
 from cosmos_train.train.batching import collate_packed, collate_padded, split_micro_batches
+from cosmos_train.train.cp_language import local_kept
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
 from cosmos_train.train.loop import run_main
 from cosmos_train.train.losses import kept_ce_sum, label_positions
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
-from cosmos_train.train.step import apply_update, backward_micro_batches
+from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
 from cosmos_train.train.trainer import Trainer, peak_memory_gb
 from cosmos_train.train.vision_forward import forward_micro_batch
 
@@ -84,6 +85,11 @@ class SFTTrainer(Trainer):
             total_steps = min(total_steps, t.max_num_steps)
         self.init_schedule(total_steps)
 
+    @property
+    def same_rows(self) -> int:
+        """The ranks that hold the same rows (one TP x CP group): all-reduced counts of rows divide by it."""
+        return self.dist.tp * self.dist.cp
+
     # ------------------------------------------------------------------ one optimizer step
     def _collate(self, samples: list[Any]):
         if self.cfg.train.sequence_packing:
@@ -95,8 +101,8 @@ class SFTTrainer(Trainer):
         self.model.train()
         micro = [self._collate(m) for m in split_micro_batches(samples, self.cfg.train.train_policy.micro_batch)]
         local_tokens = sum(mb.n_label_tokens for mb in micro)
-        # ranks of one TP group see the same rows: count them once
-        global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.dist.tp
+        # ranks of one TP or CP group see the same rows: count them once
+        global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.same_rows
         if global_tokens == 0:
             raise DataError(
                 f"step {self.step}: the global batch has no assistant tokens to learn from (check that "
@@ -107,7 +113,8 @@ class SFTTrainer(Trainer):
         def share(ce_sum: torch.Tensor) -> torch.Tensor:
             ce_sums.append(float(ce_sum.detach()))
             # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
-            # step's gradient is d(sum of token CE over the global batch) / global_tokens.
+            # step's gradient is d(sum of token CE over the global batch) / global_tokens. With context parallel
+            # each rank's sum is over its slice's tokens, and FSDP sums the CP ranks' shares.
             return ce_sum * (self.dist.dp_size / global_tokens)
 
         if self.cfg.train.fused_linear_ce:
@@ -127,12 +134,13 @@ class SFTTrainer(Trainer):
                 loss_fn=lambda i, mb, logits, keep: share(kept_ce_sum(logits, mb.labels, keep)[0]),
             )
         grad_norm = self.clip_gradients()
+        # CP ranks summed disjoint slices' tokens; TP ranks the same ones
         loss = float(all_reduce_sum(sum(ce_sums), self.dist.device)) / self.dist.tp / global_tokens
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
             return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
         step_time = time.perf_counter() - t0
         local = [sum(mb.n_tokens for mb in micro), self.flop_counter.step_flops(micro)]
-        tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.dist.tp).tolist()
+        tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.same_rows).tolist()
         return {
             "loss": loss,
             "lr": self.scheduler.get_last_lr()[0],
@@ -171,19 +179,25 @@ class SFTTrainer(Trainer):
         for b in range(n_batches):
             idx = mine[b * bs : (b + 1) * bs] or [0]
             mb = self._collate([self.val_dataset[i] for i in idx]).to(self.dist.device)
-            keep = label_positions(mb.labels)
+            cp = self.dist.cp_group
             # no gradients here: a blank vision call on a text-only batch costs less than agreeing on one
             if self.cfg.train.fused_linear_ce:  # the loss the training steps compute, the same way
+                # with context parallel: the label positions of this rank's slice (its sums add up over the group)
+                kept, at = local_kept(label_positions(mb.labels), mb.input_ids.shape[1], cp)
 
                 def head(
-                    hidden: torch.Tensor, lm_head: nn.Module, mb: Any = mb, keep: torch.Tensor = keep
+                    hidden: torch.Tensor,
+                    lm_head: nn.Module,
+                    mb: Any = mb,
+                    kept: torch.Tensor = kept,
+                    at: torch.Tensor = at,
                 ) -> tuple[torch.Tensor, int]:
-                    return self._head_ce_sum(mb, hidden[:, keep], lm_head, keep)
+                    return self._head_ce_sum(mb, hidden[:, at], lm_head, kept)
 
-                (s, k), _ = forward_micro_batch(self.model, mb, True, use_cache=False, head=head)
+                (s, k), _ = forward_micro_batch(self.model, mb, True, use_cache=False, head=head, cp=cp)
             else:
-                out, _ = forward_micro_batch(self.model, mb, True, use_cache=False, logits_to_keep=keep)
-                s, k = kept_ce_sum(out.logits, mb.labels, keep)
+                logits, kept, _ = forward_logits(self.model, mb, True, cp)
+                s, k = kept_ce_sum(logits, mb.labels, kept)
             if mine[b * bs : (b + 1) * bs]:
                 ce, tokens = ce + float(s), tokens + k
         total = float(all_reduce_sum(tokens, self.dist.device)) / self.dist.tp

@@ -20,8 +20,10 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+from cosmos_train.context_parallel import NO_CP, CpGroup
 from cosmos_train.distributed import DistInfo
 from cosmos_train.train.batching import MicroBatch
+from cosmos_train.train.cp_language import local_kept
 from cosmos_train.train.losses import label_positions
 from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micro_batches
 
@@ -33,27 +35,37 @@ HeadLossFn = Callable[[int, MicroBatch, torch.Tensor, nn.Module, torch.Tensor], 
 
 
 def forward_logits(
-    model: nn.Module, mb: MicroBatch, run_vision: bool
+    model: nn.Module, mb: MicroBatch, run_vision: bool, cp: CpGroup = NO_CP
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logits at the label positions [B, K, V], those positions [K], the blank-vision loss term or None).
     Only positions some row needs are sent through the LM head (`label_positions`, or the micro-batch's
-    own `logit_positions`)."""
+    own `logit_positions`). With context parallel (`cp`), the positions are those of this rank's slice of the
+    sequence (`cp_language.local_kept`), still numbered in the whole sequence."""
     keep = mb.logit_positions if mb.logit_positions is not None else label_positions(mb.labels)
-    out, blank = forward_micro_batch(model, mb, run_vision, use_cache=False, logits_to_keep=keep)
-    return out.logits, keep, blank
+    if not cp.active:
+        out, blank = forward_micro_batch(model, mb, run_vision, use_cache=False, logits_to_keep=keep)
+        return out.logits, keep, blank
+    mine, at = local_kept(keep, mb.input_ids.shape[1], cp)
+
+    def head(hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        return lm_head(hidden[:, at.to(hidden.device)])
+
+    logits, blank = forward_micro_batch(model, mb, run_vision, head=head, cp=cp, use_cache=False)
+    return logits, mine, blank
 
 
 def forward_head_loss(
-    model: nn.Module, i: int, mb: MicroBatch, run_vision: bool, head_loss_fn: HeadLossFn
+    model: nn.Module, i: int, mb: MicroBatch, run_vision: bool, head_loss_fn: HeadLossFn, cp: CpGroup = NO_CP
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(`head_loss_fn`'s loss on micro-batch `i`, the blank-vision loss term or None): `forward_logits`'s
     forward with the LM head left to the loss, which sees the hidden states at the same positions."""
     keep = mb.logit_positions if mb.logit_positions is not None else label_positions(mb.labels)
+    mine, at = local_kept(keep, mb.input_ids.shape[1], cp)
 
     def head(hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        return head_loss_fn(i, mb, hidden[:, keep.to(hidden.device)], lm_head, keep)
+        return head_loss_fn(i, mb, hidden[:, at.to(hidden.device)], lm_head, mine)
 
-    return forward_micro_batch(model, mb, run_vision, head=head, use_cache=False)
+    return forward_micro_batch(model, mb, run_vision, head=head, cp=cp, use_cache=False)
 
 
 def backward_micro_batches(
@@ -68,20 +80,23 @@ def backward_micro_batches(
     Every rank must pass the same number of micro-batches (FSDP's collectives pair up across ranks).
     `loss_fn` (from the logits) or `head_loss_fn` (from the hidden states and the LM head) returns the
     micro-batch's share of the step's loss, already divided by the step's global normaliser, so the
-    accumulated gradient is the full batch's whatever the split."""
+    accumulated gradient is the full batch's whatever the split. With context parallel the ranks of a CP group
+    hold the same micro-batches and the loss functions get the positions of their own slice (`forward_logits`):
+    each returns its slice's share (FSDP sums the CP ranks' gradients: `distributed.set_data_parallel_average`)."""
     if (loss_fn is None) == (head_loss_fn is None):
         raise ValueError("backward_micro_batches: give exactly one of loss_fn and head_loss_fn")
     run_vision = media_in_micro_batches(micro, dist.device)
+    cp = dist.cp_group
     for i, mb in enumerate(micro):
         # reduce-scatter gradients once per step, not once per micro-batch
         if isinstance(model, FSDPModule):  # FSDP2-sharded (one CPU rank runs unsharded)
             model.set_requires_gradient_sync(i == len(micro) - 1)
         mb = mb.to(dist.device)
         if head_loss_fn is not None:
-            loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn)
+            loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn, cp)
         else:
             assert loss_fn is not None  # exactly one of the two, checked above
-            logits, keep, blank = forward_logits(model, mb, run_vision[i])
+            logits, keep, blank = forward_logits(model, mb, run_vision[i], cp)
             loss = loss_fn(i, mb, logits, keep)
         (loss if blank is None else loss + blank).backward()
 

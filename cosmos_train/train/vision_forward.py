@@ -31,9 +31,11 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 from transformers import PreTrainedConfig
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from cosmos_train.context_parallel import NO_CP, CpGroup
 from cosmos_train.distributed import all_reduce_sum
 from cosmos_train.errors import DataError
 from cosmos_train.models.families import family_of
+from cosmos_train.train import cp_language
 from cosmos_train.train.batching import MicroBatch, model_inputs
 
 _METHOD = "forward_shared_vision"
@@ -68,7 +70,12 @@ def media_in_micro_batches(micro: list[MicroBatch], device: torch.device) -> lis
 
 
 def forward_micro_batch(
-    model: nn.Module, mb: MicroBatch, run_vision: bool, head: Head | None = None, **kwargs: Any
+    model: nn.Module,
+    mb: MicroBatch,
+    run_vision: bool,
+    head: Head | None = None,
+    cp: CpGroup = NO_CP,
+    **kwargs: Any,
 ) -> tuple[Any, torch.Tensor | None]:
     """(the model's output on `mb`, a loss term or None): the output equals that of
     `model(**model_inputs(model, mb), **kwargs)`; images and videos go through the vision tower in one call.
@@ -79,7 +86,11 @@ def forward_micro_batch(
 
     run_vision: some rank has media in this micro-batch (`media_in_micro_batches`), so this rank runs
     the tower even without media of its own, on a blank grid; the loss term (zero-valued, not None only
-    then) carries that output, and training adds it to the loss before backward."""
+    then) carries that output, and training adds it to the loss before backward.
+
+    cp: a context-parallel group (`train/cp_language.py`): the inputs and the vision tower run whole on every rank
+    of it, the language model on this rank's slice of the sequence, and `head` (required) gets that slice's
+    hidden states [B, S_padded / cp, H]."""
     if family_of(model).text_only:  # no tower to run (no rank has one), and no rows with media
         if mb.has_media:
             model_type = cast(PreTrainedConfig, model.config).model_type
@@ -94,7 +105,13 @@ def forward_micro_batch(
         # gather the root's parameters around it as around `forward` (a no-op without FSDP).
         setattr(model, _METHOD, types.MethodType(_forward_shared_vision, model))
         register_fsdp_forward_method(model, _METHOD)
-    return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, head, **kwargs)
+    if not cp.active:
+        return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, head, **kwargs)
+    if head is None:  # the LM head's logits_to_keep are positions of the whole sequence
+        raise ValueError("forward_micro_batch: context parallel reads the hidden states of a slice: give `head`")
+    cp_language.use_cp_attention(model)  # before model_inputs, which gives a packed row's bounds to this attention
+    with cp_language.split_language_model(model, cp):
+        return getattr(model, _METHOD)(model_inputs(model, mb), run_vision, head, **kwargs)
 
 
 def _forward_shared_vision(

@@ -11,13 +11,15 @@ key it leaves out takes cosmos-rl's default (COSMOS_RL_DEFAULTS: e.g. kl_beta 0.
 one conditioning frame), so the run is the one cosmos-rl would make or is refused. Each entry of the imaginaire
 tables is in one stated state (CALLBACK_STATES, conditioner_states): implemented (grad_clip's clip_norm and
 force_finite, the text conditioner's dropout_rate), accepted with no effect and listed with why (logging callbacks,
-the fps / padding-mask remaps), or refused by name with what to do (ema_model, conditioning frames, context
-parallelism, webdataset, cosmos-rl's .pt checkpoints: convert them to a diffusers folder).
+the fps / padding-mask remaps), or refused by name with what to do (ema_model, conditioning frames on mock data,
+a context-parallel size the DiT's heads or the launched ranks do not divide by, cosmos-rl's .pt checkpoints:
+convert them to a diffusers folder).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -29,7 +31,7 @@ from cosmos_train.config.base import JobSettings, read_toml
 from cosmos_train.config.compat import NoEffect
 from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.config.overrides import apply_overrides
-from cosmos_train.config.paths import looks_local
+from cosmos_train.config.paths import is_s3, looks_local, run_cache_root
 from cosmos_train.config.schema import CheckpointConfig as JobCheckpointConfig
 from cosmos_train.config.schema import LaunchConfig, LoggingConfig, ParallelismConfig
 from cosmos_train.errors import ConfigError, not_a_folder
@@ -66,7 +68,7 @@ class WfmConfig(JobSettings):
 
     model: WfmModelConfig = Field(default_factory=WfmModelConfig, description="The model and its sharding.")
     model_parallel: ModelParallelConfig = Field(
-        default_factory=ModelParallelConfig, description="Model parallelism (1s only)."
+        default_factory=ModelParallelConfig, description="Model parallelism (context parallel; the rest 1s only)."
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The loop.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="AdamW.")
@@ -107,9 +109,12 @@ class WfmConfig(JobSettings):
 
     @property
     def parallelism(self) -> ParallelismConfig:
-        """[model] fsdp_shard_size / dp_replicate_size as the mesh's settings."""
+        """[model] fsdp_shard_size / dp_replicate_size and [model_parallel] context_parallel_size as the mesh's
+        settings."""
         return ParallelismConfig(
-            dp_shard_size=self.model.fsdp_shard_size, dp_replicate_size=self.model.dp_replicate_size
+            dp_shard_size=self.model.fsdp_shard_size,
+            dp_replicate_size=self.model.dp_replicate_size,
+            cp_size=self.model_parallel.context_parallel_size,
         )
 
     @property
@@ -124,7 +129,8 @@ class WfmConfig(JobSettings):
 
     @property
     def run_root(self) -> str:
-        return self.job.output_dir
+        """Where run folders go: job.output_dir, or its local working copy when it is s3://."""
+        return str(run_cache_root(self.job.output_dir))
 
     @property
     def policy_type(self) -> str:
@@ -239,15 +245,7 @@ def conditioner_states(cfg: WfmConfig) -> list[tuple[str, str, str]]:
                 )
             )
         elif c.type == "boolean_flag" and c.key == "use_video_condition":
-            out.append(
-                (
-                    key,
-                    "no effect",
-                    "switches on the video2world conditioning frames that model.rl "
-                    "min/max_num_conditional_frames ask for; only text2world (0 frames) runs here, and more "
-                    "frames are refused there",
-                )
-            )
+            out.append(_video_condition_state(cfg, key, c.dropout_rate))
         else:
             out.append(
                 (
@@ -315,7 +313,10 @@ def _no_effect(cfg: WfmConfig) -> list[NoEffect]:
         if state == "no effect":
             out.append(NoEffect(key, entries.get(key, {}), why))
     v = cfg.video
-    if v.num_workers or v.pin_memory:
+    if cfg.dataloader_train.type == "web" and v.pin_memory:
+        why = "speed only: a clip is copied to the device once"
+        out.append(NoEffect("dataloader_train.video_dataloader.pin_memory", v.pin_memory, why))
+    elif cfg.dataloader_train.type != "web" and (v.num_workers or v.pin_memory):
         out.append(
             NoEffect(
                 "dataloader_train.video_dataloader.num_workers / pin_memory",
@@ -326,25 +327,93 @@ def _no_effect(cfg: WfmConfig) -> list[NoEffect]:
     return out
 
 
-def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
-    """Combinations that type-check but cannot run, each with what to change."""
+def _object_store_problems(cfg: WfmConfig) -> list[str]:
+    """cosmos-rl's checkpoint.save_to_object_store / load_from_object_store ({enabled, bucket, credentials}): here
+    a run on S3 is job.output_dir = "s3://bucket/prefix" (checkpoints uploaded as they complete, resume = true
+    from the bucket), with the PROD_S3_CHECKPOINT_* credentials; enabled is accepted when output_dir says so."""
     out = []
-    mp, rl, v = cfg.model_parallel, cfg.model.rl, cfg.video
-    if mp.context_parallel_size > 1:
+    for key in ("save_to_object_store", "load_from_object_store"):
+        store = getattr(cfg.checkpoint, key) or {}
+        if not store.get("enabled"):
+            continue
+        bucket = store.get("bucket")
+        on_s3 = is_s3(cfg.job.output_dir)
+        if on_s3 and (not bucket or cfg.job.output_dir[len("s3://") :].split("/")[0] == bucket):
+            continue
+        want = f"s3://{bucket or 'BUCKET'}/PREFIX"
         out.append(
-            f"model_parallel.context_parallel_size = {mp.context_parallel_size}: context parallelism is not "
-            "implemented for the DiT here; set it to 1 and shard with model.fsdp_shard_size / "
-            "model.dp_replicate_size (each rank then holds whole videos: lower num_frames or video_size if "
-            "memory is short)"
+            f"checkpoint.{key}.enabled: a run's checkpoints go to S3 when job.output_dir is an s3:// URL; set "
+            f'job.output_dir = "{want}" (credentials from PROD_S3_CHECKPOINT_ACCESS_KEY_ID / _SECRET_ACCESS_KEY / '
+            "_ENDPOINT_URL / _REGION_NAME; checkpoint.resume = true finds the newest checkpoint there)"
+            + (f", or set {key}.enabled = false" if on_s3 else "")
         )
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "pipeline_parallel_size"):
-        if getattr(mp, key) > 1:
+    return out
+
+
+def _web_problems(cfg: WfmConfig) -> list[str]:
+    """type = "web": the shards are dataset_dir (s3://); cosmos-rl's own web keys name a dataset registered in
+    its code (dataloader.dataset.dataset_name), which has no meaning here, and its batch keys must agree."""
+    v, out = cfg.video, []
+    if not v.dataset_dir.strip().startswith("s3://"):
+        named = ((v.dataloader or {}).get("dataset") or {}).get("dataset_name")
+        said = (
+            f" (dataloader.dataset.dataset_name = {named!r} names a dataset registered in cosmos-rl's code; here "
+            "the shards are named by URL)"
+            if named
+            else ""
+        )
+        out.append(
+            f'dataloader_train.type = "web" reads webdataset shards from S3{said}: set '
+            f"dataloader_train.video_dataloader.dataset_dir (now {v.dataset_dir!r}) to s3://bucket/prefix/ (every "
+            '.tar under it) or a brace pattern s3://bucket/prefix/shard-{000000..000099}.tar; or type = "mock" '
+            "for built-in prompts"
+        )
+        return out
+    for key in ("batch_size", "num_workers"):
+        theirs = (v.dataloader or {}).get(key)
+        if theirs is not None and theirs != getattr(v, key):
             out.append(
-                f"model_parallel.{key} = {getattr(mp, key)}: only data parallelism (FSDP / HSDP) is "
-                "implemented for the DiT; set it to 1"
+                f"dataloader_train.video_dataloader.dataloader.{key} = {theirs}: cosmos-rl's web loader key; here "
+                f"dataloader_train.video_dataloader.{key} (= {getattr(v, key)}) is read: set it to {theirs}"
             )
-    if rl.min_num_conditional_frames or rl.max_num_conditional_frames:
-        lo, hi = rl.min_num_conditional_frames, rl.max_num_conditional_frames
+    return out
+
+
+def _video_condition_state(cfg: WfmConfig, key: str, dropout_rate: float) -> tuple[str, str, str]:
+    """The use_video_condition flag: the conditioning frames of model.rl min/max_num_conditional_frames."""
+    rl = cfg.model.rl
+    if dropout_rate > 0:
+        return (
+            key,
+            "refused",
+            f"dropout_rate = {dropout_rate:g} would blank the conditioning frames of that share of data-term "
+            "samples; that dropout is not implemented: set it to 0",
+        )
+    if rl.max_num_conditional_frames == 0:
+        return (key, "no effect", "model.rl.max_num_conditional_frames = 0: text2world, no conditioning frame")
+    return (
+        key,
+        "implemented",
+        f"video2world: each rollout group continues the first {rl.min_num_conditional_frames}.."
+        f"{rl.max_num_conditional_frames} latent frames of its dataset clip (wfm/conditioning.py)",
+    )
+
+
+def _conditional_frame_problems(cfg: WfmConfig) -> list[str]:
+    """Video2world settings that cannot run: min > max, no frame left to generate, no clips to condition on."""
+    rl, v, out = cfg.model.rl, cfg.video, []
+    lo, hi = rl.min_num_conditional_frames, rl.max_num_conditional_frames
+    keys = "model.rl.min_num_conditional_frames / max_num_conditional_frames"
+    if lo > hi:
+        out.append(f"{keys} = {lo} / {hi}: min is above max; cosmos-rl draws k in [min, max]: swap them")
+    latent_frames = 1 + (v.num_frames - 1) // 4
+    if hi >= latent_frames and (v.num_frames - 1) % 4 == 0:
+        out.append(
+            f"model.rl.max_num_conditional_frames = {hi}: a {v.num_frames}-frame video has {latent_frames} latent "
+            f"frames, so {hi} given would leave none to generate; set it to at most {latent_frames - 1} or raise "
+            "dataloader_train.video_dataloader.num_frames (1 + 4k)"
+        )
+    if hi > 0 and cfg.dataloader_train.type == "mock":
         took = [
             k
             for k in ("min_num_conditional_frames", "max_num_conditional_frames")
@@ -352,11 +421,26 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         ]
         said = f" ({' and '.join(took)}: cosmos-rl's default, the recipe leaves it out)" if took else ""
         out.append(
-            f"model.rl.min_num_conditional_frames / max_num_conditional_frames = {lo} / {hi}{said}: "
-            "video2world conditioning frames (cosmos-rl's trainer conditions each rollout on that many of "
-            "the dataset clip's first latent frames) are not implemented; only text2world runs here: set both "
-            "to 0 (--set model.rl.min_num_conditional_frames=0 --set model.rl.max_num_conditional_frames=0)"
+            f"{keys} = {lo} / {hi}{said}: video2world continues the first frames of dataset clips, and "
+            'dataloader_train.type = "mock" has no videos: set type = "local" with a dataset_dir (or "web"), or '
+            "set both to 0 for text2world (--set model.rl.min_num_conditional_frames=0 "
+            "--set model.rl.max_num_conditional_frames=0)"
         )
+    return out
+
+
+def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
+    """Combinations that type-check but cannot run, each with what to change."""
+    out = []
+    mp, rl, v = cfg.model_parallel, cfg.model.rl, cfg.video
+    out += _context_parallel_problems(cfg, check_paths)
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "pipeline_parallel_size"):
+        if getattr(mp, key) > 1:
+            out.append(
+                f"model_parallel.{key} = {getattr(mp, key)}: only data parallelism (FSDP / HSDP) is "
+                "implemented for the DiT; set it to 1"
+            )
+    out += _conditional_frame_problems(cfg)
     if rl.train_on is not None:
         fixed = [k for k in rl.train_on if k != -1]
         wrong = sorted({k for k in fixed if not 0 <= k < rl.sample_steps})
@@ -372,25 +456,21 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
     out += [f"{key}: {why}" for key, state, why in conditioner_states(cfg) + callback_states(cfg) if state == "refused"]
     dl = cfg.dataloader_train
     if dl.type == "web":
-        out.append(
-            'dataloader_train.type = "web": webdataset shards on S3 are not read here; download them into '
-            'the local layout (videos/*.mp4, metas/*.txt) and set type = "local" with '
-            'dataloader_train.video_dataloader.dataset_dir, or use type = "mock"'
-        )
+        out += _web_problems(cfg)
     if dl.type == "local" and not v.dataset_dir:
         out.append(
             'dataloader_train.video_dataloader.dataset_dir: required with type = "local" (a folder with '
             "videos/*.mp4 and metas/*.txt)"
         )
-    if rl.algorithm == "ddrl" and rl.data_beta > 0 and dl.type != "local":
+    if rl.algorithm == "ddrl" and rl.data_beta > 0 and dl.type == "mock":
         out.append(
             'model.rl.algorithm = "ddrl" trains on dataset videos (data_beta > 0): set '
-            'dataloader_train.type = "local" with a dataset_dir, or data_beta = 0'
+            'dataloader_train.type = "local" with a dataset_dir (or "web" with s3:// shards), or data_beta = 0'
         )
-    if v.offline_text_embedding and dl.type != "local":
+    if v.offline_text_embedding and dl.type == "mock":
         out.append(
-            'dataloader_train.video_dataloader.offline_text_embedding needs type = "local" (the '
-            "embeddings are the dataset's text_embedding/*.pickle)"
+            'dataloader_train.video_dataloader.offline_text_embedding needs type = "local" or "web" (the '
+            "embeddings are the dataset's text_embedding/*.pickle, or the shards' <key>.npy / .pickle)"
         )
     if v.offline_text_embedding and rl.guidance > 0:
         out.append(
@@ -409,12 +489,7 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         )
     if (dl.image_dataloader or {}).get("ratio", 0):
         out.append("dataloader_train.image_dataloader.ratio: image batches are not implemented; set it to 0")
-    for key in ("save_to_object_store", "load_from_object_store"):
-        if (getattr(cfg.checkpoint, key) or {}).get("enabled"):
-            out.append(
-                f"checkpoint.{key}.enabled: checkpoints are written to the run folder; upload a run with "
-                "`cosmos-train upload RUN --to s3://bucket/prefix` (or the wfm_rl flow's upload)"
-            )
+    out += _object_store_problems(cfg)
     out += _checkpoint_problems(cfg)
     if cfg.reward.backend == "local":
         unknown = sorted(set(cfg.reward.fns) - set(LOCAL_REWARDS))
@@ -455,6 +530,36 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
         out.append(f"dataloader_train.video_dataloader.dataset_dir: {v.dataset_dir} is not a folder")
     if check_paths and (blocked := not_a_folder("job.output_dir", cfg.job.output_dir)):  # run folders go there
         out.append(blocked)
+    return out
+
+
+def _context_parallel_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
+    """context_parallel_size (Ulysses, wfm/context_parallel.py): the launched ranks must hold whole CP groups, and
+    the DiT's attention heads must divide by it (read from a local model folder; the trainer checks again, and
+    checks that a video's tokens divide too)."""
+    cp, m = cfg.model_parallel.context_parallel_size, cfg.model
+    if cp == 1:
+        return []
+    out = []
+    if cfg.launch.nproc_per_node != "auto":
+        world = int(cfg.launch.nproc_per_node) * cfg.launch.nnodes
+        shard = m.fsdp_shard_size if m.fsdp_shard_size != -1 else max(1, world // (m.dp_replicate_size * cp))
+        if world != m.dp_replicate_size * shard * cp:
+            out.append(
+                f"model_parallel.context_parallel_size = {cp}: {world} processes (launch.nproc_per_node x "
+                f"nnodes) are not model.dp_replicate_size x fsdp_shard_size x context_parallel_size = "
+                f"{m.dp_replicate_size} x {shard} x {cp}; launch a multiple of {m.dp_replicate_size * cp} "
+                "processes (fsdp_shard_size = -1 takes the rest) or change the sizes"
+            )
+    folder = Path(m.model_name_or_path or "").expanduser() / "transformer" / "config.json"
+    if check_paths and m.model_name_or_path and looks_local(m.model_name_or_path) and folder.is_file():
+        heads = int(json.loads(folder.read_text()).get("num_attention_heads", 1))
+        if heads % cp:
+            out.append(
+                f"model_parallel.context_parallel_size = {cp}: the DiT of {m.model_name_or_path} has {heads} "
+                f"attention heads, which do not divide by {cp} (Ulysses context parallel gives each rank "
+                "heads / cp of them); use a size that divides the heads"
+            )
     return out
 
 

@@ -62,14 +62,14 @@ class RLConfig(Section):
         0,
         ge=0,
         le=64,
-        description="Video2world conditioning frames (fewest per rollout); only 0 (text2world) is implemented.",
+        description="Video2world: fewest latent frames of the dataset clip given per rollout group (0: text2world).",
     )
     max_num_conditional_frames: int = Field(
         0,
         ge=0,
         le=64,
-        description="Video2world conditioning frames (most per "
-        "rollout; cosmos-rl draws between min and max); only 0 is implemented.",
+        description="Video2world: most latent frames given per rollout group (cosmos-rl draws k uniformly in "
+        "[min, max] per group; 0: text2world).",
     )
     train_on: list[int] | None = Field(
         None,
@@ -172,9 +172,15 @@ class WfmModelConfig(Section):
 
 
 class ModelParallelConfig(Section):
-    """[model_parallel]: only data parallelism (FSDP / HSDP) is implemented for the DiT."""
+    """[model_parallel]: context parallelism and data parallelism (FSDP / HSDP) are implemented for the DiT."""
 
-    context_parallel_size: int = Field(1, ge=1, description="Context parallel ranks (only 1).")
+    context_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="Context parallel ranks: each holds 1/N of a video's DiT tokens (Ulysses all-to-all "
+        "attention); the DiT's heads and a video's tokens must divide by it. Its ranks share data and "
+        "shard the DiT with FSDP too (world = dp_replicate_size x fsdp_shard_size x N).",
+    )
     tensor_model_parallel_size: int = Field(1, ge=1, description="Tensor parallel ranks (only 1).")
     pipeline_model_parallel_size: int = Field(1, ge=1, description="Pipeline stages (only 1).")
     pipeline_parallel_size: int = Field(1, ge=1, description="Pipeline stages, older name (only 1).")
@@ -236,9 +242,15 @@ class VideoDataloaderConfig(Section):
     """[dataloader_train.video_dataloader]: the local dataset (videos/, metas/, text_embedding/) or mock prompts."""
 
     ratio: float = Field(1.0, ge=0, le=1, description="Share of video batches (cosmos-rl; only video here).")
-    dataset_dir: str = Field("", description="datasets/<name>/ with videos/*.mp4 and metas/*.txt (local type).")
+    dataset_dir: str = Field(
+        "",
+        description="local type: datasets/<name>/ with videos/*.mp4 and metas/*.txt; web type: s3://bucket/prefix/ "
+        "or s3://bucket/shard-{000..099}.tar (tar shards of <key>.mp4 + <key>.txt / .json).",
+    )
     batch_size: int = Field(2, ge=1, le=1024, description="Prompts per rank per iteration.")
-    num_workers: int = Field(0, ge=0, le=64, description="cosmos-rl loader workers (clips are cached here).")
+    num_workers: int = Field(
+        0, ge=0, le=64, description="web type: shard-reading workers per rank (local type: no effect, clips cached)."
+    )
     pin_memory: bool = Field(False, description="cosmos-rl loader pinning (no effect on CPU).")
     num_frames: int = Field(5, ge=1, le=1024, description="Frames generated and read per video (1 + 4k).")
     video_size: tuple[int, int] = Field((32, 32), description="(width, height) in pixels, multiples of 16.")
@@ -258,7 +270,7 @@ class VideoDataloaderConfig(Section):
         description="Dataset rows kept out of training for the held-out diffusion loss (local type).",
     )
     dataloader: dict[str, Any] | None = Field(
-        None, description='cosmos-rl\'s webdataset loader (type = "web", refused: not read here).'
+        None, description="cosmos-rl's webdataset loader settings (no effect: the shards are dataset_dir)."
     )
 
     @property
@@ -277,7 +289,7 @@ class DataloaderTrainConfig(Section):
 
     type: Literal["local", "mock", "web"] = Field(
         "mock",
-        description="local: dataset_dir; mock: built-in prompts, no videos; web: webdataset on S3 (not implemented).",
+        description="local: dataset_dir; mock: built-in prompts, no videos; web: webdataset shards streamed from S3.",
     )
     video_dataloader: VideoDataloaderConfig = Field(
         default_factory=VideoDataloaderConfig, description="The video dataset."
@@ -294,7 +306,11 @@ class JobConfig(Section):
     wandb_mode: Literal["online", "offline", "disabled"] = Field(
         "disabled", description="wandb: online, offline (files only), disabled."
     )
-    output_dir: str = Field("outputs/wfm", description="Run folders are <output_dir>/<timestamp>/.")
+    output_dir: str = Field(
+        "outputs/wfm",
+        description="Run folders are <output_dir>/<timestamp>/. s3://bucket/prefix: written to a local working "
+        "copy ($COSMOS_RUN_CACHE, default $COSMOS_CACHE/runs) and mirrored to the bucket.",
+    )
 
 
 class CheckpointConfig(Section):
@@ -302,7 +318,9 @@ class CheckpointConfig(Section):
 
     save_iter: int = Field(50, ge=1, description="Checkpoint every this many iterations (and at the end).")
     max_keep: MinusOneOrPositive = Field(2, description="Checkpoints kept (-1: all).")
-    resume: bool | str = Field(False, description="true: newest checkpoint in the run folder; or a path.")
+    resume: bool | str = Field(
+        False, description="true: newest complete checkpoint under job.output_dir (on S3 too); or a path or s3:// URL."
+    )
     export_diffusers: bool = Field(True, description="Write RUN/diffusers/final (and per save) as a diffusers folder.")
     type: str | None = Field(None, max_length=64, description="cosmos-rl checkpoint type (no effect).")
     load_path: str | None = Field(
@@ -318,10 +336,12 @@ class CheckpointConfig(Section):
         "refused, with the command that converts it to a diffusers folder.",
     )
     save_to_object_store: dict[str, Any] | None = Field(
-        None, description="cosmos-rl S3 save (enabled must be false; `cosmos-train upload` uploads a run)."
+        None,
+        description="cosmos-rl S3 save: enabled needs job.output_dir = s3://<bucket>/... (the run is mirrored there).",
     )
     load_from_object_store: dict[str, Any] | None = Field(
-        None, description="cosmos-rl S3 load (enabled must be false)."
+        None,
+        description="cosmos-rl S3 load: enabled needs job.output_dir = s3://<bucket>/... (resume reads the bucket).",
     )
 
 

@@ -21,8 +21,9 @@ NO_EFFECT_TABLES: dict[str, str] = {
     "trainer.grad_scaler_args": "no fp16 loss scaling (float32 / bfloat16 only)",
     "dataloader_val": "evaluation uses [evaluation] (fixed prompts and noise) and held-out dataset rows",
     "dataloader_train.image_dataloader": "video only",
-    "dataloader_train.video_dataloader.dataloader": "cosmos-rl's webdataset loader settings: read only by type = "
-    '"web", which is refused',
+    "dataloader_train.video_dataloader.dataloader": "cosmos-rl's webdataset loader settings (dataset_name, "
+    'object_store, augmentors, caches): type = "web" reads the s3:// shards at video_dataloader.dataset_dir with '
+    "video_dataloader's batch_size / num_workers (a different batch_size / num_workers here is refused)",
     "checkpoint.type": "checkpoints are torch.distributed.checkpoint folders",
 }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from cosmos_train.train.rl_losses import LOG_RATIO_BOUND, group_advantages
+from cosmos_train.wfm.sde import sample_mean
 
 
 def advantages(rewards: torch.Tensor, group_size: int, clip: float) -> torch.Tensor:
@@ -46,9 +47,14 @@ def policy_step_loss(
     return loss, stats
 
 
-def flow_matching_loss(v_pred: torch.Tensor, x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Mean squared error of the predicted velocity against the rectified-flow target eps - x0."""
-    return ((v_pred.float() - (noise - x0).float()) ** 2).mean()
+def flow_matching_loss(
+    v_pred: torch.Tensor, x0: torch.Tensor, noise: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean squared error of the predicted velocity against the rectified-flow target eps - x0; with `weight`
+    (video2world's generated-frame indicator [B, 1, T, 1, 1]) each sample's mean over its weighted elements only,
+    then the batch mean."""
+    per_element = (v_pred.float() - (noise - x0).float()) ** 2
+    return per_element.mean() if weight is None else sample_mean(per_element, weight).mean()
 
 
 def noised(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

@@ -137,15 +137,16 @@ def _pass_through(vae: AutoencoderKLWan) -> None:
             _identity_like(m, average=stride > 1)
 
 
-def _tiny_transformer(latent_channels: int, text_dim: int) -> CosmosTransformer3DModel:
-    """Predict2.5's DiT layout, tiny: 2 blocks of 2 heads x 32, cross-attention on the projected full_concat."""
+def _tiny_transformer(latent_channels: int, text_dim: int, heads: int = 2) -> CosmosTransformer3DModel:
+    """Predict2.5's DiT layout, tiny: 2 blocks of 2 heads x 32 (or `heads` x 64 / heads: context parallel over 4
+    ranks needs 4), cross-attention on the projected full_concat."""
     from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
 
     return CosmosTransformer3DModel(
         in_channels=latent_channels + 1,
         out_channels=latent_channels,
-        num_attention_heads=2,
-        attention_head_dim=32,
+        num_attention_heads=heads,
+        attention_head_dim=64 // heads,
         num_layers=2,
         mlp_ratio=2.0,
         text_embed_dim=64,
@@ -203,7 +204,7 @@ def _model_index() -> dict[str, Any]:
     }
 
 
-def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 4) -> Path:
+def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 4, heads: int = 2) -> Path:
     """Write a tiny Cosmos-Predict2.5-layout diffusers folder (model_index.json, transformer/, vae/, text_encoder/,
     tokenizer/, scheduler/) with weights drawn from `seed`; the same seed gives the same bytes.
 
@@ -219,7 +220,7 @@ def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 
         torch.manual_seed(seed)
         vae = _tiny_vae(latent_channels)
         _pass_through(vae)
-        transformer = _tiny_transformer(latent_channels, text_dim)
+        transformer = _tiny_transformer(latent_channels, text_dim, heads)
         # A made-up VAE's latents are far from unit scale: measure mean / std per channel on synthetic videos (as
         # Wan's were measured on real ones), so that normalised latents, what the DiT sees, are ~N(0, 1).
         with torch.no_grad():
@@ -459,14 +460,19 @@ def decode_latents(parts: WfmParts, latents: torch.Tensor) -> torch.Tensor:
 
 
 def predict_velocity(
-    transformer: CosmosTransformer3DModel, latents: torch.Tensor, sigma: torch.Tensor, prompt_embeds: torch.Tensor
+    transformer: CosmosTransformer3DModel,
+    latents: torch.Tensor,
+    sigma: torch.Tensor,
+    prompt_embeds: torch.Tensor,
+    condition_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The DiT's velocity [B, C, T, H, W] for latents at noise level sigma [B] in [0, 1] (text2world: no
     conditioning frames). Differentiable; works on an FSDP2-sharded transformer (called as a module).
 
     The pipeline passes timestep [B, 1, T, 1, 1] (per latent frame, for conditioning frames); with no conditioning
     frame every frame has the same sigma, and the DiT's [B] form gives the same output (tested, bit-equal on CPU)
-    without running each block's AdaLN on every token.
+    without running each block's AdaLN on every token. Video2world (wfm/conditioning.py) passes sigma as
+    [B, 1, T, 1, 1] and the condition-mask channel [B, 1, T, H, W] (None: zeros, text2world).
     """
     config = transformer.config  # FSDP2 keeps the module's attributes
     b, _, t, h, w = latents.shape
@@ -477,9 +483,11 @@ def predict_velocity(
     # sigma stays float32 (as the pipeline's): the DiT's sinusoidal embedding casts after computing
     return transformer(
         hidden_states=latents.to(dtype),
-        timestep=sigma.to(latents.device, torch.float32).reshape(b),
+        timestep=sigma.to(latents.device, torch.float32).reshape(b if sigma.numel() == b else (b, 1, t, 1, 1)),
         encoder_hidden_states=prompt_embeds.to(dtype),
-        condition_mask=latents.new_zeros(b, 1, t, h, w, dtype=dtype),
+        condition_mask=(
+            latents.new_zeros(b, 1, t, h, w, dtype=dtype) if condition_mask is None else condition_mask.to(dtype)
+        ),
         return_dict=False,
         **kwargs,
     )[0]

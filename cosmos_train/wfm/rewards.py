@@ -6,6 +6,12 @@ reached over HTTP (service), one score per video, combined by the [reward] weigh
 
 The local functions ARE the service's handler classes (cosmos_train/reward_service/handlers/video_stats.py), so
 a run scored locally and one scored by the service get the same numbers for the same pixels.
+
+Local handlers: brightness, motion, smoothness (video statistics), and first_frame_brightness, the video2world
+reward: 1 - the mean |brightness of frame t - brightness of frame 0| / 255 over the later frames. With
+model.rl.min/max_num_conditional_frames > 0 the first frame is the dataset clip's, so the reward is earned by
+continuing the given frame (a dark clip stays dark, a bright one bright), not by one brightness for every prompt
+(bench/wfm_rl_learning.py --video2world measures it).
 """
 
 from __future__ import annotations

@@ -72,11 +72,23 @@ def step_mean(
     return x + (v + correction * (x + (1 - sigma) * v)) * dt
 
 
-def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """[B]: the mean over each sample's elements of log N(x; mean, std^2) (std a scalar or [B])."""
+def sample_mean(per_element: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """[B]: each sample's mean over its elements, or over the elements where `weight` (broadcast to per_element,
+    e.g. video2world's generated-frame indicator [B, 1, T, 1, 1]) is 1."""
+    if weight is None:
+        return per_element.flatten(1).mean(dim=1)
+    w = weight.to(per_element.dtype).expand_as(per_element)
+    return (per_element * w).flatten(1).sum(dim=1) / w.flatten(1).sum(dim=1).clamp(min=1.0)
+
+
+def gaussian_log_prob(
+    x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[B]: the mean over each sample's elements (those with weight 1, if given) of log N(x; mean, std^2) (std a
+    scalar or [B])."""
     std = std.to(x.dtype).to(x.device).reshape(-1, *([1] * (x.dim() - 1))) if std.dim() else std.to(x)
     per_element = -((x.detach() - mean) ** 2) / (2 * std**2) - torch.log(std) - LOG_SQRT_2PI
-    return per_element.flatten(1).mean(dim=1)
+    return sample_mean(per_element, weight)
 
 
 def sde_step(
@@ -88,10 +100,12 @@ def sde_step(
     noise: torch.Tensor | None = None,
     x_next: torch.Tensor | None = None,
     sigma_cap: float | None = None,
+    weight: torch.Tensor | None = None,
 ) -> SdeStep:
     """One SDE step from x with velocity v. Sampling: give `noise` (standard normal, like x). Training: give
     the recorded `x_next` to get its log-prob under the current v. `sigma_cap` (default: sigma itself when < 1,
-    else 0.99...) is the schedule's second sigma for the first step, as Flow-GRPO."""
+    else 0.99...) is the schedule's second sigma for the first step, as Flow-GRPO. `weight`: the log-prob is the
+    mean over the elements where it is 1 (video2world: the generated frames; None: all)."""
     cap = float(sigma_cap) if sigma_cap is not None else min(float(sigma), 1 - 1e-3)
     std_t, std = step_std(sigma, sigma_next, noise_level, cap)
     mean = step_mean(x, v, sigma, sigma_next, std_t)
@@ -99,12 +113,14 @@ def sde_step(
         if noise is None:
             raise ValueError("sde_step needs `noise` to sample or `x_next` to score")
         x_next = mean.detach() + std.to(x) * noise
-    return SdeStep(x_next=x_next, mean=mean, std=std, log_prob=gaussian_log_prob(x_next, mean, std))
+    return SdeStep(x_next=x_next, mean=mean, std=std, log_prob=gaussian_log_prob(x_next, mean, std, weight))
 
 
-def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """[B]: KL(N(mean, std^2) || N(ref_mean, std^2)) per element, averaged over each sample's elements: the KL
-    between the policy's and the reference's step distributions, which differ only through the predicted
-    velocity: (mean - ref_mean)^2 / (2 std^2)."""
+def gaussian_kl(
+    mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[B]: KL(N(mean, std^2) || N(ref_mean, std^2)) per element, averaged over each sample's elements (those with
+    weight 1, if given): the KL between the policy's and the reference's step distributions, which differ only
+    through the predicted velocity: (mean - ref_mean)^2 / (2 std^2)."""
     std = std.to(mean.dtype).to(mean.device).reshape(-1, *([1] * (mean.dim() - 1))) if std.dim() else std.to(mean)
-    return (((mean - ref_mean.detach()) ** 2) / (2 * std**2)).flatten(1).mean(dim=1)
+    return sample_mean(((mean - ref_mean.detach()) ** 2) / (2 * std**2), weight)

@@ -9,8 +9,15 @@ decodes them with the VAE, scores them (local handlers or the reward service), t
 and trains on a random `timestep_fraction` of the denoising steps (or cosmos-rl's `train_on` steps) with the clipped
 policy term (plus kl_beta x the KL to the frozen reference); DDRL adds data_beta x the flow-matching loss on this
 rank's dataset videos (the text conditioner's dropout_rate of them with a zeroed prompt). One optimizer step per
-pass (mu_iterations passes). The DiT is FSDP2-sharded per block over (dp_replicate, dp_shard); VAE and text
-encoder are frozen, replicated.
+pass (mu_iterations passes). The DiT is FSDP2-sharded per block over (dp_replicate, dp_shard x cp); VAE and text
+encoder are frozen, replicated. With model_parallel.context_parallel_size = N (wfm/context_parallel.py) the N ranks
+of a CP group share their samples (rows and noise by dp_rank) and each runs 1/N of a video's DiT tokens; the
+velocity is gathered whole, so everything after the DiT is computed as at N = 1 (the decode and the rewards by
+the group's first rank, shared with the others).
+
+Video2world (model.rl.max_num_conditional_frames > 0, wfm/conditioning.py): each rank's rollout group draws k in
+[min, max] and continues the first k latent frames of its rows' clips, clean at every step; the log-probs, the KL and
+DDRL's data term (same k) cover the generated frames only; evaluation gives eval_num_conditional_frames of each clip.
 
 Evaluation (before training, every [evaluation].every_iter, after): fixed prompts and fixed noise, ODE sampling
 (guidance as model.rl.guidance), mean reward, and on held-out dataset videos the flow-matching loss at fixed
@@ -41,10 +48,13 @@ from torch.distributed._composable import checkpoint
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from cosmos_train.distributed import DistInfo, all_reduce_sum
+from cosmos_train.distributed import DistInfo, all_reduce_sum, set_data_parallel_average
 from cosmos_train.errors import DataError, TrainingDiverged
 from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
+from cosmos_train.wfm import conditioning
+from cosmos_train.wfm.conditioning import FrameCondition, conditioned_velocity, frame_condition
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.context_parallel import check_context_parallel, enable_context_parallel, share_from_first
 from cosmos_train.wfm.data import (
     SCAN_FILE,
     load_clip,
@@ -61,26 +71,30 @@ from cosmos_train.wfm.model import (
     export_wfm,
     latent_shape,
     load_wfm,
-    predict_velocity,
     transformer_blocks,
 )
 from cosmos_train.wfm.rewards import VideoScorer
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
+from cosmos_train.wfm.web_data import WebRows, clip_cache_dir
 
 EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
 CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)
 
 
 def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
-    """FSDP2 per DiT block, then the root (embeddings, final layer); activation checkpointing per block first."""
+    """FSDP2 per DiT block, then the root (embeddings, final layer); activation checkpointing per block first; with
+    context parallel, the CP forward and Ulysses self-attention (wfm/context_parallel.py) before, and FSDP's
+    gradient reduction summing the CP ranks' shares after."""
     compute = torch.bfloat16 if cfg.model.param_dtype == "bfloat16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    enable_context_parallel(transformer, dist.cp_group)
     if cfg.model.activation_checkpointing and trainable:
         for block in transformer_blocks(transformer):
             checkpoint(block)  # composable: parameter names stay those of the diffusers folder
     for block in transformer_blocks(transformer):
         fully_shard(block, mesh=dist.dp_mesh, mp_policy=mp)
     fully_shard(transformer, mesh=dist.dp_mesh, mp_policy=mp, reshard_after_forward=False)
+    set_data_parallel_average(transformer, dist)
     if not trainable:
         transformer.requires_grad_(False)
         transformer.eval()
@@ -106,6 +120,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         if cfg.job.wandb_mode != "disabled":
             os.environ.setdefault("WANDB_MODE", cfg.job.wandb_mode)
         self.rl, self.video = cfg.model.rl, cfg.video
+        # video2world (wfm/conditioning.py): rollouts continue the first k latent frames of their dataset clips
+        self.video2world = self.rl.max_num_conditional_frames > 0
         self.parts = load_wfm(
             cfg.model.model_name_or_path,
             device=dist.device,
@@ -113,6 +129,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             revision=cfg.model.model_revision,
         )
         base = self.parts.transformer.float()
+        w, h = self.video.video_size  # before any sharding: heads and a video's tokens must divide by the CP size
+        check_context_parallel(base, dist.cp, latent_shape(self.parts, self.video.num_frames, h, w))
         self.reference = shard_dit(copy.deepcopy(base), dist, cfg, trainable=False) if self.rl.kl_beta > 0 else None
         model = shard_dit(base, dist, cfg, trainable=True)
         self.params = sum(p.numel() for p in base.parameters())
@@ -131,9 +149,12 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self._embeddings: dict[str, torch.Tensor] = {}
         # dataset latents, most recently used last: a 93-frame 720p clip's are ~20 MB, so only the last few are kept
         self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.web: WebRows | None = None  # type = "web": the rows stream from S3 shards instead of train_rows
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
         self.eval_rows = (self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts]
+        if self.web is not None:
+            self.eval_rows = self.web.first_rows(cfg.evaluation.num_prompts)
         self.eval_after: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ the config, for the shared loop
@@ -169,6 +190,16 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         if dl.type == "mock":
             prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
             return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
+        if dl.type == "web":
+            self.web = WebRows.from_config(
+                self.video,
+                seed=self.cfg.trainer.seed,
+                dp_rank=self.dist.dp_rank,
+                dp_size=self.dist.dp_size,
+                cache_dir=clip_cache_dir(self.run_dir, self.dist.rank),
+                env=os.environ,
+            )
+            return [], [], self.web.report()
         # the flow's check-data task scanned (probing every video) moments ago: reuse it when its settings match
         settings = self.video.scan_settings
         samples, report = load_scan(self.run_dir / SCAN_FILE, settings) or scan_dataset(**settings)
@@ -192,7 +223,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         if missing and self.video.offline_text_embedding:
             width = self._embedding_width()
             for r in missing:
-                emb = load_text_embedding(r["text_embedding"], self.video.dataset_dir)
+                emb = r.get("embedding")  # a web row carries its embedding from the shard
+                emb = emb if emb is not None else load_text_embedding(r["text_embedding"], self.video.dataset_dir)
                 if emb.shape[-1] != width:
                     raise DataError(
                         f"{r['text_embedding']}: embeddings of width {emb.shape[-1]}; this model's DiT "
@@ -239,55 +271,77 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
 
     # ------------------------------------------------------------------ sampling
     def velocity(
-        self, model: nn.Module, x: torch.Tensor, sigma: float | torch.Tensor, emb: torch.Tensor
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        sigma: float | torch.Tensor,
+        emb: torch.Tensor,
+        cond: FrameCondition | None = None,
     ) -> torch.Tensor:
-        """float32 velocity of `model` (policy or reference) at one sigma for all, or one per sample ([B])."""
+        """float32 velocity of `model` (policy or reference) at one sigma for all, or one per sample ([B]); with
+        `cond`, video2world's (0 on the given frames)."""
         sigmas = sigma if isinstance(sigma, torch.Tensor) else torch.full((x.shape[0],), float(sigma), device=x.device)
-        return predict_velocity(model, x, sigmas, emb).float()
+        return conditioned_velocity(model, x, sigmas, emb, cond)
+
+    def condition_for(self, rows: list[dict[str, Any]], k: int) -> FrameCondition | None:
+        """The first k latent frames of each row's clip given (None when k == 0: text2world)."""
+        return frame_condition(self.clip_latents(rows), k) if k > 0 else None
 
     @torch.no_grad()
-    def rollout(self, emb: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def rollout(
+        self, emb: torch.Tensor, generator: torch.Generator, cond: FrameCondition | None = None
+    ) -> dict[str, torch.Tensor]:
         """Group-shared initial noise (use_same_seed; else one per sample), SDE sampling; returns the trajectory
-        [B, K+1, ...] and log-probs [B, K]."""
+        [B, K+1, ...] and log-probs [B, K]. With `cond` (video2world) the given frames are clean at every step and
+        the log-probs cover the generated frames only."""
         g = self.rl.num_generations if self.rl.use_same_seed else 1
         noise = torch.randn((emb.shape[0] // g, *self.latent_shape), generator=generator, device=emb.device)
         x = noise.repeat_interleave(g, dim=0)
+        x = x if cond is None else cond.apply(x)
+        weight = None if cond is None else cond.generated
         xs, logps = [x], []
         cap = float(self.sigmas[1])
         for k in range(self.rl.sample_steps):
             s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
-            v = self.velocity(self.model, x, s, emb)
+            v = self.velocity(self.model, x, s, emb, cond)
             z = torch.randn(x.shape, generator=generator, device=x.device)
-            step = sde_step(x, v, s, s_next, self.rl.noise_level, noise=z, sigma_cap=cap)
-            x = step.x_next
+            step = sde_step(x, v, s, s_next, self.rl.noise_level, noise=z, sigma_cap=cap, weight=weight)
+            x = step.x_next if cond is None else cond.apply(step.x_next)
             xs.append(x)
             logps.append(step.log_prob)
         return {"xs": torch.stack(xs, dim=1), "log_probs": torch.stack(logps, dim=1)}
 
     @torch.no_grad()
-    def sample_ode(self, emb: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """Deterministic samples (Euler ODE), with classifier-free guidance against the empty prompt if asked."""
-        x = noise
+    def sample_ode(self, emb: torch.Tensor, noise: torch.Tensor, cond: FrameCondition | None = None) -> torch.Tensor:
+        """Deterministic samples (Euler ODE), with classifier-free guidance against the empty prompt if asked; with
+        `cond`, video2world's (conditioning.sample_ode)."""
         # the config refuses guidance with offline embeddings: the empty prompt has no pickle
         uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 else None
-        for k in range(len(self.eval_sigmas) - 1):
-            s, s_next = float(self.eval_sigmas[k]), float(self.eval_sigmas[k + 1])
-            v = self.velocity(self.model, x, s, emb)
-            if uncond is not None:
-                v = v + self.rl.guidance * (v - self.velocity(self.model, x, s, uncond))
-            x = step_mean(x, v, s, s_next, torch.tensor(0.0))
-        return x
+        return conditioning.sample_ode(
+            self.model, noise, self.eval_sigmas, emb, cond, guidance=self.rl.guidance, uncond_embeds=uncond
+        )
 
     def score(self, latents: torch.Tensor, prompts: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+        """Rewards (total, per handler) and the decoded videos. With context parallel the ranks of a CP group hold
+        the same samples: its first rank decodes and scores them once and the others receive the rewards (their
+        videos come back empty; only global rank 0 keeps videos)."""
+        cp = self.dist.cp_group
+        if cp.rank > 0:
+            total, parts = share_from_first(cp, None)
+            return total, parts, np.zeros((0,), np.uint8)
         videos = decode_latents(self.parts, latents).cpu().numpy()
         total, parts = self.scorer.score(videos, latents.float().cpu().numpy(), prompts)
+        share_from_first(cp, (total, parts))
         return total, parts, videos
 
     # ------------------------------------------------------------------ one iteration
     def step_inputs(self) -> Iterator[tuple[list[dict[str, Any]], None]]:
         """This rank's prompts of each iteration (`rows_for`: a function of the iteration alone)."""
         while True:
-            yield self.rows_for(self.step, self.train_rows, self.video.batch_size), None
+            if self.web is not None:  # the shard stream's next rows (its position is checkpointed)
+                yield self.web.take(self.video.batch_size), None
+            else:
+                yield self.rows_for(self.step, self.train_rows, self.video.batch_size), None
 
     def train_step(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -295,9 +349,20 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         group_rows = [r for r in rows for _ in range(rl.num_generations)]
         emb = self.embed(group_rows)
         gen = torch.Generator(device=dev).manual_seed(
-            self.cfg.trainer.seed * 1_000_003 + self.step * 997 + self.dist.rank
+            # dp_rank: the ranks of one context-parallel group draw the same noise (they share the samples)
+            self.cfg.trainer.seed * 1_000_003 + self.step * 997 + self.dist.dp_rank
         )
-        traj = self.rollout(emb, gen)
+        # video2world: one k per rollout group (this rank's batch), as cosmos-rl; DDRL's data term uses it too
+        k_cond = (
+            conditioning.draw_group_num_conditional_frames(
+                rl.min_num_conditional_frames, rl.max_num_conditional_frames, gen
+            )
+            if self.video2world
+            else 0
+        )
+        group_cond = self.condition_for(rows, k_cond)
+        group_cond = None if group_cond is None else group_cond.repeat_interleave(rl.num_generations)
+        traj = self.rollout(emb, gen, group_cond)
         rewards, parts, _ = self.score(traj["xs"][:, -1], [r["prompt"] for r in group_rows])
         adv = advantages(torch.as_tensor(rewards, dtype=torch.float32), rl.num_generations, rl.adv_clip_max).to(dev)
         t_rollout = time.perf_counter() - t0
@@ -315,14 +380,16 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                 for k in steps:
                     s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
                     x, x_next = traj["xs"][sl, k], traj["xs"][sl, k + 1]
-                    v = self.velocity(self.model, x, s, emb[sl])
-                    step = sde_step(x, v, s, s_next, rl.noise_level, x_next=x_next, sigma_cap=cap)
+                    c = None if group_cond is None else group_cond.rows(sl)
+                    w = None if c is None else c.generated
+                    v = self.velocity(self.model, x, s, emb[sl], c)
+                    step = sde_step(x, v, s, s_next, rl.noise_level, x_next=x_next, sigma_cap=cap, weight=w)
                     kl = None
                     if self.reference is not None:
                         with torch.no_grad():
-                            v_ref = self.velocity(self.reference, x, s, emb[sl])
+                            v_ref = self.velocity(self.reference, x, s, emb[sl], c)
                         std_t, _ = step_std(s, s_next, rl.noise_level, cap)
-                        kl = gaussian_kl(step.mean, step_mean(x, v_ref, s, s_next, std_t), step.std)
+                        kl = gaussian_kl(step.mean, step_mean(x, v_ref, s, s_next, std_t), step.std, w)
                     loss, st = policy_step_loss(
                         step.log_prob, traj["log_probs"][sl, k], adv[sl], rl.clip_range, kl, rl.kl_beta
                     )
@@ -332,7 +399,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                         if key in st:
                             stats[key].append(st[key])
             if rl.algorithm == "ddrl" and rl.data_beta > 0:
-                stats["data_loss"].append(self._data_loss_backward(gen))
+                stats["data_loss"].append(self._data_loss_backward(gen, k_cond))
             grad_norms.append(self.clip_gradients())
             finite = finite and bool(np.isfinite(grad_norms[-1]))
             if finite:
@@ -358,6 +425,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             "rollout_time": t_rollout,
             "step_time": time.perf_counter() - t0,
         }
+        if self.video2world:  # the mean over ranks of each rank's k (one per rollout group)
+            values["num_conditional_frames"] = float(all_reduce_sum(float(k_cond), dev)) / self.dist.world_size
         for key, vals in stats.items():
             if vals:
                 values[key] = float(np.mean(vals))
@@ -375,16 +444,23 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         pick = torch.randperm(len(rest), generator=gen, device=dev)[: len(rl.train_on) - len(fixed)].tolist()
         return fixed + [rest[i] for i in pick]
 
-    def _data_loss_backward(self, gen: torch.Generator) -> float:
+    def _data_loss_backward(self, gen: torch.Generator, k_cond: int = 0) -> float:
         """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward; the text
-        conditioner's dropout_rate of the samples get a zeroed prompt embedding (as cosmos-rl's conditioner)."""
-        rows = self.rows_for(self.step, self.train_rows, self.video.batch_size, salt=1)
+        conditioner's dropout_rate of the samples get a zeroed prompt embedding (as cosmos-rl's conditioner).
+        Video2world: the first k_cond latent frames of each clip are given, the loss covers the others."""
+        rows = (
+            self.web.take(self.video.batch_size)
+            if self.web is not None
+            else self.rows_for(self.step, self.train_rows, self.video.batch_size, salt=1)
+        )
         x0 = self.clip_latents(rows)
         emb = self.embed(rows)
         emb = drop_text(emb, self.cfg.text_dropout_rate(), gen)
         noise = torch.randn(x0.shape, generator=gen, device=x0.device)
         sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
-        loss = flow_matching_loss(self.velocity(self.model, noised(x0, noise, sigma), sigma, emb), x0, noise)
+        cond = frame_condition(x0, k_cond) if k_cond > 0 else None
+        v = self.velocity(self.model, noised(x0, noise, sigma), sigma, emb, cond)
+        loss = flow_matching_loss(v, x0, noise, None if cond is None else cond.generated)
         (self.rl.data_beta * loss).backward()
         return float(loss.detach())
 
@@ -398,7 +474,10 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         emb = self.embed(rows)
         gen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed)
         noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)
-        latents = self.sample_ode(emb, noise)
+        k_eval = conditioning.eval_num_conditional_frames(
+            self.rl.min_num_conditional_frames, self.rl.max_num_conditional_frames
+        )
+        latents = self.sample_ode(emb, noise, self.condition_for(rows, k_eval))
         rewards, parts, videos = self.score(latents, prompts)
         out: dict[str, Any] = {
             "reward_mean": float(rewards.mean()),
@@ -414,11 +493,13 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             hemb = self.embed(self.heldout_rows)
             hgen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed + 1)
             eps = torch.randn(x0.shape, generator=hgen, device=dev)
+            hcond = frame_condition(x0, k_eval) if k_eval > 0 else None
+            weight = None if hcond is None else hcond.generated
             losses = []
             for s in EVAL_SIGMAS:
                 sigma = torch.full((x0.shape[0],), s, device=dev)
-                v = self.velocity(self.model, noised(x0, eps, sigma), sigma, hemb)
-                losses.append(float(flow_matching_loss(v, x0, eps)))
+                v = self.velocity(self.model, noised(x0, eps, sigma), sigma, hemb, hcond)
+                losses.append(float(flow_matching_loss(v, x0, eps, weight)))
             out["heldout_diffusion_loss"] = float(np.mean(losses))
         return out
 
@@ -437,8 +518,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return out
 
     def describe(self) -> str:
+        data = f"{len(self.web.urls)} shards" if self.web is not None else f"{len(self.train_rows)} prompts/rows"
         return (
-            f"{self.rl.algorithm}: {self.params:,} DiT parameters, {len(self.train_rows)} prompts/rows, "
+            f"{self.rl.algorithm}: {self.params:,} DiT parameters, {data}, "
             f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, "
             f"{self.total_steps} iterations, {self.dist.world_size} ranks"
         )
@@ -461,7 +543,19 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self.scorer.close()
 
     def result_extra(self) -> dict[str, Any]:
-        return {"algorithm": self.rl.algorithm, "data": self.data_report, "eval_after": self.eval_after}
+        data = self.web.report() if self.web is not None else self.data_report
+        return {"algorithm": self.rl.algorithm, "data": data, "eval_after": self.eval_after}
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        extra = super().checkpoint_extra()
+        if self.web is not None:  # every rank's shard position (a collective: all ranks save)
+            extra["web_data"] = self.web.state_dict()
+        return extra
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        super().restore_extra(extra)
+        if self.web is not None and "web_data" in extra:
+            self.web.load_state_dict(extra["web_data"])
 
 
 def main(argv: list[str] | None = None) -> int:

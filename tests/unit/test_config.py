@@ -55,10 +55,9 @@ def test_seed_rl_snippet_maps_aliases(tmp_path: Path) -> None:
 def test_seed_wfm_snippet_maps_parallelism() -> None:
     cfg = load_config(SNIPPETS[0].parent / "004_07_rst.toml")
     par = cfg.policy.parallelism
-    # context_parallel_size = 2 runs as twice the FSDP shards (the same result), said as having no effect
-    assert (par.dp_shard_size, par.dp_replicate_size, par.cp_size) == (16, 4, 1)
-    [note] = cfg.no_effect
-    assert note.key == "policy.parallelism.cp_size" and note.value == 2 and "dp_shard_size 8 -> 16" in note.reason
+    # context_parallel_size = 2 is context parallel: each sequence split over 2 ranks, nothing folded
+    assert (par.dp_shard_size, par.dp_replicate_size, par.cp_size) == (8, 4, 2)
+    assert "policy.parallelism.cp_size" not in {n.key for n in cfg.no_effect}
 
 
 def test_upload_keys_still_parse() -> None:

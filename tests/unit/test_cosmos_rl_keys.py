@@ -266,12 +266,13 @@ def test_older_names_and_inverted_keys_load_as_ours() -> None:
         config_from_dict({"train": {"train_policy": {"unbiased_advantage": True, "scale_rewards": True}}})
 
 
-def test_context_and_pipeline_parallel_run_as_fsdp_shards() -> None:
+def test_pipeline_parallel_runs_as_fsdp_shards_context_parallel_is_kept() -> None:
     cfg = load_config(FIXTURES / "qwen_sft_pp_cp.toml", env={})
     par = cfg.policy.parallelism
-    assert (par.dp_shard_size, par.cp_size, par.pp_size) == (8, 1, 1)  # 2 x cp 2 x pp 2: the same 8 ranks
+    assert (par.dp_shard_size, par.cp_size, par.pp_size) == (4, 2, 1)  # 2 x pp 2 shards, cp 2: the same 8 ranks
     notes = {n.key: n for n in cfg.no_effect}
-    assert "dp_shard_size 2 -> 8" in notes["policy.parallelism.cp_size"].reason
+    assert "dp_shard_size 2 -> 4" in notes["policy.parallelism.pp_size"].reason
+    assert "policy.parallelism.cp_size" not in notes
 
 
 def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -34,16 +34,19 @@ LAYERS: dict[str, int] = {
     "cosmos_train.launch": 0,  # the torchrun wrapper: process_tree and torch, run as `python -m`
     "cosmos_train.storage": 0,  # uploads to S3 / the Hub: errors only, used by the CLI and flows
     "cosmos_train.vision": 0,  # vision settings and layouts: what config, data and models all read
+    "cosmos_train.context_parallel": 0,  # Ulysses attention, sequence split / gather (torch.distributed only)
     # 1 - the job config: schema, loader, checks, cosmos-rl compatibility, the key reference.
     "cosmos_train.config": 1,
     # 2 - models and data (independent of each other), and the runtime infrastructure that reads a config.
     "cosmos_train.models": 2,  # model families, loading, LoRA, Hugging Face folders, the tiny models
     "cosmos_train.data": 2,  # chats, media, datasets and their sources, synthetic data
+    "cosmos_train.data.shards": 2,  # webdataset tar shards streamed from S3 (storage's client and settings)
     "cosmos_train.distributed": 2,  # process group and mesh from [policy.parallelism]; models.parallelize uses it
     "cosmos_train.checkpoint": 2,  # DCP checkpoints and the rank collectives the exporter shares
     "cosmos_train.checkpoint_files": 2,  # reading a checkpoint's files (DCP, torch, JSON): damage as CheckpointError
     "cosmos_train.signals": 2,  # exit signals agreed over checkpoint's CPU group
     "cosmos_train.metrics": 2,  # metrics.jsonl and wandb for a run (config's logging keys)
+    "cosmos_train.run_sync": 2,  # an s3:// output_dir: the run folder mirrored to the bucket, resume from it
     "cosmos_train.curves": 2,  # plots of metrics.jsonl (reads metrics)
     # 3 - what generates and scores completions.
     "cosmos_train.generation": 3,  # HF / vLLM engines over models and data
@@ -51,6 +54,9 @@ LAYERS: dict[str, int] = {
     # 4 - the jobs.
     "cosmos_train.train": 4,  # SFT and GRPO trainers
     "cosmos_train.wfm": 4,  # world-model RL (reads train's RL losses and the reward service's handlers)
+    "cosmos_train.wfm.web_data": 4,  # the world-model rows of S3 shards (data.shards, wfm.data's checks)
+    "cosmos_train.wfm.evaluate": 4,  # world-model evaluation (wfm's sampler and rewards, evaluation.report's labels)
+    "cosmos_train.wfm.eval_report": 4,  # its intervals, table and grid (evaluation.scoring's z)
     "cosmos_train.evaluation": 4,  # benchmark evaluation
     "cosmos_train.reward_service": 4,  # the reward HTTP service and its handlers
     "cosmos_train.reward_service.latents": 4,  # Wan VAE latents -> pixels for the service (diffusers, lazily)

@@ -216,7 +216,7 @@ def test_rollout_sums_name_what_they_sum_and_reduce_over_ranks() -> None:
     assert (sums.reward, sums.reward_squared, sums.response_tokens, sums.longest) == (2.0, 2.0, 7.0, 2.0)
     assert [g.row["id"] for g in rollout.groups] == ["r0", "r2"]
     assert sums.refill_rounds == 1.0 and sums.part_rewards == [2.0, 0.0] and sums.truncated == 0.0
-    alone = SimpleNamespace(device=torch.device("cpu"), tp=1)  # no process group: the sums stay this rank's
+    alone = SimpleNamespace(device=torch.device("cpu"), tp=1, cp=1)  # no process group: the sums stay this rank's
     assert sums.all_reduced(alone) == sums
     stats = sums.stats()
     assert stats["dropped_zero_std"] == 1.0 and stats["zero_std_fraction"] == pytest.approx(1 / 3)

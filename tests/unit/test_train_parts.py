@@ -148,9 +148,9 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
     assert "rollout.parallelism.tp_size" in problems and "policy.lora" not in problems  # LoRA runs
     tp_lora = config_from_dict({"policy": {"lora": {"r": 4}, "parallelism": {"tp_size": 2}}})
     assert "policy.lora: LoRA with tensor parallelism" in " ".join(unsupported_settings(tp_lora))
-    # speed-only and layout-only settings run (the same result), said as accepted with no effect
-    assert [n.key for n in cfg.no_effect] == ["policy.parallelism.cp_size", "policy.parallelism.pp_size"]
-    assert cfg.policy.parallelism.cp_size == cfg.policy.parallelism.pp_size == 1
+    # layout-only settings run (the same result), said as accepted with no effect; cp_size is context parallel
+    assert [n.key for n in cfg.no_effect] == ["policy.parallelism.pp_size"]
+    assert (cfg.policy.parallelism.cp_size, cfg.policy.parallelism.pp_size) == (2, 1)
     assert "use_remote_reward" not in problems  # the reward service client implements it
 
 

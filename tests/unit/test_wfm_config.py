@@ -30,9 +30,10 @@ def test_tiny_recipe_loads_with_its_values() -> None:
 @pytest.mark.parametrize(
     ("override", "key", "words"),
     [
-        ("model_parallel.context_parallel_size=2", "model_parallel.context_parallel_size", "not implemented"),
         ("model_parallel.tensor_model_parallel_size=2", "model_parallel.tensor_model_parallel_size", "set it to 1"),
-        ("model.rl.min_num_conditional_frames=1", "model.rl.min_num_conditional_frames", "video2world"),
+        ("model.rl.max_num_conditional_frames=1", "model.rl.min_num_conditional_frames", '"mock" has no videos'),
+        ("model.rl.min_num_conditional_frames=2", "model.rl.min_num_conditional_frames", "min is above max"),
+        ("model.rl.max_num_conditional_frames=2", "max_num_conditional_frames = 2", "leave none to generate"),
         ("dataloader_train.type='web'", "dataloader_train.type", "webdataset"),
         ("dataloader_train.type='local'", "dataloader_train.video_dataloader.dataset_dir", "required"),
         ("model.rl.algorithm='ddrl'", "model.rl.algorithm", "dataset videos"),
@@ -42,7 +43,7 @@ def test_tiny_recipe_loads_with_its_values() -> None:
         (
             "checkpoint.save_to_object_store={enabled=true}",
             "checkpoint.save_to_object_store.enabled",
-            "cosmos-train upload",
+            'job.output_dir = "s3://BUCKET/PREFIX"',
         ),
         ("model.rl.clip_range=0", "model.rl.clip_range", "> 0"),
         ("model.rl.num_generations=1", "model.rl.num_generations", ">= 2"),

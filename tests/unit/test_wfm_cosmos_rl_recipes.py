@@ -40,25 +40,19 @@ DDRL_2B, DDRL_14B = (
 )
 NFT = "cosmos-predict2-5-2b-720-nft.toml"
 IMAGINAIRE = [GRPO, GRPO_MOCK, DDRL_2B, DDRL_14B]
-FRAMES = "model.rl.min_num_conditional_frames / max_num_conditional_frames = "
 
 # what `config check` refuses in each recipe as published, one problem each (the start of its line)
 AS_PUBLISHED = {
     GRPO: [
-        FRAMES + "1 / 1 (min_num_conditional_frames and max_num_conditional_frames: cosmos-rl's default",
         "checkpoint.model_id = 'base/pre-trained/d20b7120",
         "dataloader_train.video_dataloader.dataset_dir",
     ],
-    GRPO_MOCK: [FRAMES + "1 / 1", 'dataloader_train.type = "web"', "model.model_name_or_path / checkpoint.load_path"],
+    GRPO_MOCK: ['dataloader_train.type = "web"', "model.model_name_or_path / checkpoint.load_path"],
     DDRL_2B: [
-        "model_parallel.context_parallel_size = 2",
-        FRAMES + "0 / 1 (max_num_conditional_frames: cosmos-rl's",
         "checkpoint.model_id = 'base/pre-trained/d20b7120",
         "dataloader_train.video_dataloader.dataset_dir",
     ],
     DDRL_14B: [
-        "model_parallel.context_parallel_size = 8",
-        FRAMES + "0 / 1",
         "checkpoint.model_id = 'base/pre-trained/54937b8c",
         "dataloader_train.video_dataloader.dataset_dir",
     ],
@@ -286,8 +280,11 @@ def test_conditioner_refusals() -> None:
         _cfg([TEXT, {**TEXT, "name": "text2"}])
     with pytest.raises(ConfigError, match="dropout_rate"):
         _cfg([{**TEXT, "dropout_rate": 1.5}])
-    with pytest.raises(ConfigError, match="video2world conditioning frames .* not implemented"):
+    with pytest.raises(ConfigError, match='video2world continues the first frames of dataset clips, and .* "mock"'):
         _cfg([TEXT], max_num_conditional_frames=1)
+    flag = {"name": "use_video_condition", "type": "boolean_flag", "dropout_rate": 0.1}
+    with pytest.raises(ConfigError, match=r"use_video_condition\]: dropout_rate = 0.1 .* set it to 0"):
+        _cfg([TEXT, flag], algorithm="ddrl", max_num_conditional_frames=1)
 
 
 @pytest.mark.parametrize(
@@ -385,7 +382,7 @@ def test_use_same_seed_shares_the_initial_noise_of_a_group(same: bool) -> None:
     t = _bare_trainer(num_generations=3, sample_steps=2, use_same_seed=same)
     t.sigmas, t.latent_shape = sigma_schedule(2, 1.0), (2, 1, 2, 2)
     t.model = None
-    t.velocity = lambda model, x, sigma, emb: torch.zeros_like(x)  # the noise is what is compared
+    t.velocity = lambda model, x, sigma, emb, cond=None: torch.zeros_like(x)  # the noise is what is compared
     traj = t.rollout(torch.zeros(6, 4, 8), torch.Generator().manual_seed(0))
     start = traj["xs"][:, 0]
     assert torch.equal(start[0], start[1]) == same and torch.equal(start[3], start[5]) == same

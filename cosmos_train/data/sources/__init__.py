@@ -39,6 +39,8 @@ Sources (``dataset.source``)
 - ``video_folder``: ``videos/<id><video_suffix>.mp4`` + ``metas/<id>.label.json`` or ``.txt`` ->
   caption chats prompted by ``dataset.caption_prompt``.
 - ``synthetic``: the folder `cosmos_train.data.synthetic` writes (``dataset_info.json``).
+- ``webdataset``: LLaVA-style rows (``<key>.json``) and their media in tar shards on S3 (``name =
+  "s3://bucket/prefix/"`` or a brace pattern), streamed shard by shard (`webdataset.py`).
 - ``script``: a user's Python file (see `cosmos_train.data.sources.script` for its contract).
 - ``auto`` (default) picks by what ``dataset.name`` points at, see `detect_source`: a hub id
   ``nvidia/Cosmos-Reason*`` or a local folder in the hub layout (``<subset>/clips/*.tar.gz`` or
@@ -63,9 +65,10 @@ from typing import Any
 
 from cosmos_train.config import Config, DatasetConfig
 from cosmos_train.data.prompt import with_system_prompt
+from cosmos_train.data.shards import is_shard_url
 
 # The built-in sources register themselves in `registry` on import; nothing below imports them otherwise.
-from cosmos_train.data.sources import cosmos, hf, llava, synthetic, video_folder  # noqa: F401
+from cosmos_train.data.sources import cosmos, hf, llava, synthetic, video_folder, webdataset  # noqa: F401
 from cosmos_train.data.sources import script as script_mod
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
 from cosmos_train.data.sources.cosmos import VIDEO_SUFFIXES
@@ -100,6 +103,8 @@ def detect_source(ds: DatasetConfig) -> str:
     name = ds.name.strip()
     if not name:
         raise DatasetError("train.train_policy.dataset.name is empty: set a hub id, a file or a folder")
+    if is_shard_url(name):
+        return "webdataset"
     path = Path(name).expanduser()
     if path.is_dir():
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():

@@ -4,7 +4,10 @@ Pixels are in [0, 255] (the protocol's video / image range), any dtype; every sc
 - brightness: mean pixel value / 255 (an all-255 video scores 1.0, an all-0 one 0.0);
 - motion: mean |x[t+1] - x[t]| / 255 over frames (0: a still video; 1: frames flipping 0 <-> 255);
 - smoothness: 1 - mean |x[t+1] - 2 x[t] + x[t-1]| / 510, the second difference normalised by its
-  largest possible value (1: constant-velocity change; 0: every pixel jerking 0 -> 255 -> 0).
+  largest possible value (1: constant-velocity change; 0: every pixel jerking 0 -> 255 -> 0);
+- first_frame_brightness: 1 - mean over frames t >= 1 of |mean(x[t]) - mean(x[0])| / 255, how well a video keeps
+  its first frame's brightness (1: every frame as bright as the first). A video2world reward: the first frame is
+  the given one, so a model scores by continuing it, not by any one brightness.
 A video with too few frames for a difference scores 0 motion and 1 smoothness (nothing moved).
 Each item is reduced a frame at a time in float64, so scoring holds a few frames of scratch memory, not
 a float copy of the batch.
@@ -55,6 +58,19 @@ class Motion(Handler):
             total = sum(float(np.abs(_frame(frames, t + 1) - _frame(frames, t)).sum()) for t in range(len(frames) - 1))
             out.append(total / ((len(frames) - 1) * frames[0].size))
         return np.clip(np.asarray(out) / PIXEL_MAX, 0.0, 1.0).tolist()
+
+
+@register_handler("first_frame_brightness")
+class FirstFrameBrightness(Handler):
+    media_types = ("video",)
+
+    def score(self, batch: Batch) -> list[float]:
+        out = []
+        for frames in _videos(batch):
+            first = float(frames[0].mean(dtype=np.float64))
+            later = [abs(float(frames[t].mean(dtype=np.float64)) - first) for t in range(1, len(frames))]
+            out.append(1.0 - (sum(later) / len(later) if later else 0.0) / PIXEL_MAX)
+        return np.clip(np.asarray(out), 0.0, 1.0).tolist()
 
 
 @register_handler("smoothness")

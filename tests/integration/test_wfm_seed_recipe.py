@@ -1,0 +1,243 @@
+"""The world-model seed's recipe (configs/tiny-wfm-seed-recipe.toml) with every part at once, against a real
+S3-compatible server (moto on loopback, IAM auth on) reached with the seed's PROD_S3_CHECKPOINT_* variables alone:
+DDRL, video2world (one given latent frame, the first_frame_brightness reward), context parallel 2 on 2 gloo processes
+(one data-parallel rank), the clips as webdataset shards written by scripts/wfm_shards.py, the run on S3.
+
+The run is killed (SIGKILL, no exit handler) once a checkpoint is in the bucket, the machine's cache wiped (working
+copy and clip cache), and a new run with checkpoint.resume = true continues from the bucket alone: its diffusers
+export is bit-exact the uninterrupted run's, and it read the shards in the same order (the same metrics, rewards and
+data loss bit for bit, at every iteration after the resume; the same stream position at the end). Then, on a wiped
+machine again, the export in the bucket is fetched and evaluated against the base model on the held-out clips the
+shard writer left out (eval-wfm's library functions).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/integration/test_wfm_seed_recipe.py --durations=0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cosmos_train.metrics import read_metrics
+from cosmos_train.wfm.config import load_wfm_config
+from tests.conftest import ROOT
+from tests.integration.test_wfm_dist import TIMED
+from tests.s3_server import S3Server, s3_server
+
+pytestmark = pytest.mark.slow
+
+RECIPE = ROOT / "configs" / "tiny-wfm-seed-recipe.toml"
+ITERS, HELDOUT = 3, 4
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_server(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+def _seed_env(s3: S3Server, cache: Path) -> dict[str, str]:
+    """The seed's variables and no AWS_* (these alone must reach the store); this machine's cache under `cache`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return env | {
+        "PROD_S3_CHECKPOINT_ACCESS_KEY_ID": s3.access_key_id,
+        "PROD_S3_CHECKPOINT_SECRET_ACCESS_KEY": s3.secret_access_key,
+        "PROD_S3_CHECKPOINT_ENDPOINT_URL": s3.url,
+        "PROD_S3_CHECKPOINT_REGION_NAME": "us-east-1",
+        "COSMOS_CACHE": str(cache),  # the clip cache and the runs' working copies ($COSMOS_CACHE/runs)
+        "COSMOS_RUN_CACHE": "",
+        "COSMOS_RUN_SYNC_INTERVAL": "0.5",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def _launch(folder: Path, overrides: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """The recipe on 2 processes (cp = 2) in its own session, so a kill of the group ends it and nothing else."""
+    folder.mkdir(parents=True)
+    load_wfm_config(RECIPE, overrides, env={}).write(folder / "config.toml")
+    cmd = [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2"]
+    cmd += ["-m", "cosmos_train.wfm.trainer", "--config", str(folder / "config.toml")]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def _finish(p: subprocess.Popen, timeout: float = 300) -> str:
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out[-4000:]
+    return out
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process under `root`, from /proc (torchrun starts each rank in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    todo, out = [root], []
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _rank_pid(pids: list[int], rank: int) -> int:
+    """The trainer process of rank `rank` among `pids`, by its RANK / LOCAL_RANK variables."""
+    for pid in pids:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"cosmos_train.wfm.trainer" in cmdline and f"RANK={rank}".encode() in environ:
+            return pid
+    raise AssertionError(f"no rank {rank} among {pids}")
+
+
+def _keys(s3: S3Server, prefix: str) -> set[str]:
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix)
+    return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+
+def _tensors(folder: Path) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for f in sorted(folder.rglob("*.safetensors")):
+        out.update({f"{f.relative_to(folder)}:{k}": v for k, v in load_file(f).items()})
+    return out
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    x, y = _tensors(a), _tensors(b)
+    return bool(x) and x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def _train_rows(run: Path) -> dict[int, dict]:
+    return {
+        r["step"]: {k: v for k, v in r.items() if k not in TIMED} for r in read_metrics(run) if r["kind"] == "train"
+    }
+
+
+def _web_state(run: Path) -> dict:
+    state = json.loads((run / "checkpoints" / f"step_{ITERS}" / "trainer_state.json").read_text())
+    return state["extra"]["web_data"]
+
+
+def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
+    s3: S3Server, tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cosmos_train.wfm.eval_report import comparison_rows
+    from cosmos_train.wfm.evaluate import eval_plan, evaluate_wfm_model, fetch_models
+
+    cache = tmp_path / "machine"
+    env = _seed_env(s3, cache)
+    clips = f"s3://{s3.bucket}/recipe-clips/"
+    put = [sys.executable, str(ROOT / "scripts" / "wfm_shards.py"), str(wfm_data_dir), clips]
+    done = subprocess.run([*put, "--shards", "2", "--heldout", str(HELDOUT)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [f"{clips}shard-00000{i}.tar" for i in range(2)]
+
+    url = f"s3://{s3.bucket}/recipe"
+    common = [
+        f"model.model_name_or_path='{tiny_wfm_dir}'",
+        f"dataloader_train.video_dataloader.dataset_dir='{clips}'",
+        "dataloader_train.video_dataloader.batch_size=1",
+        f"trainer.max_iter={ITERS}",
+        "checkpoint.save_iter=1",
+        "model.rl.sample_steps=4",
+        "evaluation.num_prompts=1",
+    ]
+    # the uninterrupted run, beside the one on S3 (they share nothing: its own cache, a local output_dir)
+    whole = tmp_path / "whole"
+    uninterrupted = _launch(
+        whole / "run", [*common, f"job.output_dir='{whole}'"], _seed_env(s3, tmp_path / "other-machine")
+    )
+    first = (
+        cache / "runs" / s3.bucket / "recipe" / "first"
+    )  # where the flow makes it: run_cache_root(output_dir)/<name>
+    p = _launch(first, [*common, f"job.output_dir='{url}'"], env)
+    # killed after its first checkpoint is in the bucket: rank 1 is frozen as soon as step_1 is complete on disk,
+    # so rank 0 waits for it in the next collective while its sync thread uploads step_1 (else a run this small
+    # could finish before the kill), then the whole group is killed
+    deadline = time.monotonic() + 240
+    while not (first / "checkpoints" / "step_1" / "COMPLETE").is_file():
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[0][-3000:]
+        time.sleep(0.01)
+    processes = _descendants(p.pid)
+    os.kill(_rank_pid(processes, 1), signal.SIGSTOP)
+    while "recipe/first/checkpoints/step_1/MANIFEST.json" not in _keys(s3, "recipe/first/checkpoints/"):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[0][-3000:]
+        time.sleep(0.05)
+    for pid in [p.pid, *processes]:  # no exit handler, no last sync: what is in the bucket is all there is
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.communicate(timeout=60)
+    _finish(uninterrupted)
+    in_bucket = {k.split("/")[3] for k in _keys(s3, "recipe/first/checkpoints/") if k.endswith("MANIFEST.json")}
+    newest = max(int(n.removeprefix("step_")) for n in in_bucket)
+    assert newest < ITERS, "the run finished before it could be killed"
+
+    shutil.rmtree(cache)  # a fresh machine: no working copy, no cached clips
+    second = cache / "runs" / s3.bucket / "recipe" / "second"
+    out = _finish(_launch(second, [*common, f"job.output_dir='{url}'", "checkpoint.resume=true"], env))
+    result = json.loads((second / "result.json").read_text())
+    assert result["resumed_from"].endswith(f"recipe/first/checkpoints/step_{newest}"), out[-3000:]
+    assert result["data"]["type"] == "web" and result["data"]["shards"] == 2 and "data_loss" in result
+    # the same weights, and the same shard samples in the same order: every later iteration's rewards and data
+    # loss (computed from the rows and clips taken) bit for bit, and the same stream position at the end
+    assert _same_weights(whole / "run" / "diffusers" / "final", second / "diffusers" / "final")
+    want, got = _train_rows(whole / "run"), _train_rows(second)
+    assert sorted(got) == list(range(newest + 1, ITERS + 1))
+    assert all(got[s] == want[s] for s in got), (got, want)
+    assert all(r["num_conditional_frames"] == 1 and "reward_first_frame_brightness" in r for r in got.values())
+    assert _web_state(second) == _web_state(whole / "run")
+    stored = _keys(s3, "recipe/second/")
+    assert "recipe/second/diffusers/final/MANIFEST.json" in stored and "recipe/second/metrics.jsonl" in stored
+
+    # evaluation on another fresh machine: the export fetched from the bucket, against the base model, on the clips
+    # the shard writer held out (the trainer never saw them), each continuing its first latent frame
+    shutil.rmtree(cache)
+    monkeypatch.setenv("COSMOS_CACHE", str(cache))  # this process is that machine now
+    monkeypatch.delenv("COSMOS_RUN_CACHE", raising=False)
+    export = f"{url}/second/diffusers/final"
+    fetched = fetch_models([str(tiny_wfm_dir), export], env)
+    assert fetched == [str(tiny_wfm_dir), str(cache / "runs" / s3.bucket / "recipe" / "second" / "diffusers" / "final")]
+    assert _same_weights(Path(fetched[1]), whole / "run" / "diffusers" / "final")
+    eval_overrides = [
+        *common,
+        "dataloader_train.type='local'",
+        f"dataloader_train.video_dataloader.dataset_dir='{wfm_data_dir}'",
+        f"dataloader_train.video_dataloader.heldout_videos={HELDOUT}",
+    ]
+    plan = eval_plan(load_wfm_config(RECIPE, eval_overrides, env={}), num_prompts=2, seed=0)
+    assert plan.conditional_frames == 1 and len(plan.heldout) == HELDOUT
+    shard_names = sorted(p.stem for p in (wfm_data_dir / "videos").glob("*.mp4"))[:-HELDOUT]
+    assert not {r["name"] for r in plan.heldout} & set(shard_names)
+    results = [
+        evaluate_wfm_model(plan, model, label, tmp_path / "eval")
+        for model, label in zip(fetched, ["base", "final"], strict=True)
+    ]
+    base, final = (np.load(r["samples"]) for r in results)
+    assert base.shape == final.shape and not np.array_equal(base, final)
+    assert np.array_equal(base[:, :, 0], final[:, :, 0])  # the given frame, decoded alike for both models
+    table = {row["metric"]: row for row in comparison_rows(results)}
+    assert table["gain in total reward over base (paired)"]["final"].startswith(("+", "-"))
+    assert all(np.isfinite(r["heldout_diffusion_loss"]["mean"]) for r in results)
