@@ -105,7 +105,11 @@ def _evaluate_wfm(params: EvaluateWfmParams) -> dict[str, Any]:
     cfg = load_wfm_config(params.config, params.overrides)  # the one read of the config; every task gets it
     models = list(params.models) or [cfg.model.model_name_or_path]
     labels = params.labels or model_labels(models)
-    models = fetch_models(models, os.environ)  # an s3:// export (a run on S3) downloaded to its local copy
+    local = fetch_models(models, os.environ)  # an s3:// export (a run on S3) downloaded to its local copy
+    for url, path in zip(models, local):
+        if url != path:
+            logger.info("%s: fetched to %s", url, path)
+    models = local
     check_models(models, text_encoder=not cfg.video.offline_text_embedding)  # before any model loads
     root = "outputs" if is_s3(cfg.job.output_dir) else cfg.job.output_dir  # results stay on this machine
     out = Path(params.out or Path(root) / "eval-wfm" / datetime.now().strftime("%Y%m%d%H%M%S"))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -214,6 +215,14 @@ def _as_is(item: Any) -> Any:
     return item
 
 
+def _leave_stopping_to_the_rank(worker_id: int) -> None:
+    """A loader worker ignores SIGTERM / SIGINT: a preemption or a cancel signals the rank's whole process group
+    (torchrun does), and the rank stops at a step's end, saving this stream's position, only if its workers are
+    still there to read it; the loader stops them when the rank is done (and they exit when it dies)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class ShardStream:
     """This rank's endless sample stream over its slots, and its resumable position (`state_dict`)."""
 
@@ -293,6 +302,7 @@ class ShardStream:
             collate_fn=_as_is,
             prefetch_factor=2,
             persistent_workers=False,
+            worker_init_fn=_leave_stopping_to_the_rank,
         )
         return iter(self._loader)
 

@@ -521,8 +521,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         data = f"{len(self.web.urls)} shards" if self.web is not None else f"{len(self.train_rows)} prompts/rows"
         return (
             f"{self.rl.algorithm}: {self.params:,} DiT parameters, {data}, "
-            f"{self.video.batch_size} x {self.rl.num_generations} samples per rank per iteration, "
+            f"{self.video.batch_size} x {self.rl.num_generations} samples per data-parallel rank per iteration, "
             f"{self.total_steps} iterations, {self.dist.world_size} ranks"
+            + (f" ({self.dist.dp_size} data-parallel x context parallel {self.dist.cp})" if self.dist.cp > 1 else "")
         )
 
     @property

@@ -3,12 +3,13 @@ S3-compatible server (moto on loopback, IAM auth on) reached with the seed's PRO
 DDRL, video2world (one given latent frame, the first_frame_brightness reward), context parallel 2 on 2 gloo processes
 (one data-parallel rank), the clips as webdataset shards written by scripts/wfm_shards.py, the run on S3.
 
-The run is killed (SIGKILL, no exit handler) once a checkpoint is in the bucket, the machine's cache wiped (working
-copy and clip cache), and a new run with checkpoint.resume = true continues from the bucket alone: its diffusers
-export is bit-exact the uninterrupted run's, and it read the shards in the same order (the same metrics, rewards and
-data loss bit for bit, at every iteration after the resume; the same stream position at the end). Then, on a wiped
-machine again, the export in the bucket is fetched and evaluated against the base model on the held-out clips the
-shard writer left out (eval-wfm's library functions).
+The run is preempted (SIGTERM) once a checkpoint is written and stops at a step's end with a checkpoint that the
+run's sync uploads as it exits; the machine's cache is wiped (working copy and clip cache), and a new run with
+checkpoint.resume = true continues from the bucket alone: its diffusers export is bit-exact the uninterrupted run's,
+and it read the shards in the same order (the same metrics, rewards and data loss bit for bit, at every iteration
+after the resume; the same stream position at the end). Then, on a wiped machine again, the export in the bucket is
+fetched and evaluated against the base model on the held-out clips the shard writer left out (eval-wfm's library
+functions).
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/integration/test_wfm_seed_recipe.py --durations=0
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shutil
 import signal
 import subprocess
@@ -30,6 +32,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cosmos_train.errors import ModelError
 from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.conftest import ROOT
@@ -81,41 +84,6 @@ def _finish(p: subprocess.Popen, timeout: float = 300) -> str:
     return out
 
 
-def _descendants(root: int) -> list[int]:
-    """Every process under `root`, from /proc (torchrun starts each rank in a session of its own)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(pid)
-    todo, out = [root], []
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
-
-
-def _rank_pid(pids: list[int], rank: int) -> int:
-    """The trainer process of rank `rank` among `pids`, by its RANK / LOCAL_RANK variables."""
-    for pid in pids:
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"cosmos_train.wfm.trainer" in cmdline and f"RANK={rank}".encode() in environ:
-            return pid
-    raise AssertionError(f"no rank {rank} among {pids}")
-
-
-def _keys(s3: S3Server, prefix: str) -> set[str]:
-    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix)
-    return {o["Key"] for page in pages for o in page.get("Contents", [])}
-
-
 def _tensors(folder: Path) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for f in sorted(folder.rglob("*.safetensors")):
@@ -139,7 +107,7 @@ def _web_state(run: Path) -> dict:
     return state["extra"]["web_data"]
 
 
-def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
+def test_seed_recipe_preempted_wiped_resumed_from_the_bucket_and_evaluated(
     s3: S3Server, tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cosmos_train.wfm.eval_report import comparison_rows
@@ -168,32 +136,27 @@ def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
     uninterrupted = _launch(
         whole / "run", [*common, f"job.output_dir='{whole}'"], _seed_env(s3, tmp_path / "other-machine")
     )
-    first = (
-        cache / "runs" / s3.bucket / "recipe" / "first"
-    )  # where the flow makes it: run_cache_root(output_dir)/<name>
+    first = cache / "runs" / s3.bucket / "recipe" / "first"  # as the flow makes it: run_cache_root(output_dir)/<name>
     p = _launch(first, [*common, f"job.output_dir='{url}'"], env)
-    # killed after its first checkpoint is in the bucket: rank 1 is frozen as soon as step_1 is complete on disk,
-    # so rank 0 waits for it in the next collective while its sync thread uploads step_1 (else a run this small
-    # could finish before the kill), then the whole group is killed
+    # preempted once a checkpoint is written: SIGTERM to the launcher's group (a pod's eviction, a Prefect cancel;
+    # torchrun passes it to each rank's group, the shard-reading loader workers included): the ranks stop together
+    # at a step's end with a checkpoint holding the stream's position, which the run's sync uploads as it exits
     deadline = time.monotonic() + 240
     while not (first / "checkpoints" / "step_1" / "COMPLETE").is_file():
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()[0][-3000:]
         time.sleep(0.01)
-    processes = _descendants(p.pid)
-    os.kill(_rank_pid(processes, 1), signal.SIGSTOP)
-    while "recipe/first/checkpoints/step_1/MANIFEST.json" not in _keys(s3, "recipe/first/checkpoints/"):
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[0][-3000:]
-        time.sleep(0.05)
-    for pid in [p.pid, *processes]:  # no exit handler, no last sync: what is in the bucket is all there is
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    p.communicate(timeout=60)
+    os.killpg(p.pid, signal.SIGTERM)
+    out = p.communicate(timeout=120)[0]
+    stopped = [line for line in out.splitlines() if "stopped by signal 15 at step" in line]
+    assert stopped and "DataLoader worker" not in out, out[-3000:]
+    newest = int(stopped[0].rsplit(" ", 1)[1])
+    assert newest < ITERS, "the run finished before it could be stopped"
+    key = f"recipe/first/checkpoints/step_{newest}/"
+    stored = s3.objects(key)
+    assert f"{key}MANIFEST.json" in stored  # uploaded at exit
+    web = json.loads(stored[f"{key}trainer_state.json"])["extra"]["web_data"]["ranks"]["0"]
+    assert web["stream"]["taken"] == 2 * newest  # per iteration: the rollout prompt, then the data term's clip
     _finish(uninterrupted)
-    in_bucket = {k.split("/")[3] for k in _keys(s3, "recipe/first/checkpoints/") if k.endswith("MANIFEST.json")}
-    newest = max(int(n.removeprefix("step_")) for n in in_bucket)
-    assert newest < ITERS, "the run finished before it could be killed"
 
     shutil.rmtree(cache)  # a fresh machine: no working copy, no cached clips
     second = cache / "runs" / s3.bucket / "recipe" / "second"
@@ -209,8 +172,8 @@ def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
     assert all(got[s] == want[s] for s in got), (got, want)
     assert all(r["num_conditional_frames"] == 1 and "reward_first_frame_brightness" in r for r in got.values())
     assert _web_state(second) == _web_state(whole / "run")
-    stored = _keys(s3, "recipe/second/")
-    assert "recipe/second/diffusers/final/MANIFEST.json" in stored and "recipe/second/metrics.jsonl" in stored
+    stored = s3.objects("recipe/second/diffusers/final/MANIFEST.json") | s3.objects("recipe/second/metrics.jsonl")
+    assert len(stored) == 2
 
     # evaluation on another fresh machine: the export fetched from the bucket, against the base model, on the clips
     # the shard writer held out (the trainer never saw them), each continuing its first latent frame
@@ -221,6 +184,9 @@ def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
     fetched = fetch_models([str(tiny_wfm_dir), export], env)
     assert fetched == [str(tiny_wfm_dir), str(cache / "runs" / s3.bucket / "recipe" / "second" / "diffusers" / "final")]
     assert _same_weights(Path(fetched[1]), whole / "run" / "diffusers" / "final")
+    stamps = {f: f.stat().st_mtime_ns for f in Path(fetched[1]).rglob("*") if f.is_file()}
+    assert fetch_models([export], env) == fetched[1:]  # a complete local copy (checked file by file) is kept
+    assert stamps == {f: f.stat().st_mtime_ns for f in Path(fetched[1]).rglob("*") if f.is_file()}
     eval_overrides = [
         *common,
         "dataloader_train.type='local'",
@@ -241,3 +207,13 @@ def test_seed_recipe_killed_wiped_resumed_from_the_bucket_and_evaluated(
     table = {row["metric"]: row for row in comparison_rows(results)}
     assert table["gain in total reward over base (paired)"]["final"].startswith(("+", "-"))
     assert all(np.isfinite(r["heldout_diffusion_loss"]["mean"]) for r in results)
+    with pytest.raises(ModelError, match=r"--model s3://.*/recipe/third/diffusers/final: no complete upload there"):
+        fetch_models([f"{url}/third/diffusers/final"], env)  # a run that never exported
+
+
+def test_shard_writer_refuses_what_it_cannot_write(wfm_data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main = runpy.run_path(str(ROOT / "scripts" / "wfm_shards.py"))["main"]
+    assert main([str(wfm_data_dir), "s3://bucket/clips/", "--shards", "9", "--heldout", str(HELDOUT)]) == 2
+    assert "12 rows, 4 held out, leaves 8 for 9 shards; lower --shards or --heldout" in capsys.readouterr().err
+    assert main([str(wfm_data_dir), "hf://org/repo", "--shards", "2"]) == 2
+    assert "hf://org/repo: shards go to S3; give s3://bucket/prefix/" in capsys.readouterr().err
