@@ -7,39 +7,27 @@ One forward + backward of a Cosmos-Predict2.5-layout DiT (diffusers' CosmosTrans
 `--head-dim` wide, `--layers` blocks, patch 1x2x2) on one video whose latent is `--latent` T',H',W' (4,64,64:
 a 13-frame 512x512 video, 4096 DiT tokens), run as `cp` processes that form one context-parallel group (gloo on
 the CPU, nccl with a GPU per rank), each holding 1/cp of the tokens (cosmos_train/wfm/context_parallel.py).
-Measured on every rank, the largest reported:
-- saved activations: the bytes autograd keeps for the backward during the forward (every tensor given to
-  `torch.autograd.graph.saved_tensors_hooks`, counted once per storage, the weights left out). This is the
-  activation memory that grows with the sequence and that context parallel divides; the CPU allocator has no
-  peak counter, so it is measured where it is made.
-- peak RSS growth (CPU): the process's peak resident memory (`ru_maxrss`) over its resident memory after the
-  model and inputs were made: the step's own peak, transient buffers (all-to-all, attention) included. It
-  includes the gradients of the weights (the same at every cp here: no FSDP).
-- CUDA max allocated (GPU ranks): `torch.cuda.max_memory_allocated` over what the model and inputs hold.
+Measured on every rank as bench/cp_measure.py counts it (saved activations: the activation memory that grows with
+the sequence and that context parallel divides; peak RSS growth, which includes the weights' gradients, the same at
+every cp here: no FSDP; CUDA max allocated), the largest reported.
 The velocity of every cp is checked against cp = 1's (max abs difference printed).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import resource
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cosmos_train.context_parallel import CpGroup  # noqa: E402 - after the repository is on the path
-from cosmos_train.net import free_port  # noqa: E402
+from bench.cp_measure import MIB, RankMeter, cp_group, join_group, spawn_ranks, write_rank  # noqa: E402
 from cosmos_train.wfm.context_parallel import enable_context_parallel  # noqa: E402
 
 
@@ -66,78 +54,32 @@ def _dit(heads: int, head_dim: int, layers: int, max_size: tuple[int, int, int])
 
 def _rank(rank: int, cp: int, port: int, args: dict, out_dir: str) -> None:
     """One rank: forward + backward of its 1/cp of the tokens; writes its measurements to out_dir."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(args["threads"])
-    cuda = torch.cuda.device_count() >= cp
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=cp)
+    device = join_group(rank, cp, port, args["threads"])
     t, h, w = args["latent"]
     model = _dit(args["heads"], args["head_dim"], args["layers"], (t, h, w)).to(device)
-    model = enable_context_parallel(model, CpGroup(dist.group.WORLD, cp, rank))
+    model = enable_context_parallel(model, cp_group(rank, cp))
     gen = torch.Generator().manual_seed(1)
     b = args["batch"]
     x = torch.randn(b, 16, t, h, w, generator=gen).to(device)
     text = torch.randn(b, 32, args["heads"] * args["head_dim"], generator=gen).to(device)
     sigma = torch.rand(b, generator=gen).to(device)
     mask = torch.zeros(b, 1, t, h, w, device=device)
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: set[int] = set()
-    saved = 0
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal saved
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr not in weights and ptr not in seen:
-            seen.add(ptr)
-            saved += tensor.untyped_storage().nbytes()
-        return tensor
-
-    dist.barrier()
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    start = time.perf_counter()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t_: t_):
+    meter = RankMeter(model, device)
+    with meter.saving():
         v = model(hidden_states=x, timestep=sigma, encoder_hidden_states=text, condition_mask=mask, return_dict=False)[
             0
         ]
     v.float().square().mean().backward()
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    result = {
-        "rank": rank,
-        "saved_bytes": saved,
-        "rss_growth_bytes": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024,
-        "cuda_peak_bytes": torch.cuda.max_memory_allocated() - base if cuda else None,
-        "seconds": seconds,
-        "device": str(device),
-    }
+    result = meter.result()
     if rank == 0:
         torch.save(v.detach().cpu(), Path(out_dir) / "velocity.pt")
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    write_rank(out_dir, rank, result)
     dist.destroy_process_group()
 
 
 def measure(cp: int, args: dict) -> dict:
     """cp processes for one size; the largest of each measure over the ranks, and rank 0's velocity."""
-    with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_rank, args=(cp, free_port(), args, out), nprocs=cp, join=True)
-        ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(cp)]
-        velocity = torch.load(Path(out, "velocity.pt"))
-    return {
-        "cp": cp,
-        "saved": max(r["saved_bytes"] for r in ranks),
-        "rss": max(r["rss_growth_bytes"] for r in ranks),
-        "cuda": max(r["cuda_peak_bytes"] for r in ranks) if ranks[0]["cuda_peak_bytes"] is not None else None,
-        "seconds": max(r["seconds"] for r in ranks),
-        "device": ranks[0]["device"],
-        "velocity": velocity,
-    }
+    return spawn_ranks(_rank, cp, args, read=lambda out: torch.load(out / "velocity.pt"))
 
 
 def main() -> None:
@@ -161,7 +103,7 @@ def main() -> None:
     }
     tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
     rows = [measure(int(cp), args) for cp in a.sizes.split(",")]
-    mib = 1 << 20
+    mib = MIB
     print(
         f"# DiT {a.layers} blocks x {a.heads} heads x {a.head_dim}, latent {latent} = {tokens} tokens x batch "
         f"{a.batch}; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -175,7 +117,7 @@ def main() -> None:
     ref = rows[0]
     for r in rows:
         cuda = f"{r['cuda'] / mib:.1f}" if r["cuda"] is not None else "-"
-        diff = float((r["velocity"] - ref["velocity"]).abs().max())
+        diff = float((r["extra"] - ref["extra"]).abs().max())
         print(
             f"| {r['cp']} | {tokens // r['cp']} | {r['saved'] / mib:.1f} | {r['saved'] / ref['saved']:.2f} | "
             f"{r['rss'] / mib:.1f} | {cuda} | {r['seconds']:.2f} | {diff:.1e} |"

@@ -84,23 +84,9 @@ def cp_sdpa(
     layout = cp_attention
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        gqa = k.shape[1] != q.shape[1]
         if layout.bounds is not None:
-            b = layout.bounds
-            parts = [
-                F.scaled_dot_product_attention(
-                    q[:, :, s:e],
-                    k[:, :, s:e],
-                    v[:, :, s:e],
-                    dropout_p=dropout,
-                    is_causal=True,
-                    scale=scaling,
-                    enable_gqa=gqa,
-                )
-                for s, e in zip(b[:-1], b[1:])
-                if e > s
-            ]
-            return torch.cat(parts, dim=2)
+            return packed_attention.segment_sdpa(q, k, v, layout.bounds, dropout=dropout, scaling=scaling)
+        gqa = k.shape[1] != q.shape[1]
         if layout.mask is not None:
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=layout.mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa

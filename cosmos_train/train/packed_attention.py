@@ -50,15 +50,28 @@ def packed_sdpa(
         )
     if query.shape[0] != 1:
         raise ValueError(f"a packed row has batch size 1, got {query.shape[0]}")
-    bounds = cu_seq_lens_q.tolist()
     p = dropout if module.training else 0.0
+    out = segment_sdpa(query, key, value, cu_seq_lens_q.tolist(), dropout=p, scaling=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def segment_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bounds: list[int],
+    dropout: float = 0.0,
+    scaling: float | None = None,
+) -> torch.Tensor:
+    """Causal SDPA within each segment [bounds[i], bounds[i + 1]) of the sequence (dim 2): [B, H, L, D] (key /
+    value may have fewer heads, GQA) -> [B, H, L, D]. The work is sum(L_i^2), no mask is built."""
     gqa = key.shape[1] != query.shape[1]
     outs = [
         F.scaled_dot_product_attention(
             query[:, :, s:e],
             key[:, :, s:e],
             value[:, :, s:e],
-            dropout_p=p,
+            dropout_p=dropout,
             is_causal=True,
             scale=scaling,
             enable_gqa=gqa,
@@ -66,7 +79,7 @@ def packed_sdpa(
         for s, e in zip(bounds[:-1], bounds[1:])
         if e > s
     ]
-    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(outs, dim=2)
 
 
 def packed_mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
