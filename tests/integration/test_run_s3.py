@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.conftest import ROOT, write_tiny_sft_config
+from tests.run_outputs import finish, tensors_under
 from tests.s3_server import S3Server, s3_server
 
 pytestmark = pytest.mark.slow
@@ -57,19 +57,6 @@ def _launch(module: str, config: Path, env: dict[str, str]) -> subprocess.Popen:
         start_new_session=True,
         env=env,
     )
-
-
-def _finish(p: subprocess.Popen, timeout: float = 300) -> str:
-    out, _ = p.communicate(timeout=timeout)
-    assert p.returncode == 0, out[-4000:]
-    return out
-
-
-def _tensors(folder: Path) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted(folder.rglob("*.safetensors")):
-        out.update({f"{f.relative_to(folder)}:{k}": v for k, v in load_file(f).items()})
-    return out
 
 
 def _copy_without_manifest(s3: S3Server, src: str, dst: str) -> None:
@@ -109,19 +96,19 @@ def test_sft_killed_wiped_and_resumed_from_the_bucket_is_bit_exact(
     newest = max(int(n.removeprefix("step_")) for n in in_bucket)
     assert newest < steps, "the run finished before it could be killed"
     _copy_without_manifest(s3, f"sft/first/checkpoints/step_{newest}/", "sft/first/checkpoints/step_99/")
-    _finish(uninterrupted)
+    finish(uninterrupted)
 
     shutil.rmtree(cache)  # a fresh machine: nothing of the run on disk
     second = cache / s3.bucket / "sft" / "second"
     cfg = write_tiny_sft_config(
         second / "config.toml", tiny_model_dir, synthetic_dir, url, max_num_steps=steps, resume=True
     )
-    out = _finish(_launch("cosmos_train.train.sft", cfg, env))
+    out = finish(_launch("cosmos_train.train.sft", cfg, env))
     assert "step_99" in out and "has no MANIFEST.json" in out  # the partial upload was seen and skipped
     result = json.loads((second / "result.json").read_text())
     assert result["resumed_from"] == str(cache / s3.bucket / "sft" / "first" / "checkpoints" / f"step_{newest}")
     assert result["run_url"] == f"{url}/second" and all(u["ok"] for u in result["uploads"])
-    a, b = _tensors(straight / "safetensors" / "final"), _tensors(second / "safetensors" / "final")
+    a, b = tensors_under(straight / "safetensors" / "final"), tensors_under(second / "safetensors" / "final")
     assert a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     stored = s3.objects("sft/second/")
     assert "sft/second/safetensors/final/MANIFEST.json" in stored and "sft/second/result.json" in stored
@@ -157,14 +144,14 @@ def test_world_model_stopped_wiped_and_resumed_from_the_bucket_is_bit_exact(
 
     whole, first = tmp_path / "whole", cache / s3.bucket / "wfm" / "first"
     uninterrupted = run(whole, [f"job.output_dir='{tmp_path / 'o'}'"])
-    _finish(run(first, [f"job.output_dir='{url}'", "trainer.max_iter=1"]))  # stopped at iteration 1
-    _finish(uninterrupted)
+    finish(run(first, [f"job.output_dir='{url}'", "trainer.max_iter=1"]))  # stopped at iteration 1
+    finish(uninterrupted)
     assert "wfm/first/checkpoints/step_1/MANIFEST.json" in s3.objects("wfm/first/")
     shutil.rmtree(cache)
     second = cache / s3.bucket / "wfm" / "second"
-    _finish(run(second, [f"job.output_dir='{url}'", "checkpoint.resume=true"]))
+    finish(run(second, [f"job.output_dir='{url}'", "checkpoint.resume=true"]))
     assert json.loads((second / "result.json").read_text())["resumed_from"].endswith("wfm/first/checkpoints/step_1")
-    a, b = _tensors(whole / "diffusers" / "final"), _tensors(second / "diffusers" / "final")
+    a, b = tensors_under(whole / "diffusers" / "final"), tensors_under(second / "diffusers" / "final")
     assert a and a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     stored = s3.objects("wfm/second/")
     assert "wfm/second/diffusers/final/MANIFEST.json" in stored and "wfm/second/checkpoints/step_2/COMPLETE" in stored

@@ -29,14 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from cosmos_train.errors import ModelError
 from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.conftest import ROOT
 from tests.integration.test_wfm_dist import TIMED
+from tests.run_outputs import finish, same_weights
 from tests.s3_server import S3Server, s3_server
 
 pytestmark = pytest.mark.slow
@@ -76,24 +75,6 @@ def _launch(folder: Path, overrides: list[str], env: dict[str, str]) -> subproce
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-
-
-def _finish(p: subprocess.Popen, timeout: float = 300) -> str:
-    out, _ = p.communicate(timeout=timeout)
-    assert p.returncode == 0, out[-4000:]
-    return out
-
-
-def _tensors(folder: Path) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted(folder.rglob("*.safetensors")):
-        out.update({f"{f.relative_to(folder)}:{k}": v for k, v in load_file(f).items()})
-    return out
-
-
-def _same_weights(a: Path, b: Path) -> bool:
-    x, y = _tensors(a), _tensors(b)
-    return bool(x) and x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
 def _train_rows(run: Path) -> dict[int, dict]:
@@ -156,17 +137,17 @@ def test_seed_recipe_preempted_wiped_resumed_from_the_bucket_and_evaluated(
     assert f"{key}MANIFEST.json" in stored  # uploaded at exit
     web = json.loads(stored[f"{key}trainer_state.json"])["extra"]["web_data"]["ranks"]["0"]
     assert web["stream"]["taken"] == 2 * newest  # per iteration: the rollout prompt, then the data term's clip
-    _finish(uninterrupted)
+    finish(uninterrupted)
 
     shutil.rmtree(cache)  # a fresh machine: no working copy, no cached clips
     second = cache / "runs" / s3.bucket / "recipe" / "second"
-    out = _finish(_launch(second, [*common, f"job.output_dir='{url}'", "checkpoint.resume=true"], env))
+    out = finish(_launch(second, [*common, f"job.output_dir='{url}'", "checkpoint.resume=true"], env))
     result = json.loads((second / "result.json").read_text())
     assert result["resumed_from"].endswith(f"recipe/first/checkpoints/step_{newest}"), out[-3000:]
     assert result["data"]["type"] == "web" and result["data"]["shards"] == 2 and "data_loss" in result
     # the same weights, and the same shard samples in the same order: every later iteration's rewards and data
     # loss (computed from the rows and clips taken) bit for bit, and the same stream position at the end
-    assert _same_weights(whole / "run" / "diffusers" / "final", second / "diffusers" / "final")
+    assert same_weights(whole / "run" / "diffusers" / "final", second / "diffusers" / "final")
     want, got = _train_rows(whole / "run"), _train_rows(second)
     assert sorted(got) == list(range(newest + 1, ITERS + 1))
     assert all(got[s] == want[s] for s in got), (got, want)
@@ -183,7 +164,7 @@ def test_seed_recipe_preempted_wiped_resumed_from_the_bucket_and_evaluated(
     export = f"{url}/second/diffusers/final"
     fetched = fetch_models([str(tiny_wfm_dir), export], env)
     assert fetched == [str(tiny_wfm_dir), str(cache / "runs" / s3.bucket / "recipe" / "second" / "diffusers" / "final")]
-    assert _same_weights(Path(fetched[1]), whole / "run" / "diffusers" / "final")
+    assert same_weights(Path(fetched[1]), whole / "run" / "diffusers" / "final")
     stamps = {f: f.stat().st_mtime_ns for f in Path(fetched[1]).rglob("*") if f.is_file()}
     assert fetch_models([export], env) == fetched[1:]  # a complete local copy (checked file by file) is kept
     assert stamps == {f: f.stat().st_mtime_ns for f in Path(fetched[1]).rglob("*") if f.is_file()}
