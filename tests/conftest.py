@@ -42,6 +42,31 @@ def wfm_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_synthetic_wfm_data(tmp_path_factory.mktemp("wfm-data") / "data", n=12, num_frames=5)
 
 
+def wfm_eval_overrides(model: Path, data: Path, *more: str) -> list[str]:
+    """--set overrides of configs/tiny-wfm-ddrl.toml for the world-model evaluation tests: the tiny model and
+    dataset, 3 sampling steps, two reward handlers."""
+    return [
+        f"model.model_name_or_path='{model}'",
+        f"dataloader_train.video_dataloader.dataset_dir='{data}'",
+        "model.rl.sample_steps=3",
+        "reward.fns={brightness=1.0, smoothness=0.5}",
+        *more,
+    ]
+
+
+@pytest.fixture(scope="session")
+def moved_wfm_export(tiny_wfm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run's export: the tiny DiT with every weight moved a little (as a few RL steps would)."""
+    import torch
+
+    from cosmos_train.wfm.model import export_wfm, load_wfm
+
+    parts = load_wfm(tiny_wfm_dir, text_encoder=False)
+    gen = torch.Generator().manual_seed(0)
+    sd = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in parts.transformer.state_dict().items()}
+    return export_wfm(tiny_wfm_dir, sd, tmp_path_factory.mktemp("run") / "diffusers" / "final")
+
+
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "cosmos3_edge")
 
 

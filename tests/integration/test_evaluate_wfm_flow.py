@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wfm_eval_overrides
 from tests.integration.prefect_server import flow_run_artifacts
 from tests.integration.test_grpo_flow import PNG_MAGIC
 from tests.reward_server import TOKEN, running_service
@@ -27,37 +26,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 RECIPE = ROOT / "configs" / "tiny-wfm-ddrl.toml"
 
 
-def _overrides(model: Path, data: Path, *more: str) -> list[str]:
-    return [
-        f"model.model_name_or_path='{model}'",
-        f"dataloader_train.video_dataloader.dataset_dir='{data}'",
-        "model.rl.sample_steps=3",
-        "reward.fns={brightness=1.0, smoothness=0.5}",
-        *more,
-    ]
-
-
-@pytest.fixture(scope="module")
-def trained(tiny_wfm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cosmos_train.wfm.model import export_wfm, load_wfm
-
-    parts = load_wfm(tiny_wfm_dir, text_encoder=False)
-    gen = torch.Generator().manual_seed(0)
-    sd = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in parts.transformer.state_dict().items()}
-    return export_wfm(tiny_wfm_dir, sd, tmp_path_factory.mktemp("run") / "diffusers" / "final")
-
-
 def test_flow_scores_through_the_reward_service_and_publishes_table_and_grid(
-    tiny_wfm_dir: Path, wfm_data_dir: Path, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_wfm_dir: Path, wfm_data_dir: Path, moved_wfm_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cosmos_train.wfm.config import load_wfm_config
     from cosmos_train.wfm.evaluate import eval_plan, evaluate_wfm_model
     from flows.evaluate_wfm import EvaluateWfmParams, evaluate_wfm
 
     out = tmp_path / "out"
-    service = _overrides(tiny_wfm_dir, wfm_data_dir, "reward.backend='service'")
+    service = wfm_eval_overrides(tiny_wfm_dir, wfm_data_dir, "reward.backend='service'")
     params = EvaluateWfmParams(
-        config=str(RECIPE), models=[str(tiny_wfm_dir), str(trained)], overrides=service, prompts=3, seed=0, out=str(out)
+        config=str(RECIPE),
+        models=[str(tiny_wfm_dir), str(moved_wfm_export)],
+        overrides=service,
+        prompts=3,
+        seed=0,
+        out=str(out),
     )
     with running_service() as (url, _):  # the service a cluster runs, reached through WFM_REWARD_*
         monkeypatch.setenv("WFM_REWARD_ENQUEUE_URL", f"{url}/api/reward/enqueue")
@@ -70,8 +54,8 @@ def test_flow_scores_through_the_reward_service_and_publishes_table_and_grid(
     assert [base["label"], rl["label"]] == ["model", "final"] and result["out"] == str(out)
     assert json.loads((out / "results.json").read_text())["table"] == result["table"]
     # the service scored the same pixels as the local handlers would
-    local_cfg = load_wfm_config(RECIPE, _overrides(tiny_wfm_dir, wfm_data_dir))
-    local = evaluate_wfm_model(eval_plan(local_cfg, 3, 0), str(trained), "local", tmp_path / "local")
+    local_cfg = load_wfm_config(RECIPE, wfm_eval_overrides(tiny_wfm_dir, wfm_data_dir))
+    local = evaluate_wfm_model(eval_plan(local_cfg, 3, 0), str(moved_wfm_export), "local", tmp_path / "local")
     assert np.array_equal(np.load(local["samples"]), np.load(rl["samples"]))
     assert rl["per_prompt"]["total"] == pytest.approx(local["per_prompt"]["total"], abs=1e-6)
     assert rl["heldout_diffusion_loss"]["n"] == 4 and base["num_prompts"] == 3
@@ -90,13 +74,13 @@ def test_flow_scores_through_the_reward_service_and_publishes_table_and_grid(
 
 
 def test_cli_prints_the_table_and_refuses_bad_input(
-    tiny_wfm_dir: Path, wfm_data_dir: Path, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_wfm_dir: Path, wfm_data_dir: Path, moved_wfm_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cosmos_train import cli
 
     monkeypatch.setattr(cli, "start_reaper", lambda: None)  # the sidecar is for a real CLI process, not pytest's
-    sets = [a for o in _overrides(tiny_wfm_dir, wfm_data_dir) for a in ("--set", o)]
-    argv = ["eval-wfm", "--config", str(RECIPE), *sets, "--model", str(tiny_wfm_dir), "--model", str(trained)]
+    sets = [a for o in wfm_eval_overrides(tiny_wfm_dir, wfm_data_dir) for a in ("--set", o)]
+    argv = ["eval-wfm", "--config", str(RECIPE), *sets, "--model", str(tiny_wfm_dir), "--model", str(moved_wfm_export)]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main([*argv, "--prompts", "2", "--out", str(tmp_path / "cli")])

@@ -22,41 +22,22 @@ from cosmos_train.wfm.model import (
     decode_latents,
     encode_prompts,
     encode_video,
-    export_wfm,
     load_wfm,
     predict_velocity,
 )
 from cosmos_train.wfm.rewards import VideoScorer
 from cosmos_train.wfm.trainer import EVAL_SIGMAS
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wfm_eval_overrides
 
 RECIPE = ROOT / "configs" / "tiny-wfm-ddrl.toml"
 
 
 def _cfg(model: Path, data: Path, *more: str):
-    return load_wfm_config(
-        RECIPE,
-        [
-            f"model.model_name_or_path='{model}'",
-            f"dataloader_train.video_dataloader.dataset_dir='{data}'",
-            "model.rl.sample_steps=3",
-            "reward.fns={brightness=1.0, smoothness=0.5}",
-            *more,
-        ],
-    )
-
-
-@pytest.fixture(scope="module")
-def trained(tiny_wfm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run's export: the base DiT with every weight moved a little (as a few RL steps would)."""
-    parts = load_wfm(tiny_wfm_dir, text_encoder=False)
-    gen = torch.Generator().manual_seed(0)
-    sd = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in parts.transformer.state_dict().items()}
-    return export_wfm(tiny_wfm_dir, sd, tmp_path_factory.mktemp("run") / "diffusers" / "final")
+    return load_wfm_config(RECIPE, wfm_eval_overrides(model, data, *more))
 
 
 def test_same_prompts_and_noise_for_every_model(
-    tiny_wfm_dir: Path, wfm_data_dir: Path, trained: Path, tmp_path: Path
+    tiny_wfm_dir: Path, wfm_data_dir: Path, moved_wfm_export: Path, tmp_path: Path
 ) -> None:
     cfg = _cfg(tiny_wfm_dir, wfm_data_dir)
     plan = eval_plan(cfg, num_prompts=3, seed=5)
@@ -65,7 +46,7 @@ def test_same_prompts_and_noise_for_every_model(
     assert [r["name"] for r in plan.heldout] == ["clip_0008", "clip_0009", "clip_0010", "clip_0011"]
     base = evaluate_wfm_model(plan, str(tiny_wfm_dir), "base", tmp_path)
     again = evaluate_wfm_model(plan, str(tiny_wfm_dir), "again", tmp_path)
-    rl = evaluate_wfm_model(plan, str(trained), "rl", tmp_path)
+    rl = evaluate_wfm_model(plan, str(moved_wfm_export), "rl", tmp_path)
     videos = {r["label"]: np.load(r["samples"]) for r in (base, again, rl)}
     assert videos["base"].shape == (3, 3, 5, 32, 32) and videos["base"].dtype == np.uint8
     assert np.array_equal(videos["base"], videos["again"]) and base["per_prompt"] == again["per_prompt"]
@@ -84,7 +65,7 @@ def test_same_prompts_and_noise_for_every_model(
     lo, hi = rl["reward_total"]["ci95_low"], rl["reward_total"]["ci95_high"]
     assert lo < rl["reward_total"]["mean"] < hi and rl["flags"] == [] and rl["sample_spread"] > 0.05
     saved = json.loads((tmp_path / "rl" / "result.json").read_text())
-    assert saved["per_prompt"] == rl["per_prompt"] and saved["model"] == str(trained)
+    assert saved["per_prompt"] == rl["per_prompt"] and saved["model"] == str(moved_wfm_export)
 
 
 def test_heldout_diffusion_loss_is_the_flow_matching_loss_at_fixed_sigmas_and_noise(
@@ -142,7 +123,7 @@ def test_labels_name_a_runs_export_by_algorithm_and_run(tmp_path: Path) -> None:
 
 
 def test_video2world_continues_each_prompts_own_clip(
-    tiny_wfm_dir: Path, wfm_data_dir: Path, trained: Path, tmp_path: Path
+    tiny_wfm_dir: Path, wfm_data_dir: Path, moved_wfm_export: Path, tmp_path: Path
 ) -> None:
     cfg = _cfg(
         tiny_wfm_dir,
@@ -153,7 +134,7 @@ def test_video2world_continues_each_prompts_own_clip(
     plan = eval_plan(cfg, num_prompts=2, seed=0)
     assert plan.conditional_frames == 1 and "video2world" in plan.source
     base = np.load(evaluate_wfm_model(plan, str(tiny_wfm_dir), "base", tmp_path)["samples"])
-    rl_result = evaluate_wfm_model(plan, str(trained), "rl", tmp_path)
+    rl_result = evaluate_wfm_model(plan, str(moved_wfm_export), "rl", tmp_path)
     rl = np.load(rl_result["samples"])
     # the given latent frame is the clip's, clean, whatever the model: the first pixel frame (the causal VAE
     # decodes it from that latent frame alone) is the same for both; the generated frames are each model's
