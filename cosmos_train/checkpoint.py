@@ -12,8 +12,10 @@ Atomicity: everything is written into `step_N.tmp-<nonce>`; after every rank is 
 COMPLETE and renames the folder to `step_N`. A crash at any point leaves either the old set of
 checkpoints or a `*.tmp-*` folder that `find_latest` and `load` ignore and that the next manager
 (a new or resumed run) or the next save deletes. A write that fails with an OSError (a full disk
-above all) removes its own `.tmp` folder at once; a full disk is raised as `DiskFullError` naming
-the checkpoint, the previous checkpoints stay as they were.
+above all) removes its own `.tmp` folder at once; a full disk is raised as `DiskFullError` on every
+rank alike (one paragraph: the checkpoint, about how much it needs, how much is free), the previous
+checkpoints stay as they were. A process that fails mid-run calls `abort()` before it exits: the
+folder it was writing is finished and marked (an async write that completed on every rank) or removed.
 
 Async saves (`save_mode = "async"`): `dcp.async_save` copies the state to CPU memory before it returns,
 then writes in a background thread while training goes on; the COMPLETE marker, the rename and the
@@ -57,6 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from cosmos_train.atomic import write_json_atomic
 from cosmos_train.checkpoint_files import RESUME, TRAINER_STATE, load_dcp, load_torch_file, read_trainer_state
@@ -71,7 +74,16 @@ from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the che
     step_of,
 )
 from cosmos_train.config import CheckpointConfig
-from cosmos_train.errors import CheckpointError, exception_chain, from_os_error, out_of_space
+from cosmos_train.errors import (
+    CheckpointError,
+    DiskFullError,
+    disk_full_at,
+    error_from_record,
+    exception_chain,
+    from_os_error,
+    out_of_space,
+    user_error_of,
+)
 
 log = logging.getLogger(__name__)
 # DCP warns on every call made without a process group; offline export and single-process tests do that on
@@ -83,6 +95,9 @@ FORMAT_VERSION = 1
 _TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
 # How a save went on one rank; ranks agree on the worst (an all-reduce MAX), so all of them raise alike.
 _OK, _FAILED, _OS_ERROR, _DISK_FULL = 0, 1, 2, 3
+# After a failure (`abort`): how long an async write still in flight may take to finish and be kept; torchrun
+# gives a stopping rank 30 s before it kills it.
+ABORT_WAIT_S = 20.0
 
 
 # ------------------------------------------------------------------------------ process-group helpers
@@ -147,6 +162,64 @@ def broadcast_str(value: str, group: Any = None) -> str:
     box = [value]
     dist.broadcast_object_list(box, src=0, group=group)
     return box[0]
+
+
+def agree_sum(value: int, group: Any = None) -> int:
+    """The sum of `value` over all ranks."""
+    if not dist_on():
+        return value
+    box = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(box, op=dist.ReduceOp.SUM, group=group)
+    return int(box.item())
+
+
+def raise_together(error: BaseException | None, what: str, group: Any = None) -> None:
+    """Collective: return when `what` went well on every rank (`error` None everywhere); otherwise raise on every
+    rank, classified alike. When a failed rank's error is a user error (`errors.user_error_of`: a full disk above
+    all), every rank raises that one (the lowest such rank's), so RUN/error.json holds it whichever rank writes
+    first and the launch is not retried as a crash; otherwise a failed rank raises its own error and the others a
+    RuntimeError naming it."""
+    mine = None if error is None else _failure_record(error)
+    records: list[dict[str, Any] | None] = [mine]
+    if dist_on():
+        records = [None] * world_size()
+        dist.all_gather_object(records, mine, group=group)
+    failed = [(r, rec) for r, rec in enumerate(records) if rec is not None]
+    if not failed:
+        return
+    shared = next(((r, rec) for r, rec in failed if rec["kind"] is not None), None)
+    if shared is not None:
+        own = user_error_of(error) if error is not None and shared[0] == rank() else None
+        if own is not None and own is error:
+            raise own
+        raise (own or error_from_record(shared[1]) or RuntimeError(shared[1]["message"])) from error
+    if error is not None:
+        raise error
+    raise RuntimeError(f"{what} failed on rank {failed[0][0]}: {failed[0][1]['message']}")
+
+
+def _failure_record(error: BaseException) -> dict[str, Any]:
+    user = user_error_of(error)
+    return {"kind": user.kind if user else None, "message": str(user) if user else f"{type(error).__name__}: {error}"}
+
+
+def _bytes_written_here(state: dict[str, Any]) -> int:
+    """About the bytes this rank writes of `state` into a checkpoint: its part of each sharded tensor (DTensor)
+    and, on rank 0, every plain tensor (replicated on every rank; DCP writes one copy)."""
+    total = 0
+    todo: list[Any] = [state]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, DTensor):
+            local = value.to_local()
+            total += local.numel() * local.element_size()
+        elif isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size() if rank() == 0 else 0
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list | tuple):
+            todo.extend(value)
+    return total
 
 
 # ------------------------------------------------------------------------------ folder helpers
@@ -221,6 +294,7 @@ class _PendingSave:
     final: Path
     future: Future
     started: float
+    bytes_here: int  # what this rank writes (a full disk's paragraph says what the checkpoint needs)
 
 
 class CheckpointManager:
@@ -251,6 +325,9 @@ class CheckpointManager:
         # order could differ between ranks and deadlock. The async write gets a group of its own.
         self._async_group = dist.new_group(backend="gloo") if dist_on() and cfg.save_mode == "async" else None
         self._pending: _PendingSave | None = None
+        # The step_N.tmp-* folder of the save not yet finished (marked and renamed) or removed: what `abort`
+        # settles when the process fails before it is.
+        self._writing: Path | None = None
         if rank() == 0:
             # A run that crashed (or was killed) mid-save left its step_N.tmp-* behind: never loadable,
             # possibly large, and on the disk a full-disk failure needs free.
@@ -282,12 +359,18 @@ class CheckpointManager:
             log.info("checkpoint %s already exists; not saving step %d again", final, step)
             return final
         state_json = self._trainer_state(step, scheduler, extra)
+        model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
+        state: dict[str, Any] = {"model": model_sd}
+        if optimizer is not None:
+            state["optimizer"] = optim_sd
+        bytes_here = _bytes_written_here(state)
 
         nonce = broadcast_str(uuid.uuid4().hex[:12] if rank() == 0 else "", self._group)
         tmp = self.ckpt_root / f"step_{step}.tmp-{nonce}"
         if rank() == 0:
             self._remove_stale_tmp()
         barrier(self._group)  # the stale-folder sweep is over before any rank creates the new folder
+        self._writing = tmp
         error: BaseException | None = None
         try:
             tmp.mkdir(parents=True, exist_ok=True)
@@ -296,12 +379,7 @@ class CheckpointManager:
                 self._write_trainer_state(tmp, state_json, scheduler)
         except Exception as e:  # noqa: BLE001 - raised by _raise_failed once every rank knows
             error = e
-        self._raise_failed(step, tmp, final, error, self._group)
-
-        model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
-        state: dict[str, Any] = {"model": model_sd}
-        if optimizer is not None:
-            state["optimizer"] = optim_sd
+        self._raise_failed(step, tmp, final, error, bytes_here)
 
         t_write = time.perf_counter()
         try:
@@ -313,14 +391,14 @@ class CheckpointManager:
                 dcp.save(state, checkpoint_id=str(tmp), process_group=self._group, no_dist=not dist_on())
         except (Exception, CheckpointException) as e:  # DCP's own error is a BaseException
             # DCP reports every rank's failure on every rank, so all ranks arrive here together.
-            self._raise_failed(step, tmp, final, e, self._group)
+            self._raise_failed(step, tmp, final, e, bytes_here)
         if self.cfg.save_mode == "async" and not blocking:
             assert isinstance(future, Future)  # an AsyncSaveResponse comes only with async staging (off by default)
-            self._pending = _PendingSave(step, tmp, final, future, t_write)
+            self._pending = _PendingSave(step, tmp, final, future, t_write, bytes_here)
             self.last_blocking_s = time.perf_counter() - t0
             log.info("checkpoint step %d: async save started (%.2fs blocking)", step, self.last_blocking_s)
         else:
-            self._finalize(step, tmp, final)
+            self._finalize(step, tmp, final, bytes_here)
             self.last_write_s = time.perf_counter() - t_write
             self.last_blocking_s = time.perf_counter() - t0
             log.info("checkpoint step %d saved to %s (%.2fs)", step, final, self.last_blocking_s)
@@ -328,7 +406,7 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Finish the async save in flight, if any: wait for its write, then mark, rename and rotate."""
-        pending, self._pending = self._pending, None
+        pending = self._pending
         if pending is None:
             return
         error: BaseException | None = None
@@ -336,14 +414,44 @@ class CheckpointManager:
             pending.future.result()
         except BaseException as e:  # noqa: BLE001 - the background write's error, raised once every rank knows
             error = e
-        self._raise_failed(pending.step, pending.tmp, pending.final, error, self._group)
-        self._finalize(pending.step, pending.tmp, pending.final)
+        self._raise_failed(pending.step, pending.tmp, pending.final, error, pending.bytes_here)
+        self._finalize(pending.step, pending.tmp, pending.final, pending.bytes_here)
         self.last_write_s = time.perf_counter() - pending.started
         log.info("checkpoint step %d saved to %s (async write %.2fs)", pending.step, pending.final, self.last_write_s)
 
     @property
     def in_flight(self) -> bool:
         return self._pending is not None
+
+    def abort(self, timeout_s: float = ABORT_WAIT_S) -> None:
+        """After a failure, on the way out of a process whose peers may be anywhere (no collective): settle the
+        save not yet finished. An async write still in flight gets up to `timeout_s` to end; when it ended well on
+        rank 0, every rank's shard is on disk (DCP's coordinator writes .metadata only after every rank reported
+        its write, and every rank's RNG file was agreed on before the write began), so rank 0 marks and renames
+        it; otherwise rank 0 removes the folder. Never a complete-but-unmarked step_N.tmp-* left behind. Every
+        rank calls it before leaving the process group: its own write may be what rank 0's waits for."""
+        pending, self._pending = self._pending, None
+        tmp, self._writing = self._writing, None
+        written = False
+        if pending is not None:
+            try:
+                pending.future.result(timeout=timeout_s)
+                written = pending.tmp == tmp
+            except (Exception, CheckpointException):  # noqa: BLE001 - failed or unfinished: the folder goes
+                pass
+        if rank() != 0 or tmp is None or not tmp.is_dir():
+            return
+        if written and pending is not None:
+            try:
+                self._mark_complete(pending.step, tmp, pending.final)
+                log.warning(
+                    "checkpoint step %d: its write ended after the failure; saved to %s", pending.step, pending.final
+                )
+                return
+            except OSError:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.warning("checkpoint: removed %s, unfinished when the run failed", tmp)
 
     def _trainer_state(self, step: int, scheduler: Any, extra: dict[str, Any]) -> dict[str, Any]:
         extra = dict(extra)
@@ -369,36 +477,43 @@ class CheckpointManager:
             state_json = {**state_json, "scheduler": {"file": SCHEDULER_FALLBACK}}
         write_json_atomic(tmp / TRAINER_STATE, state_json, fsync=True, sort_keys=True)
 
-    def _finalize(self, step: int, tmp: Path, final: Path) -> None:
+    def _finalize(self, step: int, tmp: Path, final: Path, bytes_here: int) -> None:
         barrier(self._group)  # every rank's shard and RNG file are on disk
         error: Exception | None = None
         if rank() == 0:
             try:
-                write_json_atomic(
-                    tmp / COMPLETE,
-                    {"step": step, "time": time.time(), "world_size": world_size()},
-                    fsync=True,
-                    sort_keys=True,
-                )
-                if final.exists():
-                    # A step_N without COMPLETE (never loadable): replace it.
-                    shutil.rmtree(final)
-                tmp.rename(final)
-                _fsync_dir(self.ckpt_root)
+                self._mark_complete(step, tmp, final)
             except Exception as e:  # noqa: BLE001 - raised by _raise_failed on every rank
                 error = e
-        self._raise_failed(step, tmp, final, error, self._group)
+        self._raise_failed(step, tmp, final, error, bytes_here)
+        self._writing = None
         if rank() == 0:
             self._rotate()
         barrier(self._group)
 
-    def _raise_failed(self, step: int, tmp: Path, final: Path, error: BaseException | None, group: Any) -> None:
+    def _mark_complete(self, step: int, tmp: Path, final: Path) -> None:
+        """Rank 0, once every rank's part of `tmp` is on disk: COMPLETE, then the rename to `final`."""
+        write_json_atomic(
+            tmp / COMPLETE,
+            {"step": step, "time": time.time(), "world_size": world_size()},
+            fsync=True,
+            sort_keys=True,
+        )
+        if final.exists():
+            # A step_N without COMPLETE (never loadable): replace it.
+            shutil.rmtree(final)
+        tmp.rename(final)
+        _fsync_dir(self.ckpt_root)
+
+    def _raise_failed(self, step: int, tmp: Path, final: Path, error: BaseException | None, bytes_here: int) -> None:
         """Return when the write went well on every rank; otherwise raise on every rank.
 
         Collective: every rank calls it with its own error (None when its part went well). After an
         OSError on any rank the partial `tmp` is removed (rank 0, once all ranks stopped writing into
-        it); a full disk raises DiskFullError naming the checkpoint, another OSError is re-raised as
-        it is. A failure that is no OSError (a crash mid-write) leaves `tmp` for the next save to sweep.
+        it); a full disk raises the same DiskFullError on every rank (rank 0's paragraph, made once the
+        partial folder is gone: what the checkpoint needs, `bytes_here` summed over the ranks, and what is
+        free), another OSError is re-raised as it is. A failure that is no OSError (a crash mid-write)
+        leaves `tmp` for the next save to sweep, or `abort` on the way out.
         """
         os_error = _os_error_in(error) if error is not None else None
         if error is not None and os_error is None and out_of_space(tmp):
@@ -410,20 +525,23 @@ class CheckpointManager:
             code = _FAILED
         else:
             code = _DISK_FULL if from_os_error(os_error) is not None else _OS_ERROR
-        worst = agree_max(code, group)
+        worst = agree_max(code, self._group)
+        if self._pending is not None and self._pending.tmp == tmp:
+            self._pending = None  # settled: every rank knows how its write went
         if worst == _OK:
             return
-        if worst >= _OS_ERROR and rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            log.warning("checkpoint step %d: removed the partial %s after a failed write", step, tmp)
+        if worst >= _OS_ERROR:
+            self._writing = None
+            if rank() == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                log.warning("checkpoint step %d: removed the partial %s after a failed write", step, tmp)
+        if worst == _DISK_FULL:
+            needed = agree_sum(bytes_here, self._group)
+            said = str(disk_full_at(final, needed)) if rank() == 0 else ""  # after the removal: what is free now
+            raise DiskFullError(broadcast_str(said, self._group)) from error
         if error is None:  # this rank's part went well; another rank's did not
-            if worst != _DISK_FULL:
-                raise RuntimeError(f"checkpoint of step {step} into {tmp} failed on another rank")
-            os_error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise RuntimeError(f"checkpoint of step {step} into {tmp} failed on another rank")
         if os_error is not None:
-            disk_full = from_os_error(os_error, final)
-            if disk_full is not None:
-                raise disk_full from error
             if os_error is error:
                 raise error
             raise os_error from error

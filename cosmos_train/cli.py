@@ -31,14 +31,16 @@ one paragraph and exits 2, with no traceback (`--debug` shows it; the flow run's
 server keeps it); anything else is a bug and keeps its traceback. A stop that is no mistake is shown the
 same way with its own exit code (`UserError.exit_code`): 3 when train.stop_when_stuck ended a GRPO run that
 could not learn (`errors.RunStuck`), 4 when a post-train pipeline's [gate] did not promote a stage's export
-(`promotion.EXIT_NOT_PROMOTED`).
+(`promotion.EXIT_NOT_PROMOTED`), and for a run that stopped saved (`errors.RunHalted`, with the command that
+continues it: flows/terminal.py) 130 on Ctrl-C, 75 when a service it needs (a reward service, the Prefect API)
+stayed unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -50,10 +52,10 @@ from cosmos_train.config import (
     load_config,
 )
 from cosmos_train.data.synthetic import build_arg_parser, run_from_args
-from cosmos_train.errors import user_error_of
+from cosmos_train.errors import EXIT_INTERRUPTED, user_error_of
 from cosmos_train.process_tree import start_reaper, watch_parent
 from cosmos_train.reward_service.config import load_service_config
-from cosmos_train.storage import parse_target
+from cosmos_train.storage import check_s3_target, parse_target, s3_settings
 
 # why HEAVY: a command's own module (torch, transformers, diffusers under it) is imported inside the command, so
 # `--help` and `config check` answer in a fraction of a second instead of ~5 s; nothing imports cli, so these
@@ -61,6 +63,12 @@ from cosmos_train.storage import parse_target
 
 # Prefect's temporary API server gives up after 20 s by default, which a loaded machine exceeds.
 EPHEMERAL_STARTUP_TIMEOUT_S = "180"
+# Prefect retries a call to a server it reached before 5 times, backing off 2, 4 ... 32 s: a dead server then costs
+# about a minute per call, several calls in a row at a flow's end. 2 retries (about 6 s) still ride out a restart
+# of the server, and the CLI says a lost API within a minute (PREFECT_CLIENT_MAX_RETRIES set by the user wins).
+PREFECT_CLIENT_RETRIES = "2"
+# the commands that run a flow (Prefect's temporary server, torchrun): a reaper sidecar stops what they started
+FLOW_COMMANDS = set("sft grpo wfm-rl prepare-data eval eval-wfm post-train sweep upload demo filter-rl-data".split())
 
 
 def _add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
@@ -170,14 +178,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.command == "grpo":
         from flows.grpo import GRPOParams, grpo
 
-        _quiet_prefect_console()
+        _prepare_prefect()
         result = grpo(
             GRPOParams(config=str(args.config), overrides=args.overrides, dataset_script=script, run_dir=args.run_dir)
         )
     else:
         from flows.sft import SFTParams, sft
 
-        _quiet_prefect_console()
+        _prepare_prefect()
         result = sft(
             SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=script, run_dir=args.run_dir)
         )
@@ -196,7 +204,7 @@ def _wfm_rl(args: argparse.Namespace) -> int:
         )
     from flows.wfm_rl import WfmRLParams, wfm_rl
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     result = wfm_rl(WfmRLParams(config=str(args.config), overrides=args.overrides, run_dir=args.run_dir))
     print(result["run_dir"])
@@ -231,7 +239,7 @@ def _prepare_data(args: argparse.Namespace) -> int:
     check_job(args.config, args.overrides, args.script, args.run_dir)
     from flows.prepare_data import PrepareDataParams, prepare_data
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     print(
         prepare_data(
@@ -249,7 +257,7 @@ def _eval(args: argparse.Namespace) -> int:
     check_eval(args.config, args.overrides, args.models)
     from flows.evaluate import EvaluateParams, evaluate
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     out = evaluate(EvaluateParams(config=str(args.config), models=args.models, overrides=args.overrides))
     for r in out["results"]:
@@ -262,7 +270,7 @@ def _eval_wfm(args: argparse.Namespace) -> int:
     from flows.evaluate_wfm import checked_params, evaluate_wfm, table_text
 
     params = checked_params(args.config, args.overrides, args.models, args.prompts, args.seed, args.out)
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     print(table_text(evaluate_wfm(params)))
     return 0
@@ -280,7 +288,9 @@ def _upload(args: argparse.Namespace) -> int:
 
     folder, what = upload_source(args.source)  # input errors before Prefect starts
     target = parse_target(args.to)
-    _quiet_prefect_console()
+    if target.scheme == "s3":  # an unreachable endpoint, refused credentials, no bucket: said in seconds, not minutes
+        check_s3_target(target, s3_settings(os.environ, endpoint_url=args.s3_endpoint_url))
+    _prepare_prefect()
 
     report = upload(UploadParams(source=str(args.source), to=args.to, s3_endpoint_url=args.s3_endpoint_url))
     print(f"{folder} -> {target.url}: {report['files_sent']} files sent, {report['files_unchanged']} unchanged")
@@ -293,7 +303,7 @@ def _post_train(args: argparse.Namespace) -> int:
     load_pipeline_config(args.config, args.overrides)  # every input error before Prefect starts
     from flows.post_train import PostTrainParams, post_train
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     summary = post_train(PostTrainParams(config=str(args.config), overrides=args.overrides))
     print(summary["folder"])
@@ -314,7 +324,7 @@ def _filter_rl_data(args: argparse.Namespace) -> int:
         check_model_family(args.model, vllm=cfg.rollout.backend == "vllm", key="--model")
     from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     result = filter_rl_data(
         FilterRLDataParams(
@@ -352,7 +362,7 @@ def _sweep(args: argparse.Namespace) -> int:
         )
     from flows.sweep import SweepParams, sweep
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     summary = sweep(
         SweepParams(
@@ -377,7 +387,7 @@ def _sweep(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import demo
 
-    _quiet_prefect_console()
+    _prepare_prefect()
 
     demo(output_dir=str(args.output_dir))
     return 0
@@ -595,34 +605,17 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-class _HideUserErrorTracebacks(logging.Filter):
-    """On the console only: Prefect logs a failed task or flow with its traceback; for a user error the
-    paragraph printed at the end says it all. The record is shared with the API log handler (the run's log
-    on the server keeps the traceback), so the console gets a copy without it instead."""
+def _prepare_prefect() -> None:
+    """Called once the flows are imported: how a flow behaves in a terminal (flows/terminal.py)."""
+    from flows.terminal import prepare_prefect
 
-    def __init__(self, handler: logging.Handler):
-        super().__init__()
-        self.handler = handler
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None and user_error_of(record.exc_info[1]) is not None:
-            bare = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-            self.handler.handle(bare)
-            return False
-        return True
+    prepare_prefect(debug=os.environ.get("COSMOS_TRAIN_DEBUG") == "1")
 
 
-def _quiet_prefect_console() -> None:
-    """Called once the flows are imported (Prefect has set up its logging), unless --debug."""
-    if os.environ.get("COSMOS_TRAIN_DEBUG") == "1":
-        return
-    seen = set()
-    for name in ["", *logging.root.manager.loggerDict]:
-        logger = logging.getLogger(name)
-        for handler in getattr(logger, "handlers", []):
-            if id(handler) not in seen and isinstance(handler, logging.StreamHandler):
-                seen.add(id(handler))
-                handler.addFilter(_HideUserErrorTracebacks(handler))
+def _temporary_prefect_servers() -> list[Any]:
+    """The temporary API servers Prefect has started in this process (none before prefect's server is imported)."""
+    module = sys.modules.get("prefect.server.api.server")
+    return [] if module is None else list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
 
 
 def cosmos_rl_form(argv: list[str]) -> list[str]:
@@ -642,55 +635,59 @@ def cosmos_rl_form(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(cosmos_rl_form(list(sys.argv[1:] if argv is None else argv)))
+    argv_used = cosmos_rl_form(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv_used)
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
+    os.environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", PREFECT_CLIENT_RETRIES)
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
     servers_before = _temporary_prefect_servers()
-    if args.command in (
-        "sft",
-        "grpo",
-        "wfm-rl",
-        "prepare-data",
-        "eval",
-        "eval-wfm",
-        "post-train",
-        "sweep",
-        "upload",
-        "demo",
-        "filter-rl-data",
-    ):
+    if args.command in FLOW_COMMANDS:
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
     try:
         return int(args.func(args) or 0)
-    except Exception as e:
-        error = user_error_of(e)
-        if error is None:  # a bug or a crash: its traceback
-            raise
+    except KeyboardInterrupt:  # Ctrl-C outside a training job (one under way stops saved: RunInterrupted, below)
         if args.debug:
             traceback.print_exc()
-        _stop_temporary_prefect_server(keep=servers_before)  # its "Stopping temporary server" line would follow ours
-        print(f"error: {error.paragraph}", file=sys.stderr)
-        return error.exit_code  # 2; 3 for a run train.stop_when_stuck ended
+        _stop_temporary_servers(keep=servers_before)
+        print(
+            "error: stopped by Ctrl-C while no training job was running, so it had nothing to save; to run it again "
+            f"(a post-train pipeline skips the stages that finished): {shlex.join(['cosmos-train', *argv_used])}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        ending = _ending_of(e, args.command, argv_used)
+        if ending is None:  # a bug or a crash: its traceback
+            raise
+        paragraph, code, api_lost = ending
+        if args.debug:
+            traceback.print_exc()
+        _stop_temporary_servers(keep=servers_before)  # its "Stopping temporary server" line would follow ours
+        print(f"error: {paragraph}", file=sys.stderr)
+        if api_lost:
+            from flows.terminal import leave_now
+
+            leave_now(code)  # Prefect's workers would retry the dead API for minutes at exit
+        return code  # 2; 3 for a run train.stop_when_stuck ended; 130 Ctrl-C; 75 a service stayed down
 
 
-def _temporary_prefect_servers() -> list[Any]:
-    """The ephemeral API servers Prefect has started in this process (none before prefect's server is imported)."""
-    module = sys.modules.get("prefect.server.api.server")
-    return [] if module is None else list(getattr(module.SubprocessASGIServer, "_instances", {}).values())
+def _ending_of(exc: Exception, command: str, argv: list[str]) -> tuple[str, int, bool] | None:
+    """(the paragraph, the exit code, whether the Prefect API was lost) for a failure the user can act on; None
+    for a crash. A command that ran a flow may have stopped saved, or lost its API: flows/terminal.py knows."""
+    if "prefect" in sys.modules:
+        from flows.terminal import ending_of
+
+        return ending_of(exc, command, argv)
+    error = user_error_of(exc)
+    return None if error is None else (error.paragraph, error.exit_code, False)
 
 
-def _stop_temporary_prefect_server(keep: list[Any]) -> None:
-    """Stop the ephemeral API servers this command started, now (Prefect does it at exit); those in `keep`,
-    running before the command began (a caller's own, when main() runs inside another program), stay."""
-    started = [server for server in _temporary_prefect_servers() if not any(server is k for k in keep)]
-    if not started:
-        return
-    from prefect.logging.handlers import APILogWorker
+def _stop_temporary_servers(keep: list[Any]) -> None:
+    if _temporary_prefect_servers():  # Prefect started one in this process
+        from flows.terminal import stop_temporary_servers
 
-    APILogWorker.drain_all(timeout=5)  # the run's last log lines first, or they fail after the stop
-    for server in started:
-        server.stop()
+        stop_temporary_servers(keep)
 
 
 if __name__ == "__main__":

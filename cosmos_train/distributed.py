@@ -18,7 +18,7 @@ from torch.distributed.fsdp import FSDPModule
 from cosmos_train.config import ParallelismConfig
 from cosmos_train.context_parallel import NO_CP, CpGroup
 from cosmos_train.net import free_port
-from cosmos_train.process_tree import watch_parent
+from cosmos_train.process_tree import TORCHRUN_STOP_S, watch_parent
 
 
 @dataclass
@@ -74,8 +74,8 @@ def init_distributed(par: ParallelismConfig) -> DistInfo:
     ranks of a TP group, then of a CP group, are adjacent)."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
         # Under torchrun each rank runs in a session of its own: if the launcher dies (SIGKILL), stop
-        # instead of hanging on as an orphan.
-        watch_parent(grace_s=10.0)
+        # instead of hanging on as an orphan, with the time torchrun itself gives a stop checkpoint.
+        watch_parent(grace_s=TORCHRUN_STOP_S)
     if "RANK" not in os.environ:  # plain `python -m ...`: a one-process group
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))

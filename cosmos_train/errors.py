@@ -29,6 +29,8 @@ from typing import Any
 
 EXIT_USER_ERROR = 2
 EXIT_RUN_STUCK = 3  # train.stop_when_stuck ended a run that could not learn: a user-facing stop, not a crash
+EXIT_SERVICE_DOWN = 75  # sysexits' EX_TEMPFAIL: a service the run needs stayed unreachable; stopped saved, rerun later
+EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT): stopped saved
 ERROR_FILE = "error.json"
 
 
@@ -151,6 +153,31 @@ class RunStuck(UserError):
     exit_code = EXIT_RUN_STUCK
 
 
+class RunHalted(UserError):
+    """A run that stopped before its end with its state saved: neither a mistake in the input nor a crash, and a
+    retry now would not help (the user asked to stop, or what the run needs is gone). The paragraph says why and
+    where it stopped; `run_dir` (set by the task that launched the ranks) lets the CLI add the exact command that
+    continues the run."""
+
+    kind = "halted"
+    run_dir: str | None = None
+
+
+class RunInterrupted(RunHalted):
+    """Ctrl-C (SIGINT): the ranks saved a stop checkpoint and the command ends without retrying."""
+
+    kind = "interrupted"
+    exit_code = EXIT_INTERRUPTED
+
+
+class ServiceUnavailable(RunHalted):
+    """A service the run depends on (an external reward service, the Prefect API) stayed unreachable past its
+    retries: the run stopped saved, naming the URL and the last error; run the resume command once it is back."""
+
+    kind = "service"
+    exit_code = EXIT_SERVICE_DOWN
+
+
 class RepeatedFailure(RuntimeError):
     """A crash that happened again at the same step with the same message: retrying cannot help."""
 
@@ -171,6 +198,9 @@ KINDS: dict[str, type[UserError]] = {
         PathError,
         TrainingDiverged,
         RunStuck,
+        RunHalted,
+        RunInterrupted,
+        ServiceUnavailable,
     )
 }
 
@@ -178,11 +208,43 @@ KINDS: dict[str, type[UserError]] = {
 NO_SPACE = "No space left on device"  # strerror(ENOSPC), also in errors of libraries that wrap it (safetensors)
 
 
-def disk_full_at(where: str | os.PathLike | None) -> DiskFullError:
-    """The one disk-full paragraph, naming where the write failed."""
+def disk_full_at(where: str | os.PathLike | None, needed: int | None = None) -> DiskFullError:
+    """The one disk-full paragraph, naming where the write failed, with how much the write needed (when the
+    writer knows: `needed` bytes) and how much is free there now (read from the filesystem, so call it once the
+    failed write's partial files are removed)."""
+    free = free_bytes(where) if where else None
+    sizes = [f"the write needs about {human_bytes(needed)}"] if needed else []
+    if free is not None:
+        sizes.append(f"{human_bytes(free)} {'is' if sizes else 'is left'} free there")
     return DiskFullError(
-        f"no space left on {where or 'the output folder'}: free space there or point train.output_dir at a larger disk"
+        f"no space left on {where or 'the output folder'}: free space there or point train.output_dir at a larger "
+        f"disk" + (f" ({', '.join(sizes)})" if sizes else "")
     )
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'; the units `df -h` and tmpfs's size= use."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes this user may still write on the filesystem holding `path` (or its nearest existing parent)."""
+    try:
+        st = os.statvfs(_nearest_existing(Path(path)))
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:
@@ -220,21 +282,21 @@ def out_of_space(path: str | os.PathLike) -> bool:
     """Whether the filesystem holding `path` (or its nearest existing parent) is full: under 1% of
     its size or 4 MiB free, whichever is less. For writers that report a short write in their own
     words (torch's zip writer: "unexpected pos 704 vs 598") instead of passing ENOSPC on."""
-    where = Path(path)
-    while not where.exists() and where != where.parent:
-        where = where.parent
     try:
-        st = os.statvfs(where)
+        st = os.statvfs(_nearest_existing(Path(path)))
     except OSError:
         return False
     return st.f_bavail * st.f_frsize < min(4 << 20, st.f_blocks * st.f_frsize // 100)
 
 
-def from_os_error(exc: OSError, path: str | os.PathLike | None = None) -> DiskFullError | None:
-    """A disk-full OSError as a DiskFullError naming the path; None for any other OSError."""
+def from_os_error(
+    exc: OSError, path: str | os.PathLike | None = None, needed: int | None = None
+) -> DiskFullError | None:
+    """A disk-full OSError as a DiskFullError naming the path (and the `needed` bytes when known); None for any
+    other OSError."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
-    return disk_full_at(path or exc.filename)
+    return disk_full_at(path or exc.filename, needed)
 
 
 # ------------------------------------------------------------------------- a path the OS refuses
@@ -351,8 +413,11 @@ def path_errors(what: str) -> Iterator[None]:
 
 # ------------------------------------------------------------------------- across processes
 def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int | None = None, rank: int = 0) -> bool:
-    """Record why this rank stopped, for the launching task (written atomically; the first rank wins).
-    Returns whether this rank's record is the one kept."""
+    """Record why this rank stopped, for the launching task (written atomically; the first rank wins, except that
+    a user error replaces a crash: ranks fail together, and a peer's crash is what a user error on one rank looks
+    like from the others, e.g. "Connection closed by peer" once the rank that found the disk full left).
+    Returns whether this rank's record is the one kept (when the file cannot be written, e.g. on a full disk:
+    rank 0 for a full disk, which every rank raises alike, else every rank, so the error is still said)."""
     path = Path(run_dir) / ERROR_FILE
     record = {
         "kind": exc.kind if isinstance(exc, UserError) else None,
@@ -368,9 +433,16 @@ def write_error_file(run_dir: str | os.PathLike, exc: BaseException, step: int |
         os.link(tmp, path)  # atomic and exclusive: fails when another rank was first
         return True
     except FileExistsError:
-        return False
-    except OSError:  # a full disk must not hide the original error: the caller still prints it
+        kept = read_error_file(run_dir)
+        if record["kind"] is None or (kept is not None and kept.get("kind") is not None):
+            return False
+        try:
+            os.replace(tmp, path)  # this user error over the crash record another rank wrote first
+        except OSError:
+            return False
         return True
+    except OSError:  # a full disk must not hide the original error: the caller still prints it
+        return rank == 0 or not isinstance(exc, DiskFullError)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -2,14 +2,18 @@
 
     python -m cosmos_train.launch --standalone --nproc_per_node=2 -m cosmos_train.train.sft --config RUN/config.toml
 
-Takes torchrun's own arguments and runs `torch.distributed.run` in this process, with three changes:
+Takes torchrun's own arguments and runs `torch.distributed.run` in this process, with these changes:
 - Single node (`--standalone`): torchrun's c10d stores listen on every interface, so anyone on the
   network could join or disturb the rendezvous. Here every store server is bound to 127.0.0.1
   (TCPStore's `master_listen_fd` takes a socket we bound), and gloo / NCCL bootstrap sockets use the
   loopback interface unless the user set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME. A multi-node run
   (`--rdzv_endpoint`) is left as the config names it.
 - The launcher watches its parent (`process_tree.watch_parent`): if the flow or CLI that started it
-  is killed, it stops its ranks instead of leaving them hung.
+  is killed, it stops its ranks instead of leaving them hung. Its stop takes the first stop signal only
+  (`stop_signals_once`): the watchdog and the dead CLI's reaper both send one, and a second would cut
+  torchrun's wait for the ranks' stop checkpoint short.
+- Its console is followed (`logs.follow_console`): once the process reading its output is gone, its lines
+  go on in the run's RUN/logs/train.log instead of killing it with a broken pipe (the ranks do the same).
 - A rank that failed has already said why (a user error's paragraph, or its traceback, and
   RUN/error.json); torchrun's own ChildFailedError traceback on top of that says nothing new, so it
   becomes one line and the rank's exit code.
@@ -21,13 +25,18 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import api as elastic_processes
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import get_args_parser, run
 
-from cosmos_train.process_tree import watch_parent
+from cosmos_train.logs import follow_console, write_console
+from cosmos_train.process_tree import STOP_GRACE_S, TORCHRUN_STOP_S, watch_parent
 
 LOOPBACK = "127.0.0.1"
 
@@ -83,9 +92,46 @@ def root_cause(failures: list[Any]) -> Any:
     return (errored or sorted(failures, key=lambda f: f.timestamp))[0]
 
 
+def stop_signals_once() -> None:
+    """Make torchrun's agent act on the first stop signal only. It turns SIGTERM / SIGINT / SIGHUP / SIGQUIT into
+    a SignalException, whose handling stops the ranks: SIGTERM to each, then up to --shutdown_timeout for their
+    stop checkpoint before SIGKILL. A second signal would raise again in the middle of that wait and end the
+    launcher with its ranks unwaited-for (orphans that then stop themselves unsaved); once the stop has begun,
+    later signals are ignored (SIGKILL still ends the launcher)."""
+    original = elastic_processes._terminate_process_handler
+    if getattr(original, "_cosmos_once", False):
+        return
+    stopping: list[int] = []
+
+    def handle_once(signum: int, frame: FrameType | None) -> None:
+        if stopping:
+            return
+        stopping.append(signum)
+        original(signum, frame)
+
+    handle_once._cosmos_once = True  # type: ignore[attr-defined]
+    # a patch of torch's module function: PContext.start() installs whatever the name holds when it runs
+    elastic_processes._terminate_process_handler = handle_once
+
+
+def run_log_of(training_args: list[str]) -> Path | None:
+    """RUN/logs/train.log of the trainer's `--config RUN/config.toml`, None when the command names none."""
+    for i, arg in enumerate(training_args):
+        if arg == "--config" and i + 1 < len(training_args):
+            return Path(training_args[i + 1]).resolve().parent / "logs" / "train.log"
+        if arg.startswith("--config="):
+            return Path(arg.partition("=")[2]).resolve().parent / "logs" / "train.log"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    watch_parent(grace_s=45.0)  # torchrun gives its ranks 30 s after SIGTERM before it kills them
     args = get_args_parser().parse_args(argv)
+    # torchrun gives its ranks --shutdown_timeout (30 s unless set) after SIGTERM before it kills them; the
+    # launcher's own exit follows
+    shutdown_s = float(args.shutdown_timeout or TORCHRUN_STOP_S)
+    watch_parent(grace_s=STOP_GRACE_S + max(0.0, shutdown_s - TORCHRUN_STOP_S))
+    stop_signals_once()
+    follow_console(run_log_of(list(args.training_script_args)))
     if args.standalone:
         bind_stores_to_loopback()
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -93,12 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("MASTER_ADDR", LOOPBACK)
     try:
         run(args)
+    except SignalException as e:  # a stop asked from outside (Ctrl-C's SIGTERM, a cancel): the ranks saved and said so
+        write_console("stderr", f"[launch] stopped by signal {int(e.sigval)}; the ranks were stopped\n")
+        return 128 + int(e.sigval)
     except ChildFailedError as e:
         cause = root_cause(list(e.failures.values()))
-        print(
-            f"[launch] rank {cause.local_rank} exited with code {cause.exitcode}; torchrun stopped the others",
-            file=sys.stderr,
-        )
+        said = f"[launch] rank {cause.local_rank} exited with code {cause.exitcode}; torchrun stopped the others"
+        write_console("stderr", said + "\n")
         return cause.exitcode if 0 < cause.exitcode < 256 else 1
     return 0
 

@@ -1,5 +1,8 @@
 """Training metrics to the console, `metrics.jsonl` in the run folder, and wandb.
 
+Console lines go through `cosmos_train.logs.write_console`: a console whose reader died (the launching CLI was
+killed) never stops the run, the lines go on in RUN/logs/train.log.
+
 wandb runs offline (files under the run folder, no account) unless WANDB_API_KEY is set or
 WANDB_MODE says otherwise. Only rank 0 logs.
 
@@ -21,6 +24,7 @@ from typing import Any, Protocol
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import LoggingConfig
 from cosmos_train.errors import from_os_error
+from cosmos_train.logs import write_console
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
@@ -78,7 +82,7 @@ class MetricsLogger:
             self._wandb.log({f"{kind}/{k}": v for k, v in values.items() if isinstance(v, int | float)}, step=step)
         if self.console and (step % self.interval == 0 or kind != "train"):
             shown = " ".join(f"{k}={_fmt(v)}" for k, v in values.items())
-            print(f"[{kind}] step {step} {shown}", flush=True)
+            write_console("stdout", f"[{kind}] step {step} {shown}\n")
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         """Sampled completions with their rewards (GRPO): appended to SAMPLES_FILE, a wandb table, and the
@@ -99,7 +103,8 @@ class MetricsLogger:
             )
         if self.console:
             first = rows[0]
-            print(f"[sample] step {step} reward={_fmt(first.get('reward'))} {first.get('completion')!r}", flush=True)
+            reward = _fmt(first.get("reward"))
+            write_console("stdout", f"[sample] step {step} reward={reward} {first.get('completion')!r}\n")
 
     def drop_after(self, step: int) -> None:
         """Remove rows past `step` (a resumed run's earlier attempt logged them; they are logged again)."""

@@ -44,8 +44,9 @@ def check_job(
 ) -> Config:
     """The validated job config; raises ConfigError / DataError / CheckpointError naming what is wrong.
 
-    read_rows: also read local datasets' rows (`check_rows`). The flows pass False: their next step,
-    data preparation, reads every row anyway and names the bad ones the same way.
+    read_rows: also read local datasets' rows (`check_rows`), and for a training command (`policy_type` given) check
+    that they make at least one step (`check_one_step`). The flows pass False: their next step, data preparation,
+    reads every row anyway and names the bad ones the same way, and the trainer's sampler refuses too few rows.
     policy_type: the trainer that will run it (the `sft` or `grpo` command / flow); a config of the
     other kind is refused (each trainer would otherwise fail later on the other's rows)."""
     cfg = load_config(config, overrides or [])  # every config check, unsupported settings included
@@ -68,7 +69,9 @@ def check_job(
         check_dataset_paths(key, ds, has_script=dataset_script is not None)
     roles: list[SplitRole] = (["train", "val"] if cfg.validation.enable else ["train"]) if read_rows else []
     for role in roles:
-        check_rows(cfg, role, dataset_script)
+        usable = check_rows(cfg, role, dataset_script)
+        if role == "train" and usable is not None and policy_type is not None:
+            check_one_step(cfg, usable)
     # A retried or continued run resumes from its own folder first; only a fresh run resolves train.resume.
     # A checkpoint on S3 is found (and downloaded) by the trainer's rank 0: run_sync.fetch_checkpoint.
     on_s3 = is_s3(str(cfg.train.resume)) or (cfg.train.resume is True and is_s3(cfg.train.output_dir))
@@ -153,7 +156,13 @@ def check_eval(config: str | Path, overrides: list[str] | None = None, models: l
     if blocked := not_a_folder("results_dir", cfg.results_dir):  # each model's results folder is made under it
         raise EvalConfigError(blocked, str(config))
     for ds in cfg.datasets:
-        load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=cfg.evaluation.answer_type != "freeform")
+        load_benchmark(
+            cfg.data_dir,
+            ds,
+            cfg.limit,
+            require_options=cfg.evaluation.answer_type != "freeform",
+            allow_media_outside_root=cfg.evaluation.allow_media_outside_root,
+        )
     for model in models or [cfg.model.model_name]:
         path = Path(model).expanduser()
         looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
@@ -166,20 +175,21 @@ def check_eval(config: str | Path, overrides: list[str] | None = None, models: l
     return cfg
 
 
-def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, shown: int = 5) -> None:
+def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, shown: int = 5) -> int | None:
     """Read a local dataset's rows (file parsing, split, row layout, media paths; no decoding) and, under
-    on_bad_row = "fail", raise naming the first bad rows. Hub datasets, Cosmos-Reason copies (their
-    clips are extracted on first read) and dataset scripts (the user's own code) are left to data
-    preparation: reading them here could take as long as preparing them."""
+    on_bad_row = "fail", raise naming the first bad rows. Returns how many rows are usable (the good ones), or
+    None where the rows were not read: hub datasets, Cosmos-Reason copies (their clips are extracted on first
+    read) and dataset scripts (the user's own code) are left to data preparation: reading them here could take
+    as long as preparing them."""
     ds = (
         cfg.validation.dataset
         if role == "val" and cfg.validation.dataset is not None
         else cfg.train.train_policy.dataset
     )
     if dataset_script is not None or detect_source(ds) in ("cosmos", "script"):
-        return
+        return None
     if not (ds.annotation_path or Path(ds.name).expanduser().exists()):
-        return  # a hub id
+        return None  # a hub id
     samples = load_samples(cfg, role, keep_errors=True)
     bad = [s for s in samples if "error" in s]
     if bad and ds.on_bad_row == "fail":
@@ -189,3 +199,41 @@ def check_rows(cfg: Config, role: SplitRole, dataset_script: str | None = None, 
             f"{len(bad)} bad row(s) of {len(samples)} ({role}); fix them or set "
             'dataset.on_bad_row = "skip" to drop and count them:\n' + "\n".join(lines) + more
         )
+    return len(samples) - len(bad)
+
+
+def check_one_step(cfg: Config, rows: int) -> None:
+    """`rows` usable training rows make at least one step, as the trainer's sampler (train/sampler.py) will
+    require after Prefect, the run folder and the model have started: a DataError naming the dataset, the row
+    count and the batch key. Data preparation only ever drops rows, so fewer here can never become enough."""
+    t, par = cfg.train, cfg.policy.parallelism
+    ds = t.train_policy.dataset
+    source = ds.annotation_path or f"{ds.name}, split {ds.split!r}"  # a LLaVA file has no splits
+    dataset = f"train.train_policy.dataset ({source})"
+    if rows == 0:
+        raise DataError(
+            f'{dataset}: no usable training row: dataset.on_bad_row = "skip" dropped every row; set it to '
+            '"fail" to see why they are bad, and fix them'
+        )
+    if cfg.policy_type == "grpo":
+        need, n = cfg.prompts_per_step, cfg.rollout.n_generation
+        if rows >= need:
+            return
+        raise DataError(
+            f"{dataset}: {rows} usable training row(s), fewer than the {need} prompts one GRPO step samples "
+            f"(train.train_batch_per_replica = {t.train_batch_per_replica} completions / rollout.n_generation = "
+            f"{n} per prompt, x policy.parallelism.dp_replicate_size = {par.dp_replicate_size}), so no step could "
+            f"be trained; add rows, or lower train.train_batch_per_replica to at most {rows * n}"
+        )
+    need = t.train_batch_per_replica * par.dp_replicate_size
+    if rows >= need or not t.train_policy.dataloader_drop_last:
+        return
+    fits = rows // par.dp_replicate_size
+    lower = f"lower train.train_batch_per_replica to at most {fits}, " if fits else ""
+    batch = f"train.train_batch_per_replica = {t.train_batch_per_replica}"
+    raise DataError(
+        f"{dataset}: {rows} usable training row(s), fewer than one global batch of {need} ({batch} x "
+        f"policy.parallelism.dp_replicate_size = {par.dp_replicate_size}) with "
+        "train.train_policy.dataloader_drop_last = true, so no step could be trained; add rows, "
+        f"{lower}or set dataloader_drop_last = false"
+    )

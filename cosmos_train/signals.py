@@ -10,14 +10,17 @@
 The handler only sets a flag (and calls the optional callback): saving from inside a signal handler would
 run collectives at an arbitrary point of a step. torchrun forwards SIGTERM to every rank, but not at the
 same instant, so `agreed()` all-reduces the flag: one rank seeing it is enough, and all ranks leave the
-loop after the same step. A second signal of the same kind restores the previous handler and re-raises it,
-so an impatient operator (or the scheduler's hard kill) still stops the process.
+loop after the same step. The same signal again within REPEAT_S is the same request, not a second one: a pod
+eviction or node drain signals every process of the job and torchrun forwards its own copy to each rank, so a
+rank gets two at once (taking the second as "stop now" killed it unsaved). Later, a second signal of the same
+kind restores the previous handler and re-raises it, so an impatient operator still stops the process.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +30,7 @@ import torch.distributed as dist
 from cosmos_train.checkpoint import cpu_group
 
 EXIT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
+REPEAT_S = 5.0  # a copy of the signal this soon after the first is the same stop request (see above)
 
 
 class ExitRequest:
@@ -34,6 +38,7 @@ class ExitRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.at = 0.0  # monotonic time of the first signal
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -67,11 +72,13 @@ def install_exit_handlers(
 
     def handler(signum: int, frame: Any) -> None:
         if request.signum == signum:
-            # Second time: give the signal its previous meaning (default: terminate) and deliver it again.
+            if time.monotonic() - request.at < REPEAT_S:
+                return  # the same request delivered twice (the scheduler's and torchrun's copy)
+            # A second request: give the signal its previous meaning (default: terminate) and deliver it again.
             signal.signal(signum, previous[signum])
             os.kill(os.getpid(), signum)
             return
-        request.signum = signum
+        request.signum, request.at = signum, time.monotonic()
         if callback is not None:
             callback(signum)
 

@@ -32,7 +32,9 @@ the environment's endpoint. The Hub: the token passed, else HF_TOKEN.
 
 Refused credentials are an AuthError, another refusal (no such bucket, a bad name) an UploadError: user
 errors, never retried. A lost connection, a timeout or a 5xx answer is an UploadUnavailable: a retry
-may help, and a retry resumes where this attempt stopped.
+may help, and a retry resumes where this attempt stopped. `check_s3_target` makes an upload's first request
+alone, bounded (PROBE_ATTEMPTS tries of PROBE_CONNECT_TIMEOUT_S to connect, PROBE_READ_TIMEOUT_S to answer), so
+the `upload` command says an unreachable endpoint, refused credentials or a missing bucket before Prefect starts.
 """
 
 from __future__ import annotations
@@ -55,6 +57,19 @@ COPY_LIMIT = (
     5 * 1024 * MIB
 )  # the largest object CopyObject copies in one request  # S3 refuses smaller parts (except the last): EntityTooSmall
 LARGE_FOLDER_BYTES = 50 * 1024 * MIB  # the Hub's large-folder path above this
+# every S3 request of an upload: tried UPLOAD_ATTEMPTS times (the first included), each with these timeouts
+UPLOAD_ATTEMPTS = 4
+UPLOAD_CONNECT_TIMEOUT_S = 10
+UPLOAD_READ_TIMEOUT_S = 120
+# check_s3_target's bounds: an endpoint that refuses connections fails both tries at once; one that drops them or
+# never answers is given up on within about PROBE_ATTEMPTS x (connect + read) seconds, not the uploader's minutes.
+PROBE_ATTEMPTS = 2
+PROBE_CONNECT_TIMEOUT_S = 5
+PROBE_READ_TIMEOUT_S = 10
+RESUME_NOTE = (
+    "an upload skips the files already stored whole (same size and sha256) and continues a cut-off multipart "
+    "upload from its stored parts"
+)
 
 
 # ----------------------------------------------------------------------------- targets
@@ -186,7 +201,14 @@ def s3_settings(
     )
 
 
-def s3_client(settings: S3Settings) -> Any:
+def s3_client(
+    settings: S3Settings,
+    *,
+    attempts: int = UPLOAD_ATTEMPTS,
+    connect_timeout_s: float = UPLOAD_CONNECT_TIMEOUT_S,
+    read_timeout_s: float = UPLOAD_READ_TIMEOUT_S,
+) -> Any:
+    """A boto3 S3 client; `attempts` per request (the first included), each with these timeouts."""
     import boto3  # why: boto3 / botocore are heavy and only s3:// targets need them
     from botocore.config import Config as BotoConfig  # why: only s3:// targets
 
@@ -200,9 +222,9 @@ def s3_client(settings: S3Settings) -> Any:
     # boto3 asks for a region; an S3-compatible store on its own endpoint usually ignores it
     region = settings.region or "us-east-1"
     config = BotoConfig(
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=120,
+        retries={"total_max_attempts": attempts, "mode": "standard"},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
         max_pool_connections=max(10, settings.concurrency * 2),
     )
     return boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=region, config=config, **kwargs)
@@ -375,13 +397,7 @@ def upload_folder_s3(
     try:  # a listing (not a HEAD, whose error has no body) names what is wrong before anything is sent
         client.list_objects_v2(Bucket=bucket, Prefix=manifest_key, MaxKeys=1)
     except Exception as e:  # noqa: BLE001 (mapped: refused vs unavailable)
-        from botocore.exceptions import ClientError  # why: only s3:// targets
-
-        if isinstance(e, ClientError) and str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
-            raise UploadError(
-                f"{target.url}: the bucket {bucket!r} does not exist (create it, or fix s3_bucket / the URL)"
-            ) from None
-        raise s3_error(e, target.url) from None
+        raise _listing_error(e, target) from None
     try:
         files = folder_files(local)
         root = local if local.is_dir() else local.parent
@@ -415,6 +431,46 @@ def upload_folder_s3(
         raise s3_error(e, target.url) from e
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _listing_error(exc: BaseException, target: Target) -> Exception:
+    """What a failed first listing of `target` means: s3_error's mapping, with a missing bucket said as such."""
+    from botocore.exceptions import ClientError  # why: only s3:// targets
+
+    if isinstance(exc, ClientError) and str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
+        return UploadError(
+            f"{target.url}: the bucket {target.bucket_or_repo!r} does not exist (create it, or fix s3_bucket / the URL)"
+        )
+    return s3_error(exc, target.url)
+
+
+def check_s3_target(target: Target, settings: S3Settings) -> None:
+    """The first request of an upload to `target`, alone and bounded (PROBE_*): refused credentials are an
+    AuthError, a missing bucket an UploadError, and an endpoint that cannot be reached an UploadError too (not
+    UploadUnavailable: nothing was sent, so there is nothing to retry yet) naming the endpoint, the bounds and the
+    last error. The `upload` command calls it before Prefect starts."""
+    client = s3_client(
+        settings,
+        attempts=PROBE_ATTEMPTS,
+        connect_timeout_s=PROBE_CONNECT_TIMEOUT_S,
+        read_timeout_s=PROBE_READ_TIMEOUT_S,
+    )
+    manifest_key = f"{target.prefix}/{MANIFEST}" if target.prefix else MANIFEST
+    try:
+        client.list_objects_v2(Bucket=target.bucket_or_repo, Prefix=manifest_key, MaxKeys=1)
+    except Exception as e:  # noqa: BLE001 (mapped: refused vs unreachable)
+        error = _listing_error(e, target)
+        if not isinstance(error, UploadUnavailable):
+            raise error from None
+        raise UploadError(
+            f"{target.url}: cannot reach the S3 endpoint {client.meta.endpoint_url}: {PROBE_ATTEMPTS} tries, each "
+            f"allowed {PROBE_CONNECT_TIMEOUT_S} s to connect and {PROBE_READ_TIMEOUT_S} s to answer, failed (last "
+            f"error: {type(e).__name__}: {e}); nothing was sent. Check the endpoint (--s3-endpoint-url, "
+            "AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3, PROD_S3_CHECKPOINT_ENDPOINT_URL or train.ckpt.s3_endpoint_url), "
+            "that the store is running and reachable from this machine, and the credentials (AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY or PROD_S3_CHECKPOINT_*), then run the same command again: "
+            f"{RESUME_NOTE}"
+        ) from None
 
 
 def read_manifest(target: Target, settings: S3Settings, client: Any = None) -> dict[str, Any] | None:

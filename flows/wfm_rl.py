@@ -4,7 +4,8 @@
     prefect deployment run 'wfm_rl/wfm-rl' --param params='{"config": "configs/tiny-wfm-ddrl.toml"}'
 
 Steps: resolve-config (RUN/config.toml) -> check-data (every dataset row, or the mock prompts) -> the reward
-service (started for the run with reward.local_service, or reached through WFM_REWARD_*) -> torchrun of
+service (started for the run with reward.local_service and restarted when it dies, or reached through WFM_REWARD_*;
+one that stays down stops the run saved, exit 75) -> torchrun of
 cosmos_train.wfm.trainer (checkpoints/, metrics.jsonl, samples/, diffusers/final; a retry resumes from the run
 folder's newest checkpoint) -> artifacts: `wfm-summary` (reward and held-out diffusion loss before / after, the
 export), `training-curves` (reward, held-out loss, data loss, KL, clip fraction, grad norm, lr; refreshed during
@@ -28,8 +29,7 @@ from cosmos_train.train.run_health import assess_run
 from cosmos_train.wfm.report import run_summary, sample_grid, summary_markdown
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
-from tasks.torchrun import run_torchrun
-from tasks.wfm_job import check_wfm_data, resolve_wfm_config, wfm_reward_env
+from tasks.wfm_job import check_wfm_data, resolve_wfm_config, train_wfm
 
 
 class WfmRLParams(BaseModel):
@@ -55,19 +55,7 @@ def _wfm_rl(params: WfmRLParams) -> dict:
     logger.info("run folder: %s", run)
     data = check_wfm_data(job)
     logger.info("data: %s", data.get("summary") or data)
-    train = run_torchrun.with_options(retries=params.train_retries, retry_delay_seconds=2)
-    with wfm_reward_env(cfg, run) as env:
-        if env.get("WFM_REWARD_ENQUEUE_URL"):
-            logger.info("reward service: %s", env["WFM_REWARD_ENQUEUE_URL"])
-        train(
-            cfg,
-            "cosmos_train.wfm.trainer",
-            str(run),
-            ["--config", str(job.config_file), "--resume-own-run"],
-            total_steps=cfg.trainer.max_iter,
-            timeout_s=params.timeout_s,
-            env=env,
-        )
+    train_wfm(job, params.train_retries, params.timeout_s)  # the reward service around it, restarted when it dies
     result = json.loads((run / "result.json").read_text())
     summary = run_summary(run)
     # the world-model job has no [train.run_health]: the defaults; a ratio that only moves after the first pass

@@ -7,16 +7,17 @@ check_job (the user's TOML + overrides, read and validated once) -> run folder (
 RUN/config.toml) -> prepare-data (manifest.jsonl, from the config object already loaded) -> torchrun of the
 trainer module, whose ranks read RUN/config.toml (once each), relaunched up to `train_retries` times after a
 crash; each retry passes --resume-own-run, so it continues from the run folder's newest checkpoint ->
-RUN/result.json. A GRPO run with `remote_reward.local_service` gets its own reward service around the training
-(tasks/reward_service.py); `train.ckpt.upload_s3` / `upload_hf` send checkpoints and exports during and after it
-(tasks/upload.py), recorded in the result's "uploads" (a failed upload never fails the run). Each flow then
-builds its own report from the run folder.
+RUN/result.json. A GRPO run with `remote_reward.local_service` gets its own reward service around the training,
+restarted when it dies (tasks/reward_service.py); `train.ckpt.upload_s3` / `upload_hf` send checkpoints and
+exports during and after it (tasks/upload.py), recorded in the result's "uploads" (a failed upload never fails
+the run). Each flow then builds its own report from the run folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from prefect import get_run_logger
@@ -25,6 +26,7 @@ from pydantic import BaseModel, Field
 from cosmos_train.config import Config, GRPOPolicyConfig
 from cosmos_train.config.paths import is_s3
 from cosmos_train.preflight import check_job
+from tasks.errors import retry_only_crashes
 from tasks.prepare_data import prepare_data_task
 from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
 from tasks.run_folder import ResolvedJob, resolve_config
@@ -70,14 +72,17 @@ def run_trainer(
     args = ["--config", str(job.config_file), "--resume-own-run"]
     if job.dataset_script:
         args += ["--dataset-script", job.dataset_script]
-    train = run_torchrun.with_options(retries=retries, retry_delay_seconds=2)
+    retry_if: Callable[[Any, Any, Any], bool] = retry_only_crashes
     with contextlib.ExitStack() as services:
         env = remote_reward_env(cfg)  # a token kept in a Prefect Secret block
         tp = cfg.train.train_policy
-        # a service for this run: up for every attempt, stopped after the last
+        # a service for this run: up for every attempt (restarted when it dies), stopped after the last
         if isinstance(tp, GRPOPolicyConfig) and wants_local_service(cfg):
-            env = services.enter_context(local_reward_service(run, tp.remote_reward.token_env))
+            service = services.enter_context(local_reward_service(run, tp.remote_reward.token_env, logger))
+            env = service.env
+            retry_if = service.up_before(retry_only_crashes)  # a relaunch waits for a restart under way
             logger.info("reward service for this run: %s", env["REMOTE_REWARD_ENQUEUE_URL"])
+        train = run_torchrun.with_options(retries=retries, retry_delay_seconds=2, retry_condition_fn=retry_if)
         if is_s3(cfg.train.output_dir):  # the ranks mirror the run to the bucket with the Secret block's keys
             env = {**env, **trainer_s3_env(cfg.train.ckpt)}
         uploads = services.enter_context(run_uploads(cfg, run))  # upload_s3 = "all": meanwhile, in a thread

@@ -6,7 +6,8 @@
 
 - `upload_task(local, url, meta, ckpt)`: one folder to one target (cosmos_train/storage.py), retried
   after an UploadUnavailable (lost connection, 5xx; each retry resumes), never after an AuthError or
-  UploadError (refused: the same every time).
+  UploadError (refused: the same every time). On its last attempt an UploadUnavailable becomes an UploadError:
+  one paragraph (the target, the attempts, the last error, the command that resumes), no traceback.
 - `RunUploads`: with upload_s3 = "all", a thread in the flow process sends each complete checkpoint
   (step_N with COMPLETE) and each export as it appears; the trainer never waits for it. A checkpoint
   that max_keep rotation deletes before its upload finished is noted and skipped. `finish` sends the
@@ -23,17 +24,23 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.blocks.system import Secret
 from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
 
 from cosmos_train.config import CheckpointConfig, Config
 from cosmos_train.errors import AuthError, UploadError, UploadUnavailable, UserError
 from cosmos_train.run_sync import written_folders
 from cosmos_train.storage import (
+    RESUME_NOTE,
+    UPLOAD_ATTEMPTS,
+    UPLOAD_CONNECT_TIMEOUT_S,
+    UPLOAD_READ_TIMEOUT_S,
     Target,
     hf_token,
     parse_target,
@@ -45,6 +52,7 @@ from tasks.errors import retry_only_crashes
 
 SCAN_INTERVAL_S = 5.0
 BACKGROUND_ATTEMPTS = 3
+UPLOAD_RETRY_DELAYS_S: list[float] = [2, 10, 30]
 
 
 def _secret(name: str | None) -> str | None:
@@ -115,16 +123,44 @@ def upload_folder(local: str | Path, url: str, meta: dict[str, Any], ckpt: Check
     return report.as_dict()
 
 
+def unreachable_paragraph(error: UploadUnavailable, local: str, url: str, attempts: int, seconds: float) -> str:
+    """The paragraph of a target that stayed unreachable through every attempt of `upload_task`."""
+    last = str(error).removeprefix(f"{url}: ").removesuffix("; a retry resumes")
+    if url.startswith("s3://"):
+        where = (
+            f"the S3 store stayed unreachable through {attempts} attempts over {seconds:.0f} s (each request tried "
+            f"{UPLOAD_ATTEMPTS} times, with {UPLOAD_CONNECT_TIMEOUT_S} s to connect and {UPLOAD_READ_TIMEOUT_S} s to "
+            "answer)"
+        )
+        resume = RESUME_NOTE
+    else:
+        where = f"the Hugging Face Hub stayed unreachable through {attempts} attempts over {seconds:.0f} s"
+        resume = "files the Hub already holds are not sent again"
+    return (
+        f"{url}: {where}; last error: {last}. What was sent is kept: check the endpoint, the network and the "
+        f"credentials, then run `cosmos-train upload {local} --to {url}` (with the same endpoint settings) again: "
+        f"{resume}"
+    )
+
+
 @task(
     name="upload",
     cache_policy=NO_CACHE,
-    retries=3,
-    retry_delay_seconds=[2, 10, 30],
+    retries=len(UPLOAD_RETRY_DELAYS_S),
+    retry_delay_seconds=UPLOAD_RETRY_DELAYS_S,
     retry_condition_fn=retry_only_crashes,
 )
 def upload_task(local: str, url: str, meta: dict[str, Any], ckpt: CheckpointConfig | None = None) -> dict:
     """Upload `local` to `url` (s3://bucket/prefix or hf://org/repo); retried only when a retry can help."""
-    report = upload_folder(local, url, meta, ckpt)
+    try:
+        report = upload_folder(local, url, meta, ckpt)
+    except UploadUnavailable as e:
+        context = TaskRunContext.get()
+        if context is None or context.task_run.run_count <= context.task.retries:
+            raise  # a retry resumes it
+        started = context.task_run.start_time
+        seconds = (datetime.now(UTC) - started).total_seconds() if started else 0.0
+        raise UploadError(unreachable_paragraph(e, local, url, context.task_run.run_count, seconds)) from None
     get_run_logger().info(
         "uploaded %s -> %s (%d files sent, %d unchanged, %.1f MB)",
         local,

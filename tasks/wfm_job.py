@@ -2,26 +2,34 @@
 
 job = resolve_wfm_config("configs/tiny-wfm-flow-grpo.toml", [])   # the one read of the TOML -> RUN/config.toml
 report = check_wfm_data(job)                                        # the config object, not the file again
-with wfm_reward_env(job.cfg, job.run) as env:                       # WFM_REWARD_* when the reward is a service
-    run_torchrun(job.cfg, "cosmos_train.wfm.trainer", str(job.run), ["--config", str(job.config_file)], env=env)
+train_wfm(job, retries=1, timeout_s=None)                           # torchrun of the trainer, the reward service around
+
+The run's own reward service (reward.local_service) is the GRPO flow's, supervised (tasks/reward_service.py): when it
+dies it is started again on the same port with the same token and state, and a relaunch of the training waits for
+it; the ranks find it through WFM_REWARD_*. A service that stays down (an external one, or the run's own left down)
+stops the ranks saved once their retries ([reward] max_retries, backoff_s) run out: exit 75, not retried.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.data.shards import shard_urls
+from cosmos_train.rewards.remote import WFM_ENV
 from cosmos_train.storage import s3_client, s3_settings
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
-from tasks.reward_service import reward_service
+from tasks.errors import retry_only_crashes
+from tasks.reward_service import WFM_CLIENT, local_reward_service
 from tasks.run_folder import CONFIG_FILE, ResolvedJob, folder_errors, is_own_config, new_run_dir
+from tasks.torchrun import run_torchrun
 
 
 @task(name="resolve-config", cache_policy=NO_CACHE)
@@ -66,24 +74,53 @@ def check_wfm_data(job: ResolvedJob[WfmConfig]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class WfmReward:
+    """How the ranks reach their reward: `env` (WFM_REWARD_*), and the retry condition of their torchrun task (with
+    the run's own service, it first waits for a restart under way)."""
+
+    env: dict[str, str]
+    retry_if: Callable[[Any, Any, Any], bool] = retry_only_crashes
+
+
 @contextlib.contextmanager
-def wfm_reward_env(cfg: WfmConfig, run_dir: Path) -> Iterator[dict[str, str]]:
-    """The ranks' reward-service environment: a service started for the run (reward.local_service), or the
-    WFM_REWARD_* variables of this process passed on; nothing for local rewards."""
+def wfm_reward(cfg: WfmConfig, run_dir: Path, logger: Any = None) -> Iterator[WfmReward]:
+    """A supervised service started for the run (reward.local_service; state and scratch under
+    RUN/.reward_service, log RUN/logs/reward_service.log), or the WFM_REWARD_* variables of this process passed on;
+    nothing for local rewards."""
     rc = cfg.reward
     if rc.backend != "service":
-        yield {}
+        yield WfmReward({})
         return
     if not rc.local_service:
-        yield {
-            k: os.environ[k]
-            for k in ("WFM_REWARD_TOKEN", "WFM_REWARD_ENQUEUE_URL", "WFM_REWARD_FETCH_URL")
-            if k in os.environ
-        }
+        yield WfmReward({k: os.environ[k] for k in WFM_ENV if k in os.environ})
         return
-    with reward_service(run_dir / "logs" / "reward_service.log") as (_, base, token):
-        yield {
-            "WFM_REWARD_ENQUEUE_URL": f"{base}/enqueue",
-            "WFM_REWARD_FETCH_URL": f"{base}/pull",
-            "WFM_REWARD_TOKEN": token,
-        }
+    token_env = WFM_ENV[0]
+    with local_reward_service(run_dir, token_env, logger, WFM_CLIENT) as service:
+        yield WfmReward(service.env, service.up_before(retry_only_crashes))
+
+
+@contextlib.contextmanager
+def wfm_reward_env(cfg: WfmConfig, run_dir: Path) -> Iterator[dict[str, str]]:
+    """`wfm_reward`'s environment alone (an evaluation's tasks)."""
+    with wfm_reward(cfg, run_dir) as reward:
+        yield reward.env
+
+
+def train_wfm(job: ResolvedJob[WfmConfig], retries: int = 1, timeout_s: float | None = None) -> None:
+    """torchrun of cosmos_train.wfm.trainer in the job's run folder with its reward (`wfm_reward`), relaunched up to
+    `retries` times after a crash (each resumes from the run folder's newest checkpoint). Call it inside a flow."""
+    logger = get_run_logger()
+    with wfm_reward(job.cfg, job.run, logger) as reward:
+        if url := reward.env.get(WFM_CLIENT.enqueue_url):
+            logger.info("reward service: %s", url)
+        train = run_torchrun.with_options(retries=retries, retry_delay_seconds=2, retry_condition_fn=reward.retry_if)
+        train(
+            job.cfg,
+            "cosmos_train.wfm.trainer",
+            str(job.run),
+            ["--config", str(job.config_file), "--resume-own-run"],
+            total_steps=job.cfg.trainer.max_iter,
+            timeout_s=timeout_s,
+            env=reward.env,
+        )

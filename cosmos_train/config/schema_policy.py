@@ -111,7 +111,22 @@ class RemoteRewardFn(Section):
         return self
 
 
-class RemoteRewardConfig(Section):
+class ServiceRetries(Section):
+    """How a reward-service client retries (the VLM's [train.train_policy.remote_reward], the world model's
+    [reward]): one set of keys, one meaning."""
+
+    max_retries: int = Field(
+        8,
+        ge=0,
+        le=100,
+        description="Retries of a call that failed to connect, timed out, or got 429 / 502 / 503 / 504 "
+        "(exponential backoff with jitter, Retry-After honoured); past them the run stops saved (exit 75).",
+    )
+    backoff_s: float = Field(0.5, gt=0, le=600, description="First retry delay; doubles each retry.")
+    backoff_max_s: float = Field(30.0, gt=0, le=3600, description="Longest delay between two retries.")
+
+
+class RemoteRewardConfig(ServiceRetries):
     """[train.train_policy.remote_reward]: rewards scored by an HTTP service."""
 
     scale: float = Field(
@@ -165,15 +180,6 @@ class RemoteRewardConfig(Section):
         "goes in the TOML; unset variable: no Authorization header).",
     )
     timeout_s: float = Field(30.0, gt=0, le=3600, description="Seconds one HTTP call may take.")
-    max_retries: int = Field(
-        8,
-        ge=0,
-        le=100,
-        description="Retries of a call that failed to connect, timed out, or got 429 / 502 / 503 / 504 "
-        "(exponential backoff with jitter, Retry-After honoured).",
-    )
-    backoff_s: float = Field(0.5, gt=0, le=600, description="First retry delay; doubles each retry.")
-    backoff_max_s: float = Field(30.0, gt=0, le=3600, description="Longest delay between two retries.")
     poll_interval_s: float = Field(0.2, gt=0, le=600, description="Seconds between pulls of a result not ready.")
     result_timeout_s: float = Field(
         600.0, gt=0, le=86400, description="Seconds to wait for one request's scores before failing the step."

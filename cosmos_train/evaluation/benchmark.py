@@ -8,6 +8,10 @@ and its `video_path` is None.
 Any dataset name works; nothing here knows robovqa from av. Problems raise `BenchmarkError`
 naming the file and row: a missing clip, a missing key, an answer that is not one of the options,
 and a benchmark with no question to ask (an empty file, or limit = 0).
+
+Clips are confined to the benchmark folder as training media are to a dataset's media roots: a "video" that
+resolves (`..` and symlinks followed, absolute or not) outside <data_dir>/benchmark/<ds> is refused before
+anything opens it, unless evaluation.allow_media_outside_root = true says the rows are meant to point there.
 """
 
 from __future__ import annotations
@@ -55,12 +59,17 @@ def benchmark_dir(data_dir: str | Path, dataset: str) -> Path:
 
 
 def load_benchmark(
-    data_dir: str | Path, dataset: str, limit: int | None = None, require_options: bool = True
+    data_dir: str | Path,
+    dataset: str,
+    limit: int | None = None,
+    require_options: bool = True,
+    allow_media_outside_root: bool = False,
 ) -> list[BenchmarkVideo]:
     """The videos of one benchmark in file order, each with its questions.
 
     limit: stop adding videos once this many questions are gathered (whole videos, as the reference).
     require_options: every question must have index2ans (False for free-form benchmarks).
+    allow_media_outside_root: read clips that lie outside the benchmark folder (evaluation.allow_media_outside_root).
     """
     folder = benchmark_dir(data_dir, dataset)
     qa_file = folder / f"{dataset}_benchmark_qa_pairs.json"
@@ -97,6 +106,8 @@ def load_benchmark(
             )
         else:
             path = Path(video) if Path(video).is_absolute() else folder / video
+            if not allow_media_outside_root:
+                check_inside_benchmark(path, video, folder, where)
             if not path.is_file():
                 raise BenchmarkError(f"{where}: video file {path} does not exist")
             video_id = Path(video).name
@@ -131,6 +142,20 @@ def load_benchmark(
             f"or remove {dataset!r} from datasets"
         )
     return list(videos.values())
+
+
+def check_inside_benchmark(path: Path, video: str, folder: Path, where: str) -> None:
+    """BenchmarkError unless `path` lies under the benchmark `folder` once `..` and symlinks are resolved (the
+    training data's media_outside_root rule, `data.sources.common.check_inside_roots`, for a benchmark row).
+    Only the path is resolved: the file is not opened, so a row cannot make the evaluation read anything else."""
+    real, root = path.resolve(), folder.resolve()
+    if real.is_relative_to(root):
+        return
+    raise BenchmarkError(
+        f"{where}: video {video!r} resolves to {real}, outside the benchmark folder ({root}); move it under "
+        "the benchmark folder (e.g. clips/), or set evaluation.allow_media_outside_root = true if the rows are "
+        "meant to point there"
+    )
 
 
 def _question(pair: Any, dataset: str, video_id: str, index: int, where: str, require_options: bool) -> Question:

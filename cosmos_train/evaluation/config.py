@@ -93,6 +93,12 @@ class EvaluationSection(Section):
         None, gt=0, description="Per-frame pixel floor (qwen-vl-utils upscales small clips to 100352 when unset)."
     )
     max_frames: int | None = Field(None, gt=0, description="Frame count cap per video (default 768).")
+    allow_media_outside_root: bool = Field(
+        False,
+        description="Read benchmark clips whose path (symlinks followed) lies outside the benchmark folder "
+        "<data_dir>/benchmark/<ds>. Off: such a row is refused before any model loads, so a row like "
+        "../../etc/x.mp4 or an absolute path elsewhere reads nothing it should not.",
+    )
 
     @field_validator("answer_type")
     @classmethod

@@ -244,7 +244,13 @@ def evaluate_model(
     pending: list[_Pending] = []
     skipped = 0
     for ds in cfg.datasets:
-        videos = load_benchmark(cfg.data_dir, ds, cfg.limit, require_options=answer_type != "freeform")
+        videos = load_benchmark(
+            cfg.data_dir,
+            ds,
+            cfg.limit,
+            require_options=answer_type != "freeform",
+            allow_media_outside_root=cfg.evaluation.allow_media_outside_root,
+        )
         records[ds] = {}
         for video in videos:
             option_counts += [len(q.options) for q in video.questions if q.options]

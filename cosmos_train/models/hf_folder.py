@@ -21,7 +21,8 @@ Checks: a weight holding NaN or inf (after the dtype cast, which can overflow) s
 anything is written (`TrainingDiverged`). Every safetensors file is read back once written: names,
 shapes, dtypes and values must equal what was meant to be written, compared one tensor at a time
 from the memory-mapped file, so the check never holds a second copy of the model (`CheckpointError`
-naming the file otherwise). A full disk removes the partial folder and raises `DiskFullError`.
+naming the file otherwise). A full disk removes the partial folder and raises `DiskFullError` (what the weights
+need, what is free), on every rank of a training run alike.
 `verify_hf_folder(folder)` checks an existing folder's files (complete, readable, index consistent);
 `check_safetensors_file(path)` one file's header and size (what model loading checks first).
 """
@@ -54,7 +55,7 @@ from transformers import (
 )
 from transformers.core_model_loading import revert_weight_conversion
 
-from cosmos_train.checkpoint import all_ok, barrier, cpu_group, rank
+from cosmos_train.checkpoint import barrier, cpu_group, raise_together, rank
 from cosmos_train.errors import CheckpointError, TrainingDiverged, from_os_error
 from cosmos_train.models.lora import (
     ADAPTER_DIR,
@@ -131,10 +132,9 @@ def export_safetensors(
             error = e
     del state
     group = cpu_group()
-    if not all_ok(error is None, group):
-        if error is not None:
-            raise error
-        raise RuntimeError(f"safetensors export to {out_dir} failed on rank 0")
+    # rank 0's failure on every rank, classified alike: a full disk is a DiskFullError everywhere, so whichever rank
+    # records RUN/error.json first, the launch is not retried as a crash
+    raise_together(error, f"safetensors export to {out_dir}", group)
     barrier(group)
     return out
 
@@ -161,6 +161,7 @@ def write_hf_folder(
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     refuse_non_finite(state, out_dir)
     source = resolve_model_dir(source_dir) if source_dir is not None else None
+    weight_bytes = sum(t.numel() * t.element_size() for t in state.values())
 
     nonce = uuid.uuid4().hex[:12]
     tmp = out_dir.with_name(f"{out_dir.name}.tmp-{nonce}")
@@ -176,7 +177,8 @@ def write_hf_folder(
         _replace_dir(tmp, out_dir, nonce)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        disk_full = from_os_error(e, out_dir) if isinstance(e, OSError) else None
+        # after the removal: the paragraph says what is free now beside what the weights need
+        disk_full = from_os_error(e, out_dir, needed=weight_bytes) if isinstance(e, OSError) else None
         if disk_full is not None:
             raise disk_full from e
         raise

@@ -12,6 +12,9 @@ from cosmos_train.reward_service.errors import ProtocolError
 QUERY_TOKEN_NAMES = frozenset({"token", "access_token", "api_key", "apikey", "key", "auth", "authorization"})
 TOKEN_ENV = "REWARD_SERVICE_TOKEN"
 MIN_TOKEN_CHARS = 16  # shorter ones can be guessed; the service refuses to start with one
+# A long token of few symbols ("aaaaaaaaaaaaaaaa", "abababab...") is among the first a guesser tries: ask for some
+# variety too. Any random token (secrets.token_urlsafe / token_hex) has far more distinct characters than this.
+MIN_DISTINCT_TOKEN_CHARS = 8
 MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 

@@ -1,7 +1,8 @@
 """Start the reward service: `cosmos-train reward-service [--config rewards.toml] [--host H] [--port P]
 [--insecure-no-token]`.
 
-The token comes from REWARD_SERVICE_TOKEN and must be at least 16 characters. Without one the service refuses
+The token comes from REWARD_SERVICE_TOKEN and must be at least 16 characters, at least 8 of them different
+(`auth.MIN_TOKEN_CHARS`, `auth.MIN_DISTINCT_TOKEN_CHARS`). Without one the service refuses
 to start, unless --insecure-no-token is given and the host is a loopback address (nothing off this machine
 can reach it). Slow and surplus clients are bounded by `http_limits` (rewards.toml's header_timeout_s,
 body_timeout_s, max_connections).
@@ -20,7 +21,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from cosmos_train.errors import AuthError
 from cosmos_train.reward_service.app import create_app
-from cosmos_train.reward_service.auth import MAKE_TOKEN, MIN_TOKEN_CHARS, TOKEN_ENV
+from cosmos_train.reward_service.auth import MAKE_TOKEN, MIN_DISTINCT_TOKEN_CHARS, MIN_TOKEN_CHARS, TOKEN_ENV
 from cosmos_train.reward_service.config import ServiceConfig
 from cosmos_train.reward_service.http_limits import uvicorn_options
 
@@ -47,6 +48,14 @@ def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = o
             f"(a short one can be guessed by anyone who can reach the service); make one with {MAKE_TOKEN} "
             "and give the same value to the clients"
         )
+    distinct = len(set(token))
+    if token and distinct < MIN_DISTINCT_TOKEN_CHARS:
+        raise AuthError(
+            f"reward service: {TOKEN_ENV} is made of only {distinct} different character(s); a token needs at least "
+            f"{MIN_DISTINCT_TOKEN_CHARS} different ones (and {MIN_TOKEN_CHARS} characters in all): a long run of "
+            "few symbols is among the first a guesser tries; make a random one with "
+            f"{MAKE_TOKEN} and give the same value to the clients"
+        )
     if token:
         return token
     if insecure_no_token and is_loopback(host):
@@ -58,9 +67,10 @@ def resolve_token(host: str, insecure_no_token: bool, env: Mapping[str, str] = o
             "serve on --host 127.0.0.1"
         )
     raise AuthError(
-        f"reward service: no token; set {TOKEN_ENV} to a secret token of at least {MIN_TOKEN_CHARS} characters "
-        f"(make one with {MAKE_TOKEN}; clients send it as 'Authorization: Bearer <token>'), or pass "
-        "--insecure-no-token to run without one on a loopback host for local testing"
+        f"reward service: no token; set {TOKEN_ENV} to a secret token of at least {MIN_TOKEN_CHARS} characters, "
+        f"{MIN_DISTINCT_TOKEN_CHARS} of them different (make one with {MAKE_TOKEN}; clients send it as "
+        "'Authorization: Bearer <token>'), or pass --insecure-no-token to run without one on a loopback host for "
+        "local testing"
     )
 
 

@@ -10,10 +10,11 @@ REMOTE_REWARD_ENQUEUE_URL / REMOTE_REWARD_FETCH_URL; the token from the variable
 REMOTE_REWARD_TOKEN by default).
 
 Every call has a timeout; a call that cannot connect, times out, or gets 429 / 502 / 503 / 504 is retried
-with exponential backoff and jitter (a 429's Retry-After honoured). Each request carries a client request
-id (X-Request-Id) that stays the same across its retries, so the service scores it once: a retry after a
-lost answer or a service restart gets the first uuid back. A uuid the service no longer knows (a restart
-without its state_dir) is enqueued again under the same request id, a bounded number of times.
+with exponential backoff and jitter (a 429's Retry-After honoured); past max_retries it raises
+RewardServiceUnreachable (URL, tries, seconds, last error), on which a GRPO run stops saved. Each request
+carries a client request id (X-Request-Id) that stays the same across its retries, so the service scores it
+once: a retry after a lost answer or a service restart gets the first uuid back. A uuid the service no longer
+knows (a restart without its state_dir) is enqueued again under the same request id, a bounded number of times.
 """
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ VLM_ENV = ("REMOTE_REWARD_ENQUEUE_URL", "REMOTE_REWARD_FETCH_URL")
 
 class RemoteRewardError(RuntimeError):
     """The service failed a request (a handler error, a refusal) or stayed unreachable through every retry."""
+
+
+class RewardServiceUnreachable(RemoteRewardError):
+    """No usable answer through every retry (refused, reset, timed out, 429 / 502 / 503 / 504): the service is
+    down, not wrong. A GRPO run stops saved on it (`rollout_source.agree_on_outage`); anything else stays a crash."""
+
+    def __init__(self, url: str, tries: int, waited_s: float, last: str):
+        self.url, self.tries, self.waited_s, self.last = url, tries, waited_s, last
+        super().__init__(f"reward service {url}: no answer after {tries} tries in {waited_s:.0f} s (last: {last})")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses from the rollout worker process with its fields
+        return (type(self), (self.url, self.tries, self.waited_s, self.last))
 
 
 class _Forgotten(Exception):
@@ -125,6 +138,7 @@ class RemoteRewardClient:
     def _post(self, url: str, **kw: Any) -> httpx.Response:
         """POST with retries; returns the first answer that is not retryable (any other status)."""
         last: str = ""
+        t0 = time.monotonic()
         for attempt in range(self.settings.max_retries + 1):
             response = None
             try:
@@ -141,9 +155,7 @@ class RemoteRewardClient:
                 last = f"{type(e).__name__}: {e}"
             if attempt < self.settings.max_retries:
                 time.sleep(self._delay(attempt, response))
-        raise RemoteRewardError(
-            f"reward service {url}: no answer after {self.settings.max_retries + 1} tries (last: {last})"
-        )
+        raise RewardServiceUnreachable(url, self.settings.max_retries + 1, time.monotonic() - t0, last)
 
     # ------------------------------------------------------------------ protocol
     def enqueue(self, meta: Mapping[str, Any], tensor: bytes = b"", request_id: str | None = None) -> str:

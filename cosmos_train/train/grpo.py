@@ -27,7 +27,8 @@ Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight
 score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
 RUN/metrics.jsonl gets a "train" row per step and "val" rows; RUN/completions.jsonl (metrics.SAMPLES_FILE)
 a sample of completions with their rewards every `logging.completion_sample_freq` steps. With train.stop_when_stuck
-the run ends early (saved as at its end, exit 3) when a run-health verdict holds (`train/run_health.py`).
+the run ends early (saved as at its end, exit 3) when a run-health verdict holds (`train/run_health.py`). A reward
+service that stays unreachable stops every rank after the last completed step, saved, exit 75 (`rollout_source`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
 from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, validation_sampling
 from cosmos_train.train.rollout_colocated import ColocatedRollout
-from cosmos_train.train.rollout_source import RolloutSource, asynchronous_rollout
+from cosmos_train.train.rollout_source import RolloutSource, asynchronous_rollout, outage_agreed
 from cosmos_train.train.rollout_stats import RolloutSums
 from cosmos_train.train.rollout_worker import WorkerRollout
 from cosmos_train.train.run_health import HealthWatch, ratio_moves_of, stuck_message
@@ -601,16 +602,21 @@ class GRPOTrainer(Trainer):
         mine = self.val_rows[self.dist.dp_rank * share : (self.dist.dp_rank + 1) * share]
         accuracy = accuracy_reward(self.val_rewards.names)  # the validation reward's part that is an accuracy
         sums = torch.zeros(3, dtype=torch.float64)  # answers, their rewards, their accuracy part
-        answers = self.rollout_source.generate_for_validation(
-            [self._chat(r) for r in mine],
-            validation_sampling(self.cfg, self._seed(3)),
-            together=share,
-            filler=self._chat(self.val_rows[0]),
-        )
-        for row, completions in zip(mine, answers):
-            for total, parts in self.val_rewards.score_batch([c.text for c in completions], [row] * len(completions)):
-                right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
-                sums += torch.tensor([1.0, total, right], dtype=torch.float64)
+
+        def answered_and_scored() -> None:  # a reward service outage here is agreed before the all-reduce
+            answers = self.rollout_source.generate_for_validation(
+                [self._chat(r) for r in mine],
+                validation_sampling(self.cfg, self._seed(3)),
+                together=share,
+                filler=self._chat(self.val_rows[0]),
+            )
+            for row, completions in zip(mine, answers):
+                texts = [c.text for c in completions]
+                for total, parts in self.val_rewards.score_batch(texts, [row] * len(completions)):
+                    right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
+                    sums.add_(torch.tensor([1.0, total, right], dtype=torch.float64))
+
+        outage_agreed(answered_and_scored, self.dist.device)
         n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.same_rows).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
         if accuracy is not None:

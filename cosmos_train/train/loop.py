@@ -33,7 +33,14 @@ from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import CheckpointConfig, ParallelismConfig
 from cosmos_train.config.paths import is_s3, run_cache_root
 from cosmos_train.distributed import DistInfo, init_distributed, teardown
-from cosmos_train.errors import TrainingDiverged, UserError, report_rank_failure
+from cosmos_train.errors import (
+    ServiceUnavailable,
+    TrainingDiverged,
+    UserError,
+    error_from_record,
+    read_error_file,
+    report_rank_failure,
+)
 from cosmos_train.logs import setup_logging
 from cosmos_train.metrics import LoggedJob, MetricsLogger
 from cosmos_train.run_sync import RunSync, fetch_checkpoint, run_url, settings_for
@@ -303,30 +310,51 @@ class BaseTrainer(ABC, Generic[ConfigT]):
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
+        """The steps from where the run is to its end (or an agreed stop), then the end's checkpoint and export.
+
+        A service the run needs that stayed unreachable (GRPO's reward service) ends it saved: every rank raises
+        ServiceUnavailable at the same point (`rollout_source.agree_on_outage`), before the step's update, so the
+        model, optimizer and data position still hold the last completed step; that step is saved here (a
+        collective all ranks reach together) and the error goes on with where the run stopped (run_main: its
+        paragraph, RUN/error.json of kind "service", exit 75)."""
         self.log(self.describe())
-        self.before_loop()
         last: dict[str, Any] = {}
         freq = self.settings.validation_freq
-        if self.step < self.total_steps:
-            for batch, after in self.step_inputs():
-                values = self.train_step(batch)
-                self.step += 1
-                self.advance(after)
-                if values.pop("skipped", False):
-                    self.skip_nonfinite(values)  # no update was made: nothing new to log, check or save
-                else:
-                    last = values
-                    self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
-                    self.ended_early = self.end_early(values)
-                    if self.ended_early is None:  # else this step is the last: validated and saved below
-                        if self.validating and freq and self.step % freq == 0 and self.step < self.total_steps:
-                            self.validate_and_log()
-                        self.periodic_save()
-                self.stopped = self.exit_request.agreed()
-                if self.stopped or self.ended_early is not None or self.step >= self.total_steps:
-                    break
-        if not self.stopped and self.validating:
-            self.validate_and_log()  # the final weights
+        try:
+            self.before_loop()
+            if self.step < self.total_steps:
+                for batch, after in self.step_inputs():
+                    values = self.train_step(batch)
+                    self.step += 1
+                    self.advance(after)
+                    if values.pop("skipped", False):
+                        self.skip_nonfinite(values)  # no update was made: nothing new to log, check or save
+                    else:
+                        last = values
+                        self.metrics.log(self.step, {**values, "total_steps": self.total_steps})
+                        self.ended_early = self.end_early(values)
+                        if self.ended_early is None:  # else this step is the last: validated and saved below
+                            if self.validating and freq and self.step % freq == 0 and self.step < self.total_steps:
+                                self.validate_and_log()
+                            self.periodic_save()
+                    self.stopped = self.exit_request.agreed()
+                    if self.stopped or self.ended_early is not None or self.step >= self.total_steps:
+                        break
+            if not self.stopped and self.validating:
+                self.validate_and_log()  # the final weights
+        except ServiceUnavailable as e:
+            s = self.settings
+            if not s.ckpt.enable_checkpoint:
+                saved = "checkpoints are off in this job's config, so nothing was saved (a rerun starts from step 0)"
+            elif self.step == 0:
+                saved = "no step was completed, so nothing was saved"
+            else:  # a no-op when this step's checkpoint exists (a periodic save, or the one the run resumed from)
+                saved = f"its checkpoint {self.save(blocking=True)} is saved"
+            where = f"step {self.step} of {self.total_steps}"
+            self.log(f"{e}: every rank stops after {where}; {saved}")
+            raise ServiceUnavailable(
+                f"{e}. The run stopped after {where}: {saved}; resume it once the service answers again"
+            ) from e
         final = self.finish()
         self.after_loop()
         if self.stopped:
@@ -364,7 +392,9 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
     trainer_cls.add_arguments(ap)
     args = ap.parse_args(argv)
     run_dir = args.config.resolve().parent
-    setup_logging(trainer_cls.name)
+    # once the process reading this rank's output dies (the launching CLI killed), its lines go on in the log the
+    # reader was writing, instead of a broken pipe killing the rank before it saved its stop checkpoint
+    setup_logging(trainer_cls.name, log_file=run_dir / "logs" / "train.log")
     trainer: BaseTrainer[Any] | None = None
     dist: DistInfo | None = None
     try:
@@ -383,14 +413,30 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
             raise trainer.ended_early  # saved and reported like a normal end; then its paragraph and exit code
     except Exception as e:
         # A user error: its paragraph and exit 2 (RUN/error.json tells the launching task); a crash
-        # re-raises with its traceback. No barrier: the other ranks may be anywhere.
-        teardown(barrier=False)
+        # re-raises with its traceback. No collective: the other ranks may be anywhere. First the checkpoint
+        # being written is settled (an async write that ended on every rank is marked, else its folder removed),
+        # and RUN/error.json is written while this rank's connections are still open: the peers' errors this
+        # rank's exit causes ("Connection closed by peer") come after it.
+        if trainer is not None:
+            trainer.ckpt.abort()
         code = report_rank_failure(e, run_dir, step=trainer.step if trainer else None, rank=dist.rank if dist else 0)
+        teardown(barrier=False)
         if trainer is not None:  # a run on S3: what it saved, its metrics and RUN/error.json go up before exit
             trainer.close_sync()
             trainer.push_run_files()
         if code is None:
-            raise
+            # A crash right after another rank stopped the run with a user error (its write, rank 0's alone, found
+            # the disk full, and this rank's next collective lost its peer) is that error, said once by that rank:
+            # this rank's traceback would only repeat "Connection closed by peer".
+            record = read_error_file(run_dir)
+            peer = error_from_record(record) if record is not None else None
+            if record is None or peer is None:
+                raise
+            said = (str(e).splitlines() or [""])[0][:300]
+            logger.warning(
+                "stopped after rank %s's %s (here %s: %s)", record["rank"], record["type"], type(e).__name__, said
+            )
+            return peer.exit_code
         return code
     teardown()
     if trainer is not None and trainer.sync is not None:

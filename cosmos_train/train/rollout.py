@@ -36,6 +36,7 @@ from cosmos_train.config import Config, ConfigError, GRPOPolicyConfig
 from cosmos_train.data.prompt import prompt_messages
 from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
 from cosmos_train.rewards import RewardSet
+from cosmos_train.rewards.remote import RewardServiceUnreachable
 from cosmos_train.train.rl_losses import AdvantageStd, group_advantages, overlong_penalty
 
 SEED_MOD = 2**31  # sampling seeds are taken modulo this (engines want a 32-bit seed)
@@ -170,15 +171,30 @@ def collect_rollouts(
     refill: Callable[[int], Sequence[Mapping[str, Any]]] | None = None,
     max_refill_rounds: int = 0,
     any_rank_needs: Callable[[bool], bool] | None = None,
+    agree_outage: Callable[[RewardServiceUnreachable | None], None] | None = None,
 ) -> Rollout:
     """Generate, score and normalise one batch (module docstring). refill(k) returns up to k more rows.
 
     any_rank_needs(this rank needs more) -> whether any rank does: for an engine whose ranks must call
     `generate` together (vLLM under torchrun), every rank runs a refill round while any rank needs one;
-    a rank that needs none then samples one refill row and leaves its groups out.
+    a rank that needs none then samples one refill row and leaves its groups out. Such ranks also pass
+    agree_outage (`rollout_source.agree_on_outage`), called after each scoring with the reward service's outage
+    on this rank or None: it raises on every rank when any met one, so none enters a refill round alone.
     shaping: every reward-to-advantage setting (default: scale_by_std and overlong alone)."""
     shaping = shaping or Shaping(scale_by_std=scale_by_std, overlong=overlong)
-    groups = _score(engine, rows, rewards, sampling, system_prompt, shaping)
+
+    def scored(batch: Sequence[Mapping[str, Any]]) -> list[Group]:
+        if agree_outage is None:
+            return _score(engine, batch, rewards, sampling, system_prompt, shaping)
+        try:
+            got = _score(engine, batch, rewards, sampling, system_prompt, shaping)
+        except RewardServiceUnreachable as e:
+            agree_outage(e)  # raises on every rank
+            raise
+        agree_outage(None)
+        return got
+
+    groups = scored(rows)
     dropped: list[Group] = []
     rounds = 0
     if refill is not None:
@@ -192,7 +208,7 @@ def collect_rollouts(
             if not more and any_rank_needs is None:
                 break
             rounds += 1
-            new = _score(engine, more, rewards, sampling, system_prompt, shaping)
+            new = scored(more)
             if need > 0:
                 dropped += [g for g in new if g.zero_std]
                 kept += [g for g in new if not g.zero_std]
@@ -245,9 +261,11 @@ def run_rollout(
     step_seed: int,
     all_rows: Sequence[Mapping[str, Any]],
     any_rank_needs: Callable[[bool], bool] | None = None,
+    agree_outage: Callable[[RewardServiceUnreachable | None], None] | None = None,
 ) -> Rollout:
     """One rollout batch as the config says (overlong penalty, Dr.GRPO, DAPO dynamic sampling whose extra
-    prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order)."""
+    prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order); the last two as
+    `collect_rollouts` takes them."""
     policy_cfg, r = grpo_policy(cfg), cfg.rollout
     ol = policy_cfg.overlong_reward
     overlong = (
@@ -279,4 +297,5 @@ def run_rollout(
         refill=more if dapo else None,
         max_refill_rounds=policy_cfg.dynamic_sampling_max_rounds if dapo else 0,
         any_rank_needs=any_rank_needs,
+        agree_outage=agree_outage,
     )

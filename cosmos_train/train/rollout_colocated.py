@@ -5,8 +5,10 @@
 HF on the CPU or vLLM on the rank's GPU. With vLLM under torchrun (the external launcher) the engine joins
 the ranks' process group: `rollout.parallelism.tp_size` consecutive ranks run one tensor-parallel engine
 (`GroupedEngine` sends it the union of their prompts, which then share one seed), and every rank calls
-`generate` in lockstep: dynamic sampling's refill rounds are agreed over the ranks and validation shares
-are padded to equal length. Weights go in place (FSDP / TP shards gathered as they stream; LoRA merged).
+`generate` in lockstep: dynamic sampling's refill rounds (and a reward service's outage after each scoring) are
+agreed over the ranks and validation shares are padded to equal length. Weights go in place (FSDP / TP shards
+gathered as they stream; LoRA merged). Without lockstep a reward service's outage is agreed once the rollout is
+done (`rollout_source.outage_agreed`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from cosmos_train.generation.weights import iter_weights
 from cosmos_train.models.lora import lora_parts, merged_items
 from cosmos_train.rewards import RewardSet
 from cosmos_train.train.rollout import run_rollout
-from cosmos_train.train.rollout_source import RolloutSource, StepRollout, any_rank
+from cosmos_train.train.rollout_source import RolloutSource, StepRollout, agree_on_outage, any_rank, outage_agreed
 
 
 class ColocatedRollout(RolloutSource):
@@ -53,16 +55,23 @@ class ColocatedRollout(RolloutSource):
 
     def result(self, step: int) -> StepRollout:
         rows, seed = self._asked.pop(step)
+        device = self.dist.device
         self.engine.wake()
-        rollout = run_rollout(
-            self.engine,
-            rows,
-            self.rewards,
-            self.cfg,
-            seed,
-            self.all_rows,
-            any_rank_needs=partial(any_rank, device=self.dist.device) if self.lockstep else None,
-        )
+        if self.lockstep:  # ranks generate together: they agree on a reward outage after each scoring, inside
+            rollout = run_rollout(
+                self.engine,
+                rows,
+                self.rewards,
+                self.cfg,
+                seed,
+                self.all_rows,
+                any_rank_needs=partial(any_rank, device=device),
+                agree_outage=partial(agree_on_outage, device=device),
+            )
+        else:  # no collective inside: they agree once it is done
+            rollout = outage_agreed(
+                partial(run_rollout, self.engine, rows, self.rewards, self.cfg, seed, self.all_rows), device
+            )
         self.engine.sleep()
         return StepRollout(rollout)
 

@@ -13,21 +13,33 @@ trainer starts (`GRPOTrainer`).
   of training (train_policy.on_policy = false with rollout tp_size 1).
 
 `asynchronous_rollout` picks one: on_policy as set, or, unset, from where the engine runs (CPU: colocated).
+
+A reward service that stays unreachable (`rewards.remote.RewardServiceUnreachable`, on one rank or several) ends
+the step on every rank together: each source calls `agree_on_outage` at a point every rank reaches (right after
+its rewards were scored, before any other collective), which raises `errors.ServiceUnavailable` everywhere; the
+loop then saves the last completed step (`BaseTrainer.fit`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+import torch.distributed as torch_dist
 from torch import nn
 
+from cosmos_train.checkpoint import cpu_group, dist_on
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.distributed import all_reduce_sum
+from cosmos_train.errors import ServiceUnavailable
 from cosmos_train.generation import Chat, Completion, SamplingParams
+from cosmos_train.rewards.remote import RewardServiceUnreachable
 from cosmos_train.train.rollout import Rollout
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -103,4 +115,29 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(all_reduce_sum(float(flag), device) > 0)
 
 
-__all__ = ["RolloutSource", "StepRollout", "any_rank", "asynchronous_rollout"]
+def agree_on_outage(outage: RewardServiceUnreachable | None, device: torch.device) -> None:
+    """Every rank calls this at the same point, with the reward service's outage it met there (None: its rewards
+    were scored). When any rank met one, every rank raises the same ServiceUnavailable (the lowest such rank's
+    words: URL, tries, seconds, last error), so no rank walks on into a collective the others never reach. One
+    all-reduce when all is well; the words are gathered only on the way out."""
+    if not any_rank(outage is not None, device):
+        return
+    said = [str(outage or "")]
+    if dist_on():
+        said = [""] * torch_dist.get_world_size()
+        torch_dist.all_gather_object(said, str(outage or ""), group=cpu_group())
+    raise ServiceUnavailable(next(s for s in said if s)) from outage
+
+
+def outage_agreed(scoring: Callable[[], T], device: torch.device) -> T:
+    """`scoring()` (a step's or validation's rewards, with no collective inside), then `agree_on_outage`."""
+    try:
+        result = scoring()
+    except RewardServiceUnreachable as e:
+        agree_on_outage(e, device)  # raises ServiceUnavailable on every rank
+        raise
+    agree_on_outage(None, device)
+    return result
+
+
+__all__ = ["RolloutSource", "StepRollout", "agree_on_outage", "any_rank", "asynchronous_rollout", "outage_agreed"]

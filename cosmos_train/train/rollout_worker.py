@@ -13,8 +13,9 @@ weights as a safetensors folder (RUN/rollout_weights/v<version>, the 3 newest ke
 stamps the batch with that version. The trainer drops a batch older than `allowed_outdated_steps`
 versions and has it sampled again. Rewards are scored in the worker, so a slow reward (the remote
 service) overlaps training too. The worker stops when the trainer closes it or dies (it watches its
-parent); a worker that dies fails the trainer's wait naming its exit code, never a hang. On the CPU the
-trainer and its worker each take their share of the cores (`share_cores`).
+parent); a worker that dies fails the trainer's wait naming its exit code, never a hang; one whose reward
+service stayed unreachable sends that error, and the ranks stop saved together (`rollout_source.outage_agreed`).
+On the CPU the trainer and its worker each take their share of the cores (`share_cores`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import shutil
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from torch import nn
 
 from cosmos_train.config import Config, load_config
 from cosmos_train.distributed import DistInfo
-from cosmos_train.errors import UserError, error_from_record
+from cosmos_train.errors import EXIT_SERVICE_DOWN, UserError, error_from_record
 from cosmos_train.generation import (
     Chat,
     Completion,
@@ -46,9 +48,10 @@ from cosmos_train.generation import (
 from cosmos_train.models.hf_folder import export_safetensors
 from cosmos_train.process_tree import watch_parent
 from cosmos_train.rewards import RewardSet, combine, register_script_rewards
+from cosmos_train.rewards.remote import RewardServiceUnreachable
 from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.rollout import Rollout, grpo_policy, run_rollout
-from cosmos_train.train.rollout_source import RolloutSource, StepRollout, any_rank
+from cosmos_train.train.rollout_source import RolloutSource, StepRollout, any_rank, outage_agreed
 
 POLL_S = 0.5  # how often a waiting trainer checks that its worker is alive
 KEEP_WEIGHTS = 3  # newest weight folders kept under RUN/rollout_weights (the worker may still be loading one)
@@ -120,6 +123,8 @@ class WorkerProcess:
                     ) from None
                 continue
             if kind == "error":  # a user error keeps its kind (exit 2, its paragraph); a crash its traceback
+                if payload.get("unreachable") is not None:  # the reward service stayed down: the trainer agrees
+                    raise payload["unreachable"]
                 raise error_from_record(payload) or RuntimeError(f"rollout worker failed:\n{payload['traceback']}")
             self.pending[(kind, payload[0] if kind == "generate" else payload.step)] = payload
         got = self.pending.pop(key)
@@ -169,7 +174,8 @@ class WorkerRollout(RolloutSource):
         rows, seed = self._asked.pop(step)
         waited = 0.0
         while True:
-            got, wait_s = self.worker.result(step)
+            # the worker scored the rewards: every rank agrees on a reward service outage before the next collective
+            got, wait_s = outage_agreed(partial(self.worker.result, step), self.dist.device)
             waited += wait_s
             stale = step - got.weight_version
             # every rank drops together (their collectives must pair): when any rank's batch is too old
@@ -204,7 +210,8 @@ class WorkerRollout(RolloutSource):
     def generate_for_validation(
         self, chats: list[Chat], sampling: SamplingParams, *, together: int, filler: Chat
     ) -> list[list[Completion]]:
-        # each rank's worker is an engine of its own: no rank waits for another, no padding
+        # each rank's worker is an engine of its own: no rank waits for another, no padding (a reward outage of a
+        # rollout queued before it is raised here: the trainer's validation agrees on it)
         return self.worker.generate(chats, sampling) if chats else []
 
     def close(self) -> None:
@@ -253,9 +260,12 @@ def _worker_main(
                     "kind": e.kind if isinstance(e, UserError) else None,
                     "message": str(e),
                     "traceback": traceback.format_exc(),
+                    "unreachable": e if isinstance(e, RewardServiceUnreachable) else None,  # it pickles
                 },
             )
         )
+        if isinstance(e, RewardServiceUnreachable):  # the trainer says it, once, as one paragraph: no traceback
+            raise SystemExit(EXIT_SERVICE_DOWN) from None
         raise
 
 

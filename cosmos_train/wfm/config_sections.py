@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cosmos_train.config.base import MinusOneOrPositive, Section
+from cosmos_train.config.schema_policy import ServiceRetries
 
 
 class RLConfig(Section):
@@ -345,7 +346,7 @@ class CheckpointConfig(Section):
     )
 
 
-class RewardConfig(Section):
+class RewardConfig(ServiceRetries):
     """[reward]: what scores a generated video."""
 
     fns: dict[str, float] = Field(

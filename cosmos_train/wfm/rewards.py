@@ -56,10 +56,18 @@ class VideoScorer:
 
     @classmethod
     def from_config(cls, rc: Any, env: Mapping[str, str] = os.environ) -> VideoScorer:
-        """From a `wfm.config.RewardConfig`; the service through WFM_REWARD_ENQUEUE_URL / _FETCH_URL / _TOKEN."""
+        """From a `wfm.config.RewardConfig`; the service through WFM_REWARD_ENQUEUE_URL / _FETCH_URL / _TOKEN, each
+        call retried [reward].max_retries times before RewardServiceUnreachable (the trainer stops saved on it)."""
         if rc.backend == "local":
             return cls(dict(rc.fns))
-        client = RemoteRewardClient.for_world_model(env, timeout_s=rc.timeout_s, result_timeout_s=rc.result_timeout_s)
+        client = RemoteRewardClient.for_world_model(
+            env,
+            timeout_s=rc.timeout_s,
+            result_timeout_s=rc.result_timeout_s,
+            max_retries=rc.max_retries,
+            backoff_s=rc.backoff_s,
+            backoff_max_s=rc.backoff_max_s,
+        )
         return cls(dict(rc.fns), client, rc.payload, rc.batch_size)
 
     def close(self) -> None:

@@ -25,7 +25,9 @@ sigmas and noise; rank 0 keeps the evaluation videos (RUN/samples/iter_N.npy) fo
 Checkpoints: RUN/checkpoints/step_N (DCP, resumable: policy, optimizer, scheduler, RNG, iteration); the export:
 RUN/diffusers/final (a diffusers folder). The run around the iterations (seeding, resume, checkpoints, agreed
 stopping on a signal, gradient clipping, the loop, the entry point) is train/loop.py's `BaseTrainer`, shared with
-the SFT and GRPO trainers; an iteration is its step.
+the SFT and GRPO trainers; an iteration is its step. A reward service still unreachable after the client's retries
+([reward] max_retries) stops every rank after the same iteration (`score`: agreed before any other collective), the
+last completed one saved, exit 75; with web data its shard rows go back to the stream first (`train_step`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -49,8 +51,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from cosmos_train.distributed import DistInfo, all_reduce_sum, set_data_parallel_average
-from cosmos_train.errors import DataError, TrainingDiverged
+from cosmos_train.errors import DataError, ServiceUnavailable, TrainingDiverged
 from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
+from cosmos_train.train.rollout_source import outage_agreed
 from cosmos_train.wfm import conditioning
 from cosmos_train.wfm.conditioning import FrameCondition, conditioned_velocity, frame_condition
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
@@ -77,6 +80,7 @@ from cosmos_train.wfm.rewards import VideoScorer
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
 from cosmos_train.wfm.web_data import WebRows, clip_cache_dir
 
+T = TypeVar("T")
 EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
 CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)
 
@@ -150,6 +154,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         # dataset latents, most recently used last: a 93-frame 720p clip's are ~20 MB, so only the last few are kept
         self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.web: WebRows | None = None  # type = "web": the rows stream from S3 shards instead of train_rows
+        self.web_mark: dict[str, Any] | None = None  # its position before the iteration under way
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
         self.eval_rows = (self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts]
@@ -324,26 +329,50 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
     def score(self, latents: torch.Tensor, prompts: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
         """Rewards (total, per handler) and the decoded videos. With context parallel the ranks of a CP group hold
         the same samples: its first rank decodes and scores them once and the others receive the rewards (their
-        videos come back empty; only global rank 0 keeps videos)."""
+        videos come back empty; only global rank 0 keeps videos).
+
+        A reward service still unreachable after the client's retries stops the run on every rank here, together:
+        each rank agrees right after its scoring and before the share or any other collective (`agree_on_outage`),
+        and raises ServiceUnavailable, which the loop turns into a saved stop (the last completed iteration)."""
         cp = self.dist.cp_group
         if cp.rank > 0:
+            self.agreed(lambda: None)  # nothing scored here: only the agreement the scoring ranks reach
             total, parts = share_from_first(cp, None)
             return total, parts, np.zeros((0,), np.uint8)
         videos = decode_latents(self.parts, latents).cpu().numpy()
-        total, parts = self.scorer.score(videos, latents.float().cpu().numpy(), prompts)
+        total, parts = self.agreed(lambda: self.scorer.score(videos, latents.float().cpu().numpy(), prompts))
         share_from_first(cp, (total, parts))
         return total, parts, videos
+
+    def agreed(self, scoring: Callable[[], T]) -> T:
+        """`scoring()`, then every rank's word on the reward service (one all-reduce; none with local rewards, which
+        have no service to lose and the same config on every rank)."""
+        if self.scorer.client is None:
+            return scoring()
+        return outage_agreed(scoring, self.dist.device)
 
     # ------------------------------------------------------------------ one iteration
     def step_inputs(self) -> Iterator[tuple[list[dict[str, Any]], None]]:
         """This rank's prompts of each iteration (`rows_for`: a function of the iteration alone)."""
         while True:
             if self.web is not None:  # the shard stream's next rows (its position is checkpointed)
+                self.web_mark = self.web.mark()  # the position before them, for an iteration that stops (train_step)
                 yield self.web.take(self.video.batch_size), None
             else:
                 yield self.rows_for(self.step, self.train_rows, self.video.batch_size), None
 
     def train_step(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """One iteration. One that stops before its update because the reward service is gone hands its shard rows
+        back (the checkpoint the loop then saves holds the stream where this iteration took them), so the resumed run
+        trains on them as an uninterrupted one would; `rows_for` needs nothing: its rows follow the iteration."""
+        try:
+            return self.iteration(rows)
+        except ServiceUnavailable:
+            if self.web is not None and self.web_mark is not None:
+                self.web.rewind(self.web_mark)
+            raise
+
+    def iteration(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         t0 = time.perf_counter()
         rl, dev = self.rl, self.dist.device
         group_rows = [r for r in rows for _ in range(rl.num_generations)]

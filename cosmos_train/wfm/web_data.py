@@ -210,10 +210,19 @@ class WebRows:
         return out
 
     # ------------------------------------------------------------------ the checkpointed position
+    def mark(self) -> dict[str, Any]:
+        """This rank's position and skip counts (no collective): `rewind` returns to it."""
+        return {"stream": self.stream.state_dict(), "skipped": dict(self.skipped)}
+
+    def rewind(self, mark: dict[str, Any]) -> None:
+        """Back to `mark`: the rows taken since are the next ones again (an iteration that stopped before its update
+        gives its rows back)."""
+        self.stream.load_state_dict(mark["stream"])
+        self.skipped = Counter(mark["skipped"])
+
     def state_dict(self) -> dict[str, Any]:
         """Every dp rank's position and skip counts (a collective: every rank calls it when saving)."""
-        local = {"stream": self.stream.state_dict(), "skipped": dict(self.skipped)}
-        return {"ranks": gather_states(local, self.dp_rank)}
+        return {"ranks": gather_states(self.mark(), self.dp_rank)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = state.get("ranks", {}).get(str(self.dp_rank))
@@ -222,8 +231,7 @@ class WebRows:
                 f"the checkpoint holds the shard positions of data-parallel ranks {sorted(state.get('ranks', {}))}, "
                 f"not of rank {self.dp_rank}: resume with the same number of ranks, or start a fresh run"
             )
-        self.stream.load_state_dict(mine["stream"])
-        self.skipped = Counter(mine["skipped"])
+        self.rewind(mine)
 
     def report(self) -> dict[str, Any]:
         return {

@@ -1,6 +1,8 @@
 """Cancelling a flow run (SIGTERM to the flow process, as a Prefect process worker does) stops the
 whole torchrun group: the trainer checkpoints, and no rank is left running. Killing the flow process
-outright (SIGKILL: no cleanup runs) leaves nothing either: the launcher and the ranks watch their parent."""
+outright (SIGKILL: no cleanup runs, as a deployment's flow-run process can die) leaves nothing either: the
+launcher watches its parent and stops its ranks, which save a stop checkpoint first. The same kill of
+`cosmos-train` itself (whose reaper also stops Prefect's temporary server) is tests/faults/test_cli_killed.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from cosmos_train.checkpoint_paths import complete_checkpoints, step_of
+from cosmos_train.metrics import read_metrics
 from tests.conftest import ROOT, processes_with, write_tiny_sft_config
 
 pytestmark = pytest.mark.slow
@@ -41,8 +45,8 @@ def _processes_with_env(entry: str) -> list[int]:
     return pids
 
 
-def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, cli: bool = False):
-    """The sft flow in its own process (or `cosmos-train sft`), returned once its trainer logged 3 steps."""
+def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path):
+    """The sft flow in its own process, returned once its trainer logged 3 steps."""
     out = tmp_path / "out"
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
     env = {
@@ -52,12 +56,9 @@ def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Pa
         "OMP_NUM_THREADS": "1",
     }
     log = (tmp_path / "flow.log").open("w")  # a file, not a pipe nobody drains while it runs
-    argv = (
-        [sys.executable, "-m", "cosmos_train.cli", "sft", "--config", str(cfg), "--set", "launch.nproc_per_node=2"]
-        if cli
-        else [sys.executable, "-c", SCRIPT, str(cfg)]
+    flow_proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(cfg)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    flow_proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     runs: list[Path] = []
     while time.monotonic() < deadline:
@@ -81,30 +82,25 @@ def _cleanup(flow_proc: subprocess.Popen, log, out: Path, tmp_path: Path) -> Non
     log.close()
 
 
-@pytest.mark.parametrize("via", ["flow", "cli"])
-def test_sigkill_leaves_no_process_of_the_run(
-    via: str, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+def test_sigkill_of_the_flow_process_stops_the_run_saved(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
-    """`flow`: the flow function in a plain process (as a deployment's flow-run process runs it): the
-    launcher and the ranks watch their parent. `cli`: `cosmos-train sft`, whose reaper also stops the
-    temporary Prefect server that Prefect started for it."""
-    flow_proc, log, out, _ = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path, cli=via == "cli")
-    prefect_home = f"PREFECT_HOME={tmp_path / 'prefect'}"
+    """The flow function in a plain process (as a deployment's flow-run process runs it), killed: the launcher
+    notices, its ranks save where they are and exit, their lines go on in RUN/logs/train.log."""
+    flow_proc, log, out, run = _start_training_flow(tiny_model_dir, synthetic_dir, tmp_path)
     try:
         alive = _ranks_alive(str(out))
         assert len(alive) == 3, f"expected the launcher and 2 ranks, found {alive}"
-        if via == "cli":
-            assert _processes_with_env(prefect_home), "no temporary Prefect server found"
         flow_proc.kill()
         flow_proc.wait(timeout=10)
         deadline = time.monotonic() + 30
         while _ranks_alive(str(out)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _ranks_alive(str(out)), "launcher or ranks outlived the killed process by 30 s"
-        if via == "cli":
-            while _processes_with_env(prefect_home) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert not _processes_with_env(prefect_home), "the temporary Prefect server outlived the CLI"
+        last = max(r["step"] for r in read_metrics(run) if r["kind"] == "train")
+        assert step_of(complete_checkpoints(run / "checkpoints")[-1]) == last, "no stop checkpoint at the last step"
+        assert f"stopped by signal 15 at step {last}" in (run / "logs" / "train.log").read_text()
+        assert not list((run / "checkpoints").glob("*.tmp-*"))
     finally:
         _cleanup(flow_proc, log, out, tmp_path)
 

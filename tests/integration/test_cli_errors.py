@@ -1,7 +1,8 @@
 """Bad input through the CLI, as a new user makes it: each case exits 2, names the key / file / row in its
 last lines, and prints no traceback. Config, path and flag mistakes are caught before Prefect starts
-(the `fast` cases: each answers in seconds); the rest fail inside a flow run, against one real Prefect
-server shared by the module (a run with no API URL would start a temporary server per command)."""
+(the `fast` cases: run in this process by tests/cli_inprocess.py, which fails a case that reaches Prefect); the
+rest fail inside a flow run, as real `python -m cosmos_train.cli` processes against one real Prefect server shared
+by the module (a run with no API URL would start a temporary server per command)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import ROOT, write_tiny_sft_config
 from tests.integration.prefect_server import PrefectServer, start_server
 
@@ -270,9 +272,8 @@ def _fill(text: str, ctx: dict[str, str]) -> str:
     return text
 
 
-def _run(
-    case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, env: dict[str, str]
-) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+def _prepare(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """The case's files under tmp_path: (its command's arguments, the values filled in)."""
     job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
     eval_cfg = tmp_path / "eval.toml"
     eval_cfg.write_text(
@@ -281,11 +282,12 @@ def _run(
         .replace('data_dir = "outputs/synthetic"', f'data_dir = "{synthetic_dir}"')
         .replace('results_dir = "outputs/eval"', f'results_dir = "{tmp_path / "eval"}"')
     )
-    no_tok = tmp_path / "no-tokenizer"
-    shutil.copytree(tiny_model_dir, no_tok)
-    for f in no_tok.iterdir():
-        if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "chat_template")):
-            f.unlink()
+    if any("{dir}/no-tokenizer" in a for a in case.args):
+        no_tok = tmp_path / "no-tokenizer"
+        shutil.copytree(tiny_model_dir, no_tok)
+        for f in no_tok.iterdir():
+            if f.name.startswith(("tokenizer", "vocab", "merges", "special_tokens", "chat_template")):
+                f.unlink()
     video = next((synthetic_dir / "videos" / "train").glob("*.mp4")).name
     ctx = {
         "job": str(job),
@@ -298,7 +300,14 @@ def _run(
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content.replace("VIDEO", video))
-    args = [_fill(a, ctx) for a in case.args]
+    return [_fill(a, ctx) for a in case.args], ctx
+
+
+def _run(
+    case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """The case as a real `python -m cosmos_train.cli` process in tmp_path."""
+    args, ctx = _prepare(case, tmp_path, tiny_model_dir, synthetic_dir)
     proc = subprocess.run(
         [sys.executable, "-m", "cosmos_train.cli", *args],
         cwd=tmp_path,
@@ -310,7 +319,7 @@ def _run(
     return proc, ctx
 
 
-def _check(case: Case, proc: subprocess.CompletedProcess, ctx: dict[str, str]) -> None:
+def _check(case: Case, proc: subprocess.CompletedProcess | CliResult, ctx: dict[str, str]) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, f"{case.name}: exit {proc.returncode}\n{out[-3000:]}"
     assert "Traceback" not in out, f"{case.name}: traceback printed\n{out[-5000:]}"
@@ -325,13 +334,12 @@ def test_there_are_enough_cases() -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.fast], ids=lambda c: c.name)
-def test_input_error_before_any_server(case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path) -> None:
-    # No API URL and an unusable PREFECT_HOME: a command that reached Prefect would show it.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "no-prefect-here"), PREFECT_API_URL="http://127.0.0.1:9/api")
-    proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, env)
-    _check(case, proc, ctx)
-    assert not (tmp_path / "no-prefect-here").exists(), f"{case.name}: Prefect was started"
+def test_input_error_before_any_server(
+    case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in this process: run_cli fails the case if the command reaches Prefect (its flows' _prepare_prefect)
+    args, ctx = _prepare(case, tmp_path, tiny_model_dir, synthetic_dir)
+    _check(case, run_cli(monkeypatch, *args, cwd=tmp_path), ctx)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.fast], ids=lambda c: c.name)
@@ -342,13 +350,8 @@ def test_input_error_inside_a_flow_run(
     _check(case, proc, ctx)
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "--debug", "config", "check", str(tmp_path / "nope.toml")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = run_cli(monkeypatch, "--debug", "config", "check", tmp_path / "nope.toml")
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-2].startswith("error: invalid config")
 

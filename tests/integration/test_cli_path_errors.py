@@ -2,9 +2,10 @@
 results_dir, --run-dir, a command's OUT), a binary file as the config, a model path that is a file, and checkpoints
 damaged after they were written (a truncated or empty shard, unreadable .metadata, a missing config.toml) for
 `export` and for a resume, a world model whose weight file is cut short. Each exits 2 with one paragraph naming the
-path, and no traceback. Most answer before Prefect starts; the rest fail inside a flow run on Prefect's temporary
-server (an OSError a task names with its key, a bare one, a read-only disk, a damaged checkpoint a trainer's ranks
-resume from), and one in-process flow shows such an error is not retried."""
+path, and no traceback. Most answer before Prefect starts (run in this process: tests/cli_inprocess.py, which fails
+a case that reaches Prefect); the rest fail inside a flow run, as real processes on Prefect's temporary server (an
+OSError a task names with its key, a bare one, a read-only disk, a damaged checkpoint a trainer's ranks resume
+from), and one in-process flow shows such an error is not retried."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import CliResult, run_cli
 from tests.conftest import ROOT, mounted_tmpfs, write_tiny_grpo_config, write_tiny_sft_config
 
 pytestmark = pytest.mark.slow
@@ -49,25 +51,28 @@ class Env:
     job: Path  # a valid tiny SFT job writing under dir/out
     blocker: Path  # a regular file: dir/somefile.txt
     run: Path  # a copy of run_with_checkpoint, free to damage
+    monkeypatch: pytest.MonkeyPatch  # this test's, for the in-process CLI
 
 
 @pytest.fixture
-def env(tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, run_with_checkpoint: Path) -> Env:
+def env(
+    tmp_path: Path,
+    tiny_model_dir: Path,
+    synthetic_dir: Path,
+    run_with_checkpoint: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Env:
     job = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "out")
     blocker = tmp_path / "somefile.txt"
     blocker.write_text("not a folder\n")
     shutil.copytree(run_with_checkpoint, tmp_path / "run")
-    return Env(tmp_path, job, blocker, tmp_path / "run")
+    return Env(tmp_path, job, blocker, tmp_path / "run", monkeypatch)
 
 
-def cli(env: Env, *args: str | Path, prefect: bool = False) -> subprocess.CompletedProcess:
-    """The CLI as a user runs it. Without `prefect`, an unusable PREFECT_HOME and API URL: a command that reached
-    Prefect would show it; with it, Prefect's temporary server of this test's own home."""
+def cli(env: Env, *args: str | Path) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, on Prefect's temporary server of this test's own home."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    if prefect:
-        base.update(PREFECT_HOME=str(env.dir / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    else:
-        base.update(PREFECT_HOME=str(env.dir / "no-prefect-here"), PREFECT_API_URL="http://127.0.0.1:9/api")
+    base.update(PREFECT_HOME=str(env.dir / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     base.update(OMP_NUM_THREADS="1")
     return subprocess.run(
         [sys.executable, "-m", "cosmos_train.cli", *map(str, args)],
@@ -79,7 +84,7 @@ def cli(env: Env, *args: str | Path, prefect: bool = False) -> subprocess.Comple
     )
 
 
-def assert_paragraph(proc: subprocess.CompletedProcess, *names: str | Path) -> str:
+def assert_paragraph(proc: subprocess.CompletedProcess | CliResult, *names: str | Path) -> str:
     """Exit 2, no traceback, and the last paragraph (`error: ...`) naming each of `names`; returns it."""
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, f"exit {proc.returncode}\n{out[-4000:]}"
@@ -92,10 +97,9 @@ def assert_paragraph(proc: subprocess.CompletedProcess, *names: str | Path) -> s
     return paragraph
 
 
-def fast(env: Env, *args: str | Path) -> subprocess.CompletedProcess:
-    proc = cli(env, *args)
-    assert not (env.dir / "no-prefect-here").exists(), "Prefect was started"
-    return proc
+def fast(env: Env, *args: str | Path) -> CliResult:
+    """A command refused before Prefect starts, in this process (the test fails if it reaches Prefect)."""
+    return run_cli(env.monkeypatch, *args, cwd=env.dir)
 
 
 def shard(ckpt: Path) -> Path:
@@ -220,7 +224,7 @@ def test_world_model_with_a_truncated_weight_file(env: Env, tiny_wfm_dir: Path) 
 
 # ------------------------------------------------------------------ inside a flow run (Prefect's temporary server)
 def _through_prefect(env: Env, *args: str | Path, check: Callable[[str], None]) -> None:
-    proc = cli(env, *args, prefect=True)
+    proc = cli(env, *args)
     check(assert_paragraph(proc))
     assert "Flow run" in proc.stdout + proc.stderr  # it did fail inside the flow run, not before it
 

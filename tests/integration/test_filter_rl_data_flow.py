@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.cli_inprocess import run_cli
 from tests.integration.prefect_server import flow_run_artifacts
 
 # accuracy_by_id: the fixture registering the reward REWARD, whose pass count per prompt is PASSES
@@ -75,31 +72,13 @@ def test_cli_refuses_bad_input_before_prefect(
     tiny_model_dir: Path,
     synthetic_dir: Path,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cosmos_train.cli import main
-
+    """In this process: run_cli (tests/cli_inprocess.py) fails the case if the command reaches Prefect."""
     path = job(tmp_path, tiny_model_dir, write_rows(tmp_path / "data", synthetic_dir), "single_choice")
     argv = ["filter-rl-data", "--config", str(path), *[a.replace("{dir}", str(tmp_path)) for a in args]]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
+    done = run_cli(monkeypatch, *argv)
+    assert done.returncode == 2, done.stdout + done.stderr
+    err = done.stderr
     assert "Traceback" not in err and err.startswith("error: ")
     assert names.replace("{dir}", str(tmp_path)) in err, err
-
-
-def test_cli_error_comes_before_prefect_starts(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    """As its own process: no API URL and an unusable PREFECT_HOME, so a command that reached Prefect shows it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "no-prefect-here"), PREFECT_API_URL="http://127.0.0.1:9/api")
-    path = job(tmp_path, tiny_model_dir, write_rows(tmp_path / "data", synthetic_dir), "single_choice")
-    proc = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "filter-rl-data", "--config", str(path), "--samples", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and "--samples 0" in proc.stderr
-    assert not (tmp_path / "no-prefect-here").exists()

@@ -1,5 +1,6 @@
-"""`cosmos-train reward-service`: refuses to start without a token (one paragraph, exit 2), starts with
-one (or --insecure-no-token on loopback) and stops on SIGTERM leaving no process behind."""
+"""`cosmos-train reward-service`: refuses to start without a token (one paragraph, exit 2; checked in this process,
+tests/cli_inprocess.py), starts with one (or --insecure-no-token on loopback) and stops on SIGTERM leaving no
+process behind (a real process)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import requests
 
 from cosmos_train.net import free_port
+from tests.cli_inprocess import CliResult, run_cli
 
 CLI = [sys.executable, "-m", "cosmos_train.cli", "reward-service"]
 
@@ -24,22 +26,37 @@ def _env(token: str | None) -> dict[str, str]:
     return env
 
 
+def _refused(monkeypatch: pytest.MonkeyPatch, token: str | None, *extra: str) -> CliResult:
+    """`cosmos-train reward-service` in this process: a refused token answers before anything starts."""
+    monkeypatch.delenv("REWARD_SERVICE_TOKEN", raising=False)
+    return run_cli(monkeypatch, "reward-service", *extra, env={"REWARD_SERVICE_TOKEN": token} if token else None)
+
+
 @pytest.mark.parametrize(
     "extra, words", [([], "set REWARD_SERVICE_TOKEN"), (["--host", "0.0.0.0", "--insecure-no-token"], "loopback")]
 )
-def test_refuses_to_start_without_a_token(extra: list[str], words: str) -> None:
-    done = subprocess.run(CLI + extra, env=_env(None), capture_output=True, text=True, timeout=120)
+def test_refuses_to_start_without_a_token(extra: list[str], words: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    done = _refused(monkeypatch, None, *extra)
     assert done.returncode == 2
     assert words in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: reward service:")
 
 
-def test_refuses_a_token_under_16_characters() -> None:
-    done = subprocess.run(CLI, env=_env("fifteen-chars-x"), capture_output=True, text=True, timeout=120)
+def test_refuses_a_token_under_16_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    done = _refused(monkeypatch, "fifteen-chars-x")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "fifteen-chars-x" not in done.stderr
     assert "15 characters" in done.stderr and "at least 16" in done.stderr
     assert "secrets.token_urlsafe(32)" in done.stderr
+
+
+def test_refuses_a_token_of_16_identical_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    done = _refused(monkeypatch, "z" * 16)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "z" * 16 not in done.stderr
+    assert done.stderr.startswith("error: reward service: REWARD_SERVICE_TOKEN is made of only 1 different character")
+    assert "at least 8 different" in done.stderr and "secrets.token_urlsafe(32)" in done.stderr
+    assert done.stderr.strip().count("\n") == 0  # one paragraph
 
 
 @pytest.mark.parametrize("token, extra", [("cli-secret-4b1d-93a0", []), (None, ["--insecure-no-token"])])

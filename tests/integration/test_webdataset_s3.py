@@ -111,6 +111,21 @@ def test_bad_samples_fail_or_are_counted(s3: S3Server, tmp_path: Path, on_bad_ro
     assert rows.report()["skipped_by_reason"] == {"missing_caption": 2, "bad_media": 2}
 
 
+def test_rows_given_back_are_taken_again(s3: S3Server, tmp_path: Path) -> None:
+    """`rewind` to a `mark` (a world-model iteration that stopped on a lost reward service gives its rows back):
+    the next rows are those taken since the mark, and the position a checkpoint keeps is the mark's."""
+    video = VideoDataloaderConfig(dataset_dir=f"s3://{s3.bucket}/clips/", num_frames=5)
+    rows = WebRows.from_config(video, seed=0, dp_rank=0, dp_size=1, cache_dir=tmp_path, env=_env(s3))
+    rows.take(2)
+    mark = rows.mark()
+    given = [r["prompt"] for r in rows.take(3)]
+    assert rows.mark() != mark
+    rows.rewind(mark)
+    assert rows.mark() == mark
+    assert [r["prompt"] for r in rows.take(3)] == given
+    rows.stream.close()
+
+
 def test_samples_decode_with_their_embedding_or_name_what_is_missing(tmp_path: Path) -> None:
     """A shard sample as the loader worker decodes it: caption, clip written and probed, embedding from .npy (no
     pickle) or .pickle; each missing part is a bad row with its reason, named by shard URL and key."""

@@ -6,7 +6,6 @@ why) or refused (with what to do), and the fixture configs, which use every key 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, config_from_dict, load_config
 from cosmos_train.config.compat import DEFAULTS_DIFFER, RULES, default_note, key_state
 from cosmos_train.config.docs import alias_map, cosmos_rl_key_table, recorded_default, schema_keys
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"
@@ -132,15 +132,9 @@ def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: P
     assert again.model_dump() == cfg.model_dump()
 
 
-def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
+def test_config_check_lists_accepted_keys_and_exits_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     path = FIXTURES / "reason2_reference.toml"
-    done = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli(monkeypatch, "config", "check", path, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert NO_EFFECT_HEADER in done.stderr
     assert "#   redis = '12802': cosmos-rl's controller port" in done.stderr
@@ -155,14 +149,8 @@ def test_config_check_lists_accepted_keys_and_exits_zero() -> None:
         ("refused_diffusers.toml", "recipe of cosmos-rl's diffusers trainer (policy.is_diffusers = true)"),
     ],
 )
-def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(FIXTURES / path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    done = run_cli(monkeypatch, "config", "check", FIXTURES / path, cwd=ROOT)
     assert done.returncode == 2 and words in done.stderr
     assert "Traceback" not in done.stderr and "unknown key" not in done.stderr
 
@@ -290,23 +278,9 @@ def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPa
     assert config_from_dict({}).train.train_policy.dataset.cache_dir is None
 
 
-def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cosmos_train.cli",
-            "config",
-            "check",
-            str(ROOT / "configs" / "tiny-post-train.toml"),
-            "--set",
-            "grpo.redis='12800'",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = ROOT / "configs" / "tiny-post-train.toml"
+    done = run_cli(monkeypatch, "config", "check", pipeline, "--set", "grpo.redis='12800'", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "# [grpo] accepted with no effect here" in done.stderr and "#   redis = '12800'" in done.stderr
     assert "[sft] accepted" not in done.stderr

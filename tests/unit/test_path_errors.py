@@ -112,7 +112,7 @@ def test_a_rank_reports_a_path_error_as_its_kind(tmp_path: Path, capsys: pytest.
 
 
 def test_the_console_hides_a_path_errors_traceback() -> None:
-    from cosmos_train.cli import _HideUserErrorTracebacks
+    from flows.terminal import _HideUserErrorTracebacks
 
     shown: list[logging.LogRecord] = []
     handler = logging.Handler()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,6 +27,7 @@ from cosmos_train.wfm.config import (
 from cosmos_train.wfm.cosmos_rl_form import CALLBACK_STATES, COSMOS_RL_DEFAULTS, RL_ALIASES
 from cosmos_train.wfm.sde import sigma_schedule
 from cosmos_train.wfm.trainer import WfmTrainer, drop_text
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT
 from tests.cosmos_rl_oracle import oracle_module, oracle_root
 
@@ -174,24 +173,14 @@ def test_every_imaginaire_entry_has_one_state(name: str, tmp_path: Path) -> None
     assert set(states) <= said  # each no-effect entry is listed by `config check`, with why
 
 
-def test_config_check_prints_states_and_cosmos_rl_defaults(tmp_path: Path) -> None:
+def test_config_check_prints_states_and_cosmos_rl_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = [a for o in runnable(GRPO, tmp_path, tmp_path) for a in ("--set", o)]
-    res = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    res = run_cli(monkeypatch, "config", "check", RECIPES / GRPO, *args, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert "cosmos-rl's defaults taken for reward, model.param_dtype, model.rl.sample_steps" in res.stderr
     assert "trainer.callbacks[every_n_sample_ema]" in res.stderr and "model.conditioner[fps]" in res.stderr
     assert "# ok:" in res.stderr and "(wfm_rl: flow_grpo)" in res.stderr
-    res = subprocess.run(
-        [sys.executable, "-m", "cosmos_train.cli", "config", "check", str(RECIPES / GRPO)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    res = run_cli(monkeypatch, "config", "check", RECIPES / GRPO, cwd=ROOT)
     assert res.returncode == 2 and "Traceback" not in res.stderr and "convert_cosmos_to_diffusers" in res.stderr
 
 
