@@ -31,16 +31,17 @@ one paragraph and exits 2, with no traceback (`--debug` shows it; the flow run's
 server keeps it); anything else is a bug and keeps its traceback. A stop that is no mistake is shown the
 same way with its own exit code (`UserError.exit_code`): 3 when train.stop_when_stuck ended a GRPO run that
 could not learn (`errors.RunStuck`), 4 when a post-train pipeline's [gate] did not promote a stage's export
-(`promotion.EXIT_NOT_PROMOTED`), and for a run that stopped saved (`errors.RunHalted`, with the command that
-continues it: flows/terminal.py) 130 on Ctrl-C, 75 when a service it needs (a reward service, the Prefect API)
-stayed unreachable.
+(`promotion.EXIT_NOT_PROMOTED`); a run that stopped saved (`errors.RunHalted`, with the command that continues it:
+flows/terminal.py) 130 on Ctrl-C, 75 when a service it needs (a reward service, the Prefect API) stayed down.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -63,9 +64,8 @@ from cosmos_train.storage import check_s3_target, parse_target, s3_settings
 
 # Prefect's temporary API server gives up after 20 s by default, which a loaded machine exceeds.
 EPHEMERAL_STARTUP_TIMEOUT_S = "180"
-# Prefect retries a call to a server it reached before 5 times, backing off 2, 4 ... 32 s: a dead server then costs
-# about a minute per call, several calls in a row at a flow's end. 2 retries (about 6 s) still ride out a restart
-# of the server, and the CLI says a lost API within a minute (PREFECT_CLIENT_MAX_RETRIES set by the user wins).
+# Prefect retries a call to a server it reached 5 times, backing off 2 ... 32 s: a minute per call to a dead server.
+# 2 retries (~6 s) ride out a server's restart and tell a lost API within a minute (the user's setting wins).
 PREFECT_CLIENT_RETRIES = "2"
 # the commands that run a flow (Prefect's temporary server, torchrun): a reaper sidecar stops what they started
 FLOW_COMMANDS = set("sft grpo wfm-rl prepare-data eval eval-wfm post-train sweep upload demo filter-rl-data".split())
@@ -642,22 +642,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.debug:
         os.environ["COSMOS_TRAIN_DEBUG"] = "1"
     servers_before = _temporary_prefect_servers()
+    ctrl_c: list[float] = []
     if args.command in FLOW_COMMANDS:
         start_reaper()  # a killed CLI leaves no torchrun, rank or temporary Prefect server behind
+        signal.signal(signal.SIGINT, functools.partial(_ctrl_c_noted, ctrl_c))
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:  # Ctrl-C outside a training job (one under way stops saved: RunInterrupted, below)
-        if args.debug:
-            traceback.print_exc()
-        _stop_temporary_servers(keep=servers_before)
-        print(
-            "error: stopped by Ctrl-C while no training job was running, so it had nothing to save; to run it again "
-            f"(a post-train pipeline skips the stages that finished): {shlex.join(['cosmos-train', *argv_used])}",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    except Exception as e:
-        ending = _ending_of(e, args.command, argv_used)
+    except (KeyboardInterrupt, Exception) as e:
+        # Ctrl-C in a training job stops it saved (RunInterrupted); elsewhere `ctrl_c` tells, whatever it became
+        ending = _ending_of(e, args.command, argv_used, bool(ctrl_c) or isinstance(e, KeyboardInterrupt))
         if ending is None:  # a bug or a crash: its traceback
             raise
         paragraph, code, api_lost = ending
@@ -672,15 +665,26 @@ def main(argv: list[str] | None = None) -> int:
         return code  # 2; 3 for a run train.stop_when_stuck ended; 130 Ctrl-C; 75 a service stayed down
 
 
-def _ending_of(exc: Exception, command: str, argv: list[str]) -> tuple[str, int, bool] | None:
+def _ctrl_c_noted(seen: list[float], signum: int, frame: Any) -> None:
+    """Python's Ctrl-C (KeyboardInterrupt), noted first: a library may turn it into an error of its own."""
+    seen.append(signum)
+    raise KeyboardInterrupt
+
+
+def _ending_of(exc: BaseException, command: str, argv: list[str], ctrl_c: bool) -> tuple[str, int, bool] | None:
     """(the paragraph, the exit code, whether the Prefect API was lost) for a failure the user can act on; None
     for a crash. A command that ran a flow may have stopped saved, or lost its API: flows/terminal.py knows."""
+    ending = None
     if "prefect" in sys.modules:
         from flows.terminal import ending_of
 
-        return ending_of(exc, command, argv)
-    error = user_error_of(exc)
-    return None if error is None else (error.paragraph, error.exit_code, False)
+        ending = ending_of(exc, command, argv)
+    elif (error := user_error_of(exc)) is not None:
+        ending = (error.paragraph, error.exit_code, False)
+    if ctrl_c and (ending is None or ending[1] != EXIT_INTERRUPTED):  # no training job was stopped saved
+        said = "stopped by Ctrl-C while no training job was running, so it had nothing to save; run it again"
+        return f"{said}: {shlex.join(['cosmos-train', *argv])}", EXIT_INTERRUPTED, False
+    return ending
 
 
 def _stop_temporary_servers(keep: list[Any]) -> None:

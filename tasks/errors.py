@@ -19,7 +19,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact
 
-from cosmos_train.errors import RepeatedFailure, UserError, user_error_of
+from cosmos_train.errors import RepeatedFailure, RunHalted, UserError, user_error_of
 
 
 def retry_only_crashes(task: Any, task_run: Any, state: Any) -> bool:
@@ -34,11 +34,17 @@ def retry_only_crashes(task: Any, task_run: Any, state: Any) -> bool:
 
 
 def failure_markdown(what: str, error: UserError) -> str:
-    return (
-        f"# {what} stopped: {error.kind} error\n\n```\n{error.paragraph}\n```\n\n"
-        "This is a problem with the input, not a crash: it was not retried. Fix what the message names "
-        "and run again.\n"
-    )
+    if isinstance(error, RunHalted):
+        after = (
+            "The run stopped with its state saved (not a crash, so not retried): once what the message names is "
+            "resolved, rerun the command with the run folder to continue it.\n"
+        )
+    else:
+        after = (
+            "This is a problem with the input, not a crash: a retry would fail the same way, so the run stops "
+            "here. Fix what the message names and run again.\n"
+        )
+    return f"# {what} stopped: {error.kind} error\n\n```\n{error.paragraph}\n```\n\n" + after
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
@@ -95,6 +96,7 @@ def run_cli(
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
     environ_before = dict(os.environ)
+    sigint_before = signal.getsignal(signal.SIGINT)  # main() notes Ctrl-C itself for the commands that run flows
     out, err = _Captured(sys.stdout), _Captured(sys.stderr)
     try:
         with redirect_stdout(out), redirect_stderr(err):
@@ -106,5 +108,6 @@ def run_cli(
         for key in set(os.environ) - set(environ_before):
             del os.environ[key]
         os.environ.update(environ_before)
+        signal.signal(signal.SIGINT, sigint_before)
         printed = out.release(), err.release()
     return CliResult(code, *printed)

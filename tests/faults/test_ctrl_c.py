@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,3 +116,27 @@ def test_ctrl_c_with_an_own_prefect_server(
         assert [r["state"]["type"] for r in flow_runs] == ["FAILED"]
         assert "stopped by Ctrl-C at step" in flow_runs[0]["state"]["message"]
     assert "To continue from there: cosmos-train sft" in paragraph
+
+
+def test_ctrl_c_before_the_training_starts(
+    tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, cli_runs: list[CliRun]
+) -> None:
+    """Ctrl-C while the command still starts Prefect's server: a library may wrap the KeyboardInterrupt in an error
+    of its own (pydantic does while Prefect reads its settings); it is still Ctrl-C's paragraph."""
+    out = tmp_path / "out"
+    cfg = write_fault_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out)
+    cli_runs.append(run := start_cli(sft_args(cfg), tmp_path, out))
+    deadline = time.monotonic() + 120
+    while "Starting temporary server" not in run.output() and time.monotonic() < deadline:
+        time.sleep(0.05)  # Ctrl-C while Prefect's server starts, well before the first step
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code, seconds = run.wait(timeout=120)
+    output = run.output()
+    assert code == 130 and seconds < STOP_WITHIN_S, output[-4000:]
+    assert "Traceback" not in output and "launch: " not in output, output[-4000:]
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: stopped by Ctrl-C while no training job was running, so it had nothing to save; run it "
+        f"again: cosmos-train sft --config {cfg} --set launch.nproc_per_node=2"
+    ], errors
+    assert run.sessions_left() == []
