@@ -119,6 +119,7 @@ def _worker(rank: int, port: int, err_dir: str) -> None:
             _check_attention(cp, kv_heads, causal)
         _check_split_gather(cp)
         _check_mesh_and_fsdp()
+        dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
         dist.destroy_process_group()
     except BaseException:
         Path(err_dir, f"rank{rank}.txt").write_text(traceback.format_exc())

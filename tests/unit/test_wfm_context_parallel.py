@@ -90,6 +90,7 @@ def _worker(rank: int, port: int, err_dir: str) -> None:
         dist.init_process_group("gloo", rank=rank, world_size=WORLD)
         for per_frame in (False, True):
             _check(CpGroup(dist.group.WORLD, WORLD, rank), per_frame)
+        dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
         dist.destroy_process_group()
     except BaseException:
         Path(err_dir, f"rank{rank}.txt").write_text(traceback.format_exc())
