@@ -146,13 +146,22 @@ def all_ok(ok: bool, group: Any = None) -> bool:
     return bool(flag.item())
 
 
-def agree_max(value: int, group: Any = None) -> int:
-    """The largest `value` over all ranks."""
+def _reduce_int(value: int, op: Any, group: Any) -> int:
     if not dist_on():
         return value
-    box = torch.tensor([value], dtype=torch.int32)
-    dist.all_reduce(box, op=dist.ReduceOp.MAX, group=group)
+    box = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(box, op=op, group=group)
     return int(box.item())
+
+
+def agree_max(value: int, group: Any = None) -> int:
+    """The largest `value` over all ranks."""
+    return _reduce_int(value, dist.ReduceOp.MAX, group)
+
+
+def agree_sum(value: int, group: Any = None) -> int:
+    """The sum of `value` over all ranks."""
+    return _reduce_int(value, dist.ReduceOp.SUM, group)
 
 
 def broadcast_str(value: str, group: Any = None) -> str:
@@ -164,21 +173,15 @@ def broadcast_str(value: str, group: Any = None) -> str:
     return box[0]
 
 
-def agree_sum(value: int, group: Any = None) -> int:
-    """The sum of `value` over all ranks."""
-    if not dist_on():
-        return value
-    box = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(box, op=dist.ReduceOp.SUM, group=group)
-    return int(box.item())
-
-
 def raise_together(error: BaseException | None, what: str, group: Any = None) -> None:
     """Collective: return when `what` went well on every rank (`error` None everywhere); otherwise raise on every
     rank, classified alike. When a failed rank's error is a user error (`errors.user_error_of`: a full disk above
     all), every rank raises that one (the lowest such rank's), so RUN/error.json holds it whichever rank writes
     first and the launch is not retried as a crash; otherwise a failed rank raises its own error and the others a
-    RuntimeError naming it."""
+    RuntimeError naming it. `group` must take CPU tensors (`cpu_group()`): when every rank went well this costs one
+    small all-reduce, so it can stand on a step's path; the errors are gathered only on the way out."""
+    if all_ok(error is None, group):
+        return
     mine = None if error is None else _failure_record(error)
     records: list[dict[str, Any] | None] = [mine]
     if dist_on():

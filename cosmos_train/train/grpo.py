@@ -616,7 +616,7 @@ class GRPOTrainer(Trainer):
                     right = parts.get(accuracy, 0.0) if accuracy is not None else 0.0
                     sums.add_(torch.tensor([1.0, total, right], dtype=torch.float64))
 
-        outage_agreed(answered_and_scored, self.dist.device)
+        outage_agreed(answered_and_scored)
         n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.same_rows).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
         if accuracy is not None:

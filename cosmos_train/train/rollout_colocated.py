@@ -66,11 +66,11 @@ class ColocatedRollout(RolloutSource):
                 seed,
                 self.all_rows,
                 any_rank_needs=partial(any_rank, device=device),
-                agree_outage=partial(agree_on_outage, device=device),
+                agree_outage=agree_on_outage,
             )
         else:  # no collective inside: they agree once it is done
             rollout = outage_agreed(
-                partial(run_rollout, self.engine, rows, self.rewards, self.cfg, seed, self.all_rows), device
+                partial(run_rollout, self.engine, rows, self.rewards, self.cfg, seed, self.all_rows)
             )
         self.engine.sleep()
         return StepRollout(rollout)

@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as torch_dist
 from torch import nn
 
-from cosmos_train.checkpoint import cpu_group, dist_on
+from cosmos_train.checkpoint import cpu_group, raise_together
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.distributed import all_reduce_sum
 from cosmos_train.errors import ServiceUnavailable
@@ -115,28 +114,26 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(all_reduce_sum(float(flag), device) > 0)
 
 
-def agree_on_outage(outage: RewardServiceUnreachable | None, device: torch.device) -> None:
+def agree_on_outage(outage: RewardServiceUnreachable | None) -> None:
     """Every rank calls this at the same point, with the reward service's outage it met there (None: its rewards
     were scored). When any rank met one, every rank raises the same ServiceUnavailable (the lowest such rank's
-    words: URL, tries, seconds, last error), so no rank walks on into a collective the others never reach. One
-    all-reduce when all is well; the words are gathered only on the way out."""
-    if not any_rank(outage is not None, device):
-        return
-    said = [str(outage or "")]
-    if dist_on():
-        said = [""] * torch_dist.get_world_size()
-        torch_dist.all_gather_object(said, str(outage or ""), group=cpu_group())
-    raise ServiceUnavailable(next(s for s in said if s)) from outage
+    words: URL, tries, seconds, last error; `checkpoint.raise_together`), so no rank walks on into a collective the
+    others never reach. One small all-reduce when all is well."""
+    stopped = None
+    if outage is not None:
+        stopped = ServiceUnavailable(str(outage))
+        stopped.__cause__ = outage
+    raise_together(stopped, "reward scoring", cpu_group())
 
 
-def outage_agreed(scoring: Callable[[], T], device: torch.device) -> T:
+def outage_agreed(scoring: Callable[[], T]) -> T:
     """`scoring()` (a step's or validation's rewards, with no collective inside), then `agree_on_outage`."""
     try:
         result = scoring()
     except RewardServiceUnreachable as e:
-        agree_on_outage(e, device)  # raises ServiceUnavailable on every rank
+        agree_on_outage(e)  # raises ServiceUnavailable on every rank
         raise
-    agree_on_outage(None, device)
+    agree_on_outage(None)
     return result
 
 

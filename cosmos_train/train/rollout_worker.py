@@ -175,7 +175,7 @@ class WorkerRollout(RolloutSource):
         waited = 0.0
         while True:
             # the worker scored the rewards: every rank agrees on a reward service outage before the next collective
-            got, wait_s = outage_agreed(partial(self.worker.result, step), self.dist.device)
+            got, wait_s = outage_agreed(partial(self.worker.result, step))
             waited += wait_s
             stale = step - got.weight_version
             # every rank drops together (their collectives must pair): when any rank's batch is too old

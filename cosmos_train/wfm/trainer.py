@@ -349,7 +349,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         have no service to lose and the same config on every rank)."""
         if self.scorer.client is None:
             return scoring()
-        return outage_agreed(scoring, self.dist.device)
+        return outage_agreed(scoring)
 
     # ------------------------------------------------------------------ one iteration
     def step_inputs(self) -> Iterator[tuple[list[dict[str, Any]], None]]:

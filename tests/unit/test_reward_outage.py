@@ -22,8 +22,6 @@ from cosmos_train.train.rollout import collect_rollouts
 from cosmos_train.train.rollout_source import agree_on_outage, outage_agreed
 from tests.unit.test_rollout import ScriptedEngine, _row
 
-CPU = torch.device("cpu")
-
 
 def dead_client(retries: int = 2) -> RemoteRewardClient:
     """A client of a port where nothing listens (each try is refused at once)."""
@@ -47,15 +45,15 @@ def test_a_service_that_never_answers_is_named_with_its_tries_and_last_error() -
 
 
 def test_one_process_raises_service_unavailable_with_the_services_words() -> None:
-    assert outage_agreed(lambda: 7, CPU) == 7
-    agree_on_outage(None, CPU)  # nothing met: nothing raised
+    assert outage_agreed(lambda: 7) == 7
+    agree_on_outage(None)  # nothing met: nothing raised
     unreachable = RewardServiceUnreachable("http://h:1/api/reward/enqueue", 9, 45.2, "ConnectError: refused")
 
     def scoring() -> int:
         raise unreachable
 
     with pytest.raises(ServiceUnavailable) as got:
-        outage_agreed(scoring, CPU)
+        outage_agreed(scoring)
     assert str(got.value) == str(unreachable) and got.value.__cause__ is unreachable
     assert got.value.exit_code == EXIT_SERVICE_DOWN == 75 and got.value.kind == "service"
     # RUN/error.json's record comes back as the same kind in the launching task
@@ -89,7 +87,7 @@ def _rank(rank: int, init: str, out: Path) -> None:
             return "scored"
 
         try:
-            said = f"returned {outage_agreed(scoring, CPU)}"
+            said = f"returned {outage_agreed(scoring)}"
         except ServiceUnavailable as e:
             said = f"{type(e).__name__}: {e}"
         # both ranks are at the same point again: one more collective pairs up
