@@ -162,7 +162,7 @@ def grpo_config_dict(model: Path, data: Path, out: Path, steps: int, on_policy: 
             "ckpt": {"enable_checkpoint": False, "export_safetensors": False},
             "train_policy": {
                 "type": "grpo",
-                "reward_function": ["single_choice"],
+                "reward_function": ["choice_letter"],
                 "temperature": 1.0,
                 "system_prompt": QUESTION_SYSTEM_PROMPT,  # the SFT rows' system turn
                 "epsilon_low": CLIP_LOW,

@@ -26,6 +26,7 @@ from cosmos_train.data.shards import shard_urls
 from cosmos_train.rewards.remote import WFM_ENV
 from cosmos_train.storage import s3_client, s3_settings
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.mock_data import MOCK_ROWS
 from tasks.errors import retry_only_crashes
 from tasks.reward_service import WFM_CLIENT, local_reward_service
 from tasks.run_folder import CONFIG_FILE, ResolvedJob, folder_errors, is_own_config, new_run_dir
@@ -56,6 +57,8 @@ def check_wfm_data(job: ResolvedJob[WfmConfig]) -> dict[str, Any]:
     from cosmos_train.wfm.data import SCAN_FILE, save_scan, scan_dataset
 
     cfg = job.cfg
+    if (mock := cfg.dataloader_train.mock_video) is not None:  # cosmos-rl's mock video dataset: no file to check
+        return {"type": "cosmos-rl mock video", "rows": MOCK_ROWS, **vars(mock)}
     if cfg.dataloader_train.type == "web":  # the shards are listed (URL, credentials) before any process starts
         urls = shard_urls(cfg.video.dataset_dir, s3_client(s3_settings(os.environ)))
         return {"type": "web", "dataset": cfg.video.dataset_dir, "shards": len(urls)}

@@ -45,6 +45,11 @@ def oracle_root() -> Path:
     return ORACLE_DIR
 
 
+_BARE: set[str] = set()  # packages registered without their __init__.py
+# packages whose __init__ imports here and is what their own modules import from: never left bare
+REAL_PARENTS = ("cosmos_rl.policy.config",)
+
+
 def _bare_package(name: str) -> None:
     """Registers package `name` with its folder as __path__ but without running its __init__.py."""
     if name in sys.modules:
@@ -52,6 +57,7 @@ def _bare_package(name: str) -> None:
     module = types.ModuleType(name)
     module.__path__ = [str(oracle_root() / name.replace(".", "/"))]
     sys.modules[name] = module
+    _BARE.add(name)
 
 
 def oracle_module(name: str) -> types.ModuleType:
@@ -61,7 +67,14 @@ def oracle_module(name: str) -> types.ModuleType:
         sys.path.append(root)
     parts = name.split(".")
     for i in range(1, len(parts)):
-        _bare_package(".".join(parts[:i]))
+        parent = ".".join(parts[:i])
+        if parent in REAL_PARENTS and (parent not in sys.modules or parent in _BARE):
+            oracle_module(parent)  # its modules import names from its __init__ (`from ...config import Config`)
+        else:
+            _bare_package(parent)
+    if name in _BARE:  # left bare as the parent of a module asked for before: now its own contents are asked for
+        del sys.modules[name]
+        _BARE.discard(name)
     return importlib.import_module(name)
 
 
@@ -88,7 +101,10 @@ def oracle_function(module: str, name: str, **globals_: Any) -> Any:
             except Exception:  # a dependency this environment lacks: the function must not need it
                 continue
     namespace.update(globals_)
-    defs: dict[str, ast.FunctionDef] = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    # top-level functions and small classes (a trie node) a function may need, compiled with it
+    defs: dict[str, ast.FunctionDef | ast.ClassDef] = {
+        n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in namespace
+    }
     cls_name, _, method = name.rpartition(".")
     if cls_name:
         cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
@@ -100,7 +116,7 @@ def oracle_function(module: str, name: str, **globals_: Any) -> Any:
         found.name = name = f"{cls_name}_{method}"
         defs[name] = found
     assert name in defs, f"{path} has no top-level function {name}"
-    # the function and every top-level function it calls, transitively (helpers such as the chunked entropy)
+    # the function and every top-level function or class it names, transitively (helpers such as the chunked entropy)
     needed: list[str] = []
     todo = [name]
     while todo:
@@ -138,3 +154,15 @@ def oracle_learning_rates(steps: int, lr: float = 1.0, **train: Any) -> list[flo
         sched.step()
         out.append(opt.param_groups[0]["lr"])
     return out
+
+
+def oracle_assignment(module: str, target: str, **names: Any) -> Any:
+    """The value cosmos-rl's `module` assigns to `target` (e.g. "self.val_sampling_params", the first such
+    assignment in the source), evaluated from the installed source with `names` as its variables: for a setting
+    cosmos-rl computes inline, in a method that cannot run here (an engine's constructor)."""
+    path = oracle_source(module)
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Assign) and any(ast.unparse(t) == target for t in node.targets):
+            code = compile(ast.Expression(body=node.value), str(path), "eval")
+            return eval(code, dict(names))  # noqa: S307 - the oracle's own expression, read from the installed package
+    raise AssertionError(f"{path} assigns nothing to {target}")

@@ -259,8 +259,9 @@ RULES: tuple[Rule, ...] = (
         "train.train_policy.max_token_len_per_mini_batch",
         "micro-batches hold train_policy.micro_batch completions",
         _OFF,
-        "token-budget micro-batches are not implemented; set train_policy.micro_batch "
-        "(gradients are the same, only memory differs)",
+        "token-budget micro-batches are not implemented; set train_policy.micro_batch (each micro-batch is "
+        "normalised by its own tokens, as cosmos-rl's mini-batches; loss_denominator = 'update' makes the "
+        "split change only memory)",
     ),
     # ---------------------------------------------------------------------------------- rollout
     Rule(
@@ -467,11 +468,28 @@ PARTLY: dict[str, str] = {
 }
 
 
+# Keys of ours that run as asked at their default and are refused at any other value (validate.unsupported_settings).
+REFUSED_OTHERWISE: dict[str, str] = {
+    "policy.model_revision": 'unset or "main" runs as asked (a language-model job loads policy.model_name_or_path as '
+    "it is; the world-model layout reads it as model.model_revision); otherwise refused: download that revision "
+    "to a folder and point policy.model_name_or_path at it",
+}
+
+
 # Keys of ours that are kept (configs set them) but have no effect here: what the key table and `config check` say.
 INERT: dict[str, str] = {
     "rollout.batch_size": "cosmos-rl's engine prompt batch: a step samples train.train_batch_per_replica / "
     "n_generation prompts per replica and gives each rank's share to its engine at once (vLLM schedules them "
     "itself); the same prompts and samples",
+    "train.logprob_dtype": "GRPO's log-probs are computed in float32 here, whatever it says (bfloat16 would only "
+    "lose precision)",
+    "rollout.quantization": "the rollout engines sample in the policy's dtype here: 'fp8' (cosmos-rl's quantized "
+    "rollout) would only save memory and time, at lower precision",
+    "rollout.enable_chunked_prefill": "vLLM schedules prefill itself here (its own default): a speed setting, the "
+    "same samples",
+    "train.train_policy.overlong_reward.enable_overlong_penalty": "cosmos-rl 0.4.7 defines this flag and never "
+    "reads it; the penalty applies when train.train_policy.reward_function names `overlong` (buffer_length and "
+    "penalty_factor set it)",
 }
 
 
@@ -505,9 +523,12 @@ DEFAULTS_DIFFER: dict[str, str] = {
     "train.train_policy.type": "a table naming none is SFT here, or GRPO when it sets a GRPO-only key or cosmos-rl's "
     "RL aliases ([grpo], rollout_batch_size)",
 }
-# Keys whose meaning tests/unit/test_cosmos_rl_parity.py checks against cosmos-rl's own code (the installed
-# package), with the function it is run beside; the key table's fourth column. Every key's default is checked
-# against cosmos-rl's Config() as well. The test keeps this equal to what it covers.
+# Keys whose meaning a parity test checks against cosmos-rl's own code (the installed package), with the function it
+# is run beside; the key table's "checked against cosmos-rl's code" column. Every key's default is checked against
+# cosmos-rl's Config() as well. tests/unit/test_cosmos_rl_parity.py keeps this equal to what the parity tests cover:
+# its own (loss, advantages, schedules, step counts), test_cosmos_rl_grpo_update.py (step_training: a whole update
+# over mini-batches), test_cosmos_rl_sft_loss.py (async_safe_ce), test_cosmos_rl_rewards.py (reward.py) and
+# test_cosmos_rl_rollout.py (the reward calculator's prefix pass, the validation sampling).
 _LOSS = (
     "loss_type",
     "variant",
@@ -519,13 +540,21 @@ _LOSS = (
     "use_decoupled_loss",
     "behav_imp_weight_cap",
     "unbiased_loss_max_tokens",
-    "balance_dp_token",
-    "mini_batch",
-    "temperature",
 )
+_UPDATE = "step_training (compute_loss x loss_scaling_factor per mini-batch)"
+_VALIDATION = "vLLMRollout's val_sampling_params"
 PARITY_CHECKED: dict[str, str] = {
     **{f"train.train_policy.{k}": "compute_loss" for k in _LOSS},
+    "train.train_policy.balance_dp_token": "compute_loss, async_safe_ce",
+    "train.train_policy.mini_batch": f"{_UPDATE}, async_safe_ce",
+    "train.train_policy.mu_iterations": _UPDATE,
+    "train.train_policy.temperature": _UPDATE,
     "train.train_policy.entropy_coeff": "compute_logprobs",
+    # test_cosmos_rl_optimizer.py: the weights after steps of ours and of its build_optimizers
+    **{
+        f"train.{k}": "build_optimizers"
+        for k in ("optm_lr", "optm_name", "optm_impl", "optm_betas", "epsilon", "optm_weight_decay")
+    },
     **{
         f"train.train_policy.{k}": "GRPO.compute_advantage"
         for k in ("unbiased_advantage", "advantage_low", "advantage_high")
@@ -544,12 +573,22 @@ PARITY_CHECKED: dict[str, str] = {
         k: "recompute_total_steps"
         for k in (
             "train.train_batch_per_replica",
-            "train.train_policy.mu_iterations",
             "rollout.n_generation",
-            "rollout.batch_size",
             "train.max_num_steps",
             "train.epoch",
         )
+    },
+    "train.train_policy.reward_function": "format / single_choice / gsm8k / boxed_math / direct_math / "
+    "overlong_reward_fn",
+    "train.train_policy.overlong_reward.buffer_length": "overlong_reward_fn",
+    "train.train_policy.overlong_reward.penalty_factor": "overlong_reward_fn",
+    "train.train_policy.filter_reward_metric": "Reward.compute_reward",
+    # test_cosmos_rl_splits.py: the rows validation holds out of the training set
+    "train.train_policy.dataset.test_size": "split_train_n_val_dataset, construct_dataset",
+    "train.train_policy.min_filter_prefix_tokens": "LocalRewardCalculator.compute_rewards",
+    **{
+        f"validation.{k}": _VALIDATION
+        for k in ("top_p", "top_k", "temperature", "repetition_penalty", "n_generation", "max_response_length")
     },
 }
 _SAME = {("[]", "{}"), ("unset", '""'), ("unset", "(required)"), ('"none"', "unset"), ("1.0", "unset"), ("8.0", "8")}
@@ -570,6 +609,8 @@ def key_state(key: str, known: set[str], aliases: dict[str, str]) -> tuple[str, 
     rule = rule_for(key)
     if key in INERT:
         return "no effect", INERT[key]
+    if key in REFUSED_OTHERWISE:
+        return "no effect / refused", REFUSED_OTHERWISE[key]
     if key in known:
         return "implemented", PARTLY.get(key, "")
     if key in aliases:

@@ -23,6 +23,7 @@ from pydantic_core import PydanticUndefined
 from cosmos_train.config.aliases import ALIASES, CONVERTED
 from cosmos_train.config.compat import PARITY_CHECKED, default_note, key_state
 from cosmos_train.config.explain import field_bounds, section_models
+from cosmos_train.config.key_tests import GUESSES, NO_TEST_YET, PROVED_BY
 from cosmos_train.config.schema import Config
 
 
@@ -188,16 +189,33 @@ def recorded_default(field: dict[str, Any]) -> str:
     return "(required)" if field["default"] == "<required>" else _format(field["default"])
 
 
+def proved_by(key: str, state: str) -> str:
+    """The key table's last cell: the tests that prove an implemented key (config.key_tests), else nothing."""
+    if state != "implemented":
+        return ""
+    if key in NO_TEST_YET:
+        return "no test yet"
+    return ", ".join(f"`{t}`" for t in PROVED_BY.get(key, ()))
+
+
 def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
     """docs/COSMOS_RL_KEYS.md: every key of cosmos-rl's schema (the recorded field list,
-    tests/data/cosmos_rl_fields.json) with its state here and, where they differ, both defaults."""
+    tests/data/cosmos_rl_fields.json) with its state here, where they differ both defaults, and for an implemented
+    key the test that proves it."""
     ours, aliases = schema_keys(), alias_map()
     rows = []
     counts: dict[str, int] = {}
+    proved = untested = guesses = 0
     for field in recorded["fields"]:
         key = field["key"]
         state, note = key_state(key, set(ours), aliases)
         counts[state] = counts.get(state, 0) + 1
+        if key in GUESSES:
+            guesses += 1
+            note = "; ".join(filter(None, [f"**guess**: {GUESSES[key]}", note]))
+        if state == "implemented":
+            untested += key in NO_TEST_YET
+            proved += key in PROVED_BY
         theirs = recorded_default(field)
         default = theirs
         if key in ours and (why := default_note(key, ours[key], theirs)) is not None:
@@ -208,7 +226,7 @@ def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
         checked = f"`{PARITY_CHECKED[key]}`" if key in PARITY_CHECKED else ""
         if key in ours:
             checked = ", ".join(filter(None, ["default", checked]))
-        rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} | {checked} |")
+        rows.append(f"| `{key}` | {state} | {_cell(default)} | {_cell(note)} | {checked} | {proved_by(key, state)} |")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     return "\n".join(
         [
@@ -225,16 +243,27 @@ def cosmos_rl_key_table(recorded: dict[str, Any]) -> str:
             "- **no effect / refused**: accepted at the values that run as asked; any other value is refused with "
             "what to do instead.",
             "",
-            f"{len(rows)} keys: {summary}.",
+            f"{len(rows)} keys: {summary}. Of the {counts.get('implemented', 0)} implemented, {proved} have a "
+            f"test that proves them and {untested} have no test yet; {guesses} rows are marked **guess**.",
             "",
-            "- **checked against cosmos-rl's code**: tests/unit/test_cosmos_rl_parity.py runs ours beside the "
-            "installed "
-            "cosmos-rl 0.4.7 (`make oracle`) on the same inputs: `default` against its `Config()`, and the named "
-            "function (`compute_loss`, `compute_logprobs`, `GRPO.compute_advantage`, `build_lr_schedulers`, "
-            "`recompute_total_steps`: the controller's step count) for the key's meaning.",
+            "- **checked against cosmos-rl's code**: the parity tests (tests/unit/test_cosmos_rl_*.py) run ours "
+            "beside the installed cosmos-rl 0.4.7 (`make oracle`) on the same inputs: `default` against its "
+            "`Config()`, and the named function for the key's meaning (the GRPO loss, advantages, entropy, "
+            "schedules and the controller's step count; a whole GRPO update over mini-batches; the SFT loss; the "
+            "optimizer; every rule reward, the overlong reward and the filter values; the shared-prefix pass and "
+            "the validation sampling; the held-out split).",
+            "- **proved by**: for an implemented key, the tests (pytest node ids) whose assertions show it meaning "
+            "what this table says, a test running cosmos-rl's own function beside ours where there is one; "
+            "`no test yet` where no test does (`cosmos_train/config/key_tests.py` says what one would need). "
+            "tests/unit/test_cosmos_rl_keys.py checks that each named test exists and mentions the key. A key with "
+            "no effect or refused says why in its state and what to know.",
+            "- **guess** (in what to know): cosmos-rl 0.4.7's code does not decide what the key means here: its "
+            "trainers never read the flag (outside its config schema), or the value is inferred where cosmos-rl "
+            "requires or fixes one. The note says what this trainer does with it.",
             "",
-            "| key | state | default here (cosmos-rl's) | what to know | checked against cosmos-rl's code |",
-            "|---|---|---|---|---|",
+            "| key | state | default here (cosmos-rl's) | what to know | checked against cosmos-rl's code "
+            "| proved by |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
         ]

@@ -128,11 +128,21 @@ def speed_only_settings(cfg: Config) -> list[NoEffect]:
                 "tensor-parallel communication is not overlapped yet: the same math, in sequence",
             )
         )
+    # off their defaults (a written run config sets every key): precision or speed only
+    if cfg.train.logprob_dtype != "float32":
+        out.append(NoEffect("train.logprob_dtype", cfg.train.logprob_dtype, INERT["train.logprob_dtype"]))
+    if cfg.rollout.quantization != "none":
+        out.append(NoEffect("rollout.quantization", cfg.rollout.quantization, INERT["rollout.quantization"]))
+    if cfg.rollout.enable_chunked_prefill:
+        out.append(NoEffect("rollout.enable_chunked_prefill", True, INERT["rollout.enable_chunked_prefill"]))
     if cfg.policy_type == "grpo" and "batch_size" in cfg.rollout.model_fields_set:
         out.append(NoEffect("rollout.batch_size", cfg.rollout.batch_size, INERT["rollout.batch_size"]))
     policy_cfg = cfg.train.train_policy
     if not isinstance(policy_cfg, GRPOPolicyConfig):  # the keys below are GRPO's
         return out
+    flag = "train.train_policy.overlong_reward.enable_overlong_penalty"
+    if policy_cfg.overlong_reward.enable_overlong_penalty:
+        out.append(NoEffect(flag, True, INERT[flag]))
     if policy_cfg.behav_imp_weight_cap is not None and not policy_cfg.use_decoupled_loss:
         out.append(
             NoEffect(

@@ -135,12 +135,24 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 class TrainConfig(Section):
     """[train]: the optimizer, schedule, precision, batch and run length."""
 
-    optm_name: Literal["AdamW", "Adam"] = Field("AdamW", description="Optimizer.")
+    optm_name: Literal["AdamW", "Adam"] = Field(
+        "AdamW", description="Optimizer: torch.optim.AdamW (decoupled decay) or torch.optim.Adam (decay as L2)."
+    )
     optm_lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
     optm_impl: Literal["fused", "foreach", "for-loop"] = Field(
         "fused", description="AdamW implementation: one fused kernel (CUDA and CPU), foreach, or a plain loop."
     )
-    optm_weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (0: none).")
+    optm_weight_decay: float = Field(
+        0.01,
+        ge=0,
+        description="Weight decay of every trainable parameter, as cosmos-rl: decoupled with AdamW, an L2 term with "
+        "Adam (0: none). decay_matrices_only spares biases and norms.",
+    )
+    decay_matrices_only: bool = Field(
+        False,
+        description="Ours: optm_weight_decay on weight matrices only, none on biases and norm gains (1-D "
+        "parameters), as most LLM trainers do; off: cosmos-rl's, every parameter decays.",
+    )
     optm_betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam (beta1, beta2), each in [0, 1).")
     optm_warmup_steps: int | float = Field(
         20,
@@ -444,7 +456,13 @@ class ValidationConfig(Section):
     max_response_length: int | None = Field(
         None, ge=1, description="Max new tokens per validation answer (unset: rollout.max_response_length)."
     )
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of validation answers (1: off).")
+    top_p: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Nucleus sampling of validation answers (1: off; unset: rollout.sampling_config.top_p, as "
+        "cosmos-rl).",
+    )
     top_k: MinusOneOrPositive = Field(
         1,
         description="Sample validation answers from the k likeliest tokens: 1 (the default, as cosmos-rl) is "

@@ -49,7 +49,23 @@ class DatasetConfig(Section):
     revision: str | None = Field(None, description="Hub revision.")
     split: str | list[str] = Field("train", description="Split name, or a list concatenated in order.")
     test_size: float | int | None = Field(
-        None, gt=0, description="Hold out this fraction (<1) or count (>=1) of rows as the validation split."
+        None,
+        gt=0,
+        description="Rows held out of the training rows for validation, as cosmos-rl's split_train_n_val_dataset "
+        "does: a float is the fraction, an int the count. Read when validation is on and neither a "
+        "[validation.dataset] nor a dataset script's get_val_dataset gives validation rows (validation off: "
+        "every row trains). An hf dataset (read with the datasets library) holds out its LAST rows, as "
+        "train_test_split(shuffle=False) does: ceil(fraction x rows), a fraction in (0, 1), a count below the "
+        "rows; unset: 0.25. Any other source holds out its FIRST rows: int(fraction x rows), at least 1, at most "
+        "rows - 1; unset: 0.1. Unset, a local folder's or synthetic dataset's own validation split is read "
+        "instead where it has one. In [validation.dataset] (ours; cosmos-rl never reads it): validation reads "
+        "the part it holds out of that dataset's split. Held-out rows never train.",
+    )
+    test_split_shuffle: bool = Field(
+        False,
+        description="Ours: hold out as many rows as test_size does, drawn at random with a fixed seed (the same "
+        "rows every run), instead of cosmos-rl's first / last rows: a validation set from every part of a "
+        "dataset whose rows come in an order (by subset, class, date or file). Off: cosmos-rl's rows.",
     )
     local_dir: str | None = Field(None, description="Where hub files are downloaded/extracted to.")
     source: Literal["auto", "hf", "cosmos", "llava", "video_folder", "synthetic", "script", "webdataset"] = Field(
@@ -84,13 +100,23 @@ class DatasetConfig(Section):
 
 
 class OverlongPenaltyConfig(Section):
-    """[train.train_policy.overlong_reward]: DAPO's soft penalty on responses near the length limit."""
+    """[train.train_policy.overlong_reward]: the `overlong` reward's settings (DAPO's soft penalty on responses
+    near the length limit), used when reward_function names `overlong`."""
 
-    enable_overlong_penalty: bool = Field(False, description="Soft linear penalty near max length (DAPO).")
-    buffer_length: int = Field(
-        4096, ge=1, description="Tokens before rollout.max_response_length where the penalty ramps up."
+    enable_overlong_penalty: bool = Field(
+        False,
+        description="No effect: cosmos-rl 0.4.7 defines this flag and never reads it. The penalty applies when "
+        "train.train_policy.reward_function names `overlong` (config check lists this key when set).",
     )
-    penalty_factor: float = Field(1.0, ge=0, description="Penalty subtracted at max_response_length.")
+    buffer_length: int = Field(
+        4096,
+        ge=1,
+        description="The `overlong` reward: tokens before rollout.max_response_length where the penalty ramps up "
+        "(tokens counted by re-encoding the completion's text, as cosmos-rl).",
+    )
+    penalty_factor: float = Field(
+        1.0, ge=0, description="The `overlong` reward: the penalty reached at rollout.max_response_length."
+    )
 
 
 class RemoteRewardFn(Section):
@@ -194,8 +220,8 @@ class TrainPolicyConfig(Section):
         2,
         ge=1,
         description="Samples (GRPO: completions) per micro-batch: gradient accumulation splits each "
-        "optimizer step's batch into these (GRPO: each normalised by its own tokens, as cosmos-rl's mini-batches; "
-        "see loss_denominator). Alias: mini_batch (cosmos-rl's name).",
+        "optimizer step's batch into these, each normalised by its own tokens as cosmos-rl's mini-batches (see "
+        "loss_denominator). Alias: mini_batch (cosmos-rl's name).",
     )
     conversation_column_name: str = Field("conversations", description="Column holding the chat.")
     system_prompt: str | None = Field(None, description="System turn prepended to rows that have none.")
@@ -227,9 +253,9 @@ class TrainPolicyConfig(Section):
     )
     balance_dp_token: bool | None = Field(
         None,
-        description="GRPO with loss_type = 'token-mean': normalise each micro-batch by its tokens summed over every "
-        "data-parallel rank, so every rank's tokens weigh the same (cosmos-rl's key; unset: false for GRPO, true "
-        "for SFT, cosmos-rl's defaults). SFT always normalises over the step's tokens on all ranks.",
+        description="GRPO with loss_type = 'token-mean', and SFT: normalise each micro-batch by its tokens summed "
+        "over the data-parallel ranks, so every rank's tokens weigh the same; false: each rank's own tokens, ranks "
+        "averaged (cosmos-rl's key; unset: false for GRPO, true for SFT, cosmos-rl's defaults).",
     )
 
 
@@ -238,6 +264,16 @@ class SFTPolicyConfig(TrainPolicyConfig):
 
     type: Literal["sft"] = Field(
         "sft", description="sft: supervised fine-tuning (the default when no GRPO-only key is set)."
+    )
+    loss_denominator: Literal["micro_batch", "update"] = Field(
+        "micro_batch",
+        description="micro_batch (cosmos-rl's): each micro-batch's (cosmos-rl: mini-batch's) summed token cross "
+        "entropy is divided by its label tokens, summed over the replica's data-parallel shard ranks "
+        "(balance_dp_token), and the step's loss is the mean of these over its micro-batches, so how rows are "
+        "split into micro-batches and ranks changes the weights of their tokens. update (ours): one token mean "
+        "over the step's label tokens on every rank: micro_batch and the number of GPUs change only memory and "
+        "speed (a resume on another number of GPUs trains the same). With context parallel the tokens are the "
+        "whole sequence's either way (cosmos-rl 0.4.7 there falls back to each rank's own mean).",
     )
 
 
@@ -352,12 +388,13 @@ class GRPOPolicyConfig(TrainPolicyConfig):
         ge=1,
         description="Within a group, completions that share a longest common prefix of at least this many "
         "tokens but got different rewards leave that prefix out of the loss (it cannot be credited or "
-        "blamed); a completion that is all prefix keeps its tokens (unset: off).",
+        "blamed); a completion that is the whole prefix, stop token aside, keeps its tokens (unset: off).",
     )
     filter_reward_metric: str | list[str] = Field(
         default_factory=list,
-        description="variant = 'dapo': the reward part(s) whose equality across a group drops it in dynamic "
-        "sampling (empty: the total reward).",
+        description="variant = 'dapo': the reward(s) whose sum, equal across a group, drops it in dynamic "
+        "sampling; a name reward_function does not list is scored too, weight 0 in the total (empty: the total "
+        "reward). Any variant: a group whose filter values are all equal masks no shared prefix.",
     )
     dynamic_sampling_max_rounds: int = Field(
         2,
@@ -384,7 +421,7 @@ class GRPOPolicyConfig(TrainPolicyConfig):
 
 # The keys only the GRPO table has: one of them in a table naming no type makes it GRPO (aliases.resolve_policy_type).
 GRPO_ONLY_KEYS: tuple[str, ...] = tuple(
-    k for k in GRPOPolicyConfig.model_fields if k not in TrainPolicyConfig.model_fields and k != "type"
+    k for k in GRPOPolicyConfig.model_fields if k not in SFTPolicyConfig.model_fields
 )
 
 

@@ -38,12 +38,6 @@ def semantic_problems(cfg: Config, check_paths: bool) -> list[str]:
             f"train.train_policy.micro_batch: {mb} must divide train.train_batch_per_replica "
             f"({t.train_batch_per_replica}) (micro-batches of equal size)"
         )
-    if cfg.policy_type == "sft" and t.train_policy.balance_dp_token is False:
-        out.append(
-            "train.train_policy.balance_dp_token = false: SFT here always normalises the loss over the step's "
-            "label tokens on every rank (cosmos-rl's SFT default, true); a per-rank mean is not implemented "
-            "for SFT: remove the key or set it true"
-        )
     if cfg.policy_type == "grpo":
         out += grpo_problems(cfg)
     if cfg.policy_type == "grpo" and cfg.policy.parallelism.dp_replicate_size != 1:
@@ -151,12 +145,18 @@ def grpo_problems(cfg: Config) -> list[str]:
     # max_response_length may reach or pass model_max_length (cosmos-rl's recipes do both): the engines stop a
     # completion where prompt and completion fill model_max_length (vLLM's max_model_len, the HF engine's budget)
     ol = policy_cfg.overlong_reward
-    if ol.enable_overlong_penalty and ol.buffer_length > r.max_response_length:
+    if "overlong" in _reward_names(policy_cfg.reward_function) and ol.buffer_length > r.max_response_length:
+        # the penalty would start before the first token: every completion, however short, pays it
         out.append(
             f"train.train_policy.overlong_reward.buffer_length ({ol.buffer_length}) must be <= "
-            f"rollout.max_response_length ({r.max_response_length})"
+            f"rollout.max_response_length ({r.max_response_length}) for the `overlong` reward"
         )
     return out
+
+
+def _reward_names(spec: str | list[str] | dict[str, float]) -> list[str]:
+    """The names of a reward_function value (a name, a list of names or {name = weight})."""
+    return [spec] if isinstance(spec, str) else list(spec)
 
 
 def unsupported_settings(cfg: Config) -> list[str]:
@@ -185,6 +185,12 @@ def unsupported_settings(cfg: Config) -> list[str]:
             "train.fused_linear_ce: policy.lora.target_modules gives lm_head an adapter, whose low-rank "
             "branch the fused head + loss (one plain weight) would leave out; drop lm_head from "
             'target_modules (modules_to_save = ["lm_head"] trains it whole) or set fused_linear_ce = false'
+        )
+    if cfg.policy.model_revision not in (None, "", "main"):  # main: what loading the name gives anyway
+        out.append(
+            f"policy.model_revision = {cfg.policy.model_revision!r}: the trainers load policy.model_name_or_path as "
+            "it is, not a revision of it; download that revision (huggingface-cli download NAME --revision REV "
+            "--local-dir DIR) and set policy.model_name_or_path to DIR"
         )
     if cfg.policy.lora is not None and cfg.policy.parallelism.tp_size > 1:
         out.append(

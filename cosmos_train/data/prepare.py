@@ -46,14 +46,14 @@ from cosmos_train.data import media
 from cosmos_train.data.chat import ChatTooLongError, encode_chat
 from cosmos_train.data.clip_cache import ClipCache, open_clip_cache
 from cosmos_train.data.prompt import prompt_messages, reference_answer
-from cosmos_train.data.sources import SplitRole, load_samples
-from cosmos_train.data.sources.common import read_jsonl, reward_names
+from cosmos_train.data.sources import SplitRole, load_samples, split_plan
+from cosmos_train.data.sources.common import DatasetError, read_jsonl, reward_names
 from cosmos_train.errors import DataError, from_os_error
 from cosmos_train.vision.processor import vision_layout_of
 
 ROLES = ("system", "user", "assistant")
 # Rewards that compare with the row's reference answer (format-only rewards need none).
-REFERENCE_REWARDS = ("single_choice",)
+REFERENCE_REWARDS = ("single_choice", "choice_letter")
 ProgressFn = Callable[[int, int], None]
 
 
@@ -292,12 +292,14 @@ def validate_samples(
     progress: ProgressFn | None = None,
     max_problems: int = 20,
     max_examples: int = 3,
+    script: str | Path | None = None,
 ) -> PrepReport:
     """Check every sample; keep, skip or fail per `dataset.on_bad_row` (see the module docstring).
 
     With `run_dir`, writes the manifest, report and histogram there (the report also on failure).
     `processor=None` checks structure and media only (no token lengths). With `dataset.cache_dir`
-    set, every decoded clip is stored in that cache, so training starts with all clips cached.
+    set, every decoded clip is stored in that cache, so training starts with all clips cached. `script`: the
+    dataset script the rows came from, for the report's words on which rows they are.
     """
     start = time.monotonic()
     ds = cfg.train.train_policy.dataset
@@ -309,7 +311,7 @@ def validate_samples(
     report = PrepReport(
         split_role=split_role,
         dataset=ds.name or str(ds.annotation_path or ""),
-        split=split_read(cfg, split_role),
+        split=split_read(cfg, split_role, script),
         files=rows_by_file(samples),
     )
     problems: list[RowProblem] = []
@@ -371,17 +373,26 @@ def validate_samples(
     return report
 
 
-def split_read(cfg: Config, split_role: str) -> str:
+def split_read(cfg: Config, split_role: str, script: str | Path | None = None) -> str:
     """Which split of which dataset config the `split_role` rows are, in words (the report's `split`)."""
     ds = cfg.train.train_policy.dataset
-    if split_role == "val" and cfg.validation.dataset is not None:
-        return f"{_split_names(cfg.validation.dataset.split)} ([validation.dataset])"
-    if ds.test_size is not None:
-        held = f"the rows dataset.test_size = {ds.test_size} holds out"
-        return f"{held} of {_split_names(ds.split)}" if split_role == "val" else f"{_split_names(ds.split)} less {held}"
-    if split_role == "val":
+    try:
+        plan = split_plan(cfg, "val" if split_role == "val" else "train", script)
+    except DatasetError:  # a dataset load_samples could not read either: the words need not say more
+        return _split_names(ds.split)
+    names = _split_names(plan.dataset.split)
+    if plan.where == "validation.dataset":
+        names += " ([validation.dataset])"
+        if plan.hold_out:
+            return f"the rows validation.dataset.test_size = {plan.dataset.test_size} holds out of {names}"
+        return names
+    if plan.hold_out:
+        size = "unset (cosmos-rl's default)" if ds.test_size is None else str(ds.test_size)
+        held = f"the rows dataset.test_size = {size} holds out"
+        return f"{held} of {names}" if split_role == "val" else f"{names} less {held}"
+    if plan.read_role == "val":
         return "the train dataset's own validation split (no [validation.dataset] set)"
-    return _split_names(ds.split)
+    return names
 
 
 def _split_names(split: str | list[str]) -> str:
@@ -532,7 +543,14 @@ def prepare_split(
     """load_samples + validate_samples + outputs in `run_dir` (the data-prep step of a run)."""
     samples = load_samples(cfg, split_role, script, keep_errors=True)
     return validate_samples(
-        samples, cfg, processor, split_role=split_role, run_dir=run_dir, workers=workers, progress=progress
+        samples,
+        cfg,
+        processor,
+        split_role=split_role,
+        run_dir=run_dir,
+        workers=workers,
+        progress=progress,
+        script=script,
     )
 
 

@@ -1,21 +1,39 @@
-"""Math answer rewards under cosmos-rl's names, for its text recipes (GSM8K, MATH, DAPO-Math).
+"""Math answer rewards under cosmos-rl's names, for its text recipes (GSM8K, MATH, DAPO-Math): cosmos-rl 0.4.7's
+rules (`cosmos_rl/dispatcher/algo/reward.py`), written here and checked against its own functions
+(tests/unit/test_cosmos_rl_rewards.py).
 
-    gsm8k_reward(completion, reference)          # 1.0 when the "#### N" numbers agree (both sides), else 0.0
-    boxed_math_reward(completion, reference)     # 1.0 when the last \\boxed{...} (else the last number) equals it
-    direct_math_reward(completion, reference)    # 1.0 / -1.0 on the last "Answer: ..." line, as cosmos-rl
+    gsm8k_reward(completion, reference)          # 1.0 when the first "#### N" numbers of both agree, else 0.0
+    boxed_math_reward(completion, reference)     # 1.0 when math_verify finds the completion's answer equal
+    direct_math_reward(completion, reference)    # 1.0 / -1.0 on the last "Answer: ..." line
 
-gsm8k and direct_math are cosmos-rl's rules (`cosmos_rl/dispatcher/algo/reward.py`, the strict "#### " parse and
-`normalize_final_answer`) written out here. boxed_math: cosmos-rl scores it with math_verify's symbolic comparer,
-which is not installed here; this reads the completion's last \\boxed{...} content (else its last number) and the
-reference's own \\boxed{...} (else the whole reference), normalises both like direct_math and counts them equal
-when the strings agree or both are the same number (so "0.50" = "1/2" = "\\frac{1}{2}", "1,000" = "1000"). Forms
-math_verify would also equate (a different but equal expression, sets, intervals) score 0 here.
+boxed_math is math_verify's comparison as cosmos-rl builds it: the reference is read as LaTeX only (a reference
+with no $...$, \\(...\\) or \\boxed{...} gives math_verify nothing to compare with, so it scores 0), the
+completion as a plain expression or LaTeX, and the two compared symbolically (0.5 = \\frac{1}{2}, \\sqrt{2}/2 =
+\\frac{\\sqrt2}{2}); a timeout or any failure scores 0. math_verify's timeouts are SIGALRM alarms, which only the
+main thread may set: elsewhere (the reward service's worker threads, a Prefect task's thread) math_verify refuses
+to run, and cosmos-rl's function, catching that, scores every completion 0. Off the main thread the comparison runs
+here in a child process of its own (`_OffThreadComparer`), in its main thread, with the same timeouts, and a
+deadline over the whole comparison that kills a child stuck where an alarm cannot reach.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
-from fractions import Fraction
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+from math_verify.errors import TimeoutException
+from math_verify.metric import math_metric
+from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+
+logger = logging.getLogger(__name__)
 
 # cosmos-rl's normalize_final_answer tables (from Minerva's MATH normalisation), verbatim
 SUBSTITUTIONS = [
@@ -73,10 +91,17 @@ REMOVED_EXPRESSIONS = [
     '"',
     "\\dots",
 ]
-_GSM8K = re.compile(r"#### (\-?[0-9\.\,]+)")
+_GSM8K = re.compile(r"#### (-?[0-9.,]+)")  # GSM8K's final line; [0-9], not \d: no other script's digits
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-_FRAC = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
+# cosmos-rl's comparer: the reference (gold) read as LaTeX, the completion as a plain expression or LaTeX
+_COMPARE = math_metric(
+    gold_extraction_target=(LatexExtractionConfig(),),
+    pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
+)
+# math_verify's own timeouts (5 s for each of the two parses, 2 s to print, 5 s for each of up to 4 comparisons)
+# stop a comparison within 32 s; a child still busy after this is stuck where no alarm reaches (C code) and is killed
+COMPARE_DEADLINE_S = 40.0
+CHILD_START_S = 120.0  # importing sympy and math_verify in a fresh interpreter, on a machine busy with training
 
 
 def normalize_final_answer(final_answer: str) -> str:
@@ -99,16 +124,18 @@ def normalize_final_answer(final_answer: str) -> str:
     return final_answer.strip()
 
 
+def _gsm8k_number(text: str) -> str | None:
+    """The number after the first "#### " (commas dropped), None without one."""
+    found = _GSM8K.search(text)
+    return found.group(1).replace(",", "") if found else None
+
+
 def gsm8k_reward(completion: str, reference: str) -> float:
-    """cosmos-rl's gsm8k rule: the numbers after "#### " in the completion and the reference agree (a
-    completion without one scores 0, as does a reference without one)."""
-
-    def strict(text: str) -> str | None:
-        found = _GSM8K.search(text)
-        return found.group(0).split("#### ")[1].replace(",", "").replace("$", "") if found else None
-
-    mine = strict(completion)
-    return 1.0 if mine is not None and mine == strict(reference) else 0.0
+    """cosmos-rl's gsm8k rule: 1.0 when the numbers after the first "#### " of the completion and of the reference
+    agree, else 0.0."""
+    # cosmos-rl's behaviour, kept on purpose: a completion and a reference that both lack "#### " compare None with
+    # None and score 1.0 (so a reference without "#### " rewards every completion without one)
+    return 1.0 if _gsm8k_number(completion) == _gsm8k_number(reference) else 0.0
 
 
 def direct_math_reward(completion: str, reference: str) -> float:
@@ -119,45 +146,128 @@ def direct_math_reward(completion: str, reference: str) -> float:
     return 1.0 if normalize_final_answer(answer) == normalize_final_answer(reference) else -1.0
 
 
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}) in `text`, braces balanced; None without one."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    i = text.index("{", start) + 1
-    depth = 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    return None
-
-
-def _as_number(text: str) -> Fraction | None:
-    text = text.replace(",", "").strip()
-    frac = _FRAC.match(text)
+def _verified(completion: str, reference: str) -> float:
+    """math_verify's score of the completion against the reference, in this thread (the main one: its alarms)."""
     try:
-        if frac:
-            sign = -1 if frac.group(1) else 1
-            return sign * Fraction(int(frac.group(2)), int(frac.group(3)))
-        return Fraction(text)  # integers, decimals, "a/b"
-    except (ValueError, ZeroDivisionError):
-        return None
+        score, _ = _COMPARE([reference], [completion])
+        return float(score)
+    except TimeoutException:  # a BaseException: math_verify's alarm went off outside its own handlers
+        logger.warning("boxed_math: math_verify timed out comparing a completion with %r; scored 0", reference[:200])
+        return 0.0
+    except Exception:  # a reference without LaTeX ("no gold targets found"), a parse failure: cosmos-rl scores 0
+        return 0.0
+
+
+def _serve_comparisons() -> None:
+    """The child process of `_OffThreadComparer`: one JSON [completion, reference] per stdin line, its score per
+    stdout line, until stdin closes (the parent is gone)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes our stdin
+    logging.basicConfig(level=logging.ERROR)  # math_verify warns on every answer it cannot read: the parent's logs
+    print("ready", flush=True)
+    for line in sys.stdin:
+        completion, reference = json.loads(line)
+        print(json.dumps(_verified(completion, reference)), flush=True)
+
+
+# The child loads this file under its own name: importing it as cosmos_train.rewards.math would import the whole
+# package (seconds), and running it as a script would put its folder first on sys.path, where this math.py hides
+# the standard library's math.
+_CHILD_MAIN = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('cosmos_train_boxed_math_child', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "module._serve_comparisons()\n"
+)
+
+
+class _OffThreadComparer:
+    """math_verify in a child process, for callers off the main thread; one comparison at a time (a lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[str] | None = None
+
+    def score(self, completion: str, reference: str) -> float:
+        with self._lock:
+            line = self._ask(json.dumps([completion, reference]) + "\n")
+            if line is None:
+                logger.warning(
+                    "boxed_math: math_verify took over %.0f s comparing a completion with %r (or its process "
+                    "ended); scored 0, process restarted",
+                    COMPARE_DEADLINE_S,
+                    reference[:200],
+                )
+                self.close()
+                return 0.0
+            return float(json.loads(line))
+
+    def _ask(self, request: str) -> str | None:
+        child = self._running()
+        try:
+            _send(child, request)
+        except OSError:  # it ended since the last comparison (killed from outside): once more, with a new one
+            child = self._restart()
+            _send(child, request)
+        assert child.stdout is not None
+        return _read_line(child.stdout, COMPARE_DEADLINE_S)
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self._child is None or self._child.poll() is not None:
+            return self._restart()
+        return self._child
+
+    def _restart(self) -> subprocess.Popen[str]:
+        self.close()
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD_MAIN, str(Path(__file__).resolve())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        if _read_line(child.stdout, CHILD_START_S) != "ready":
+            child.kill()
+            child.wait()
+            raise RuntimeError(
+                f"boxed_math: math_verify's comparison process ({sys.executable}) did not start within "
+                f"{CHILD_START_S:.0f} s (its error, if any, is on stderr above); boxed_math needs it off the main "
+                "thread"
+            )
+        self._child = child
+        return child
+
+    def close(self) -> None:
+        """Stop the child (a later comparison starts a new one)."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+            child.wait()
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
+def _send(child: subprocess.Popen[str], request: str) -> None:
+    assert child.stdin is not None
+    child.stdin.write(request)
+    child.stdin.flush()
+
+
+def _read_line(pipe: IO[str], timeout_s: float) -> str | None:
+    """One line from the child, stripped; None past `timeout_s` or at its end. Lines come one per request, so
+    nothing waits in the pipe's buffer unseen by select."""
+    ready, _, _ = select.select([pipe], [], [], timeout_s)
+    line = pipe.readline() if ready else ""
+    return line.strip() if line else None
+
+
+_OFF_THREAD = _OffThreadComparer()
 
 
 def boxed_math_reward(completion: str, reference: str) -> float:
-    """1.0 when the completion's final answer (its last \\boxed{...}, else its last number) equals the
-    reference's (its \\boxed{...}, else the whole reference), as normalised strings or as numbers."""
-    answer = last_boxed(completion)
-    if answer is None:
-        numbers = _NUMBER.findall(completion)
-        if not numbers:
-            return 0.0
-        answer = numbers[-1]
-    gold = last_boxed(reference)
-    gold = reference if gold is None else gold
-    mine, theirs = normalize_final_answer(answer), normalize_final_answer(gold)
-    if mine and mine == theirs:
-        return 1.0
-    a, b = _as_number(mine), _as_number(theirs)
-    return 1.0 if a is not None and a == b else 0.0
+    """cosmos-rl's boxed_math: math_verify's score (1.0 or 0.0) of the completion against the reference (module
+    docstring), in this thread when it is the main one, else in the comparison process."""
+    if threading.current_thread() is threading.main_thread():
+        return _verified(completion, reference)
+    return _OFF_THREAD.score(completion, reference)

@@ -54,7 +54,7 @@ from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
 from cosmos_train.errors import DataError, RunStuck
 from cosmos_train.generation import Chat
 from cosmos_train.metrics import read_metrics
-from cosmos_train.rewards import accuracy_reward, combine, register_script_rewards, weights_of
+from cosmos_train.rewards import RewardContext, accuracy_reward, combine, register_script_rewards, weights_of
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.cp_language import KeptSlice
 from cosmos_train.train.data import load_train_samples
@@ -127,8 +127,13 @@ class GRPOTrainer(Trainer):
         self.policy_cfg = policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
+        # what the `overlong` reward reads: the policy's tokenizer and the length settings
+        context = RewardContext.from_config(cfg, get_tokenizer(self.processor))
         self.rewards = combine(
-            policy_cfg.reward_function, remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None
+            policy_cfg.reward_function,
+            remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
+            context=context,
+            filter_metrics=policy_cfg.filter_reward_metric,
         )
         val_remote = cfg.validation.use_remote_reward
         val_remote = policy_cfg.use_remote_reward if val_remote is None else val_remote
@@ -138,7 +143,7 @@ class GRPOTrainer(Trainer):
         if val_remote:
             remote_names = {f.name for f in policy_cfg.remote_reward.reward_fns}
             val_local = {k: v for k, v in val_local.items() if k not in remote_names}
-        self.val_rewards = combine(val_local, remote=policy_cfg.remote_reward if val_remote else None)
+        self.val_rewards = combine(val_local, remote=policy_cfg.remote_reward if val_remote else None, context=context)
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         prompts = cfg.prompts_per_step

@@ -42,20 +42,22 @@ def apply_freeze_patterns(model: nn.Module, policy: PolicyConfig) -> tuple[int, 
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """The [train] optimizer over the model's trainable parameters, as cosmos-rl's build_optimizers makes it: every
+    parameter decays by optm_weight_decay (AdamW: decoupled; Adam: torch's L2 term). decay_matrices_only (ours)
+    spares biases and norm gains."""
     params = [p for p in model.parameters() if p.requires_grad]
-    # No weight decay on biases and norms, as every LLM trainer does.
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.optm_weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups: list[dict] = [{"params": params, "weight_decay": cfg.optm_weight_decay}]
+    if cfg.decay_matrices_only:
+        groups = [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.optm_weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ]
     kwargs: dict = {"lr": cfg.optm_lr, "betas": tuple(cfg.optm_betas), "eps": cfg.epsilon}
     if cfg.optm_impl == "fused":  # one kernel over all parameters; CUDA and (torch >= 2.4) CPU
         kwargs["fused"] = True
     else:
         kwargs["foreach"] = cfg.optm_impl == "foreach"
     cls = torch.optim.AdamW if cfg.optm_name == "AdamW" else torch.optim.Adam
-    if cls is torch.optim.Adam:
-        for g in groups:
-            g["weight_decay"] = 0.0
     return cls(groups, **kwargs)
 
 

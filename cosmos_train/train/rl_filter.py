@@ -12,7 +12,7 @@ prompts whose pass rate p satisfies min_pass < p < max_pass (default 0 < p < 1).
 
 A completion passes when the config's accuracy reward (`rewards.accuracy_reward`: single_choice, exact_match,
 boxed_math, gsm8k) is 1; a reward set without one (a format reward alone, a script's reward) passes when the
-completion's total reward (with the overlong penalty, as GRPO sees it) is >= `threshold`.
+completion's total reward (with the `overlong` reward when named, as GRPO sees it) is >= `threshold`.
 
 The kept rows are written in the input's own format: each kept row of a local row file (json, jsonl, parquet,
 arrow: the hf / llava / synthetic sources) as it stands there, every field unchanged but for relative media
@@ -43,10 +43,13 @@ from cosmos_train.data.sources import detect_source, load_samples
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, read_rows
 from cosmos_train.data.sources.embedded import is_embedded
 from cosmos_train.data.sources.hf import held_out_split
+from cosmos_train.data.sources.holdout import DEFAULT_TEST_SIZE, kind_of_source
 from cosmos_train.errors import ConfigError, DataError, ModelError
 from cosmos_train.generation import GenerationEngine, create_engine, from_rollout
-from cosmos_train.rewards import RewardSet, accuracy_reward, combine, register_script_rewards
-from cosmos_train.train.rollout import SEED_MOD, Overlong, Shaping, collect_rollouts, grpo_policy, step_sampling
+from cosmos_train.models.load import load_processor
+from cosmos_train.rewards import RewardContext, RewardSet, accuracy_reward, combine, register_script_rewards
+from cosmos_train.train.rollout import SEED_MOD, collect_rollouts, grpo_policy, step_sampling
+from cosmos_train.vision.processor import get_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -232,19 +235,12 @@ def score_prompts(
 ) -> tuple[list[PromptScore], str]:
     """Sample every row `settings.samples` times and count the completions that pass; (scores, pass rule)."""
     rule, passed = pass_rule(rewards, settings.threshold)
-    policy_cfg, r = grpo_policy(cfg), cfg.rollout
-    ol = policy_cfg.overlong_reward
-    shaping = Shaping(
-        overlong=Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor)
-        if ol.enable_overlong_penalty
-        else None
-    )
     scores: list[PromptScore] = []
     start = time.monotonic()
     for chunk, part in _chunks(rows, settings.prompts_per_call):
         # the trainer's sampling settings with n = samples; a seed per chunk, so a run is repeatable
         sampling = replace(step_sampling(cfg, (seed * 1_000_003 + chunk * 10_007) % SEED_MOD), n=settings.samples)
-        rollout = collect_rollouts(engine, part, rewards, sampling, shaping=shaping)
+        rollout = collect_rollouts(engine, part, rewards, sampling)
         for group in rollout.groups:
             n_pass = sum(passed(total, parts) for total, parts in zip(group.rewards, group.parts))
             row = group.row
@@ -409,6 +405,8 @@ def training_overrides(cfg: Config, dataset: Path, media_root: Path | None, row_
                 settings["split"] = "val"
             elif source == "hf" and (split := held_out_split(ds)) is not None:
                 settings["split"] = split
+            elif source != "script":  # validation held out cosmos-rl's default part: name the same rows
+                settings["test_size"] = DEFAULT_TEST_SIZE[kind_of_source(source)]
         settings.setdefault("source", detect_source(ds))
         out += [f"validation.dataset.{k}={_toml(v)}" for k, v in settings.items()]
     return out
@@ -485,8 +483,13 @@ def filter_rl_data(cfg: Config, settings: FilterSettings, out: Path) -> FilterRe
     started = time.monotonic()
     if settings.dataset_script:
         register_script_rewards(settings.dataset_script)
+    model = settings.model or cfg.policy.model_name_or_path
     rewards = combine(
-        policy_cfg.reward_function, remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None
+        policy_cfg.reward_function,
+        remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
+        # the sampled model's tokenizer, loaded only when a reward counts tokens (`overlong`)
+        context=RewardContext.from_config(cfg, lambda: get_tokenizer(load_processor(model))),
+        filter_metrics=policy_cfg.filter_reward_metric,
     )
     on_bad_row = policy_cfg.dataset.on_bad_row
     samples = load_samples(cfg, "train", settings.dataset_script, keep_errors=on_bad_row == "skip")
@@ -496,7 +499,6 @@ def filter_rl_data(cfg: Config, settings: FilterSettings, out: Path) -> FilterRe
         logger.warning("filter-rl-data: %d bad row(s) skipped (dataset.on_bad_row = skip)", len(bad))
     if not samples:
         raise DataError("filter-rl-data: the dataset has no usable training rows to sample")
-    model = settings.model or cfg.policy.model_name_or_path
     engine = create_engine(from_rollout(cfg, model_path=model))
     try:
         seed = cfg.train.seed if settings.seed is None else settings.seed

@@ -75,14 +75,6 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(diff) - diff - 1
 
 
-def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer_length: int, penalty_factor: float) -> torch.Tensor:
-    """DAPO's soft overlong penalty per completion: 0 up to max_length - buffer_length, then falling
-    linearly to -penalty_factor at max_length (and below it past max_length)."""
-    start = max_length - buffer_length
-    over = (lengths.float() - start).clamp(min=0)
-    return -penalty_factor * over / buffer_length
-
-
 def aggregate(
     per_token: torch.Tensor,
     mask: torch.Tensor,

@@ -7,16 +7,19 @@
 Each row's prompt is `cosmos_train.data.prompt.prompt_messages` (the one prompt builder: the ids
 SFT trains after and evaluation asks); the engine gives `n` completions per row; the reward set
 scores each against the row (its `reference` / `options`); advantages are group-normalised
-(`rl_losses.group_advantages`). A DAPO soft overlong penalty is added to the reward when set.
+(`rl_losses.group_advantages`). DAPO's soft overlong penalty is a reward, `overlong` (cosmos-rl's name), so it
+is in the total when reward_function names it.
 
 Advantages are clipped to [advantage_low, advantage_high] with clip_advantages (cosmos-rl's language-model
 GRPO does not clip). With min_filter_prefix_tokens, completions of a
 group that share a longest common prefix of at least that many tokens but got different rewards leave the
 prefix out of the loss (`shared_prefix_ignore`), as cosmos-rl does: the reward cannot tell whether the
-shared tokens were good.
+shared tokens were good. A completion that is the whole prefix (but for its stop token) keeps its tokens, and a
+group whose filter values are all equal masks nothing, as in cosmos-rl's reward calculator.
 
-Dynamic sampling (DAPO): a group whose rewards (or `filter_reward_metric` parts) are all equal carries no
-signal. With `refill`, such
+Dynamic sampling (DAPO): a group whose filter values are all equal carries no signal. A completion's filter value
+is `RewardSet.filter_value`: the sum of its `filter_reward_metric` parts (scored even when reward_function does not
+name them), else its total reward, as cosmos-rl's `Reward.compute_reward`. With `refill`, such
 groups are dropped and more rows are asked for, up to `max_refill_rounds`, until the batch holds as
 many informative groups as rows were given; what could not be refilled is reported, never hidden.
 
@@ -37,19 +40,9 @@ from cosmos_train.data.prompt import prompt_messages
 from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
 from cosmos_train.rewards import RewardSet
 from cosmos_train.rewards.remote import RewardServiceUnreachable
-from cosmos_train.train.rl_losses import AdvantageStd, group_advantages, overlong_penalty
+from cosmos_train.train.rl_losses import AdvantageStd, group_advantages
 
 SEED_MOD = 2**31  # sampling seeds are taken modulo this (engines want a 32-bit seed)
-
-
-@dataclass
-class Overlong:
-    """DAPO's soft overlong penalty: the last `buffer_length` tokens before `max_length` cost up to
-    `penalty_factor` (train_policy.overlong_reward)."""
-
-    max_length: int
-    buffer_length: int
-    penalty_factor: float = 1.0
 
 
 @dataclass
@@ -62,20 +55,26 @@ class Group:
     parts: list[dict[str, float]]
     advantages: list[float]
     ignore_prefix: list[int] = field(default_factory=list)  # leading tokens per completion left out of the loss
-    filter_metric: tuple[str, ...] = ()  # parts whose equality marks a group without signal (empty: the total)
+    filter_values: list[float] = field(default_factory=list)  # per completion (empty: the rewards)
 
     @property
     def zero_std(self) -> bool:
-        if self.filter_metric:
-            values = [tuple(p.get(k, 0.0) for k in self.filter_metric) for p in self.parts]
-            return len(set(values)) == 1
-        return max(self.rewards) == min(self.rewards)
+        """No signal for dynamic sampling: every completion's filter value is the same."""
+        return len(set(self.filter_values or self.rewards)) == 1
 
 
-def shared_prefix_ignore(seqs: Sequence[Sequence[int]], rewards: Sequence[float], min_tokens: int) -> list[int]:
+def shared_prefix_ignore(
+    seqs: Sequence[Sequence[int]],
+    rewards: Sequence[float],
+    min_tokens: int,
+    stopped: Sequence[bool] | None = None,
+) -> list[int]:
     """Per completion, how many leading tokens to leave out of the loss: completions that share a maximal
     common prefix of >= min_tokens tokens (no longer prefix is shared by two of them) and whose rewards
-    differ ignore that prefix; a completion that is all prefix keeps its tokens (else it would carry none)."""
+    differ ignore that prefix. A completion that is the whole prefix, but for its stop token (`stopped[i]`: seqs[i]
+    ends with one), keeps its tokens: cosmos-rl compares its text with the prefix's, stop token left out, and
+    leaves such a completion whole, else it would train on nothing but its stop token."""
+    stops = [int(s) for s in stopped] if stopped is not None else [0] * len(seqs)
     ignore = [0] * len(seqs)
     stack: list[tuple[list[int], int]] = [(list(range(len(seqs))), 0)]  # (completions sharing a prefix, its length)
     while stack:
@@ -87,8 +86,10 @@ def shared_prefix_ignore(seqs: Sequence[Sequence[int]], rewards: Sequence[float]
         deeper = [b for b in branches.values() if len(b) > 1]
         stack += [(b, depth + 1) for b in deeper]
         if depth >= min_tokens and not deeper and len({rewards[i] for i in members}) > 1:
+            # the prefix's own text: without the stop token it ends with when it is a whole stopped completion
+            text_len = depth - any(stops[i] and len(seqs[i]) == depth for i in members)
             for i in members:
-                if len(seqs[i]) > depth:
+                if len(seqs[i]) - stops[i] != text_len:
                     ignore[i] = depth
     return ignore
 
@@ -109,10 +110,8 @@ class Shaping:
 
     scale_by_std: bool = True
     std: AdvantageStd = "population"
-    overlong: Overlong | None = None
     advantage_clip: tuple[float, float] | None = None
     min_filter_prefix_tokens: int | None = None
-    filter_reward_metric: tuple[str, ...] = ()
 
 
 def _score(
@@ -137,24 +136,24 @@ def _score(
         scored = flat[start : start + len(completions)]
         start += len(completions)
         totals = [t for t, _ in scored]
-        overlong = shaping.overlong
-        if overlong is not None:
-            lengths = torch.tensor([len(c.token_ids) for c in completions])
-            penalty = overlong_penalty(lengths, overlong.max_length, overlong.buffer_length, overlong.penalty_factor)
-            totals = [t + float(p) for t, p in zip(totals, penalty)]
+        filter_values = [rewards.filter_value(t, p) for t, p in scored]
         adv = group_advantages(
             torch.tensor(totals), len(completions), scale_by_std=shaping.scale_by_std, std=shaping.std
         )
         if shaping.advantage_clip is not None:
             adv = adv.clamp(*shaping.advantage_clip)
+        # cosmos-rl looks for shared prefixes only in a group that dynamic sampling would keep
         ignore = (
             [0] * len(completions)
-            if shaping.min_filter_prefix_tokens is None
-            else shared_prefix_ignore([c.token_ids for c in completions], totals, shaping.min_filter_prefix_tokens)
+            if shaping.min_filter_prefix_tokens is None or len(set(filter_values)) == 1
+            else shared_prefix_ignore(
+                [c.token_ids for c in completions],
+                totals,
+                shaping.min_filter_prefix_tokens,
+                [c.finish_reason == "stop" for c in completions],
+            )
         )
-        groups.append(
-            Group(row, completions, totals, [p for _, p in scored], adv.tolist(), ignore, shaping.filter_reward_metric)
-        )
+        groups.append(Group(row, completions, totals, [p for _, p in scored], adv.tolist(), ignore, filter_values))
     return groups
 
 
@@ -166,7 +165,6 @@ def collect_rollouts(
     *,
     system_prompt: str | None = None,
     scale_by_std: bool = True,
-    overlong: Overlong | None = None,
     shaping: Shaping | None = None,
     refill: Callable[[int], Sequence[Mapping[str, Any]]] | None = None,
     max_refill_rounds: int = 0,
@@ -180,8 +178,8 @@ def collect_rollouts(
     a rank that needs none then samples one refill row and leaves its groups out. Such ranks also pass
     agree_outage (`rollout_source.agree_on_outage`), called after each scoring with the reward service's outage
     on this rank or None: it raises on every rank when any met one, so none enters a refill round alone.
-    shaping: every reward-to-advantage setting (default: scale_by_std and overlong alone)."""
-    shaping = shaping or Shaping(scale_by_std=scale_by_std, overlong=overlong)
+    shaping: every reward-to-advantage setting (default: scale_by_std alone)."""
+    shaping = shaping or Shaping(scale_by_std=scale_by_std)
 
     def scored(batch: Sequence[Mapping[str, Any]]) -> list[Group]:
         if agree_outage is None:
@@ -240,13 +238,14 @@ def step_sampling(cfg: Config, step_seed: int) -> SamplingParams:
 
 
 def validation_sampling(cfg: Config, seed: int) -> SamplingParams:
-    """How validation answers are drawn ([validation]; max_response_length unset: the rollout's)."""
+    """How validation answers are drawn ([validation]; max_response_length or top_p unset: the rollout's, as
+    cosmos-rl's rollout engines build their validation sampling)."""
     v = cfg.validation
     return SamplingParams(
         n=v.n_generation,
         max_new_tokens=v.max_response_length or cfg.rollout.max_response_length,
         temperature=v.temperature,
-        top_p=v.top_p,
+        top_p=cfg.rollout.sampling_config.top_p if v.top_p is None else v.top_p,
         top_k=v.top_k,
         repetition_penalty=v.repetition_penalty,
         seed=seed,
@@ -263,14 +262,10 @@ def run_rollout(
     any_rank_needs: Callable[[bool], bool] | None = None,
     agree_outage: Callable[[RewardServiceUnreachable | None], None] | None = None,
 ) -> Rollout:
-    """One rollout batch as the config says (overlong penalty, Dr.GRPO, DAPO dynamic sampling whose extra
-    prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order); the last two as
-    `collect_rollouts` takes them."""
-    policy_cfg, r = grpo_policy(cfg), cfg.rollout
-    ol = policy_cfg.overlong_reward
-    overlong = (
-        Overlong(r.max_response_length, ol.buffer_length, ol.penalty_factor) if ol.enable_overlong_penalty else None
-    )
+    """One rollout batch as the config says (Dr.GRPO, advantage clipping, prefix masking, DAPO dynamic sampling
+    whose extra prompts are drawn from `all_rows` with seeds of (step_seed, round), outside the epoch order); the
+    last two as `collect_rollouts` takes them."""
+    policy_cfg = grpo_policy(cfg)
     dapo = policy_cfg.variant == "dapo"
     rounds = [0]
 
@@ -279,14 +274,11 @@ def run_rollout(
         g = torch.Generator().manual_seed((step_seed + 14 + rounds[0]) % SEED_MOD)
         return [all_rows[i] for i in torch.randint(len(all_rows), (k,), generator=g).tolist()]
 
-    metric = policy_cfg.filter_reward_metric
     shaping = Shaping(
         scale_by_std=policy_cfg.scale_rewards,
         std=policy_cfg.advantage_std,
-        overlong=overlong,
         advantage_clip=(policy_cfg.advantage_low, policy_cfg.advantage_high) if policy_cfg.clip_advantages else None,
         min_filter_prefix_tokens=policy_cfg.min_filter_prefix_tokens,
-        filter_reward_metric=(metric,) if isinstance(metric, str) else tuple(metric),
     )
     return collect_rollouts(
         engine,

@@ -28,7 +28,7 @@ from cosmos_train.train.cp_language import local_kept
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
 from cosmos_train.train.loop import run_main
-from cosmos_train.train.losses import kept_ce_sum, label_positions
+from cosmos_train.train.losses import kept_ce_sum, label_positions, sft_loss_scales
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
 from cosmos_train.train.trainer import Trainer, peak_memory_gb
@@ -99,23 +99,27 @@ class SFTTrainer(Trainer):
     def train_step(self, samples: list[Any]) -> dict[str, float]:
         t0 = time.perf_counter()
         self.model.train()
-        micro = [self._collate(m) for m in split_micro_batches(samples, self.cfg.train.train_policy.micro_batch)]
-        local_tokens = sum(mb.n_label_tokens for mb in micro)
-        # ranks of one TP or CP group see the same rows: count them once
-        global_tokens = float(all_reduce_sum(local_tokens, self.dist.device)) / self.same_rows
+        policy_cfg = self.cfg.train.train_policy
+        micro = [self._collate(m) for m in split_micro_batches(samples, policy_cfg.micro_batch)]
+        scales, global_tokens = sft_loss_scales(
+            [mb.n_label_tokens for mb in micro],
+            self.dist,
+            policy_cfg.loss_denominator,
+            policy_cfg.balance_dp_token is not False,  # unset: true, cosmos-rl's SFT default
+        )
         if global_tokens == 0:
             raise DataError(
                 f"step {self.step}: the global batch has no assistant tokens to learn from (check that "
                 "the rows have assistant turns, and train.train_policy.overlength)"
             )
-        ce_sums: list[float] = []
+        shares: list[float] = []
 
-        def share(ce_sum: torch.Tensor) -> torch.Tensor:
-            ce_sums.append(float(ce_sum.detach()))
-            # FSDP averages gradients over dp ranks; x dp_size turns that into the sum, so the
-            # step's gradient is d(sum of token CE over the global batch) / global_tokens. With context parallel
-            # each rank's sum is over its slice's tokens, and FSDP sums the CP ranks' shares.
-            return ce_sum * (self.dist.dp_size / global_tokens)
+        def share(i: int, ce_sum: torch.Tensor) -> torch.Tensor:
+            # micro-batch i's part of the step's loss (losses.sft_loss_scales); with context parallel each rank's
+            # sum is over its slice's tokens, and FSDP sums the CP ranks' shares
+            part = ce_sum * scales[i]
+            shares.append(float(part.detach()))
+            return part
 
         if self.cfg.train.fused_linear_ce:
             backward_micro_batches(
@@ -123,7 +127,7 @@ class SFTTrainer(Trainer):
                 micro,
                 self.dist,
                 head_loss_fn=lambda i, mb, hidden, lm_head, keep: share(
-                    self._head_ce_sum(mb, hidden, lm_head, keep)[0]
+                    i, self._head_ce_sum(mb, hidden, lm_head, keep)[0]
                 ),
             )
         else:
@@ -131,11 +135,11 @@ class SFTTrainer(Trainer):
                 self.model,
                 micro,
                 self.dist,
-                loss_fn=lambda i, mb, logits, keep: share(kept_ce_sum(logits, mb.labels, keep)[0]),
+                loss_fn=lambda i, mb, logits, keep: share(i, kept_ce_sum(logits, mb.labels, keep)[0]),
             )
         grad_norm = self.clip_gradients()
-        # CP ranks summed disjoint slices' tokens; TP ranks the same ones
-        loss = float(all_reduce_sum(sum(ce_sums), self.dist.device)) / self.dist.tp / global_tokens
+        # the loss whose gradient FSDP's average makes: CP ranks' slices add up, TP ranks hold the same sums
+        loss = float(all_reduce_sum(sum(shares), self.dist.device)) / self.dist.tp / self.dist.dp_size
         if not apply_update(self.optimizer, self.scheduler, math.isfinite(loss) and math.isfinite(grad_norm)):
             return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
         step_time = time.perf_counter() - t0

@@ -60,6 +60,8 @@ from cosmos_train.wfm.cosmos_rl_form import (
     is_cosmos_rl_form,
     rename_rl_aliases,
 )
+from cosmos_train.wfm.mock_data import KEY as VIDEO_KEY
+from cosmos_train.wfm.mock_data import mock_no_effect, read_mock_video, width_problem
 from cosmos_train.wfm.rewards import LOCAL_REWARDS
 
 
@@ -184,6 +186,7 @@ def wfm_config_from_dict(
     apply_overrides(raw, overrides, env or {})
     problems = rename_rl_aliases(raw)
     defaulted = apply_cosmos_rl_defaults(raw) if cosmos_rl_form and not problems else []
+    problems += read_mock_video(raw)  # cosmos-rl's mock video dataset: its keys fill ours (wfm/mock_data.py)
     problems += unknown_keys(raw, WfmConfig)
     if problems:
         raise ConfigError(problems, source)
@@ -301,7 +304,11 @@ def callback_states(cfg: WfmConfig) -> list[tuple[str, str, str]]:
 
 def _no_effect(cfg: WfmConfig) -> list[NoEffect]:
     out = []
+    mock = cfg.dataloader_train.mock_video is not None
     for key, why in NO_EFFECT_TABLES.items():
+        if mock and key == f"{VIDEO_KEY}.dataloader":  # cosmos-rl's mock dataset reads part of it: listed below
+            out += [NoEffect(k, v, w) for k, v, w in mock_no_effect(cfg.video.dataloader or {})]
+            continue
         node: Any = cfg
         for part in key.split("."):
             node = getattr(node, part, None)
@@ -354,6 +361,8 @@ def _web_problems(cfg: WfmConfig) -> list[str]:
     """type = "web": the shards are dataset_dir (s3://); cosmos-rl's own web keys name a dataset registered in
     its code (dataloader.dataset.dataset_name), which has no meaning here, and its batch keys must agree."""
     v, out = cfg.video, []
+    if cfg.dataloader_train.mock_video is not None:  # cosmos-rl's mock video dataset: no shards (read_mock_video)
+        return []
     if not v.dataset_dir.strip().startswith("s3://"):
         named = ((v.dataloader or {}).get("dataset") or {}).get("dataset_name")
         said = (
@@ -366,7 +375,8 @@ def _web_problems(cfg: WfmConfig) -> list[str]:
             f'dataloader_train.type = "web" reads webdataset shards from S3{said}: set '
             f"dataloader_train.video_dataloader.dataset_dir (now {v.dataset_dir!r}) to s3://bucket/prefix/ (every "
             '.tar under it) or a brace pattern s3://bucket/prefix/shard-{000000..000099}.tar; or type = "mock" '
-            "for built-in prompts"
+            "for built-in prompts, or dataloader.dataset.len_t5 (and t5_dim, resolution, num_video_frames) for "
+            "cosmos-rl's mock video dataset"
         )
         return out
     for key in ("batch_size", "num_workers"):
@@ -472,6 +482,7 @@ def wfm_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
             'dataloader_train.video_dataloader.offline_text_embedding needs type = "local" or "web" (the '
             "embeddings are the dataset's text_embedding/*.pickle, or the shards' <key>.npy / .pickle)"
         )
+    out += _mock_video_problems(cfg, check_paths)
     if v.offline_text_embedding and rl.guidance > 0:
         out.append(
             "model.rl.guidance: classifier-free guidance needs the empty prompt's embedding, which "
@@ -594,3 +605,32 @@ def _checkpoint_problems(cfg: WfmConfig) -> list[str]:
             "one of them (cosmos-rl's recipes: checkpoint.load_path)"
         )
     return out
+
+
+def _mock_video_problems(cfg: WfmConfig, check_paths: bool) -> list[str]:
+    """cosmos-rl's mock video dataset: its rows carry their prompt embeddings (t5_dim wide, no text to encode), so
+    the DiT must take that width (read from a local model folder; the trainer checks again) and classifier-free
+    guidance has no empty prompt to embed."""
+    mock, out = cfg.dataloader_train.mock_video, list[str]()
+    if mock is None:
+        return out
+    here = f"{VIDEO_KEY}.dataloader.dataset"
+    if cfg.model.rl.guidance > 0:
+        out.append(
+            f"model.rl.guidance = {cfg.model.rl.guidance:g}: classifier-free guidance needs the empty prompt's "
+            f"embedding, and cosmos-rl's mock dataset ({here}.len_t5 set) has embeddings, no prompts to encode; set "
+            "guidance = 0"
+        )
+    m = cfg.model.model_name_or_path
+    folder = Path(m or "").expanduser() / "transformer" / "config.json"
+    if check_paths and m and looks_local(m) and folder.is_file():
+        problem = width_problem(mock.t5_dim, embedding_width(json.loads(folder.read_text())), m)
+        out += [problem] if problem else []
+    return out
+
+
+def embedding_width(transformer_config: Mapping[str, Any]) -> int:
+    """The width of the prompt embeddings a Predict DiT takes (its transformer/config.json): the full_concat its
+    cross-attention projection maps, or its text_embed_dim without one."""
+    c = transformer_config
+    return int(c["crossattn_proj_in_channels"] if c.get("use_crossattn_projection") else c["text_embed_dim"])

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from cosmos_train.config.base import MinusOneOrPositive, Section
 from cosmos_train.config.schema_policy import ServiceRetries
+from cosmos_train.wfm.mock_data import MockVideo, mock_dataset
 
 
 class RLConfig(Section):
@@ -240,7 +241,8 @@ class SchedulerConfig(Section):
 
 
 class VideoDataloaderConfig(Section):
-    """[dataloader_train.video_dataloader]: the local dataset (videos/, metas/, text_embedding/) or mock prompts."""
+    """[dataloader_train.video_dataloader]: the local dataset (videos/, metas/, text_embedding/), S3 shards, mock
+    prompts, or cosmos-rl's mock video dataset (wfm/mock_data.py)."""
 
     ratio: float = Field(1.0, ge=0, le=1, description="Share of video batches (cosmos-rl; only video here).")
     dataset_dir: str = Field(
@@ -248,13 +250,28 @@ class VideoDataloaderConfig(Section):
         description="local type: datasets/<name>/ with videos/*.mp4 and metas/*.txt; web type: s3://bucket/prefix/ "
         "or s3://bucket/shard-{000..099}.tar (tar shards of <key>.mp4 + <key>.txt / .json).",
     )
-    batch_size: int = Field(2, ge=1, le=1024, description="Prompts per rank per iteration.")
+    batch_size: int = Field(
+        2,
+        ge=1,
+        le=1024,
+        description="Prompts per rank per iteration (cosmos-rl's mock dataset: its dataloader.batch_size).",
+    )
     num_workers: int = Field(
         0, ge=0, le=64, description="web type: shard-reading workers per rank (local type: no effect, clips cached)."
     )
     pin_memory: bool = Field(False, description="cosmos-rl loader pinning (no effect on CPU).")
-    num_frames: int = Field(5, ge=1, le=1024, description="Frames generated and read per video (1 + 4k).")
-    video_size: tuple[int, int] = Field((32, 32), description="(width, height) in pixels, multiples of 16.")
+    num_frames: int = Field(
+        5,
+        ge=1,
+        le=1024,
+        description="Frames generated and read per video (1 + 4k); cosmos-rl's mock dataset: its "
+        "dataloader.dataset.num_video_frames.",
+    )
+    video_size: tuple[int, int] = Field(
+        (32, 32),
+        description="(width, height) in pixels, multiples of 16; cosmos-rl's mock dataset: the clip size of its "
+        'dataloader.dataset.resolution (e.g. "480": 768 x 432).',
+    )
     offline_text_embedding: bool = Field(
         False,
         description="Condition on text_embedding/<stem>.pickle instead "
@@ -271,7 +288,10 @@ class VideoDataloaderConfig(Section):
         description="Dataset rows kept out of training for the held-out diffusion loss (local type).",
     )
     dataloader: dict[str, Any] | None = Field(
-        None, description="cosmos-rl's webdataset loader settings (no effect: the shards are dataset_dir)."
+        None,
+        description="cosmos-rl's loader settings. With type = \"web\" and dataset.len_t5 set: cosmos-rl's mock "
+        "video dataset (random clips and prompt embeddings; dataset.resolution, num_video_frames, len_t5, t5_dim "
+        "and batch_size are read, the rest has no effect); otherwise no effect (the shards are dataset_dir).",
     )
 
     @property
@@ -290,12 +310,24 @@ class DataloaderTrainConfig(Section):
 
     type: Literal["local", "mock", "web"] = Field(
         "mock",
-        description="local: dataset_dir; mock: built-in prompts, no videos; web: webdataset shards streamed from S3.",
+        description="local: dataset_dir; mock: built-in prompts, no videos (ours); web: webdataset shards streamed "
+        "from S3, or with video_dataloader.dataloader.dataset.len_t5 set cosmos-rl's mock video dataset.",
     )
     video_dataloader: VideoDataloaderConfig = Field(
         default_factory=VideoDataloaderConfig, description="The video dataset."
     )
     image_dataloader: dict[str, Any] | None = Field(None, description="cosmos-rl image loader (ratio must be 0).")
+
+    @property
+    def mock_video(self) -> MockVideo | None:
+        """The shapes of cosmos-rl's mock video rows when this loader reads them (type "web" with
+        video_dataloader.dataloader.dataset.len_t5 set; the config filled num_frames / video_size from its keys)."""
+        v = self.video_dataloader
+        dataset = mock_dataset(self.type, v.dataloader)
+        if dataset is None:
+            return None
+        w, h = v.video_size
+        return MockVideo(v.num_frames, w, h, int(dataset["len_t5"]), int(dataset["t5_dim"]))
 
 
 class JobConfig(Section):

@@ -93,8 +93,9 @@ COSMOS_RL_DEFAULTS: dict[str, Any] = {
         "cycle_lengths": [10_000_000_000_000],
     },
     "checkpoint": {"save_iter": 1000},
-    # cosmos-rl scores with its remote reward (RemoteRewardConfig: reward_fn "dance_grpo") at the service URLs
-    "reward": {"backend": "service", "fns": {"dance_grpo": 1.0}},
+    # cosmos-rl scores with its remote reward (RemoteRewardConfig: reward_fn "dance_grpo") at the service URLs, sending
+    # the generated latents (RemoteReward.compute_reward posts `latents`, not the decoded pixels)
+    "reward": {"backend": "service", "fns": {"dance_grpo": 1.0}, "payload": "latent"},
 }
 # cosmos-rl's [model.rl] names for keys this schema names otherwise
 RL_ALIASES = {"num_rollout": "num_generations", "clip_ratio": "clip_range"}

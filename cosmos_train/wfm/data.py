@@ -6,7 +6,10 @@
     clip = load_clip(samples[0].video, num_frames=93, height=480, width=832)  # uint8 [3, T, H, W]
     samples, _ = scan_dataset("datasets/my_videos", offline_text_embedding=True)
     emb = load_text_embedding(samples[0].text_embedding, "datasets/my_videos")  # float32 [n_tokens, dim]
-    prompts = mock_prompts(64, seed=0)  # mock-data mode: prompts, no videos
+    prompts = mock_prompts(64, seed=0)  # type = "mock" (ours): prompts, no videos
+
+cosmos-rl's own mock-data recipes (type = "web" with dataloader.dataset.len_t5: random clips and prompt embeddings)
+read wfm/mock_data.py instead; type = "mock" is ours: text prompts for the model's text encoder, no videos.
 
 Layout (docs/FACTS.md, "World-model"):
 
@@ -373,8 +376,8 @@ _PLACES = ("on a tiled floor", "across a table", "in a warehouse", "on a road", 
 
 
 def mock_prompts(n: int, seed: int = 0) -> list[str]:
-    """n deterministic prompts of simple physical scenes (cosmos-rl's mock-data mode: prompts, no videos);
-    the same seed gives the same list."""
+    """n deterministic prompts of simple physical scenes (type = "mock", ours: prompts, no videos; cosmos-rl's
+    mock dataset is wfm/mock_data.py's); the same seed gives the same list."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = np.random.default_rng(seed)

@@ -81,12 +81,12 @@ class WfmParts:
 
 
 # ------------------------------------------------------------------------------------ the tiny folder
-def _tiny_vae(latent_channels: int) -> AutoencoderKLWan:
+def _tiny_vae(latent_channels: int, base_dim: int = 16) -> AutoencoderKLWan:
     """Wan2.1's VAE layout at base_dim 16: three down stages (8x space), time halved twice (4x)."""
     from diffusers import AutoencoderKLWan  # why: diffusers is heavy, loaded only by world-model code
 
     return AutoencoderKLWan(
-        base_dim=16,
+        base_dim=base_dim,
         z_dim=latent_channels,
         dim_mult=[1, 2, 2, 2],
         num_res_blocks=1,
@@ -137,9 +137,18 @@ def _pass_through(vae: AutoencoderKLWan) -> None:
             _identity_like(m, average=stride > 1)
 
 
-def _tiny_transformer(latent_channels: int, text_dim: int, heads: int = 2) -> CosmosTransformer3DModel:
+def _tiny_transformer(
+    latent_channels: int,
+    text_dim: int,
+    heads: int = 2,
+    *,
+    text_embed_dim: int | None = None,
+    max_size: tuple[int, int, int] = (16, 32, 32),
+    patch_size: tuple[int, int, int] = (1, 2, 2),
+) -> CosmosTransformer3DModel:
     """Predict2.5's DiT layout, tiny: 2 blocks of 2 heads x 32 (or `heads` x 64 / heads: context parallel over 4
-    ranks needs 4), cross-attention on the projected full_concat."""
+    ranks needs 4), cross-attention on the projected full_concat (text_dim wide), or with text_embed_dim on
+    embeddings of that width directly (no projection: Predict2's T5 layout)."""
     from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
 
     return CosmosTransformer3DModel(
@@ -149,14 +158,14 @@ def _tiny_transformer(latent_channels: int, text_dim: int, heads: int = 2) -> Co
         attention_head_dim=64 // heads,
         num_layers=2,
         mlp_ratio=2.0,
-        text_embed_dim=64,
+        text_embed_dim=text_embed_dim or 64,
         adaln_lora_dim=16,
-        max_size=(16, 32, 32),
-        patch_size=(1, 2, 2),
+        max_size=max_size,
+        patch_size=patch_size,
         rope_scale=(1.0, 1.0, 1.0),
         concat_padding_mask=False,
         extra_pos_embed_type=None,
-        use_crossattn_projection=True,
+        use_crossattn_projection=text_embed_dim is None,
         crossattn_proj_in_channels=text_dim,
         encoder_hidden_states_channels=64,
     )
@@ -204,9 +213,25 @@ def _model_index() -> dict[str, Any]:
     }
 
 
-def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 4, heads: int = 2) -> Path:
+def make_tiny_wfm(
+    out_dir: str | Path,
+    seed: int = 0,
+    *,
+    latent_channels: int = 4,
+    heads: int = 2,
+    text_embed_dim: int | None = None,
+    max_size: tuple[int, int, int] = (16, 32, 32),
+    patch_size: tuple[int, int, int] = (1, 2, 2),
+    vae_base_dim: int = 16,
+) -> Path:
     """Write a tiny Cosmos-Predict2.5-layout diffusers folder (model_index.json, transformer/, vae/, text_encoder/,
     tokenizer/, scheduler/) with weights drawn from `seed`; the same seed gives the same bytes.
+
+    The defaults make the tiny model of the tests (videos up to 16 latent frames of 32 x 32). For cosmos-rl's
+    mock-data recipes (embeddings carried by the rows, 480p clips): text_embed_dim (the DiT takes embeddings of
+    that width, e.g. 1024 as cosmos-rl's default net; its text_encoder/ then does not feed it), max_size (the
+    latent grid its RoPE covers, (T', H', W')), patch_size (fewer tokens per video) and vae_base_dim (the VAE's
+    width: its cost per pixel).
 
         python -c "from cosmos_train.wfm.model import make_tiny_wfm; print(make_tiny_wfm('/tmp/tiny-wfm'))"
     """
@@ -218,9 +243,11 @@ def make_tiny_wfm(out_dir: str | Path, seed: int = 0, *, latent_channels: int = 
     # Random init draws from the global generator; fork it so callers' RNG state is left untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        vae = _tiny_vae(latent_channels)
+        vae = _tiny_vae(latent_channels, vae_base_dim)
         _pass_through(vae)
-        transformer = _tiny_transformer(latent_channels, text_dim, heads)
+        transformer = _tiny_transformer(
+            latent_channels, text_dim, heads, text_embed_dim=text_embed_dim, max_size=max_size, patch_size=patch_size
+        )
         # A made-up VAE's latents are far from unit scale: measure mean / std per channel on synthetic videos (as
         # Wan's were measured on real ones), so that normalised latents, what the DiT sees, are ~N(0, 1).
         with torch.no_grad():

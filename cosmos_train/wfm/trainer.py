@@ -38,7 +38,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -56,7 +56,7 @@ from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
 from cosmos_train.train.rollout_source import outage_agreed
 from cosmos_train.wfm import conditioning
 from cosmos_train.wfm.conditioning import FrameCondition, conditioned_velocity, frame_condition
-from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.config import WfmConfig, embedding_width, load_wfm_config
 from cosmos_train.wfm.context_parallel import check_context_parallel, enable_context_parallel, share_from_first
 from cosmos_train.wfm.data import (
     SCAN_FILE,
@@ -67,6 +67,7 @@ from cosmos_train.wfm.data import (
     scan_dataset,
 )
 from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
+from cosmos_train.wfm.mock_data import MockVideoRows, width_problem
 from cosmos_train.wfm.model import (
     decode_latents,
     encode_prompts,
@@ -129,7 +130,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self.parts = load_wfm(
             cfg.model.model_name_or_path,
             device=dist.device,
-            text_encoder=not self.video.offline_text_embedding,
+            # cosmos-rl's mock video rows carry their prompt embeddings, as offline ones do
+            text_encoder=not self.video.offline_text_embedding and cfg.dataloader_train.mock_video is None,
             revision=cfg.model.model_revision,
         )
         base = self.parts.transformer.float()
@@ -155,9 +157,10 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.web: WebRows | None = None  # type = "web": the rows stream from S3 shards instead of train_rows
         self.web_mark: dict[str, Any] | None = None  # its position before the iteration under way
+        self.mock: MockVideoRows | None = None  # cosmos-rl's mock video dataset (wfm/mock_data.py): the train rows
         self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
-        self.eval_rows = (self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts]
+        self.eval_rows = list((self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts])
         if self.web is not None:
             self.eval_rows = self.web.first_rows(cfg.evaluation.num_prompts)
         self.eval_after: dict[str, Any] = {}
@@ -189,9 +192,15 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return cls(cfg, run_dir, dist)
 
     # ------------------------------------------------------------------ data
-    def _data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    def _data(self) -> tuple[Sequence[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         """Rows {name, prompt, video, text_embedding}: the train rows and the held-out ones (local type)."""
         dl = self.cfg.dataloader_train
+        if dl.mock_video is not None:
+            self.mock = MockVideoRows(dl.mock_video, seed=self.cfg.trainer.seed)
+            problem = width_problem(dl.mock_video.t5_dim, self._embedding_width(), self.cfg.model.model_name_or_path)
+            if problem:
+                raise DataError(problem)
+            return self.mock, [], {"type": "cosmos-rl mock video", "rows": len(self.mock), **vars(dl.mock_video)}
         if dl.type == "mock":
             prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
             return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
@@ -223,7 +232,10 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return rows[: len(rows) - n_held], rows[len(rows) - n_held :], info
 
     def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:
-        """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt."""
+        """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt; cosmos-rl's
+        mock rows each have their own (one prompt, "placeholder", for all: nothing to cache by)."""
+        if self.mock is not None:
+            return torch.stack([self.mock.embedding(r) for r in rows]).to(self.dist.device)
         missing = [r for r in rows if r["prompt"] not in self._embeddings]
         if missing and self.video.offline_text_embedding:
             width = self._embedding_width()
@@ -245,8 +257,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return torch.stack([self._embeddings[r["prompt"]] for r in rows]).to(self.dist.device)
 
     def _embedding_width(self) -> int:
-        c = self.parts.transformer.config
-        return int(c.crossattn_proj_in_channels if c.use_crossattn_projection else c.text_embed_dim)
+        return embedding_width(self.parts.transformer.config)
 
     def clip_latents(self, rows: list[dict[str, Any]]) -> torch.Tensor:
         """[B, C, T', H', W'] normalised VAE latents of dataset videos (decoded and encoded once per video)."""
@@ -254,7 +265,9 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         out = []
         for r in rows:
             if r["name"] not in self._clips:
-                clip = load_clip(r["video"], self.video.num_frames, h, w).unsqueeze(0).to(self.dist.device)
+                mock = self.mock
+                clip = mock.clip(r) if mock is not None else load_clip(r["video"], self.video.num_frames, h, w)
+                clip = clip.unsqueeze(0).to(self.dist.device)
                 self._clips[r["name"]] = encode_video(self.parts, clip)[0].cpu()
             self._clips.move_to_end(r["name"])
             out.append(self._clips[r["name"]])
@@ -262,7 +275,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                 self._clips.popitem(last=False)
         return torch.stack(out).to(self.dist.device)
 
-    def rows_for(self, iteration: int, rows: list[dict[str, Any]], n: int, salt: int = 0) -> list[dict[str, Any]]:
+    def rows_for(self, iteration: int, rows: Sequence[dict[str, Any]], n: int, salt: int = 0) -> list[dict[str, Any]]:
         """This rank's n rows of `iteration`: a permutation per pass over the rows, a function of the iteration
         alone (a resumed run takes the same rows as an uninterrupted one)."""
         per_iter = n * self.dist.dp_size

@@ -142,15 +142,15 @@ def test_rewards_from_the_runs_own_reward_service(tiny_model_dir: Path, syntheti
     assert state.is_completed(), state
     run = Path(state.result()["run_dir"])
     train = [m for m in _jsonl(run / "metrics.jsonl") if m["kind"] == "train"]
-    assert [m["step"] for m in train] == [1, 2] and all("reward/single_choice" in m for m in train)
+    assert [m["step"] for m in train] == [1, 2] and all("reward/choice_letter" in m for m in train)
     from cosmos_train.rewards import combine
 
-    local = combine(["single_choice"])
+    local = combine(["choice_letter"])
     rows = _jsonl(run / "completions.jsonl")
     assert rows
     for r in rows:  # the service's score is the one the local reward gives the same completion
         sample = {"reference": r["reference"], "messages": []}
-        assert r["parts"]["single_choice"] == local(r["completion"], sample)[1]["single_choice"]
+        assert r["parts"]["choice_letter"] == local(r["completion"], sample)[1]["choice_letter"]
     log = run / "logs" / "reward_service.log"
     assert log.exists()
     assert not processes_with("reward-service", "--exit-with-parent")

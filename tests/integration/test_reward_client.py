@@ -140,7 +140,8 @@ def test_reward_set_combines_local_and_remote_weights() -> None:
         )
         rewards = combine({"exact_match": 0.5}, remote=remote, env={"REMOTE_REWARD_TOKEN": TOKEN})
         sample = {"reference": "B", "options": {"A": "left", "B": "right"}}
-        completions = ["<think>r</think> <answer>B</answer>", "<answer>A</answer>", "B"]
+        # cosmos-rl's format: a blank line between the blocks
+        completions = ["<think>r</think>\n\n<answer>B</answer>", "<answer>A</answer>", "B"]
         scored = rewards.score_batch(completions, [sample] * 3)
     finally:
         st.stop()
@@ -208,7 +209,8 @@ def test_remote_total_is_clipped_then_scaled_and_score_keys_add() -> None:
         )
         rewards = combine({"exact_match": 1.0}, remote=remote, env={"REMOTE_REWARD_TOKEN": TOKEN})
         sample = {"reference": "B", "options": {"A": "left", "B": "right"}}
-        scored = rewards.score_batch(["<answer>B</answer>", "<think>r</think> <answer>A</answer>", "B"], [sample] * 3)
+        completions = ["<answer>B</answer>", "<think>r</think>\n\n<answer>A</answer>", "B"]
+        scored = rewards.score_batch(completions, [sample] * 3)
     finally:
         st.stop()
     parts = [p for _, p in scored]

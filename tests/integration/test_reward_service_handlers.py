@@ -54,7 +54,8 @@ def test_motion_and_smoothness_by_hand() -> None:
 
 
 def test_rule_rewards_reuse_the_trainers_registry() -> None:
-    completions = ["<think>rolls</think> <answer>B</answer>", "<think>x</think> <answer>A</answer>", "B"]
+    # cosmos-rl's format: a blank line between the blocks
+    completions = ["<think>rolls</think>\n\n<answer>B</answer>", "<think>x</think>\n\n<answer>A</answer>", "B"]
     samples = [{"reference": "B", "options": {"A": "up", "B": "down"}}] * 3
     with running_service() as (url, _):
         scores = _score(

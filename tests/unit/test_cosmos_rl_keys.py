@@ -5,7 +5,9 @@ why) or refused (with what to do), and the fixture configs, which use every key 
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -14,8 +16,9 @@ from typing import Any
 import pytest
 
 from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, config_from_dict, load_config
-from cosmos_train.config.compat import DEFAULTS_DIFFER, RULES, default_note, key_state
+from cosmos_train.config.compat import DEFAULTS_DIFFER, INERT, RULES, default_note, key_state
 from cosmos_train.config.docs import alias_map, cosmos_rl_key_table, recorded_default, schema_keys
+from cosmos_train.config.key_tests import GUESSES, NO_TEST_YET, PROVED_BY
 from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT
 
@@ -122,7 +125,7 @@ def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: P
         "train.train_policy.advantage_low",
         "train.train_policy.advantage_high",
         "train.train_policy.behav_imp_weight_cap",
-        "rollout.batch_size",
+        *INERT,
     }
     assert cfg.no_effect and {n.key for n in cfg.no_effect} <= rule_keys
     # the run folder's copy keeps the list (as comments) and still loads to the same config
@@ -198,8 +201,8 @@ def test_values_that_would_change_the_result_are_refused(override: str, words: s
 
 
 def test_balance_dp_token_reads_as_in_cosmos_rl() -> None:
-    """GRPO takes either value (tests/unit/test_cosmos_rl_parity.py checks its loss); SFT always normalises over
-    the step's tokens on every rank, cosmos-rl's SFT default, so false is refused there."""
+    """GRPO and SFT take either value (tests/unit/test_cosmos_rl_parity.py checks GRPO's loss,
+    tests/unit/test_cosmos_rl_sft_loss.py SFT's); the key alone leaves the run SFT."""
     for value in ("true", "false"):
         grpo = load_config(
             None,
@@ -208,11 +211,8 @@ def test_balance_dp_token_reads_as_in_cosmos_rl() -> None:
             check_paths=False,
         )
         assert grpo.train.train_policy.balance_dp_token is (value == "true")
-    assert (
-        load_config(None, ["train.train_policy.balance_dp_token=true"], env={}, check_paths=False).policy_type == "sft"
-    )
-    with pytest.raises(ConfigError, match="a per-rank mean is not implemented for SFT"):
-        load_config(None, ["train.train_policy.balance_dp_token=false"], env={}, check_paths=False)
+        sft = load_config(None, [f"train.train_policy.balance_dp_token={value}"], env={}, check_paths=False)
+        assert sft.policy_type == "sft" and sft.train.train_policy.balance_dp_token is (value == "true")
 
 
 def test_a_typo_of_an_accepted_key_is_still_an_error_with_a_suggestion() -> None:
@@ -284,3 +284,118 @@ def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys(monkeypatch:
     assert done.returncode == 0, done.stderr
     assert "# [grpo] accepted with no effect here" in done.stderr and "#   redis = '12800'" in done.stderr
     assert "[sft] accepted" not in done.stderr
+
+
+# ------------------------------------------------------------------------------------------------ proved by
+Definitions = dict[str, tuple[str, ast.stmt]]  # a module-level name -> (its file's source, its definition)
+
+
+def _definitions(path: Path) -> Definitions:
+    """The module-level functions, classes and assignments of a test file, and the names it imports from another
+    tests/ module (a helper module or a fixture file), as defined there."""
+    source = path.read_text()
+    out: Definitions = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out[node.name] = (source, node)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update({n.id: (source, node) for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)})
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+            module = ROOT / (node.module or "").replace(".", "/")
+            there = _definitions(module.with_suffix(".py")) if module.with_suffix(".py").is_file() else {}
+            out.update({a.asname or a.name: there[a.name] for a in node.names if a.name in there})
+    return out
+
+
+def _with_comment_above(source: str, node: ast.stmt) -> str:
+    """A definition's lines, its decorators and the comment lines right above it included."""
+    lines = source.splitlines()
+    start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno]) - 1
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    return "\n".join(lines[start : node.end_lineno])
+
+
+def named_test_source(node_id: str) -> str | None:
+    """What a named test is read as: the test function and every module-level definition it reaches by name, in
+    its file or imported from a tests/ module, and so on from those (each with its decorators and the comment
+    right above it); None when the file or the function does not exist."""
+    file, _, name = node_id.partition("::")
+    path = ROOT / file
+    if not path.is_file():
+        return None
+    defined = _definitions(path)
+    if not isinstance(defined.get(name, (None, None))[1], ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    seen: set[int] = set()
+    todo, parts = [name], []
+    while todo:
+        source, node = defined[todo.pop()]
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        parts.append(_with_comment_above(source, node))
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        used |= {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}  # a fixture is named by its argument
+        todo += sorted(used & defined.keys())
+    return "\n".join(parts)
+
+
+def mentions(node_id: str, text: str, key: str, ours: str) -> bool:
+    """The rule: the test's text names the key, our alias of it, or either's last part as a whole word
+    (`policy.lora.r` counts `r=4`, not `rank`), or that last part is a word of the test's name (test_no_type_...)."""
+    words = {key, ours, key.rsplit(".", 1)[-1], ours.rsplit(".", 1)[-1]}
+    named = set(node_id.partition("::")[2].split("_"))
+    return bool(words & named) or any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text) for w in words)
+
+
+def _implemented() -> set[str]:
+    ours, aliases = schema_keys(), alias_map()
+    return {f["key"] for f in RECORDED["fields"] if key_state(f["key"], set(ours), aliases)[0] == "implemented"}
+
+
+def test_every_implemented_key_names_the_test_that_proves_it_or_says_none_does() -> None:
+    implemented, aliases = _implemented(), alias_map()
+    assert len(implemented) > 140
+    assert sorted(implemented - PROVED_BY.keys() - NO_TEST_YET.keys()) == [], "a key with no entry in key_tests"
+    assert sorted(PROVED_BY.keys() & NO_TEST_YET.keys()) == [] and all(PROVED_BY.values())
+    assert sorted((PROVED_BY.keys() | NO_TEST_YET.keys()) - implemented) == [], "an entry for no implemented key"
+    assert [k for k, need in NO_TEST_YET.items() if not need] == [], "say what a test would need"
+    texts = {t: named_test_source(t) for ids in PROVED_BY.values() for t in ids}
+    assert sorted(t for t, text in texts.items() if text is None) == [], "a named test that does not exist"
+    silent = [
+        (key, t)
+        for key, ids in PROVED_BY.items()
+        for t in ids
+        if not mentions(t, texts[t] or "", key, aliases.get(key, key))
+    ]
+    assert silent == [], "a named test that never mentions its key"
+
+
+def test_the_mention_rule_reads_helpers_fixtures_and_whole_words_only() -> None:
+    parity = "tests/unit/test_cosmos_rl_parity.py::test_compute_loss_equals_cosmos_rl_over_every_setting"
+    text = named_test_source(parity) or ""
+    assert "def ours_vs_theirs_loss" in text and "LOSS_CASES = [" in text  # reached by name from the test
+    assert mentions(parity, text, "train.train_policy.lower_bound_ratio", "train.train_policy.lower_bound_ratio")
+    assert not mentions(parity, text, "train.optm_name", "train.optm_name")
+    assert not mentions("tests/x.py::test_clip", "epsilon_low=0.1", "train.epsilon", "train.epsilon")  # a part
+    assert mentions("tests/x.py::test_no_type_is_sft", "", "train.train_policy.type", "train.train_policy.type")
+    assert named_test_source("tests/unit/test_cosmos_rl_parity.py::test_no_such_test") is None
+    assert named_test_source("tests/unit/no_such_file.py::test_x") is None
+
+
+def test_every_key_with_no_effect_or_refused_says_why() -> None:
+    ours, aliases = schema_keys(), alias_map()
+    states = [(f["key"], *key_state(f["key"], set(ours), aliases)) for f in RECORDED["fields"]]
+    assert [k for k, state, why in states if state != "implemented" and not why.strip()] == []
+    refused = [why for _, state, why in states if state == "no effect / refused"]
+    assert refused and all("; otherwise refused: " in w and not w.endswith(": ") for w in refused)
+
+
+def test_guesses_are_recorded_keys_and_marked_in_the_table() -> None:
+    recorded = {f["key"] for f in RECORDED["fields"]}
+    assert sorted(GUESSES.keys() - recorded) == [] and all(GUESSES.values())
+    table = cosmos_rl_key_table(RECORDED)
+    marked = re.findall(r"^\| `([^`]+)` \|[^|]*\|[^|]*\| \*\*guess\*\*: ", table, flags=re.MULTILINE)
+    assert sorted(marked) == sorted(GUESSES)

@@ -50,9 +50,6 @@ LOSS_KEYS = (
     "use_decoupled_loss",
     "behav_imp_weight_cap",
     "unbiased_loss_max_tokens",
-    "balance_dp_token",
-    "mini_batch",
-    "temperature",
 )
 ADVANTAGE_KEYS = ("unbiased_advantage", "advantage_low", "advantage_high")
 SCHEDULE_KEYS = (
@@ -62,22 +59,40 @@ SCHEDULE_KEYS = (
     "optm_decay_type",
     "optm_min_lr_factor",
 )
-STEP_KEYS = ("train_batch_per_replica", "mu_iterations", "n_generation", "batch_size", "max_num_steps", "epoch")
+UPDATE = "step_training (compute_loss x loss_scaling_factor per mini-batch)"
 COVERED: dict[str, str] = {
     **{f"train.train_policy.{k}": "compute_loss" for k in LOSS_KEYS},
+    # test_balance_dp_token_equals_cosmos_rl here; SFT's in test_cosmos_rl_sft_loss.py
+    "train.train_policy.balance_dp_token": "compute_loss, async_safe_ce",
+    # test_cosmos_rl_grpo_update.py (a whole GRPO update) and test_cosmos_rl_sft_loss.py (an SFT step)
+    "train.train_policy.mini_batch": f"{UPDATE}, async_safe_ce",
+    "train.train_policy.mu_iterations": UPDATE,
+    "train.train_policy.temperature": UPDATE,
     "train.train_policy.entropy_coeff": "compute_logprobs",
+    # test_cosmos_rl_optimizer.py: the weights after steps of ours and of its build_optimizers
+    **{
+        f"train.{k}": "build_optimizers"
+        for k in ("optm_lr", "optm_name", "optm_impl", "optm_betas", "epsilon", "optm_weight_decay")
+    },
     **{f"train.train_policy.{k}": "GRPO.compute_advantage" for k in ADVANTAGE_KEYS},
     **{f"train.{k}": "build_lr_schedulers" for k in SCHEDULE_KEYS},
     **{
         k: "recompute_total_steps"
-        for k in (
-            "train.train_batch_per_replica",
-            "train.train_policy.mu_iterations",
-            "rollout.n_generation",
-            "rollout.batch_size",
-            "train.max_num_steps",
-            "train.epoch",
-        )
+        for k in ("train.train_batch_per_replica", "rollout.n_generation", "train.max_num_steps", "train.epoch")
+    },
+    # test_cosmos_rl_rewards.py: every rule reward, the overlong reward and the filter values
+    "train.train_policy.reward_function": "format / single_choice / gsm8k / boxed_math / direct_math / "
+    "overlong_reward_fn",
+    "train.train_policy.overlong_reward.buffer_length": "overlong_reward_fn",
+    "train.train_policy.overlong_reward.penalty_factor": "overlong_reward_fn",
+    "train.train_policy.filter_reward_metric": "Reward.compute_reward",
+    # test_cosmos_rl_splits.py: the rows validation holds out of the training set
+    "train.train_policy.dataset.test_size": "split_train_n_val_dataset, construct_dataset",
+    # test_cosmos_rl_rollout.py: the prefix pass of cosmos-rl's reward calculator, its validation sampling
+    "train.train_policy.min_filter_prefix_tokens": "LocalRewardCalculator.compute_rewards",
+    **{
+        f"validation.{k}": "vLLMRollout's val_sampling_params"
+        for k in ("top_p", "top_k", "temperature", "repetition_penalty", "n_generation", "max_response_length")
     },
 }
 

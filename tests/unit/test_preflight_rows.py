@@ -52,10 +52,14 @@ def test_replicas_multiply_the_global_batch(job: Path) -> None:
 
 
 def test_the_held_out_part_and_skipped_rows_do_not_count(job: Path, tmp_path: Path, synthetic_dir: Path) -> None:
+    # test_size holds rows out for validation (as cosmos-rl: only when validation is on)
+    held_out = [
+        "train.train_batch_per_replica=32",
+        "train.train_policy.dataset.test_size=0.5",
+        "validation.enable=true",
+    ]
     with pytest.raises(DataError, match=r"24 usable training row\(s\), fewer than one global batch of 32"):
-        check_job(
-            job, ["train.train_batch_per_replica=32", "train.train_policy.dataset.test_size=0.5"], policy_type="sft"
-        )
+        check_job(job, held_out, policy_type="sft")
     rows = json.loads((synthetic_dir / "sft" / "train_letter.json").read_text())[:6]
     for row in rows[:3]:
         row["video"] = "/etc/hostname"  # outside the media roots: a bad row (media_outside_root), skipped

@@ -21,18 +21,40 @@ ROW = {"messages": [{"role": "user", "content": "Which way?"}], "reference": "B"
 
 
 @pytest.mark.parametrize(
-    ("text", "value"),
+    ("text", "value", "lenient"),
     [
-        ("<think>It slides to the right.</think>\n\n<answer>B</answer>", 1.0),
-        ("  <think>a</think><answer>B</answer>\n", 1.0),
-        ("<answer>B</answer>", 0.0),  # no reasoning
-        ("<think>a</think> so <answer>B</answer>", 0.0),  # text between the blocks
-        ("<think>a</think>\n<answer>B</answer> trailing words", 0.0),
-        ("<think>a\n\nb</think>\n\n<answer>B</answer>", 1.0),  # reasoning spans lines
+        ("<think>It slides to the right.</think>\n\n<answer>B</answer>", 1.0, 1.0),
+        ("<think>It slides to the right.</think>\n\n<answer>B</answer>\n", 1.0, 1.0),  # one final newline
+        ("  <think>a</think><answer>B</answer>\n", 0.0, 1.0),  # cosmos-rl's: exactly a blank line between
+        ("<think>a</think>\n<answer>B</answer>", 0.0, 1.0),
+        ("<answer>B</answer>", 0.0, 0.0),  # no reasoning
+        ("<think>a</think> so <answer>B</answer>", 0.0, 0.0),  # text between the blocks
+        ("<think>a</think>\n<answer>B</answer> trailing words", 0.0, 0.0),
+        ("<think>a\n\nb</think>\n\n<answer>B</answer>", 1.0, 1.0),  # reasoning spans lines
+        ("<think>a <think>b</think>\n\n<answer>B</answer>", 0.0, 1.0),  # a nested <think>: not cosmos-rl's format
     ],
 )
-def test_format(text: str, value: float) -> None:
+def test_format(text: str, value: float, lenient: float) -> None:
     assert REWARDS["format"](text, ROW) == value
+    assert REWARDS["format_lenient"](text, ROW) == lenient
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("B", 1.0),
+        ("<think>it goes right</think><answer>B</answer>", 1.0),
+        ("<answer> b </answer>", 1.0),  # case and spaces
+        ("<think>maybe A</think>\n<answer>(b)</answer>", 0.0),  # cosmos-rl's: the whole answer, not a letter in it
+        ("The answer is B.", 0.0),
+        ("It moves right", 0.0),
+        ("<answer>B</answer><answer>A</answer>", 1.0),  # the first answer block
+        ("A", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_single_choice(text: str, value: float) -> None:
+    assert REWARDS["single_choice"](text, ROW) == value
 
 
 @pytest.mark.parametrize(
@@ -50,15 +72,16 @@ def test_format(text: str, value: float) -> None:
         ("", 0.0),
     ],
 )
-def test_single_choice(text: str, value: float) -> None:
-    assert REWARDS["single_choice"](text, ROW) == value
+def test_choice_letter(text: str, value: float) -> None:
+    assert REWARDS["choice_letter"](text, ROW) == value
 
 
 def test_single_choice_reads_the_reference_from_the_answer_turn_without_options() -> None:
     sft_like = {"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "C"}]}
-    assert REWARDS["single_choice"]("<answer>C</answer>", sft_like) == 1.0
-    assert REWARDS["single_choice"]("D", sft_like) == 0.0
-    assert REWARDS["single_choice"]("C", {"messages": []}) == 0.0  # nothing to compare with
+    for name in ("single_choice", "choice_letter"):
+        assert REWARDS[name]("<answer>C</answer>", sft_like) == 1.0
+        assert REWARDS[name]("D", sft_like) == 0.0
+        assert REWARDS[name]("C", {"messages": []}) == 0.0  # nothing to compare with
 
 
 def test_exact_match() -> None:
@@ -86,7 +109,10 @@ def test_unknown_reward_names_the_key_and_the_known_ones() -> None:
     with pytest.raises(ConfigError) as e:
         combine(["format", "single_choise"])
     assert "train.train_policy.reward_function: 'single_choise' is not a registered reward" in str(e.value)
-    assert "boxed_math, direct_math, exact_match, format, gsm8k, single_choice" in str(e.value)
+    known = (
+        "boxed_math, choice_letter, direct_math, exact_match, format, format_lenient, gsm8k, overlong, single_choice"
+    )
+    assert known in str(e.value)
     with pytest.raises(ConfigError, match="names no reward"):
         combine([])
 
@@ -108,8 +134,8 @@ def test_dataset_script_rewards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_accuracy_rewards_are_the_right_or_wrong_ones() -> None:
     # 1 for a right answer, 0 for a wrong one: their mean is an accuracy; format, direct_math (+1 / -1) are not
-    assert {"single_choice", "exact_match", "boxed_math", "gsm8k"} <= ACCURACY_REWARDS
-    assert not {"format", "direct_math"} & ACCURACY_REWARDS
+    assert {"single_choice", "choice_letter", "exact_match", "boxed_math", "gsm8k"} <= ACCURACY_REWARDS
+    assert not {"format", "format_lenient", "direct_math", "overlong"} & ACCURACY_REWARDS
     assert accuracy_reward(["format", "boxed_math"]) == "boxed_math"
     assert accuracy_reward(["format", "single_choice", "exact_match"]) == "single_choice"
     assert accuracy_reward(["format", "direct_math"]) is None

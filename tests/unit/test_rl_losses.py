@@ -12,7 +12,6 @@ from cosmos_train.train.rl_losses import (
     aggregate,
     group_advantages,
     k3_kl,
-    overlong_penalty,
     policy_loss,
     token_entropy,
     zero_std_groups,
@@ -161,10 +160,7 @@ def test_gspo_sequence_ratio() -> None:
     assert logp.grad[0].tolist() == pytest.approx([-math.sqrt(2) / 2, -math.sqrt(2) / 2])
 
 
-def test_overlong_penalty_and_entropy() -> None:
-    # max 10, buffer 4: no penalty up to 6, then -1/4 per token
-    got = overlong_penalty(torch.tensor([5, 6, 8, 10, 12]), max_length=10, buffer_length=4, penalty_factor=1.0)
-    assert got.tolist() == [0, 0, -0.5, -1, -1.5]
+def test_token_entropy() -> None:
     logits = torch.zeros(2, 3, 4)
     logits[1, 0] = torch.tensor([100.0, 0, 0, 0])
     ent = token_entropy(logits, chunk=2)

@@ -14,7 +14,7 @@ from cosmos_train.config import config_from_dict
 from cosmos_train.generation import Completion, SamplingParams
 from cosmos_train.rewards import combine
 from cosmos_train.train import rollout_colocated
-from cosmos_train.train.rollout import Overlong, Shaping, collect_rollouts, shared_prefix_ignore
+from cosmos_train.train.rollout import Shaping, collect_rollouts, shared_prefix_ignore
 from cosmos_train.train.rollout_stats import RolloutSums, rollout_stats
 
 OPTIONS = {"A": "left", "B": "right", "C": "stays", "D": "falls"}
@@ -103,18 +103,6 @@ def test_dynamic_sampling_refills_informative_groups() -> None:
     assert short.groups == [] and short.dropped_zero_std == 2 and rollout_stats(short, ["single_choice"])["groups"] == 0
 
 
-def test_overlong_penalty_lowers_long_completions() -> None:
-    engine = ScriptedEngine({"Q0": ["B", "BBBBBBBB"]})  # token counts 1 and 8 in the scripted engine
-    rollout = collect_rollouts(
-        engine,
-        [_row(0, "B")],
-        combine("format"),
-        SamplingParams(n=2),
-        overlong=Overlong(max_length=8, buffer_length=4, penalty_factor=1.0),
-    )
-    assert rollout.groups[0].rewards == [0.0, -1.0]
-
-
 def test_tiny_model_rollout_on_synthetic_rl_rows(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
     """The real path: synthetic RL rows through the data layer, the HF engine, the single_choice reward."""
     from cosmos_train.config import load_config
@@ -191,13 +179,22 @@ def test_shaping_clips_advantages_masks_prefixes_and_filters_on_named_parts() ->
         engine, rows[1:], combine("exact_match"), SamplingParams(n=2), shaping=Shaping(min_filter_prefix_tokens=1)
     )
     assert masked.groups[0].rewards == [1.0, 0.0] and masked.groups[0].ignore_prefix == [0, 2]
-    # DAPO's filter on one part: format is 0 for every answer here, so the group carries no signal on it
+    # DAPO's filter on one part: format is 0 for every answer here, so the group carries no signal on it, whether
+    # reward_function names it or not (then it is scored for the filter alone, weight 0 in the total)
     two = combine({"single_choice": 1.0, "format": 1.0})
     assert not collect_rollouts(engine, rows[:1], two, SamplingParams(n=8)).groups[0].zero_std
-    on_format = collect_rollouts(
-        engine, rows[:1], two, SamplingParams(n=8), shaping=Shaping(filter_reward_metric=("format",))
-    )
-    assert on_format.groups[0].zero_std
+    for rewards in (
+        combine(["single_choice", "format"], filter_metrics=["format"]),
+        combine("single_choice", filter_metrics="format"),
+    ):
+        on_format = collect_rollouts(engine, rows[:1], rewards, SamplingParams(n=8))
+        assert on_format.groups[0].zero_std and on_format.groups[0].filter_values == [0.0] * 8
+    # two filter metrics: their sum (cosmos-rl), so format 1 + single_choice 0 and 0 + 1 are the same filter value
+    tagged = ScriptedEngine({"Q2": ["<think>x</think>\n\n<answer>C</answer>", "B"]})
+    summed = combine("single_choice", filter_metrics=["single_choice", "format"])
+    group = collect_rollouts(tagged, [_row(2, "B")], summed, SamplingParams(n=2)).groups[0]
+    assert group.parts == [{"single_choice": 0.0, "format": 1.0}, {"single_choice": 1.0, "format": 0.0}]
+    assert group.rewards == [0.0, 1.0] and group.filter_values == [1.0, 1.0] and group.zero_std
 
 
 def test_rollout_sums_name_what_they_sum_and_reduce_over_ranks() -> None:

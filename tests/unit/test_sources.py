@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from cosmos_train.config import config_from_dict
-from cosmos_train.data.sources import DatasetError, RowError, detect_source, load_samples, split_held_out
+from cosmos_train.data.sources import DatasetError, RowError, detect_source, load_samples
 from cosmos_train.data.sources import cosmos as cosmos_src
+from cosmos_train.data.sources.holdout import split_by_row
 from cosmos_train.data.sources.script import script_reward_functions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,26 +229,30 @@ def test_hub_rows_media_come_from_the_same_repo(tmp_path: Path, monkeypatch: pyt
         load_samples(make_cfg({"allow_media_outside_root": True, "name": "org/videos"}), "train")
 
 
-def test_test_size_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
+def test_test_size_holds_out_the_last_rows_of_an_hf_file(tmp_path: Path) -> None:
+    """cosmos-rl's rule for a dataset the datasets library reads (tests/unit/test_cosmos_rl_splits.py runs it beside
+    cosmos-rl's own split): the last rows are held out, only when validation is on, and never train."""
     rows = [cosmos_row(f"/v/{i}.mp4", question=str(i)) for i in range(20)]
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 0.25})
+
+    def job(validation: bool = True, **ds: object) -> object:
+        dataset = {"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), **ds}
+        return config_from_dict({"train": {"train_policy": {"dataset": dataset}}, "validation": {"enable": validation}})
+
+    row = lambda ss: [int(s["origin"].rsplit(":", 1)[1]) for s in ss]  # noqa: E731
+    cfg = job(test_size=0.25)
     train, val = load_samples(cfg, "train"), load_samples(cfg, "val")
-    ids = lambda ss: {s["origin"] for s in ss}  # noqa: E731
-    assert len(val) == 5 and len(train) == 15 and not ids(train) & ids(val)
-    assert ids(load_samples(cfg, "val")) == ids(val)  # the same rows every time
-    assert (
-        len(
-            load_samples(
-                make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl"), "test_size": 3}), "val"
-            )
-        )
-        == 3
-    )
-    with pytest.raises(DatasetError, match="test_size"):
-        split_held_out(train[:1], 0.5, "val", "dataset")
-    with pytest.raises(DatasetError, match="no held-out split"):
-        load_samples(make_cfg({"allow_media_outside_root": True, "name": str(tmp_path / "r.jsonl")}), "val")
+    assert row(val) == list(range(15, 20)) and row(train) == list(range(15))
+    assert row(load_samples(job(test_size=3), "val")) == [17, 18, 19]
+    # unset: cosmos-rl passes None to train_test_split, which holds out 0.25 (a file has no validation split)
+    assert row(load_samples(job(), "val")) == list(range(15, 20))
+    assert len(load_samples(job(), "train")) == 15
+    # validation off: cosmos-rl does not split, every row trains
+    assert len(load_samples(job(validation=False, test_size=0.25), "train")) == 20
+    with pytest.raises(DatasetError, match=r"test_size = 20 with 20 rows: .*a count from 1 to 19"):
+        load_samples(job(test_size=20), "val")
+    with pytest.raises(DatasetError, match="needs at least 2"):
+        split_by_row(train[:1], 0.5, "map", "val", "dataset")
 
 
 def test_unknown_column_names_file_and_row(tmp_path: Path) -> None:
@@ -499,7 +504,8 @@ def test_script_errors_name_the_file(tmp_path: Path) -> None:
     only_train = tmp_path / "only_train.py"
     only_train.write_text("def get_dataset(config):\n    return [{'messages': [{'role': 'user', 'content': 'hi'}]}]\n")
     assert len(load_samples(cfg, "train", script=only_train)) == 1
-    with pytest.raises(DatasetError, match="defines no get_val_dataset"):
+    # no get_val_dataset: cosmos-rl's default part of get_dataset's rows, which one row cannot give
+    with pytest.raises(DatasetError, match=r"1 row\(s\) to split for validation.*get_val_dataset"):
         load_samples(cfg, "val", script=only_train)
     boom = tmp_path / "boom.py"
     boom.write_text("def get_dataset(config):\n    raise KeyError('root')\n")

@@ -126,8 +126,10 @@ def test_a_split_no_file_names_is_an_error(tmp_path: Path) -> None:
     assert len(load_samples(job({"name": str(plain)}), "train")) == 3
     with pytest.raises(DatasetError, match=r"split = 'val'.*no file or folder names a split"):
         load_samples(job({"name": str(plain), "split": "val"}), "train")
-    with pytest.raises(DatasetError, match="has no held-out split of its own"):
-        load_samples(job({"name": str(plain)}, {"enable": True}), "val")
+    # no validation split of its own: cosmos-rl's default part of the training rows (the last 0.25: b.json's row)
+    with_val = job({"name": str(plain)}, {"enable": True})
+    assert [s["id"] for s in load_samples(with_val, "val")] == ["b.json-0"]
+    assert [s["id"] for s in load_samples(with_val, "train")] == ["a.json-0", "a.json-1"]
     # training on the validation split would make validation read the training rows
     with pytest.raises(DatasetError, match="is its validation split"):
         load_samples(job({"name": str(folder), "split": "val"}, {"enable": True}), "val")

@@ -17,7 +17,7 @@ from cosmos_train.models.families import family_of
 from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.preflight import check_model_family
 from cosmos_train.rewards import combine
-from cosmos_train.rewards.math import boxed_math_reward, direct_math_reward, gsm8k_reward, last_boxed
+from cosmos_train.rewards.math import boxed_math_reward, direct_math_reward, gsm8k_reward
 from cosmos_train.vision.processor import get_tokenizer
 from tests.conftest import TEXT_FAMILIES
 
@@ -95,19 +95,21 @@ def test_the_model_type_of_a_cached_hub_model_is_known_offline(tmp_path: Path, m
 
 
 def test_math_rewards_read_the_final_answer() -> None:
-    assert last_boxed(r"so \boxed{\frac{1}{2}} and then \boxed{x^{2}}") == "x^{2}"
-    assert boxed_math_reward(r"half: \boxed{\frac{1}{2}}", "0.5") == 1.0
-    assert boxed_math_reward(r"\boxed{1,000 dollars}", r"the answer is \boxed{1000}") == 1.0
-    assert boxed_math_reward("it is 7, no, 12", "12") == 1.0  # no box: the last number
-    assert boxed_math_reward(r"\boxed{13}", "12") == 0.0 and boxed_math_reward("no number", "12") == 0.0
+    # cosmos-rl's boxed_math: math_verify, the reference read as LaTeX (tests/unit/test_cosmos_rl_rewards.py)
+    assert boxed_math_reward(r"half: \boxed{\frac{1}{2}}", "$0.5$") == 1.0
+    assert boxed_math_reward(r"\boxed{1,000}", r"the answer is $\boxed{1000}$") == 1.0
+    assert boxed_math_reward("it is 7, no, 12", r"$\boxed{12}$") == 1.0  # no box: math_verify reads the last number
+    assert boxed_math_reward(r"\boxed{13}", "$12$") == 0.0 and boxed_math_reward("no number", "$12$") == 0.0
+    assert boxed_math_reward(r"\boxed{12}", "12") == 0.0  # a reference without LaTeX: nothing to compare with
     # cosmos-rl's gsm8k: the strict "#### N" of both sides
     assert gsm8k_reward("so 5 + 7 = 12\n#### 12", "5 + 7 = 12\n#### 12") == 1.0
     assert gsm8k_reward("the answer is 12", "#### 12") == 0.0 and gsm8k_reward("#### 1,200", "#### 1200") == 1.0
     # cosmos-rl's direct_math: 1 / -1 on the last "Answer:" line
     assert direct_math_reward("work...\nAnswer: $12$ dollars", "12") == 1.0
     assert direct_math_reward("Answer: 13", "12") == -1.0 and direct_math_reward("12", "12") == -1.0
-    total, parts = combine({"boxed_math": 1.0, "gsm8k": 0.5})(r"\boxed{12}", {"reference": "12"})
-    assert parts == {"boxed_math": 1.0, "gsm8k": 0.0} and total == 1.0
+    # neither side has "#### ": cosmos-rl's gsm8k compares None with None, a 1
+    total, parts = combine({"boxed_math": 1.0, "gsm8k": 0.5})(r"\boxed{12}", {"reference": "$12$"})
+    assert parts == {"boxed_math": 1.0, "gsm8k": 1.0} and total == 1.5
 
 
 LLAMA3_TEMPLATE = (

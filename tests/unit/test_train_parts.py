@@ -100,12 +100,14 @@ def test_freeze_and_trainable_patterns() -> None:
         apply_freeze_patterns(torch.nn.Linear(2, 2), cfg.policy)
 
 
-def test_optimizer_groups_skip_decay_on_vectors() -> None:
+def test_optimizer_decays_every_parameter_unless_matrices_only() -> None:
     model = torch.nn.Linear(3, 2)
     cfg = config_from_dict({"train": {"optm_lr": 0.5, "optm_weight_decay": 0.1}})
     opt = build_optimizer(model, cfg.train, torch.device("cpu"))
-    decays = sorted(g["weight_decay"] for g in opt.param_groups)
-    assert decays == [0.0, 0.1]
+    assert [(len(g["params"]), g["weight_decay"]) for g in opt.param_groups] == [(2, 0.1)]  # cosmos-rl's
+    ours = config_from_dict({"train": {"optm_lr": 0.5, "optm_weight_decay": 0.1, "decay_matrices_only": True}})
+    opt = build_optimizer(model, ours.train, torch.device("cpu"))
+    assert sorted(g["weight_decay"] for g in opt.param_groups) == [0.0, 0.1]  # the bias spared
     assert all(g["lr"] == 0.5 for g in opt.param_groups)
 
 
@@ -152,6 +154,30 @@ def test_settings_the_trainers_do_not_implement_are_refused() -> None:
     assert [n.key for n in cfg.no_effect] == ["policy.parallelism.pp_size"]
     assert (cfg.policy.parallelism.cp_size, cfg.policy.parallelism.pp_size) == (2, 1)
     assert "use_remote_reward" not in problems  # the reward service client implements it
+
+
+def test_keys_our_code_does_not_read_are_refused_or_said_to_have_no_effect() -> None:
+    """policy.model_revision would change the weights that train: refused past its default ("main" is what loading
+    the name gives); train.logprob_dtype, rollout.quantization and rollout.enable_chunked_prefill only change
+    precision or speed: listed with no effect when a config sets them off their defaults."""
+    from cosmos_train.config import unsupported_settings
+
+    quiet = config_from_dict({"policy": {"model_revision": "main"}, "train": {"train_policy": {}}})
+    assert unsupported_settings(quiet) == [] and quiet.no_effect == []
+    problems = unsupported_settings(config_from_dict({"policy": {"model_revision": "v1.1"}}))
+    assert len(problems) == 1 and problems[0].startswith("policy.model_revision = 'v1.1'")
+    assert "--revision" in problems[0]
+    speed = config_from_dict(
+        {
+            "train": {"logprob_dtype": "bfloat16"},
+            "rollout": {"enable_chunked_prefill": True, "quantization": "fp8"},
+        }
+    )
+    assert [n.key for n in speed.no_effect] == [
+        "train.logprob_dtype",
+        "rollout.quantization",
+        "rollout.enable_chunked_prefill",
+    ]
 
 
 def test_schedule_start_factor_and_decay_ratio_by_hand() -> None:

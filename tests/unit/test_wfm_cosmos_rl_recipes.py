@@ -46,7 +46,7 @@ AS_PUBLISHED = {
         "checkpoint.model_id = 'base/pre-trained/d20b7120",
         "dataloader_train.video_dataloader.dataset_dir",
     ],
-    GRPO_MOCK: ['dataloader_train.type = "web"', "model.model_name_or_path / checkpoint.load_path"],
+    GRPO_MOCK: ["model.model_name_or_path / checkpoint.load_path"],  # its data: cosmos-rl's mock (wfm/mock_data.py)
     DDRL_2B: [
         "checkpoint.model_id = 'base/pre-trained/d20b7120",
         "dataloader_train.video_dataloader.dataset_dir",
@@ -61,7 +61,7 @@ TEXT2WORLD = ["model.rl.min_num_conditional_frames=0", "model.rl.max_num_conditi
 
 def runnable(name: str, model: Path, data: Path) -> list[str]:
     """The overrides that make a published recipe one that runs here: its model a diffusers folder, text2world, no
-    context parallelism, a local dataset (the mock-data recipe: mock prompts)."""
+    context parallelism, a local dataset (the mock-data recipe: its own, cosmos-rl's mock video dataset)."""
     out = [
         f"checkpoint.load_path='{model}'",
         "checkpoint.model_id=''",
@@ -69,7 +69,7 @@ def runnable(name: str, model: Path, data: Path) -> list[str]:
         "model_parallel.context_parallel_size=1",
     ]
     if name == GRPO_MOCK:
-        return out + ["dataloader_train.type='mock'"]
+        return out
     return out + [f"dataloader_train.video_dataloader.dataset_dir='{data}'"]
 
 
@@ -146,6 +146,15 @@ def test_runnable_recipe_reads_what_cosmos_rl_reads(name: str, tmp_path: Path) -
         ref.model.dp_replicate_size,
         ref.model.precision,
     )
+    if name == GRPO_MOCK:  # cosmos-rl's mock video dataset: its shapes (tests/unit/test_wfm_mock_data.py: its rows)
+        loader = ref.dataloader_train.video_dataloader.dataloader
+        mock = cfg.dataloader_train.mock_video
+        assert mock is not None and (mock.num_frames, mock.len_t5, mock.t5_dim, cfg.video.batch_size) == (
+            loader.dataset.num_video_frames,
+            loader.dataset.len_t5,
+            loader.dataset.t5_dim,
+            loader.batch_size,
+        )
     if ref.dataloader_train.type == "local":
         v, ref_v = cfg.video, ref.dataloader_train.video_dataloader
         assert (v.num_frames, v.video_size, v.offline_text_embedding, v.batch_size) == (

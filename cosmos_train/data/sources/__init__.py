@@ -20,9 +20,15 @@ a dataset that cannot be read at all raises `DatasetError`.
 
 ``split_role == "train"`` asks for the rows the dataset config names (its ``split``);
 ``split_role == "val"`` asks for the source's own held-out rows (synthetic ``sft/val.json``, a
-script's ``get_val_dataset``, a local folder's ``val.json``); a source without one raises `DatasetError`. When
-``dataset.test_size`` is set, `load_samples` instead reads the "train" rows once and holds out a
-fixed, seeded part of them (the same rows every run), so train and val never overlap.
+script's ``get_val_dataset``, a local folder's ``val.json``); a source without one raises `DatasetError`.
+
+Which rows validation reads, and which train (`split_plan`), as cosmos-rl 0.4.7 decides (its SFT worker and GRPO
+data fetcher call `split_train_n_val_dataset` when validation is on and no validation dataset is given):
+``[validation.dataset]`` when set (all training rows train); else a script's ``get_val_dataset``; else, with
+``dataset.test_size`` set, that part of the training rows, held out of training (`holdout`: cosmos-rl's first or
+last rows by the kind of dataset); else a local folder's or synthetic dataset's own validation split; else
+cosmos-rl's default part of the training rows (test_size unset: 0.1, or 0.25 for an `hf` dataset). With
+validation off nothing is held out. Held-out rows never train.
 
 Sources (``dataset.source``)
 ----------------------------
@@ -57,9 +63,9 @@ Samples without a system turn get ``train_policy.system_prompt``, else the defau
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +78,11 @@ from cosmos_train.data.sources import cosmos, hf, llava, synthetic, video_folder
 from cosmos_train.data.sources import script as script_mod
 from cosmos_train.data.sources.common import ROW_FILE_SUFFIXES, DatasetError, RowError
 from cosmos_train.data.sources.cosmos import VIDEO_SUFFIXES
+from cosmos_train.data.sources.hf import held_out_split
+from cosmos_train.data.sources.holdout import kind_of_rows, kind_of_source, split_by_row
 from cosmos_train.data.sources.registry import SOURCES, SourceFn, SplitRole, get_source, register_source
 from cosmos_train.data.sources.splits import SplitNotFound, data_files
 
-# The held-out part of a test_size split must not move between runs or with the shuffle seed.
-SPLIT_SEED = 1234
 COSMOS_HUB_ID = re.compile(r"^nvidia/Cosmos-Reason\d*[-_]", re.IGNORECASE)
 
 __all__ = [
@@ -84,13 +90,14 @@ __all__ = [
     "DatasetError",
     "RowError",
     "SourceFn",
+    "SplitPlan",
     "SplitRole",
     "cosmos_subsets",
     "detect_source",
     "get_source",
     "load_samples",
     "register_source",
-    "split_held_out",
+    "split_plan",
 ]
 
 
@@ -150,21 +157,41 @@ def cosmos_subsets(folder: Path) -> list[str]:
     return sorted(d.name for d in folder.iterdir() if d.is_dir() and has_clips(d / "clips"))
 
 
-def split_held_out(samples: list[dict], test_size: float | int, split_role: SplitRole, where: str) -> list[dict]:
-    """The train or val part of a seeded split by row (all samples of one row stay together)."""
-    origins = list(dict.fromkeys(s["origin"] for s in samples))
-    n = len(origins)
-    n_val = round(test_size * n) if test_size < 1 else int(test_size)
-    if not 0 < n_val < n:
-        raise DatasetError(
-            f"{where}.test_size = {test_size} holds out {n_val} of {n} rows; "
-            "it must leave at least one row on each side"
-        )
-    order = list(range(n))
-    random.Random(SPLIT_SEED).shuffle(order)
-    val = {origins[i] for i in order[:n_val]}
-    keep = (lambda o: o in val) if split_role == "val" else (lambda o: o not in val)
-    return [s for s in samples if keep(s["origin"])]
+@dataclass(frozen=True)
+class SplitPlan:
+    """What role `split_role` reads: `dataset` (named `where` in messages), the source's `read_role` rows of it, and
+    whether a test_size part of them is held out (`hold_out`; the dataset's test_size, unset: cosmos-rl's default)."""
+
+    dataset: DatasetConfig
+    where: str
+    read_role: SplitRole
+    hold_out: bool
+
+
+def _has_own_val_split(ds: DatasetConfig) -> bool:
+    """A local folder's validation split (hf) or a synthetic folder's val file: what validation reads when
+    test_size is unset (DatasetError from `held_out_split` when training reads that split itself)."""
+    source = detect_source(ds)
+    return source == "synthetic" or (source == "hf" and held_out_split(ds) is not None)
+
+
+def split_plan(cfg: Config, split_role: SplitRole, script: str | Path | None = None) -> SplitPlan:
+    """Which rows role `split_role` reads (module docstring). Role "val" is planned as if validation were on."""
+    policy, where = cfg.train.train_policy.dataset, "train.train_policy.dataset"
+    if split_role == "val" and cfg.validation.dataset is not None:
+        # ours (cosmos-rl never reads validation.dataset.test_size): its split, or the part test_size holds out
+        val = cfg.validation.dataset
+        return SplitPlan(val, "validation.dataset", "train", val.test_size is not None)
+    if split_role == "train" and (not cfg.validation.enable or cfg.validation.dataset is not None):
+        # cosmos-rl splits the training rows only for a validation that has no dataset of its own
+        return SplitPlan(policy, where, "train", False)
+    if script is None and detect_source(policy) == "script":
+        script = policy.name
+    if script is not None and script_mod.has_val_dataset(script):
+        return SplitPlan(policy, where, split_role, False)  # cosmos-rl's val_dataset: test_size is not read
+    if script is None and policy.test_size is None and _has_own_val_split(policy):
+        return SplitPlan(policy, where, split_role, False)
+    return SplitPlan(policy, where, "train", True)
 
 
 def _describe(ds: DatasetConfig, script: str | Path | None, role: SplitRole) -> str:
@@ -191,39 +218,37 @@ def load_samples(
 ) -> list[dict[str, Any]]:
     """Read the train or val rows of `cfg` as chat samples.
 
-    Validation rows come from `validation.dataset` when set, else the train dataset's
-    held-out part (`test_size`) or its own val split. `script` (a dataset script path) overrides
+    Which dataset and which of its rows: `split_plan` (the module docstring). `script` (a dataset script path) overrides
     `dataset.source`. A row that cannot be mapped raises RowError naming its file and row, unless
     `keep_errors` (data preparation applies `dataset.on_bad_row` to those error samples).
     """
     if split_role not in ("train", "val"):
         raise ValueError(f"split_role must be 'train' or 'val', got {split_role!r}")
     policy_cfg = cfg.train.train_policy
-    where = "train.train_policy.dataset"
-    ds = policy_cfg.dataset
-    if split_role == "val" and cfg.validation.dataset is not None:
-        ds, where = cfg.validation.dataset, "validation.dataset"
+    plan = split_plan(cfg, split_role, script)
+    ds, where = plan.dataset, plan.where
     if script is None and detect_source(ds) == "script":
         script = ds.name  # with the whole job config, not the registry entry's partial one
+    returned: list[Any] = []  # what a script's function returned: its kind decides which rows test_size holds out
     if script is not None:
         reader: Callable[[SplitRole], Iterable[dict]] = lambda role: script_mod.script_samples(  # noqa: E731
-            Path(script), cfg, role
+            Path(script), cfg, role, on_rows=returned.append
         )
     else:
         source = get_source(detect_source(ds))
         reader = lambda role: source(ds, policy_cfg, role, dict(cfg.custom))  # noqa: E731
-    read_role: SplitRole = "train" if ds.test_size is not None or ds is not policy_cfg.dataset else split_role
     try:
-        samples = list(reader(read_role))
+        samples = list(reader(plan.read_role))
     except SplitNotFound as e:
         raise e.named(where) from None
     if not samples:
         raise DatasetError(
-            f"{where}: {_describe(ds, script, read_role)} yielded no rows; check the file is not "
+            f"{where}: {_describe(ds, script, plan.read_role)} yielded no rows; check the file is not "
             "empty and that subset / split name the rows you mean"
         )
-    if ds.test_size is not None:
-        samples = split_held_out(samples, ds.test_size, split_role, where)
+    if plan.hold_out:
+        kind = kind_of_rows(returned[0]) if returned else kind_of_source(detect_source(ds))
+        samples = split_by_row(samples, ds.test_size, kind, split_role, where, ds.test_split_shuffle)
     if not keep_errors:
         for s in samples:
             if "error" in s:

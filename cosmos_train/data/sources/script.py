@@ -9,6 +9,10 @@ The contract of a dataset script (examples/my_dataset.py is a complete one):
     def get_val_dataset(config: Config) -> Iterable[dict]                     # optional: held-out rows
     REWARD_FUNCTIONS = {"name": fn}                                           # optional, for GRPO
 
+Without get_val_dataset, validation holds out `dataset.test_size` of get_dataset's rows (unset: 0.1) as cosmos-rl
+does a launcher script's dataset: the first rows, or the last ones when it returns a `datasets.Dataset`
+(`holdout`); with it, test_size is not read (cosmos-rl's `val_dataset`).
+
 Each row is either a chat sample (`{"messages": [...], "id"?, "reference"?}`, media parts with
 "video"/"image" paths) or a row any other source reads: Cosmos-Reason (`conversations` + `video`),
 LLaVA (`from`/`value` turns with `<image>`/`<video>` + `image`/`images`/`video`), or RL
@@ -78,6 +82,11 @@ def script_reward_functions(path: str | Path) -> dict[str, Callable[..., float]]
     return dict(rewards)
 
 
+def has_val_dataset(path: str | Path) -> bool:
+    """Whether the script defines get_val_dataset: its own validation rows (cosmos-rl's `val_dataset`)."""
+    return callable(getattr(load_script(path), "get_val_dataset", None))
+
+
 def _iterate(rows: Any, where: str) -> Iterable[Any]:
     if isinstance(rows, dict) or isinstance(rows, str) or rows is None:
         raise DatasetError(f"{where} returned {type(rows).__name__}; expected an iterable of rows")
@@ -91,8 +100,11 @@ def _iterate(rows: Any, where: str) -> Iterable[Any]:
         raise DatasetError(f"{where} returned {type(rows).__name__}; expected an iterable of rows") from None
 
 
-def script_samples(path: str | Path, cfg: Config, split_role: str) -> Iterator[dict]:
-    """Chat samples from the script's get_dataset (role "train") or get_val_dataset (role "val")."""
+def script_samples(
+    path: str | Path, cfg: Config, split_role: str, on_rows: Callable[[Any], None] | None = None
+) -> Iterator[dict]:
+    """Chat samples from the script's get_dataset (role "train") or get_val_dataset (role "val"). `on_rows` is
+    given what the function returned (test_size holds out rows by its kind: `holdout.kind_of_rows`)."""
     path = Path(path).expanduser().resolve()
     module = load_script(path)
     fn_name = "get_val_dataset" if split_role == "val" else "get_dataset"
@@ -106,6 +118,8 @@ def script_samples(path: str | Path, cfg: Config, split_role: str) -> Iterator[d
         rows = fn(cfg)
     except Exception as e:
         raise DatasetError(f"{where}(config) failed: {type(e).__name__}: {e}") from e
+    if on_rows is not None:
+        on_rows(rows)
     ds = cfg.train.train_policy.dataset
     roots = ([Path(ds.media_path).expanduser()] if ds.media_path else []) + [path.parent]
     # No media-root check: the script is the user's own code (it can read any file itself), and building

@@ -19,5 +19,5 @@ class RuleHandler(Handler):
         return [float(fn(c, sample_of(batch.samples, i))) for i, c in enumerate(batch.completions)]
 
 
-for _name in ("format", "single_choice", "exact_match"):
+for _name in ("format", "format_lenient", "single_choice", "choice_letter", "exact_match"):
     register_handler(_name)(RuleHandler)
