@@ -61,7 +61,7 @@ from cosmos_train.train.data import load_train_samples
 from cosmos_train.train.loop import run_main
 from cosmos_train.train.rl_batch import RLSample, behav_tensor, check_prompt_ids, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, aggregate, policy_loss, token_entropy
-from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, validation_sampling
+from cosmos_train.train.rollout import SEED_MOD, Group, Rollout, grpo_policy, training_rewards, validation_sampling
 from cosmos_train.train.rollout_colocated import ColocatedRollout
 from cosmos_train.train.rollout_source import RolloutSource, asynchronous_rollout, outage_agreed
 from cosmos_train.train.rollout_stats import RolloutSums
@@ -127,14 +127,7 @@ class GRPOTrainer(Trainer):
         self.policy_cfg = policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
-        # what the `overlong` reward reads: the policy's tokenizer and the length settings
-        context = RewardContext.from_config(cfg, get_tokenizer(self.processor))
-        self.rewards = combine(
-            policy_cfg.reward_function,
-            remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
-            context=context,
-            filter_metrics=policy_cfg.filter_reward_metric,
-        )
+        self.rewards = training_rewards(cfg, get_tokenizer(self.processor))
         val_remote = cfg.validation.use_remote_reward
         val_remote = policy_cfg.use_remote_reward if val_remote is None else val_remote
         # cosmos-rl validates through the remote service too when training does (it picks which weights are best):
@@ -143,7 +136,11 @@ class GRPOTrainer(Trainer):
         if val_remote:
             remote_names = {f.name for f in policy_cfg.remote_reward.reward_fns}
             val_local = {k: v for k, v in val_local.items() if k not in remote_names}
-        self.val_rewards = combine(val_local, remote=policy_cfg.remote_reward if val_remote else None, context=context)
+        self.val_rewards = combine(
+            val_local,
+            remote=policy_cfg.remote_reward if val_remote else None,
+            context=RewardContext.from_config(cfg, get_tokenizer(self.processor)),
+        )
         self.rows = load_train_samples(cfg, run_dir, "train", dataset_script)
         self.val_rows = load_train_samples(cfg, run_dir, "val", dataset_script) if cfg.validation.enable else []
         prompts = cfg.prompts_per_step

@@ -47,8 +47,8 @@ from cosmos_train.data.sources.holdout import DEFAULT_TEST_SIZE, kind_of_source
 from cosmos_train.errors import ConfigError, DataError, ModelError
 from cosmos_train.generation import GenerationEngine, create_engine, from_rollout
 from cosmos_train.models.load import load_processor
-from cosmos_train.rewards import RewardContext, RewardSet, accuracy_reward, combine, register_script_rewards
-from cosmos_train.train.rollout import SEED_MOD, collect_rollouts, grpo_policy, step_sampling
+from cosmos_train.rewards import RewardSet, accuracy_reward, register_script_rewards
+from cosmos_train.train.rollout import SEED_MOD, collect_rollouts, grpo_policy, step_sampling, training_rewards
 from cosmos_train.vision.processor import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -484,13 +484,8 @@ def filter_rl_data(cfg: Config, settings: FilterSettings, out: Path) -> FilterRe
     if settings.dataset_script:
         register_script_rewards(settings.dataset_script)
     model = settings.model or cfg.policy.model_name_or_path
-    rewards = combine(
-        policy_cfg.reward_function,
-        remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
-        # the sampled model's tokenizer, loaded only when a reward counts tokens (`overlong`)
-        context=RewardContext.from_config(cfg, lambda: get_tokenizer(load_processor(model))),
-        filter_metrics=policy_cfg.filter_reward_metric,
-    )
+    # the sampled model's tokenizer, loaded only when a reward counts tokens (`overlong`)
+    rewards = training_rewards(cfg, lambda: get_tokenizer(load_processor(model)))
     on_bad_row = policy_cfg.dataset.on_bad_row
     samples = load_samples(cfg, "train", settings.dataset_script, keep_errors=on_bad_row == "skip")
     bad = [s for s in samples if "error" in s]

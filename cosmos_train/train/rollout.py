@@ -38,7 +38,7 @@ import torch
 from cosmos_train.config import Config, ConfigError, GRPOPolicyConfig
 from cosmos_train.data.prompt import prompt_messages
 from cosmos_train.generation import Completion, GenerationEngine, SamplingParams
-from cosmos_train.rewards import RewardSet
+from cosmos_train.rewards import RewardContext, RewardSet, combine
 from cosmos_train.rewards.remote import RewardServiceUnreachable
 from cosmos_train.train.rl_losses import AdvantageStd, group_advantages
 
@@ -220,6 +220,19 @@ def grpo_policy(cfg: Config) -> GRPOPolicyConfig:
     if not isinstance(policy_cfg, GRPOPolicyConfig):
         raise ConfigError([f'train.train_policy.type = {policy_cfg.type!r}: GRPO needs type = "grpo"'])
     return policy_cfg
+
+
+def training_rewards(cfg: Config, tokenizer: Any) -> RewardSet:
+    """The rewards a GRPO step scores with: reward_function (and the remote service's when use_remote_reward),
+    filter_reward_metric's for dynamic sampling, the `overlong` reward's context. `tokenizer`: the policy's, or a
+    function of no arguments loading it (`RewardContext.from_config`: loaded only when a reward counts tokens)."""
+    policy_cfg = grpo_policy(cfg)
+    return combine(
+        policy_cfg.reward_function,
+        remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
+        context=RewardContext.from_config(cfg, tokenizer),
+        filter_metrics=policy_cfg.filter_reward_metric,
+    )
 
 
 def step_sampling(cfg: Config, step_seed: int) -> SamplingParams:

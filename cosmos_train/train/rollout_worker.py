@@ -48,10 +48,10 @@ from cosmos_train.generation import (
 from cosmos_train.models.hf_folder import export_safetensors
 from cosmos_train.models.load import load_processor
 from cosmos_train.process_tree import watch_parent
-from cosmos_train.rewards import RewardContext, RewardSet, combine, register_script_rewards
+from cosmos_train.rewards import RewardSet, register_script_rewards
 from cosmos_train.rewards.remote import RewardServiceUnreachable
 from cosmos_train.train.data import load_train_samples
-from cosmos_train.train.rollout import Rollout, grpo_policy, run_rollout
+from cosmos_train.train.rollout import Rollout, grpo_policy, run_rollout, training_rewards
 from cosmos_train.train.rollout_source import RolloutSource, StepRollout, any_rank, outage_agreed
 from cosmos_train.vision.processor import get_tokenizer
 
@@ -243,18 +243,10 @@ def _worker_main(
     watch_parent(grace_s=5)
     try:
         cfg = load_config(Path(run_dir) / "config.toml", env={})
-        policy_cfg = grpo_policy(cfg)
         if dataset_script:
             register_script_rewards(dataset_script)
-        rewards = combine(
-            policy_cfg.reward_function,
-            remote=policy_cfg.remote_reward if policy_cfg.use_remote_reward else None,
-            # the policy's tokenizer, loaded only when a reward counts tokens (`overlong`)
-            context=RewardContext.from_config(
-                cfg, lambda: get_tokenizer(load_processor(cfg.policy.model_name_or_path))
-            ),
-            filter_metrics=policy_cfg.filter_reward_metric,
-        )
+        # the policy's tokenizer, loaded only when a reward counts tokens (`overlong`)
+        rewards = training_rewards(cfg, lambda: get_tokenizer(load_processor(cfg.policy.model_name_or_path)))
         all_rows = load_train_samples(cfg, Path(run_dir), "train", dataset_script)
         engine = create_engine(from_rollout(cfg, processes_per_host=processes_per_host))
         _serve(engine, cfg, rewards, all_rows, requests, results)
