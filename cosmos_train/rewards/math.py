@@ -26,12 +26,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
-
-from math_verify.errors import TimeoutException
-from math_verify.metric import math_metric
-from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +90,8 @@ REMOVED_EXPRESSIONS = [
 ]
 _GSM8K = re.compile(r"#### (-?[0-9.,]+)")  # GSM8K's final line; [0-9], not \d: no other script's digits
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
-# cosmos-rl's comparer: the reference (gold) read as LaTeX, the completion as a plain expression or LaTeX
-_COMPARE = math_metric(
-    gold_extraction_target=(LatexExtractionConfig(),),
-    pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
-)
+# cosmos-rl's comparer (`_comparer`), built at the first comparison
+_COMPARE: Callable[[list[str], list[str]], Any] | None = None
 # math_verify's own timeouts (5 s for each of the two parses, 2 s to print, 5 s for each of up to 4 comparisons)
 # stop a comparison within 32 s; a child still busy after this is stuck where no alarm reaches (C code) and is killed
 COMPARE_DEADLINE_S = 40.0
@@ -146,10 +140,29 @@ def direct_math_reward(completion: str, reference: str) -> float:
     return 1.0 if normalize_final_answer(answer) == normalize_final_answer(reference) else -1.0
 
 
+def _comparer() -> Callable[[list[str], list[str]], Any]:
+    """cosmos-rl's comparer: the reference (gold) read as LaTeX, the completion as a plain expression or LaTeX."""
+    global _COMPARE
+    if _COMPARE is None:
+        # math_verify and sympy under it take seconds to import: only a process that scores boxed_math pays for
+        # them (every GRPO rank and CLI call imports this module), and a kit that never scores it need not carry them
+        from math_verify.metric import math_metric
+        from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+
+        _COMPARE = math_metric(
+            gold_extraction_target=(LatexExtractionConfig(),),
+            pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
+        )
+    return _COMPARE
+
+
 def _verified(completion: str, reference: str) -> float:
     """math_verify's score of the completion against the reference, in this thread (the main one: its alarms)."""
+    compare = _comparer()
+    from math_verify.errors import TimeoutException  # loaded by _comparer's imports: no cost here
+
     try:
-        score, _ = _COMPARE([reference], [completion])
+        score, _ = compare([reference], [completion])
         return float(score)
     except TimeoutException:  # a BaseException: math_verify's alarm went off outside its own handlers
         logger.warning("boxed_math: math_verify timed out comparing a completion with %r; scored 0", reference[:200])

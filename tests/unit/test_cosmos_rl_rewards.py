@@ -420,3 +420,39 @@ def test_mutations_of_ours_are_caught(monkeypatch: pytest.MonkeyPatch, tokenizer
 def _stop_the_comparison_process() -> Iterator[None]:
     yield
     math_module._OFF_THREAD.close()
+
+
+def test_enable_overlong_penalty_changes_no_reward_there_or_here(tokenizer: Any) -> None:
+    """cosmos-rl 0.4.7 never reads train_policy.overlong_reward.enable_overlong_penalty: its Reward scores the same
+    with the flag on or off, and so do ours (the rewards a GRPO step builds from the config), which `config check`
+    lists as having no effect."""
+    from cosmos_train.train.rollout import training_rewards
+
+    reward_function = {"single_choice": 1.0, "format": 0.5}
+    theirs = []
+    for flag in (False, True):
+        cfg = _their_config(reward_function=dict(reward_function))
+        cfg.train.train_policy.overlong_reward.enable_overlong_penalty = flag
+        theirs.append(_reward_module().Reward(cfg, tokenizer).compute_reward(COMPLETIONS, "B")[0])
+    ours = []
+    for flag in (False, True):
+        raw = {
+            "rollout": {"max_response_length": MAX_LEN},
+            "train": {
+                "train_policy": {
+                    "type": "grpo",
+                    "reward_function": reward_function,
+                    "overlong_reward": {
+                        "buffer_length": BUFFER,
+                        "penalty_factor": FACTOR,
+                        "enable_overlong_penalty": flag,
+                    },
+                }
+            },
+        }
+        cfg = config_from_dict(raw)
+        scored = training_rewards(cfg, tokenizer).score_batch(COMPLETIONS, [{"reference": "B"}] * len(COMPLETIONS))
+        ours.append([t for t, _ in scored])
+        flagged = [n.key for n in cfg.no_effect]
+        assert ("train.train_policy.overlong_reward.enable_overlong_penalty" in flagged) is flag
+    assert theirs[0] == theirs[1] == ours[0] == ours[1]
