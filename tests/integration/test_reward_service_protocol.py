@@ -152,7 +152,7 @@ def test_pull_takes_a_json_body_too_and_metrics_report() -> None:
         meta = {
             "media_type": "text",
             "reward_fn": {"format": 1.0},
-            "completions": ["<think>x</think> <answer>A</answer>", "A"],
+            "completions": ["<think>x</think>\n\n<answer>A</answer>", "A"],
         }
         uuid = requests.post(url + "/api/reward/enqueue", data=body(meta), headers=auth(), timeout=10).json()["uuid"]
         deadline = time.monotonic() + 20
