@@ -24,7 +24,7 @@ process, --threads torch threads (the cores) on TRL's side and in our synchronou
   {"id", "image", "qa_pairs"} in a json file our hf source reads. TRL gets the very chat samples our data
   layer builds from that file (list-style contents, the image as a PIL image); the script checks the
   prompt token ids TRL's processor gives equal ours before timing.
-- Reward: ours is the registry's `single_choice`; TRL's is a function calling the same parser
+- Reward: ours is the registry's `choice_letter`; TRL's is a function calling the same parser
   (`cosmos_train.rewards.parsing.parse_letter`) with the row's reference and options.
 - Ours: `python -m cosmos_train.train.grpo --config RUN/config.toml` as its own process (what the CLI
   runs on one rank), step time = the median `step_time` of its metrics.jsonl rows after --warmup steps;
@@ -268,7 +268,7 @@ def check_same_prompts(model: Path, samples: list[dict[str, Any]], rows: list[di
 
 # ---------------------------------------------------------------------------------------------- TRL
 def letter_reward(completions: list[Any], reference: list[str], options: list[str], **_: Any) -> list[float]:
-    """TRL's reward: 1 when our evaluation parser reads the reference letter (what `single_choice` does)."""
+    """TRL's reward: 1 when our evaluation parser reads the reference letter (what `choice_letter` does)."""
     from cosmos_train.rewards.parsing import parse_letter
 
     out = []
