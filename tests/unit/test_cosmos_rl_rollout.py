@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -226,16 +225,6 @@ def test_validation_sampling_equals_cosmos_rl() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ mutations
-@contextmanager
-def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
-    before = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, before)
-
-
 def test_mutations_of_ours_are_caught(scripted_reward: str) -> None:
     """The rule before this issue (a completion that is all prefix but for its stop token trains on the stop token
     alone) and a validation top_p of 1.0 when unset: both are caught."""
@@ -244,7 +233,8 @@ def test_mutations_of_ours_are_caught(scripted_reward: str) -> None:
     def stop_blind(seqs: Any, rewards: Any, min_tokens: int, stopped: Any = None) -> list[int]:
         return original(seqs, rewards, min_tokens, None)
 
-    with _patched(rollout_module, "shared_prefix_ignore", stop_blind):
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rollout_module, "shared_prefix_ignore", stop_blind)
         assert prefix_differences(scripted_reward, 60)
     real = rollout_module.validation_sampling
 
@@ -252,5 +242,6 @@ def test_mutations_of_ours_are_caught(scripted_reward: str) -> None:
         s = real(cfg, seed)
         return s if cfg.validation.top_p is not None else SamplingParams(**{**vars(s), "top_p": 1.0})
 
-    with _patched(sys.modules[__name__], "validation_sampling", fixed_top_p):
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sys.modules[__name__], "validation_sampling", fixed_top_p)
         assert validation_differences()
