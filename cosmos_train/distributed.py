@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
@@ -69,9 +71,11 @@ class DistInfo:
         return self.mesh["tp"] if self.tp > 1 else None
 
 
-def init_distributed(par: ParallelismConfig) -> DistInfo:
+def init_distributed(par: ParallelismConfig, timeout_s: float | None = None) -> DistInfo:
     """Join (or create) the process group and build the (dp_replicate, dp_shard, cp, tp) mesh (row-major: the
-    ranks of a TP group, then of a CP group, are adjacent)."""
+    ranks of a TP group, then of a CP group, are adjacent). timeout_s: how long a collective waits for its peers
+    before it raises (`launch.collective_timeout_s`; None: torch's default, 10 min for NCCL and 30 for gloo): a peer
+    whose host vanished without closing its connections is noticed only this way."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
         # Under torchrun each rank runs in a session of its own: if the launcher dies (SIGKILL), stop
         # instead of hanging on as an orphan, with the time torchrun itself gives a stop checkpoint.
@@ -88,7 +92,14 @@ def init_distributed(par: ParallelismConfig) -> DistInfo:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
+        timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+        if timeout is not None:
+            # and every group made after it: the mesh's sub-groups (init_device_mesh takes no timeout) and the gloo
+            # groups of checkpoints and stop agreement (checkpoint.cpu_group), which new_group gives torch's default
+            # (30 min for gloo) when not told: a peer lost during a save would otherwise hang the survivors that long
+            c10d.default_pg_timeout = timeout
+            c10d.default_pg_nccl_timeout = timeout
     par.check_world_size(world)
     shard = par.resolved_shard(world)
     mesh = init_device_mesh(

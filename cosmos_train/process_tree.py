@@ -127,6 +127,11 @@ def start_reaper(grace_s: float = STOP_GRACE_S) -> None:
 _REAPER_PIPE: list[int] = []
 
 
+def unreaped_children(pid: int) -> list[int]:
+    """The children of `pid` that exited and that it has not collected yet (zombies)."""
+    return [c for c in _children_map().get(pid, []) if (fields := _stat(c)) is not None and fields[0] == "Z"]
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)

@@ -2,6 +2,8 @@
 
     cosmos-train grpo --config configs/tiny-grpo.toml --set train.max_num_steps=3
     prefect deployment run 'grpo/grpo' --param params='{"config": "configs/tiny-grpo.toml"}'
+    prefect deployment run 'grpo/grpo-nodes' --param params='{"config": "configs/tiny-grpo.toml",
+      "overrides": ["launch.nnodes=2"]}'   # a multi-node job: one run, a flow run per node
 
 Steps (tasks/training_run.py, shared with `sft`; the job TOML is read once): resolve-config -> prepare-data
 (manifest.jsonl) -> torchrun of cosmos_train.train.grpo (checkpoints/, metrics.jsonl, completions.jsonl,
@@ -12,7 +14,9 @@ length, grad norm, lr, throughput; refreshed during training, also RUN/plots/cur
 (the states in which RL cannot learn, with their evidence and what to change, or "healthy" with the numbers
 checked: cosmos_train/train/run_health.py, thresholds under [train.run_health]). A retry of the training task
 resumes from the run folder's newest checkpoint instead of starting over; a run that train.stop_when_stuck ended
-is not retried: its artifacts are published, then the flow fails with its paragraph.
+is not retried: its artifacts are published, then the flow fails with its paragraph. A multi-node job run from a
+deployment (`grpo-nodes`) is one run: it is node 0 and starts the other nodes' runs itself (tasks/node_runs.py
+`other_nodes`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from cosmos_train.train.report import (
 from cosmos_train.train.run_health import assess_run, ratio_moves_of
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
+from tasks.node_runs import other_nodes
 from tasks.training_run import TrainJobParams, resolve_training_job, run_trainer
 
 
@@ -50,7 +55,8 @@ def _grpo(params: GRPOParams) -> dict:
     run = job.run
     stuck: RunStuck | None = None
     try:
-        result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
+        with other_nodes(params, job):  # node 0 of a multi-node deployment run: the other nodes' runs
+            result = run_trainer(job, "grpo", retries=params.train_retries, timeout_s=params.timeout_s)
     except RunStuck as e:  # train.stop_when_stuck ended it, saved as at a normal end: report, then fail with it
         stuck, result = e, json.loads((run / "result.json").read_text())
     report = read_run_report(run)

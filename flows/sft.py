@@ -2,12 +2,15 @@
 
     cosmos-train sft --config configs/tiny-sft.toml --set train.epoch=2
     prefect deployment run 'sft/sft' --param params='{"config": "configs/tiny-sft.toml"}'
+    prefect deployment run 'sft/sft-nodes' --param params='{"config": "configs/tiny-sft.toml",
+      "overrides": ["launch.nnodes=2", "launch.nproc_per_node=1"]}'   # a multi-node job: one run, a flow run per node
 
 Steps (tasks/training_run.py, shared with `grpo`; the job TOML is read once, then each step gets the resolved
 job): resolve-config -> prepare-data (manifest.jsonl) -> torchrun (checkpoints/, safetensors/final) ->
 artifacts: `sft-summary`, `training-curves` (loss, lr, grad norm, tokens/s; refreshed during training),
 `training-metrics` (per-step table), `sft-export` (paths as text). A retry of the training task resumes from the run
-folder's newest checkpoint instead of starting over.
+folder's newest checkpoint instead of starting over. A multi-node job run from a deployment (`sft-nodes`) is one
+run: it is node 0 and starts the other nodes' runs itself (tasks/node_runs.py `other_nodes`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from cosmos_train.metrics import read_metrics
 from cosmos_train.train.report import export_markdown, sft_summary_markdown
 from tasks.curves import publish_curves
 from tasks.errors import user_errors_reported
+from tasks.node_runs import other_nodes
 from tasks.training_run import TrainJobParams, resolve_training_job, run_trainer
 
 
@@ -34,7 +38,8 @@ def sft(params: SFTParams) -> dict:
 
 def _sft(params: SFTParams) -> dict:
     job = resolve_training_job(params, "sft")  # the one read of the job TOML; later steps get `job`
-    result = run_trainer(job, "sft", retries=params.train_retries, timeout_s=params.timeout_s)
+    with other_nodes(params, job):  # node 0 of a multi-node deployment run: the other nodes' runs
+        result = run_trainer(job, "sft", retries=params.train_retries, timeout_s=params.timeout_s)
     run = job.run
     create_markdown_artifact(
         sft_summary_markdown(run, result, read_metrics(run)), key="sft-summary", description=f"SFT {run.name}"

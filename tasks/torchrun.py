@@ -97,7 +97,14 @@ def torchrun_command(cfg: AnyJobConfig, module: str, args: list[str]) -> list[st
         # c10d: the agents meet at the endpoint (the one on that host serves the store) and agree on ranks
         # among themselves (torchrun ignores --node_rank there); launch.node_rank only says which node's
         # flow run uploads the shared run folder
-        cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={launch.rdzv_endpoint}", f"--rdzv_id={launch.rdzv_id}"]
+        # bounded: a node waits rdzv_timeout_s for the endpoint to answer and for the others to join, then says so
+        wait = f"join_timeout={launch.rdzv_timeout_s},read_timeout={launch.rdzv_timeout_s}"
+        cmd += [
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={launch.rdzv_endpoint}",
+            f"--rdzv_id={launch.rdzv_id}",
+            f"--rdzv_conf={wait}",
+        ]
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", module, *args]

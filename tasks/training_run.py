@@ -11,22 +11,33 @@ RUN/result.json. A GRPO run with `remote_reward.local_service` gets its own rewa
 restarted when it dies (tasks/reward_service.py); `train.ckpt.upload_s3` / `upload_hf` send checkpoints and
 exports during and after it (tasks/upload.py), recorded in the result's "uploads" (a failed upload never fails
 the run). Each flow then builds its own report from the run folder.
+
+A multi-node job (launch.nnodes > 1) run from a deployment: `resolve_training_job` adds this run's node to the job
+(tasks/node_runs.py `job_overrides`), and the flows wrap the training in `other_nodes`, which makes node 0 of a
+process-pool deployment run start and await the other nodes' runs:
+
+    job = resolve_training_job(params, "sft")
+    with other_nodes(params, job):                  # tasks/node_runs.py
+        result = run_trainer(job, "sft", ...)
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from collections.abc import Callable
 from typing import Any, Literal
 
 from prefect import get_run_logger
+from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
 from cosmos_train.config import Config, GRPOPolicyConfig
 from cosmos_train.config.paths import is_s3
 from cosmos_train.preflight import check_job
 from tasks.errors import retry_only_crashes
+from tasks.node_runs import job_overrides, own_deployment_id
 from tasks.prepare_data import prepare_data_task
 from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
 from tasks.run_folder import ResolvedJob, resolve_config
@@ -45,16 +56,46 @@ class TrainJobParams(BaseModel):
     run_dir: str | None = Field(None, description="Continue in this existing run folder instead of a new one.")
     train_retries: int = Field(1, ge=0, description="Relaunches of a failed training job (each resumes).")
     timeout_s: float | None = Field(None, description="Stop training after this many seconds.")
+    node_rank: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Multi-node job run from a deployment: this flow run is that node of the job (launch.node_rank, "
+        "< launch.nnodes). Set by node 0 on the runs it starts (and by a Kubernetes Indexed-Job pod on its own run); "
+        "leave it unset: the run is then node 0 and starts the others, unless its machine's environment names its "
+        "node (COSMOS_TRAIN__LAUNCH__NODE_RANK: its infrastructure started every node).",
+    )
+    nodes_wait_s: float = Field(
+        600.0,
+        ge=0,
+        le=86400,
+        description="Node 0 of a multi-node deployment run: how long it waits, once its own training ended, for the "
+        "other nodes' flow runs to end before it fails naming those still running.",
+    )
 
 
 def resolve_training_job(params: TrainJobParams, policy_type: PolicyType) -> ResolvedJob[Config]:
     """The job config read, validated and written into its run folder, once; call it inside a flow."""
+    ctx = FlowRunContext.get()
+    assert ctx is not None and ctx.flow_run is not None, "resolve_training_job runs inside a flow"
+    overrides = job_overrides(params, own_deployment_id(), ctx.flow_run.id, socket.gethostname())
     # Input errors before any data is read or process started (the CLI ran this too; a deployment did not).
     cfg = check_job(
-        params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False, policy_type=policy_type
+        params.config, overrides, params.dataset_script, params.run_dir, read_rows=False, policy_type=policy_type
     )
-    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
-    get_run_logger().info("run folder: %s", job.run)
+    job = resolve_config(cfg, params.config, overrides, params.run_dir, params.dataset_script)
+    logger = get_run_logger()
+    launch = cfg.launch
+    if launch.nnodes > 1:
+        logger.info(
+            "node %d of %d on %s (rendezvous %s, id %s)",
+            launch.node_rank,
+            launch.nnodes,
+            socket.gethostname(),
+            launch.rdzv_endpoint,
+            launch.rdzv_id,
+        )
+    logger.info("run folder: %s", job.run)
     return job
 
 

@@ -537,7 +537,34 @@ class LaunchConfig(Section):
         description="Prefect global concurrency limit a training run on GPUs takes one slot of per GPU "
         "it uses (`prefect gcl create gpu --limit 8`); unset or no GPU: no limit taken.",
     )
-    max_restarts: int = Field(0, ge=0, description="torchrun restarts of failed workers before the run fails.")
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        description="torchrun restarts of failed workers before the run fails (0: a crash ends the launch and the "
+        "flow's retry relaunches it, resuming from the newest checkpoint; docs/MULTINODE.md says why).",
+    )
+    rdzv_timeout_s: int = Field(
+        300,
+        ge=10,
+        le=86400,
+        description="Multi-node: how long a node waits for the rendezvous endpoint to answer and for all nnodes "
+        "to join (torchrun's read_timeout and join_timeout); past it the node stops with a paragraph naming the "
+        "endpoint, the rdzv_id and this bound.",
+    )
+    collective_timeout_s: int = Field(
+        600,
+        ge=10,
+        le=86400,
+        description="How long a rank waits in one collective (all-reduce, barrier, checkpoint save) for its peers "
+        "before it fails (the process group's timeout): a host lost without a word (power, cable) is noticed "
+        "within this; raise it when rank 0 alone takes longer (a large export to slow storage).",
+    )
+
+    @field_validator("rdzv_id", mode="before")
+    @classmethod
+    def _id_as_text(cls, v: Any) -> Any:
+        """A number (a Slurm job id through COSMOS_TRAIN__LAUNCH__RDZV_ID=12345, read as TOML) is the name it spells."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 class Config(JobSettings):

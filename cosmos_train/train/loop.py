@@ -70,6 +70,7 @@ class LoopSettings:
     grad_clip: float = 0.0  # the global gradient norm is clipped to this (<= 0: measured only)
     grad_force_finite: bool = False  # NaN / inf gradient elements become 0 before the norm
     deterministic: bool = False  # torch.use_deterministic_algorithms (warn only)
+    collective_timeout_s: float | None = None  # the process group's timeout (None: torch's own)
 
 
 def seed_everything(seed: int, rank: int, deterministic: bool) -> None:
@@ -400,7 +401,7 @@ def run_main(trainer_cls: type[BaseTrainer[Any]], argv: list[str] | None = None)
     try:
         cfg = trainer_cls.load_job_config(args.config)
         settings = trainer_cls.loop_settings(cfg)
-        dist = init_distributed(settings.parallelism)
+        dist = init_distributed(settings.parallelism, settings.collective_timeout_s)
         seed_everything(settings.seed, dist.rank, settings.deterministic)
         trainer = trainer_cls.from_args(cfg, run_dir, dist, args)
         trainer.maybe_resume(args.resume_own_run)

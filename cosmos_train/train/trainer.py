@@ -109,6 +109,7 @@ class Trainer(BaseTrainer[Config]):
             validation_freq=cfg.validation.freq,
             grad_clip=t.optm_grad_norm_clip,
             deterministic=t.deterministic,
+            collective_timeout_s=cfg.launch.collective_timeout_s,
         )
 
     @classmethod

@@ -181,6 +181,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             validation_freq=cfg.evaluation.every_iter,
             grad_clip=cfg.grad_clip(),
             grad_force_finite=cfg.grad_force_finite(),
+            collective_timeout_s=cfg.launch.collective_timeout_s,
         )
 
     @classmethod

@@ -3,18 +3,24 @@
 Every process is started in its own session and its whole process group is killed in `finally`: a
 `prefect server start` runs uvicorn and a worker runs each flow as a grandchild, and neither may
 outlive a failed test.
+
+A server on another host of the two-host bed (tests/two_hosts.py): `start_server(home, host=ADDR,
+prefix=hosts.command(0, []))` runs it there, bound to ADDR; `cli`, `get` and `post` then run through the same
+prefix, since the address exists only inside the bed's hosts.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -22,6 +28,14 @@ import httpx
 from cosmos_train.net import free_port
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
+# One HTTP request made where the server's address exists (through a prefix): argv method, url, JSON body;
+# prints the status code on the first line, the body after it.
+_REQUEST = (
+    "import httpx, sys\n"
+    "r = httpx.request(sys.argv[1], sys.argv[2], content=sys.argv[3] or None,\n"
+    "                  headers={'content-type': 'application/json'}, timeout=30.0)\n"
+    "sys.stdout.write(f'{r.status_code}\\n{r.text}')\n"
+)
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -67,6 +81,7 @@ class PrefectServer:
     url: str  # .../api
     proc: subprocess.Popen
     log: Path
+    prefix: list[str] = field(default_factory=list)  # runs a command where `url` is reachable (empty: here)
 
     def env(self, **extra: str) -> dict[str, str]:
         return isolated_env(self.home, PREFECT_API_URL=self.url, **extra)
@@ -78,7 +93,7 @@ class PrefectServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"prefect server exited {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                if self.get("/health").status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -90,7 +105,7 @@ class PrefectServer:
 
     def cli(self, args: Sequence[str], cwd: Path, timeout_s: float, **env: str) -> CliResult:
         """Run `prefect ARGS` against this server; the process group is killed if it overruns."""
-        argv = [PREFECT, *args]
+        argv = [*self.prefix, PREFECT, *args]
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -109,6 +124,15 @@ class PrefectServer:
         finally:
             kill_group(proc, grace_s=2.0)  # a worker's flow-run grandchild may still hold the group
         return CliResult(argv, proc.returncode, out)
+
+    def deployment_run(self, deployment: str, params: dict, cwd: Path) -> str:
+        """`prefect deployment run DEPLOYMENT --param params=...` against this server: the new flow run's id."""
+        created = self.cli(
+            ["deployment", "run", deployment, "--param", f"params={json.dumps(params)}"], cwd=cwd, timeout_s=120
+        ).check()
+        match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
+        assert match, created.output
+        return match.group(1)
 
     def kill_unfinished_flow_runs(self) -> None:
         """Kill the process group of every flow run the server does not see finished.
@@ -132,32 +156,57 @@ class PrefectServer:
                 pass  # already gone
 
     def get(self, path: str) -> httpx.Response:
+        if self.prefix:
+            return self._request("GET", path, None)
         return httpx.get(f"{self.url}{path}", timeout=30.0)
 
     def post(self, path: str, body: dict) -> httpx.Response:
+        if self.prefix:
+            return self._request("POST", path, body)
         return httpx.post(f"{self.url}{path}", json=body, timeout=30.0)
+
+    def _request(self, method: str, path: str, body: dict | None) -> httpx.Response:
+        """The request made through `prefix`, as the response httpx would have returned here; a server that
+        does not answer raises httpx.ConnectError, as a direct request would."""
+        url = f"{self.url}{path}"
+        done = subprocess.run(
+            [*self.prefix, sys.executable, "-c", _REQUEST, method, url, json.dumps(body) if body is not None else ""],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        request = httpx.Request(method, url)
+        if done.returncode != 0:
+            raise httpx.ConnectError(
+                f"{method} {url} (through {self.prefix[:1]}): {done.stderr[-2000:]}", request=request
+            )
+        status, _, text = done.stdout.partition("\n")
+        return httpx.Response(int(status), text=text, request=request)
 
 
 @contextmanager
-def start_server(home: Path) -> Iterator[PrefectServer]:
+def start_server(home: Path, host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> Iterator[PrefectServer]:
     """Start `prefect server start` on a free port with its own PREFECT_HOME; yields before it is healthy.
 
     Call `wait_healthy` before using it: the caller can do other setup while the server boots.
+    host: the address it listens on; prefix: a command prefix that runs it (and every later request and CLI
+    call) where that address exists, e.g. `TwoHosts.command(0, [])` for host0 of the two-host bed.
     """
     home.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = free_port()  # free here; on a bed host (its own network namespace) every port is
     log = home / "server.log"
+    url = f"http://{host}:{port}/api"
     with log.open("w") as out:
         # PREFECT_UI_API_URL: without it the UI's page calls the API on port 4200, not this server's port
         proc = subprocess.Popen(
-            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            [*prefix, PREFECT, "server", "start", "--host", host, "--port", str(port)],
             cwd=home,
-            env=isolated_env(home, PREFECT_UI_API_URL=f"http://127.0.0.1:{port}/api"),
+            env=isolated_env(home, PREFECT_UI_API_URL=url),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = PrefectServer(home=home, url=f"http://127.0.0.1:{port}/api", proc=proc, log=log)
+    server = PrefectServer(home=home, url=url, proc=proc, log=log, prefix=list(prefix))
     try:
         yield server
     finally:

@@ -9,7 +9,6 @@ About 60-100 s on a loaded 2-core machine, most of it process start-up.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +44,8 @@ def job_config(server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="module")
 def deployed(server: PrefectServer, job_config: Path) -> PrefectServer:
     server.wait_healthy(deadline_s=150)
-    server.cli(["work-pool", "create", "local", "--type", "process"], cwd=ROOT, timeout_s=120).check()
+    for pool in ("local", "nodes"):  # `nodes`: the multi-node deployments' pool (one worker per machine)
+        server.cli(["work-pool", "create", pool, "--type", "process"], cwd=ROOT, timeout_s=120).check()
     # The pull step records {{ $PWD }}: a subprocess's cwd does not update PWD, so set it as a shell would.
     server.cli(["--no-prompt", "deploy", "--all"], cwd=ROOT, timeout_s=180, PWD=str(ROOT)).check()
     return server
@@ -63,7 +63,8 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
     assert set(found) == set(declared)
     for name, want in declared.items():
         got = found[name]
-        assert got["entrypoint"] == want["entrypoint"] and got["work_pool_name"] == "local", name
+        assert got["entrypoint"] == want["entrypoint"] and got["work_pool_name"] == want["work_pool"]["name"], name
+        assert got["work_pool_name"] == ("nodes" if name.endswith("-nodes") else "local"), name
         # Every deployment, the scheduled one included, must refuse bad parameters up front.
         assert got["enforce_parameter_schema"] is True, name
         assert got["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], (
@@ -71,6 +72,9 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
         )
     for trainer in ("sft", "grpo", "post-train"):  # one training job at a time: they share the accelerators
         assert found[trainer]["global_concurrency_limit"]["limit"] == 1, trainer
+    for trainer in ("sft", "grpo"):  # a multi-node job's node runs are runs of one deployment: no limit holds them
+        assert found[f"{trainer}-nodes"]["entrypoint"] == found[trainer]["entrypoint"]
+        assert found[f"{trainer}-nodes"]["global_concurrency_limit"] is None, trainer
     [nightly] = found["sft-nightly"]["schedules"]
     assert nightly["active"] is False and nightly["schedule"]["cron"] == "0 3 * * *"
     assert found["sft-nightly"]["parameters"] == {"params": {"config": "configs/tiny-sft.toml"}}
@@ -101,12 +105,7 @@ def test_prepare_data_deployment_runs_on_a_process_worker(
 ) -> None:
     run_dir = tmp_path / "run"
     params = {"config": str(job_config), "run_dir": str(run_dir), "overrides": ["validation.enable=true"]}
-    created = deployed.cli(
-        ["deployment", "run", DEPLOYMENT, "--param", f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120
-    ).check()
-    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
-    assert match, created.output
-    run_id = match.group(1)
+    run_id = deployed.deployment_run(DEPLOYMENT, params, cwd=ROOT)
 
     # From an unrelated folder: the deployment's pull step must bring the run into the project.
     worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=400)
@@ -125,6 +124,28 @@ def test_prepare_data_deployment_runs_on_a_process_worker(
     assert any(f"manifest: {manifest}" in log["message"] for log in logs), [log["message"] for log in logs]
     arts = deployed.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()
     assert "prepare-data-report" in {a["key"] for a in arts}
+
+
+def test_a_multinode_job_on_a_deployment_with_a_concurrency_limit_is_refused_before_its_nodes_start(
+    deployed: PrefectServer, job_config: Path, tmp_path: Path
+) -> None:
+    """A two-node job run from `sft/sft` (concurrency_limit 1): node 0 would start node 1's run of the same
+    deployment, which the limit holds back while node 0 waits for it. It refuses instead, naming the deployment
+    to use; no node run is created. (tests/integration/test_deployment_nodes.py runs `sft-nodes` on two hosts.)"""
+    params = {
+        "config": str(job_config),
+        "overrides": ["launch.nnodes=2", "launch.nproc_per_node=1", f'train.output_dir="{tmp_path / "out"}"'],
+    }
+    run_id = deployed.deployment_run("sft/sft", params, cwd=ROOT)
+    worker = deployed.cli(["worker", "start", "--pool", "local", "--run-once"], cwd=tmp_path, timeout_s=400)
+    run = deployed.get(f"/flow_runs/{run_id}").json()
+    assert run["state_type"] == "FAILED", f"{run['state']}\n{worker.output[-6000:]}"
+    assert "concurrency_limit 1 < launch.nnodes (2)" in run["state"]["message"], run["state"]
+    assert "sft-nodes" in run["state"]["message"]
+    # node 0 named the job before its check (launch.rdzv_id: its flow run id), then started nothing
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [run_id]
+    children = deployed.post("/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}}).json()
+    assert children == []
 
 
 def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: PrefectServer, tmp_path: Path) -> None:
@@ -150,14 +171,7 @@ def test_post_train_deployment_runs_the_pipeline_on_a_process_worker(deployed: P
                 f'upload.s3_endpoint_url="{s3.url}"',
             ],
         }
-        created = deployed.cli(
-            ["deployment", "run", "post-train/post-train", "--param", f"params={json.dumps(params)}"],
-            cwd=ROOT,
-            timeout_s=120,
-        ).check()
-        match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
-        assert match, created.output
-        run_id = match.group(1)
+        run_id = deployed.deployment_run("post-train/post-train", params, cwd=ROOT)
 
         # The worker's environment carries the store's credentials, as a real worker's would.
         keys = {k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL"}
@@ -212,12 +226,7 @@ def test_sweep_deployment_runs_its_trials_as_runs_of_the_sft_deployment(
         "name": "lr",
         "train_retries": 0,
     }
-    created = deployed.cli(
-        ["deployment", "run", "sweep/sweep", "--param", f"params={json.dumps(params)}"], cwd=ROOT, timeout_s=120
-    ).check()
-    match = re.search(r"UUID: ([0-9a-f-]{36})", created.output)
-    assert match, created.output
-    run_id = match.group(1)
+    run_id = deployed.deployment_run("sweep/sweep", params, cwd=ROOT)
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(  # a worker that keeps polling: the trials' runs are scheduled after the sweep's
         [PREFECT, "worker", "start", "--pool", "local"],

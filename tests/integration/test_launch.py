@@ -16,28 +16,11 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 # Each rank reports its pid; rank 0 then lists every listening TCP socket held by the launcher (its
-# parent) and the ranks, from /proc (no `ss` needed).
+# parent) and the ranks (tests/sockets.py).
 RANK_SCRIPT = r"""
 import json, os, sys
 import torch, torch.distributed as dist
-
-def listening(pids):
-    inodes = {}
-    for pid in pids:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes[target[8:-1]] = pid
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in open(table).read().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
-                found.append({"pid": inodes[f[9]], "local": f[1], "table": table})
-    return found
+from tests.sockets import listening
 
 dist.init_process_group("gloo")
 pids = [None] * dist.get_world_size()
@@ -53,7 +36,7 @@ dist.destroy_process_group()
 def _launch(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "rank.py"
     path.write_text(script)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     env.pop("GLOO_SOCKET_IFNAME", None)
     return subprocess.run(
         [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2", str(path), *args],

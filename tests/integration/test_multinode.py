@@ -1,7 +1,7 @@
-"""Two "nodes" on loopback: two `cosmos-train sft` commands (each its own flow run, as one flow run per node
-of a Slurm or Kubernetes work pool would be), each a torchrun agent with one process, meeting through a
-c10d rendezvous; the run folder is <output_dir>/<rdzv_id>, shared. The weights they export equal those
-of one node with two processes.
+"""Two "nodes" on loopback, where network namespaces cannot be made (not root): two `cosmos-train sft` commands
+(each its own flow run, as one flow run per node of a Slurm or Kubernetes work pool would be), each a torchrun
+agent with one process, meeting through a c10d rendezvous; the run folder is <output_dir>/<rdzv_id>, shared. The
+weights they export equal those of one node with two processes.
 
     pytest -x -q tests/integration/test_multinode.py
 """
@@ -18,8 +18,14 @@ from safetensors.torch import load_file
 
 from cosmos_train.net import free_port
 from tests.conftest import ROOT, write_tiny_sft_config
+from tests.two_hosts import why_no_hosts
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("prefect_harness"),
+    # where two real hosts can be made, tests/integration/test_two_hosts.py runs this over a real network instead
+    pytest.mark.skipif(why_no_hosts() is None, reason="test_two_hosts.py runs two nodes on two real hosts here"),
+]
 
 
 def _weights(export: Path) -> dict:

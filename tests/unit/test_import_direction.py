@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "cosmos_train.process_tree": 0,  # child processes that die with their parent
     "cosmos_train.checkpoint_paths": 0,  # step_N folder names and the COMPLETE marker (errors only)
     "cosmos_train.launch": 0,  # the torchrun wrapper: process_tree and torch, run as `python -m`
+    "cosmos_train.multinode": 0,  # the launcher's network side: addresses, interfaces, rendezvous paragraphs (torch)
     "cosmos_train.storage": 0,  # uploads to S3 / the Hub: errors only, used by the CLI and flows
     "cosmos_train.vision": 0,  # vision settings and layouts: what config, data and models all read
     "cosmos_train.context_parallel": 0,  # Ulysses attention, sequence split / gather (torch.distributed only)
