@@ -1,6 +1,9 @@
 """cosmos_train.multinode without a second host: which addresses count as this host's, where a store listens, the
 checks of launch.socket_ifname and the paragraph of each rendezvous failure; the launch command's bounds.
-(tests/integration/test_two_hosts.py runs them on two real hosts.)"""
+(tests/integration/test_two_hosts.py runs them on two real hosts.)
+
+    pytest -q tests/unit/test_multinode_network.py
+"""
 
 from __future__ import annotations
 
