@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.rdzv_endpoint:
             node = NodeNetwork.of(args)
             node.prepare(args)
-            watch_stuck_agent(args.rdzv_endpoint)
+            watch_stuck_agent(args.rdzv_endpoint, shutdown_s)
             bind_stores(listen_on_named_address)
             host_store_by_address()
         run(args)

@@ -14,7 +14,8 @@ What torch does alone, and what breaks on a real cluster (docs/MULTINODE.md):
   (a mismatched rdzv_id or nnodes) end the node with one paragraph, bounded by `launch.rdzv_timeout_s`.
 - When the node hosting the rendezvous store vanishes mid-run, torch's agent on the others hangs for good: its
   keep-alive thread waits in a store read with no timeout while holding the lock its monitor loop needs, so it never
-  sees its ranks fail. `watch_stuck_agent` ends such a launch `STUCK_AGENT_S` after a rank exited unnoticed.
+  sees its ranks fail. `watch_stuck_agent` ends such a launch once a rank stayed uncollected past torchrun's stop
+  wait (--shutdown_timeout, 30 s) + 15 s.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ _IFF_LOOPBACK = 0x8
 
 
 # torch's agent collects an exited rank within its monitor interval (0.1 s), or within its stop's wait for the others
-# (torchrun's shutdown timeout, 30 s); a rank left uncollected past this means the agent is stuck
-STUCK_AGENT_S = 45.0
+# (torchrun's --shutdown_timeout); a rank left uncollected this much longer than that wait means the agent is stuck
+STUCK_AGENT_MARGIN_S = 15.0
 
 
 class NodeUnreachable(RuntimeError):
@@ -129,10 +130,12 @@ def host_store_by_address() -> None:
     c10d_rendezvous_backend._create_tcp_store = create_and_note
 
 
-def watch_stuck_agent(endpoint: str, grace_s: float = STUCK_AGENT_S, poll_s: float = 1.0) -> threading.Thread:
-    """A daemon thread of the launcher: once one of its ranks has exited and stayed uncollected for `grace_s` (the
-    agent is stuck on a store whose host is gone), say so, stop the other ranks and end the launch with exit 1 (a
-    crash: the flow's retry relaunches, and waits `launch.rdzv_timeout_s` for the node at the endpoint)."""
+def watch_stuck_agent(endpoint: str, shutdown_s: float, poll_s: float = 1.0) -> threading.Thread:
+    """A daemon thread of the launcher: once one of its ranks has exited and stayed uncollected for torchrun's
+    `shutdown_s` (--shutdown_timeout) + STUCK_AGENT_MARGIN_S (the agent is stuck on a store whose host is gone), say
+    so, stop the other ranks and end the launch with exit 1 (a crash: the flow's retry relaunches, and waits
+    `launch.rdzv_timeout_s` for the node at the endpoint)."""
+    grace_s = shutdown_s + STUCK_AGENT_MARGIN_S
 
     def watch() -> None:
         exited: dict[int, float] = {}

@@ -4,8 +4,10 @@ management network its host name resolves to and a training network `train0`; no
 tests/two_hosts.py `node_env` gives (the ones deployments/ sets), the rendezvous endpoint on host0's train0 ADDRESS
 (a second NIC: torch alone hosts the store nowhere then) and `launch.socket_ifname = "train0"`:
 
-- SFT and GRPO on two hosts (a core each) export the weights of one host with two processes (and both cores), bit
-  for bit, and the training traffic goes over train0 (its byte counters), not the management network;
+- GRPO on two hosts (a core each) exports the weights of one host with two processes (and both cores), bit for bit,
+  and the training traffic goes over train0 (its byte counters), not the management network (SFT the same way, one
+  command per host: tests/faults/test_host_lost.py, which also cuts a host; tests/integration/
+  test_deployment_nodes.py, from one deployment run);
 - every socket a host listens on is on its train0 address: the rendezvous store, the ranks' store, gloo;
 - a missing or loopback interface, an endpoint nobody answers on and mismatched rdzv_ids end each node with one
   paragraph naming what it tried and the bound it waited (launch.rdzv_timeout_s), exit 2, not retried;
@@ -30,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from cosmos_train.config import load_config
-from cosmos_train.multinode import STUCK_AGENT_S
+from cosmos_train.multinode import STUCK_AGENT_MARGIN_S
 from tasks.torchrun import torchrun_command
 from tests.conftest import ROOT, write_tiny_grpo_config, write_tiny_sft_config
 from tests.run_outputs import same_weights
@@ -38,6 +40,7 @@ from tests.two_hosts import TwoHosts, node_env, why_no_hosts
 
 WHY_NOT = why_no_hosts()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY_NOT is not None, reason=f"two hosts: {WHY_NOT}")]
+SHUTDOWN_S = 5  # torchrun's wait for stopped ranks in the stuck-agent case (its default is 30 s)
 RDZV_TIMEOUT_S = 15  # the failure cases' bound: long enough for the other node's CLI to start on 2 busy cores
 
 
@@ -116,29 +119,6 @@ def run_on_both(
     return ended
 
 
-def test_sft_on_two_hosts_equals_one_host_and_talks_over_train0(
-    hosts: TwoHosts, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
-) -> None:
-    config = write_tiny_sft_config(
-        tmp_path / "job.toml", tiny_model_dir, synthetic_dir, tmp_path / "x", max_num_steps=3
-    )
-    one_run = run_on_host0(hosts, cli("sft", "--config", str(config)), tmp_path)
-
-    sent = {net: hosts.bytes_sent(1, net) for net in ("train0", "mgmt0")}
-    ended = run_on_both(hosts, cli("sft", "--config", str(config)), tmp_path, tmp_path / "shared", "job-7")
-    sent = {net: hosts.bytes_sent(1, net) - sent[net] for net in sent}
-    for code, output, _ in ended:
-        assert code == 0, output[-5000:]
-    run = tmp_path / "shared" / "job-7"
-    assert all(str(run) in output.splitlines() for _, output, _ in ended)  # both flows printed the one run folder
-    log = (run / "logs" / "train.log").read_text()
-    assert "on 2 process(es)" in log, log[-3000:]
-    assert same_weights(run / "safetensors" / "final", one_run / "safetensors" / "final")
-    # host1's rank sent its gradients and parameter shards (MBs) over train0; the management network, which host1's
-    # name resolves to and torch would have used without socket_ifname, carried none of it
-    assert sent["train0"] > 1_000_000 and sent["mgmt0"] < sent["train0"] / 100, sent
-
-
 def test_grpo_on_two_hosts_equals_one_host(
     hosts: TwoHosts, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
@@ -149,10 +129,18 @@ def test_grpo_on_two_hosts_equals_one_host(
     one_run = run_on_host0(hosts, cli("grpo", "--config", str(config), "--dataset-script", script), tmp_path)
 
     args = cli("grpo", "--config", str(config), "--dataset-script", script)
-    for code, output, _ in run_on_both(hosts, args, tmp_path, tmp_path / "shared", "grpo-7"):
+    sent = {net: hosts.bytes_sent(1, net) for net in ("train0", "mgmt0")}
+    ended = run_on_both(hosts, args, tmp_path, tmp_path / "shared", "grpo-7")
+    sent = {net: hosts.bytes_sent(1, net) - sent[net] for net in sent}
+    for code, output, _ in ended:
         assert code == 0, output[-5000:]
     run = tmp_path / "shared" / "grpo-7"
+    assert all(str(run) in output.splitlines() for _, output, _ in ended)  # both flows printed the one run folder
+    assert "on 2 process(es)" in (run / "logs" / "train.log").read_text()
     assert same_weights(run / "safetensors" / "final", one_run / "safetensors" / "final")
+    # host1's rank sent its gradients and parameter shards (MBs) over train0; the management network, which host1's
+    # name resolves to and torch would have used without socket_ifname, carried none of it
+    assert sent["train0"] > 1_000_000 and sent["mgmt0"] < sent["train0"] / 100, sent
 
 
 def paragraph(output: str) -> str:
@@ -311,12 +299,14 @@ while True:
 def test_a_survivor_of_the_rendezvous_hosts_loss_ends_its_launch(hosts: TwoHosts, tmp_path: Path) -> None:
     """host0 (which hosts the rendezvous store) loses power mid-run: host1's rank fails its collective after its
     group's timeout, but torch's agent never notices (its keep-alive waits on the dead store with no timeout, holding
-    the lock its monitor needs); the launcher's watch ends the launch as a crash STUCK_AGENT_S later, its ranks
+    the lock its monitor needs); the launcher's watch ends the launch as a crash once the rank stayed uncollected
+    past torchrun's --shutdown_timeout (5 s here) + STUCK_AGENT_MARGIN_S, its ranks
     stopped, instead of hanging for good."""
     script = tmp_path / "rank.py"
     script.write_text(FOREVER_SCRIPT)
     launch = [sys.executable, "-m", "cosmos_train.launch", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d"]
     launch += [f"--rdzv_endpoint={hosts.endpoint()}", "--rdzv_id=lost0", "--rdzv_conf=join_timeout=60,read_timeout=60"]
+    launch += [f"--shutdown_timeout={SHUTDOWN_S}"]
     env = base_env(tmp_path, GLOO_SOCKET_IFNAME="train0")
     procs = [hosts.popen(i, [*launch, str(script)], env, tmp_path / f"launch{i}.log") for i in (0, 1)]
     log1 = tmp_path / "launch1.log"
@@ -328,7 +318,7 @@ def test_a_survivor_of_the_rendezvous_hosts_loss_ends_its_launch(hosts: TwoHosts
         hosts.link(0, up=False)  # the power cut: no FIN or RST reaches host1
         hosts.kill(0)
         cut = time.monotonic()
-        code = procs[1].wait(timeout=10 + STUCK_AGENT_S + 60)
+        code = procs[1].wait(timeout=10 + SHUTDOWN_S + STUCK_AGENT_MARGIN_S + 60)
         took = time.monotonic() - cut
     finally:
         hosts.link(0, up=True)
@@ -337,5 +327,6 @@ def test_a_survivor_of_the_rendezvous_hosts_loss_ends_its_launch(hosts: TwoHosts
     output = log1.read_text()
     assert code == 1, output[-3000:]
     assert "torchrun's agent has not noticed: the rendezvous store at 10.78.0.1:29500 stopped answering" in output
-    assert took < 10 + STUCK_AGENT_S + 30, took  # the group's timeout, the watch's grace, a margin for 2 busy cores
+    # the group's timeout, the watch's grace, a margin for 2 busy cores
+    assert took < 10 + SHUTDOWN_S + STUCK_AGENT_MARGIN_S + 30, took
     assert hosts.pids(1) == [], "a process of host1 outlived its launch"
