@@ -92,14 +92,13 @@ def init_distributed(par: ParallelismConfig, timeout_s: float | None = None) -> 
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
-        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
-        if timeout is not None:
-            # and every group made after it: the mesh's sub-groups (init_device_mesh takes no timeout) and the gloo
-            # groups of checkpoints and stop agreement (checkpoint.cpu_group), which new_group gives torch's default
-            # (30 min for gloo) when not told: a peer lost during a save would otherwise hang the survivors that long
-            c10d.default_pg_timeout = timeout
-            c10d.default_pg_nccl_timeout = timeout
+        if timeout_s is not None:
+            # torch's default for every group not told otherwise: the default group and every one made after it, the
+            # mesh's sub-groups (init_device_mesh takes no timeout) and the gloo group of checkpoints and the stop
+            # agreement (checkpoint.cpu_group), which would otherwise get 30 min (gloo): a peer lost during a save
+            # would hang the survivors that long
+            c10d.default_pg_timeout = c10d.default_pg_nccl_timeout = timedelta(seconds=timeout_s)
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world)
     par.check_world_size(world)
     shard = par.resolved_shard(world)
     mesh = init_device_mesh(

@@ -70,6 +70,16 @@ def state_types(server: PrefectServer, run_id: str) -> list[str]:
     return [s["type"] for s in sorted(states, key=lambda s: s["timestamp"])]
 
 
+def completed_node_runs(runs: list[dict], run_id: str) -> dict[int, dict]:
+    """The runs of a two-node job by node rank: exactly two runs of the deployment, node 0's the one started as
+    `run_id`, both Completed."""
+    assert len(runs) == 2, [(r["name"], r["parameters"]) for r in runs]
+    by_rank = {r["parameters"]["params"].get("node_rank") or 0: r for r in runs}
+    assert by_rank[0]["id"] == run_id and set(by_rank) == {0, 1}
+    assert all(r["state_type"] == "COMPLETED" for r in runs), [(r["name"], r["state"]) for r in runs]
+    return by_rank
+
+
 @dataclass
 class Pool:
     """The bed, the server with the pool and the deployment, and the reference run, shared by this module's tests."""
@@ -202,10 +212,7 @@ def test_the_indexed_jobs_pods_train_one_deployment_run_on_two_hosts(pool: Pool,
         pool.cancel_scheduled()
 
     # Two runs of the deployment, both completed: the worker's (node 0) and node 1's, its subflow
-    assert len(runs) == 2, [(r["name"], r["parameters"]) for r in runs]
-    by_rank = {r["parameters"]["params"].get("node_rank") or 0: r for r in runs}
-    assert by_rank[0]["id"] == run_id and set(by_rank) == {0, 1}
-    assert all(r["state_type"] == "COMPLETED" for r in runs), [(r["name"], r["state"]) for r in runs]
+    by_rank = completed_node_runs(runs, run_id)
     node0, node1 = by_rank[0], by_rank[1]
     assert node1["name"] == f"{node0['name']}-node1" and node1["parent_task_run_id"] is not None
     assert node1["parameters"]["params"] == {**node0["parameters"]["params"], "node_rank": 1}
@@ -275,10 +282,7 @@ def test_one_deployment_run_trains_a_two_node_job_on_two_hosts(pool: Pool, tmp_p
         pool.cancel_scheduled()
 
     # Two runs of the deployment: the one started by hand (node 0) and node 1's, its subflow; both completed
-    assert len(runs) == 2, [(r["name"], r["parameters"]) for r in runs]
-    by_rank = {r["parameters"]["params"].get("node_rank") or 0: r for r in runs}
-    assert by_rank[0]["id"] == run_id and set(by_rank) == {0, 1}
-    assert all(r["state_type"] == "COMPLETED" for r in runs), [(r["name"], r["state"]) for r in runs]
+    by_rank = completed_node_runs(runs, run_id)
     node1 = by_rank[1]
     assert node1["name"] == f"{node0['name']}-node1" and node1["parent_task_run_id"] is not None
     assert node1["parameters"]["params"]["overrides"][: len(overrides)] == overrides

@@ -35,6 +35,7 @@ from cosmos_train.config import load_config
 from cosmos_train.multinode import STUCK_AGENT_MARGIN_S
 from tasks.torchrun import torchrun_command
 from tests.conftest import ROOT, write_tiny_grpo_config, write_tiny_sft_config
+from tests.integration.prefect_server import isolated_env
 from tests.run_outputs import same_weights
 from tests.two_hosts import TwoHosts, node_env, why_no_hosts
 
@@ -54,18 +55,17 @@ def hosts() -> Iterator[TwoHosts]:
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
-    """This test's environment without its Prefect settings: each node's CLI starts its own temporary server."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "COSMOS_TRAIN__"))}
-    env.update(
-        PREFECT_HOME=str(home),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    """This test's environment without its Prefect settings (each node's CLI starts its own temporary server) and
+    without COSMOS_TRAIN__* overrides (node_env gives a node's)."""
+    env = isolated_env(
+        home,
         OMP_NUM_THREADS="1",  # two ranks on two cores; also what makes the sums equal the one-host run's
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         WANDB_MODE="offline",
         **extra,
     )
-    return env
+    return {k: v for k, v in env.items() if not k.startswith("COSMOS_TRAIN__")}
 
 
 def run_on_host0(hosts: TwoHosts, args: list[str], tmp_path: Path) -> Path:
