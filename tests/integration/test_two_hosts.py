@@ -63,9 +63,9 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         WANDB_MODE="offline",
-        **extra,
     )
-    return {k: v for k, v in env.items() if not k.startswith("COSMOS_TRAIN__")}
+    # the caller's own overrides (`extra`) are kept: only the ones this process inherited are dropped
+    return {k: v for k, v in env.items() if not k.startswith("COSMOS_TRAIN__")} | extra
 
 
 def run_on_host0(hosts: TwoHosts, args: list[str], tmp_path: Path) -> Path:
