@@ -3,8 +3,9 @@
     python -m cosmos_train.data.synthetic OUT [--n-train 400] [--seed 0] [--difficulty easy]
 
 Writes short mp4 clips of simple physics (motion direction, speed change, gravity, which of two
-objects moves; see `synthetic_families.py`) with 4-option multiple-choice questions, in the
-formats the Cosmos-Reason tools use:
+objects moves by default; size change and counting moving squares on request with `--families`;
+see `synthetic_families.py`) with 4-option multiple-choice questions, in the formats the
+Cosmos-Reason tools use:
 
     OUT/videos/{train,val}/<id>.mp4
     OUT/sft/{train,val}.json         SFT rows {"id", "video", "conversations"}; the assistant turn is
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from cosmos_train.data.prompt import QUESTION_SYSTEM_PROMPT, choice_question_text
-from cosmos_train.data.synthetic_families import FAMILIES, Clip
+from cosmos_train.data.synthetic_families import DEFAULT_FAMILIES, FAMILIES, Clip
 from cosmos_train.data.synthetic_render import DIFFICULTIES, Canvas
 from cosmos_train.data.synthetic_video import ARCHIVE_CODEC, pick_codec, write_frames_archive, write_mp4
 
@@ -242,7 +243,7 @@ def _check_args(
             raise ValueError(f"{key} must be a non-negative integer, got {value!r}")
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {sorted(DIFFICULTIES)}")
-    chosen = list(FAMILIES) if families is None else list(families)
+    chosen = list(DEFAULT_FAMILIES) if families is None else list(families)
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
         raise ValueError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; choose from {list(FAMILIES)}")
@@ -298,12 +299,13 @@ def make_synthetic_dataset(
     parameter model learns on a CPU in minutes (it maps what it sees straight to a letter); shuffled
     at "medium" and "hard".
 
-    families: names from FAMILIES (default all four), rows split evenly between them.
+    families: names from FAMILIES (default DEFAULT_FAMILIES, the first four), rows split evenly between them.
     size: square frame side in px (even); n_frames frames at `fps` per clip. Accelerating motion
     needs room: all difficulties fit up to 6 frames at 56 px, 9 at 112 px, 12 at 224 px (more
     raises a ValueError saying the motion does not fit). A reader that samples 4 of n frames
     keeps the steps evenly spaced when n is 4, 7 or 10, which the speed questions rely on.
-    Distinct clips are finite at "easy" (one object size, three colours): about 2,500 in all.
+    Distinct clips are finite at "easy" (one object size, three colours): about 2,500 in all; the
+    scarcest labels are gravity's at_rest (~190) and count's one (~230), which bound a one-family dataset.
     video_format: "mp4" (PyAV encodes them) or "npz" (frames archives: the exact pixels, read by
     cosmos_train.data.media without PyAV, larger files; for machines without PyAV).
     The folder is written next to `out_dir` and renamed into place when complete; an existing
@@ -380,7 +382,13 @@ def build_arg_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
     p.add_argument("--n-test", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--difficulty", default="easy", choices=sorted(DIFFICULTIES))
-    p.add_argument("--families", nargs="+", default=None, metavar="FAMILY", help=f"subset of {list(FAMILIES)}")
+    p.add_argument(
+        "--families",
+        nargs="+",
+        default=None,
+        metavar="FAMILY",
+        help=f"any of {list(FAMILIES)} (default: {' '.join(DEFAULT_FAMILIES)})",
+    )
     p.add_argument("--size", type=int, default=56)
     p.add_argument("--n-frames", type=int, default=4)
     p.add_argument("--fps", type=int, default=4)

@@ -11,6 +11,11 @@ Families (labels in the order of FAMILIES[name].labels):
 - speed:       speeding_up / slowing_down / constant / not_moving   (one square, horizontal)
 - gravity:     falling / rising / sideways / at_rest     (one ball above a gray ground strip)
 - two_objects: first_only / second_only / both / neither (which of two squares moves)
+- size:        growing / shrinking / same_size / grows_then_shrinks (one square about a fixed centre)
+- count:       one / two / three / four                  (how many squares move, one per horizontal lane)
+
+DEFAULT_FAMILIES are the first four: a dataset made with the defaults stays what it was before
+`size` and `count` existed (the demo's and the tests' data); ask for the others by name.
 """
 
 from __future__ import annotations
@@ -121,6 +126,32 @@ def speed_pattern(steps: Sequence[int]) -> str | None:
     return None
 
 
+def size_pattern(sides: Sequence[int]) -> str | None:
+    """How the rounded sides change over the frames; None for any other pattern."""
+    changes = step_sizes(sides)
+    if all(c == 0 for c in changes):
+        return "same_size"
+    if all(c > 0 for c in changes):
+        return "growing"
+    if all(c < 0 for c in changes):
+        return "shrinking"
+    rise = next(i for i, c in enumerate(changes) if c <= 0)
+    if rise > 0 and all(c < 0 for c in changes[rise:]):
+        return "grows_then_shrinks"
+    return None
+
+
+def apart(objects: Sequence[dict[str, Any]], n_frames: int, gap: int = 2) -> bool:
+    """True when no two objects come within `gap` px of each other in any frame, so each is seen as its own."""
+    for t in range(n_frames):
+        boxes = [(o["x"][t], o["y"][t], o["x"][t] + side_at(o, t), o["y"][t] + side_at(o, t)) for o in objects]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1 :]:
+                if a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap:
+                    return False
+    return True
+
+
 def list_words(values: Sequence[int]) -> str:
     words = [str(abs(v)) for v in values]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
@@ -137,12 +168,18 @@ def render(
     for obj in objects:
         rgb = look.color(obj["color"])
         for t in range(canvas.n_frames):
-            draw(frames[t], obj["x"][t], obj["y"][t], obj["size"], rgb, obj["shape"])
+            draw(frames[t], obj["x"][t], obj["y"][t], side_at(obj, t), rgb, obj["shape"])
     return add_noise(rng, frames, canvas.difficulty.noise_std), n_distractors
 
 
+def side_at(obj: dict[str, Any], t: int) -> int:
+    """The object's side in frame t: `size` is one number, or one per frame for a square that grows."""
+    size = obj["size"]
+    return int(size[t]) if isinstance(size, list) else int(size)
+
+
 def centre(obj: dict[str, Any], t: int) -> tuple[int, int]:
-    half = obj["size"] // 2
+    half = side_at(obj, t) // 2
     return obj["x"][t] + half, obj["y"][t] + half
 
 
@@ -374,6 +411,113 @@ def _two_objects(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip |
     )
 
 
+def _size(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | None:
+    look = draw_look(rng, canvas.difficulty)
+    (color,) = pick_colors(rng, canvas, 1)
+    n = canvas.n_frames
+    # Sides are multiples of 4, so a square that grows by 2 px on every side about a fixed, even
+    # centre keeps even corners. The change per frame follows the difficulty's travel (at 56 px on
+    # 4 frames: 8 px at easy, 4-8 at medium, 4 at hard), never under 4 px, and the square stays
+    # between half the difficulty's smallest object and three quarters of the canvas.
+    step = max(4, 4 * round(0.8 * canvas.travel(rng) / (n - 1) / 4))
+    smallest = max(4, 4 * int(np.ceil(canvas.px(canvas.difficulty.object_frac[0]) / 8)))
+    largest = 4 * int(canvas.size * 0.75 / 4)
+    peak = int(rng.integers(1, n - 1))  # grows_then_shrinks: the frame it is largest in
+    changes = {
+        "growing": [step] * (n - 1),
+        "shrinking": [-step] * (n - 1),
+        "same_size": [0] * (n - 1),
+        "grows_then_shrinks": [step] * peak + [-step] * (n - 1 - peak),
+    }[label]
+    offsets = track(0, changes)
+    first = 2 * even_between(rng, (smallest - min(offsets)) / 2, (largest - max(offsets)) / 2)
+    sides = [first + o for o in offsets]
+    cx, cy = (even_between(rng, max(sides) / 2, canvas.size - max(sides) / 2) for _ in range(2))
+    xs, ys = [cx - s // 2 for s in sides], [cy - s // 2 for s in sides]
+    fits = all(0 <= p and p + s <= canvas.size for s, x, y in zip(sides, xs, ys) for p in (x, y))
+    if size_pattern(sides) != label or not fits:
+        return None
+    obj = {"color": color, "shape": "square", "size": sides, "x": xs, "y": ys}
+    frames, n_distractors = render(rng, canvas, look, [obj])
+
+    options = {
+        "growing": "It grows",
+        "shrinking": "It shrinks",
+        "same_size": "It keeps the same size",
+        "grows_then_shrinks": "It grows, then shrinks",
+    }
+    seen = f"The {color} square, centred at x={cx}, y={cy}"
+    if label == "same_size":
+        reasoning = f"{seen}, is {sides[0]} pixels wide in every frame, so it keeps the same size."
+    else:
+        verdict = {
+            "growing": "it is larger in every frame than in the one before, so it grows",
+            "shrinking": "it is smaller in every frame than in the one before, so it shrinks",
+            "grows_then_shrinks": f"it gets larger up to frame {peak + 1}, then smaller, so it grows, then shrinks",
+        }[label]
+        reasoning = f"{seen}, is {list_words(sides)} pixels wide in the {n} frames: {verdict}."
+    return Clip(
+        family="size",
+        label=label,
+        frames=frames,
+        question=f"How does the size of the {color} square change during the clip?",
+        options=options,
+        reasoning=reasoning,
+        params={"objects": [obj], "background": look.background, "distractors": n_distractors},
+    )
+
+
+COUNT_LABELS = ("one", "two", "three", "four")
+
+
+def _count(rng: np.random.Generator, label: str, canvas: Canvas) -> Clip | None:
+    look = draw_look(rng, canvas.difficulty)
+    k, n = COUNT_LABELS.index(label) + 1, canvas.n_frames
+    # Four horizontal lanes, one square at most in each, at least 2 px apart: squares never overlap
+    # however they move. At 56 px a lane is 14 px, one row of the tiny model's vision patches.
+    lane = 2 * (canvas.size // 8)
+    side = min(canvas.object_size(rng), lane - 2)
+    free = canvas.size - side
+    palette = canvas.difficulty.palette
+    # Colours repeat only when the palette is smaller than the count (easy has three).
+    colors = [palette[i] for i in rng.choice(len(palette), size=k, replace=k > len(palette))]
+    objects: list[dict[str, Any]] = []
+    for color, row in zip(colors, sorted(int(r) for r in rng.choice(4, size=k, replace=False))):
+        y = even_between(rng, row * lane, row * lane + lane - side - 2)
+        steps = uniform_steps(canvas.travel(rng), n - 1)
+        xs = track(even_between(rng, 0, free - sum(steps)), steps)
+        if canvas.difficulty.both_ways and rng.integers(0, 2):
+            xs = [free - x for x in xs]
+        objects.append({"color": color, "shape": "square", "size": side, "x": xs, "y": [y] * n})
+    if sum(o["x"][0] != o["x"][-1] for o in objects) != k or not apart(objects, n):
+        return None
+    frames, n_distractors = render(rng, canvas, look, objects)
+
+    options = {
+        "one": "One square moves",
+        "two": "Two squares move",
+        "three": "Three squares move",
+        "four": "Four squares move",
+    }
+    paths = []
+    for obj in objects:
+        (x0, y0), (x1, _) = centre(obj, 0), centre(obj, n - 1)
+        paths.append(f"the {obj['color']} square at y={y0} goes from x={x0} to x={x1}")
+    still = {0: "", 1: ", and the gray square stays where it is"}.get(
+        n_distractors, ", and the gray squares stay where they are"
+    )
+    reasoning = f"From top to bottom, {'; '.join(paths)}. That is {label} moving square{'s' if k > 1 else ''}{still}."
+    return Clip(
+        family="count",
+        label=label,
+        frames=frames,
+        question="How many squares move during the clip?",
+        options=options,
+        reasoning=reasoning[0].upper() + reasoning[1:],
+        params={"objects": objects, "lane_px": lane, "background": look.background, "distractors": n_distractors},
+    )
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -381,5 +525,8 @@ FAMILIES: dict[str, Family] = {
         Family("speed", ("speeding_up", "slowing_down", "constant", "not_moving"), _speed),
         Family("gravity", ("falling", "rising", "sideways", "at_rest"), _gravity),
         Family("two_objects", ("first_only", "second_only", "both", "neither"), _two_objects),
+        Family("size", ("growing", "shrinking", "same_size", "grows_then_shrinks"), _size),
+        Family("count", COUNT_LABELS, _count),
     )
 }
+DEFAULT_FAMILIES = ("direction", "speed", "gravity", "two_objects")  # why the first four: the module docstring

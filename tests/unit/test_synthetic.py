@@ -19,12 +19,13 @@ import pytest
 from cosmos_train.data.synthetic import (
     LETTERS,
     SPLIT_SEEDS,
+    build_arg_parser,
     generate_split,
     main,
     make_synthetic_dataset,
     plan_split,
 )
-from cosmos_train.data.synthetic_families import FAMILIES
+from cosmos_train.data.synthetic_families import DEFAULT_FAMILIES, FAMILIES
 from cosmos_train.data.synthetic_render import COLORS, DIFFICULTIES, Canvas
 from cosmos_train.data.synthetic_video import read_mp4
 
@@ -67,6 +68,16 @@ def pattern(st: list[int]) -> str:
 
 def true_label(family: str, params: dict, size: int) -> str:
     objs = params["objects"]
+    if family == "count":
+        lane = params["lane_px"]
+        for o in objs:
+            assert len(set(o["y"])) == 1, "counted squares only move sideways"
+            assert all(0 <= x and x + o["size"] <= size for x in o["x"]), "a counted square leaves the frame"
+        rows = [o["y"][0] // lane for o in objs]
+        assert len(set(rows)) == len(rows), f"two squares share a lane: {rows}"
+        assert all(o["y"][0] + o["size"] + 2 <= (r + 1) * lane for o, r in zip(objs, rows)), "squares nearly touch"
+        moving = sum(o["x"][0] != o["x"][-1] for o in objs)
+        return ("one", "two", "three", "four")[moving - 1]
     if family == "two_objects":
         moving = tuple(o["x"][0] != o["x"][-1] for o in objs)
         for o in objs:
@@ -78,6 +89,22 @@ def true_label(family: str, params: dict, size: int) -> str:
             (False, False): "neither",
         }[moving]
     (o,) = objs
+    if family == "size":
+        sides = o["size"]
+        centres = {(x + s / 2, y + s / 2) for x, y, s in zip(o["x"], o["y"], sides)}
+        assert len(centres) == 1, "a square changing size keeps its centre"
+        assert all(0 <= v and v + s <= size for s, x, y in zip(sides, o["x"], o["y"]) for v in (x, y))
+        changes = steps(sides)
+        if not any(changes):
+            return "same_size"
+        signs = [d > 0 for d in changes]
+        assert all(changes), f"a size that pauses {sides}"
+        if all(signs):
+            return "growing"
+        if not any(signs):
+            return "shrinking"
+        assert signs == sorted(signs, reverse=True), f"shrinks before it grows: {sides}"
+        return "grows_then_shrinks"
     dx, dy = steps(o["x"]), steps(o["y"])
     if family == "direction":
         ex, ey = o["x"][-1] - o["x"][0], o["y"][-1] - o["y"][0]
@@ -127,6 +154,14 @@ def expected_option(family: str, label: str, params: dict) -> str:
         "rising": "It rises away from the ground",
         "sideways": "It moves sideways",
         "at_rest": "It stays at rest",
+        "growing": "It grows",
+        "shrinking": "It shrinks",
+        "same_size": "It keeps the same size",
+        "grows_then_shrinks": "It grows, then shrinks",
+        "one": "One square moves",
+        "two": "Two squares move",
+        "three": "Three squares move",
+        "four": "Four squares move",
     }[label]
 
 
@@ -182,7 +217,7 @@ def test_benchmark_layout(ds: Path) -> None:
     assert sorted(p.name for p in (bench / "clips").iterdir()) == sorted(Path(r["video"]).name for r in rows)
     info = load(ds / "dataset_info.json")
     assert info["splits"]["test"]["count"] == SMALL["n_test"] and info["seed"] == 3
-    assert info["difficulty"] == "easy" and info["families"] == list(FAMILIES)
+    assert info["difficulty"] == "easy" and info["families"] == list(DEFAULT_FAMILIES)
 
 
 def test_answers_follow_the_simulation(ds: Path) -> None:
@@ -221,6 +256,123 @@ def test_more_frames_and_larger_canvas() -> None:
         assert it.clip.label == true_label(it.clip.family, it.clip.params, 112), it.id
 
 
+# ---------------------------------------------------------------- size and count
+
+
+NEW_FAMILIES = ["size", "count"]
+
+
+@pytest.mark.parametrize("difficulty", sorted(DIFFICULTIES))
+@pytest.mark.parametrize("family", NEW_FAMILIES)
+def test_each_new_label_is_drawn_as_itself(family: str, difficulty: str) -> None:
+    canvas = Canvas(size=56, n_frames=4, difficulty=DIFFICULTIES[difficulty])
+    rng = np.random.default_rng(5)
+    for label in FAMILIES[family].labels:
+        for _ in range(12):
+            clip = FAMILIES[family].make(rng, label, canvas)
+            assert clip.family == family and clip.label == label
+            assert true_label(family, clip.params, 56) == label
+            assert clip.options[label] == expected_option(family, label, clip.params)
+            assert clip.frames.shape == (4, 56, 56, 3)
+            if family == "size":
+                # The smallest change a difficulty makes: 8 px of side per frame at easy, 4 at medium and hard
+                # (2 px more on every side), on a square never under 4 px.
+                sides = clip.params["objects"][0]["size"]
+                assert min(sides) >= 4
+                assert all(abs(c) >= (8 if difficulty == "easy" else 4) for c in steps(sides) if c), sides
+
+
+@pytest.fixture(scope="module")
+def new_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The new families at the demo's settings (easy, 56 px, 4 frames), encoded to mp4."""
+    return make_synthetic_dataset(
+        tmp_path_factory.mktemp("syn") / "new", seed=7, n_train=24, n_val=0, n_test=16, families=NEW_FAMILIES
+    )
+
+
+def colour_mask(frame: np.ndarray, rgb: tuple[int, int, int]) -> np.ndarray:
+    return np.abs(frame.astype(int) - np.array(rgb)).max(axis=-1) < 60
+
+
+def components(mask: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Bounding boxes (x0, y0, x1, y1) of the 4-connected regions of `mask`."""
+    todo, boxes = set(zip(*np.nonzero(mask))), []
+    while todo:
+        stack = [todo.pop()]
+        ys, xs = [], []
+        while stack:
+            y, x = stack.pop()
+            ys.append(y)
+            xs.append(x)
+            for q in ((y + 1, x), (y - 1, x), (y, x + 1), (y, x - 1)):
+                if q in todo:
+                    todo.remove(q)
+                    stack.append(q)
+        boxes.append((min(xs), min(ys), max(xs) + 1, max(ys) + 1))
+    return sorted(boxes, key=lambda b: b[1])
+
+
+def test_size_change_shows_in_the_decoded_pixels(new_ds: Path) -> None:
+    rows = [m for s in ("train", "test") for m in meta(new_ds, s) if m["family"] == "size"]
+    assert Counter(m["label"] for m in rows) == {label: 5 for label in FAMILIES["size"].labels}
+    for m in rows:
+        frames = read_mp4(new_ds / m["video"])
+        (obj,) = m["params"]["objects"]
+        masks = [colour_mask(f, COLORS[obj["color"]]) for f in frames]
+        widths = []
+        for t, mask in enumerate(masks):
+            ys, xs = np.nonzero(mask)
+            width, height = int(xs.max() - xs.min() + 1), int(ys.max() - ys.min() + 1)
+            assert abs(width - obj["size"][t]) <= 1 and abs(height - obj["size"][t]) <= 1, (m["id"], t)
+            assert mask.sum() >= 0.9 * width * height, f"{m['id']}: frame {t} is not a filled square"
+            widths.append(width)
+        areas = [int(mask.sum()) for mask in masks]
+        # What a model sees: the label follows from the measured widths, and every change is at least
+        # 7 px of side and 100 px of area from one frame to the next (8 px and 192 px as drawn).
+        assert true_label("size", {"objects": [{**obj, "size": widths}]}, 56) == m["label"], (m["id"], widths)
+        for a, b, wa, wb in zip(areas, areas[1:], widths, widths[1:]):
+            assert wa == wb or (abs(wb - wa) >= 7 and abs(b - a) >= 100), (m["id"], widths, areas)
+
+
+def test_count_shows_in_the_decoded_pixels(new_ds: Path) -> None:
+    rows = [m for s in ("train", "test") for m in meta(new_ds, s) if m["family"] == "count"]
+    assert Counter(m["label"] for m in rows) == {label: 5 for label in FAMILIES["count"].labels}
+    for m in rows:
+        frames = read_mp4(new_ds / m["video"])
+        k = ("one", "two", "three", "four").index(m["label"]) + 1
+        # Easy draws on black: every lit pixel belongs to a counted square.
+        first, last = (components(frames[t].max(axis=-1) > 60) for t in (0, -1))
+        assert len(first) == len(last) == k, (m["id"], first, last)
+        for a, b in zip(first, last):
+            assert abs(a[1] - b[1]) <= 1, f"{m['id']}: a square changed rows"
+            assert a[2] - a[0] >= 10 and a[3] - a[1] >= 10, f"{m['id']}: a square under 10 px"
+            assert abs(b[0] - a[0]) >= 20, f"{m['id']}: a square moved only {abs(b[0] - a[0])} px"
+
+
+def test_new_families_are_balanced_and_seeded(new_ds: Path, tmp_path: Path) -> None:
+    info = load(new_ds / "dataset_info.json")
+    assert info["families"] == NEW_FAMILIES
+    for split, n in (("train", 24), ("test", 16)):
+        summary = info["splits"][split]
+        per_label = n // 2 // 4
+        assert summary["families"] == {
+            f: {label: per_label for label in FAMILIES[f].labels} for f in sorted(NEW_FAMILIES)
+        }
+        assert summary["answer_letters"] == {x: n // 4 for x in LETTERS}
+    for m in meta(new_ds, "train") + meta(new_ds, "test"):
+        assert m["label"] == true_label(m["family"], m["params"], 56), m["id"]
+    canvas = Canvas(size=56, n_frames=4, difficulty=DIFFICULTIES["medium"])
+    hashes = [
+        [it.content_sha256 for it in generate_split("train", 16, s, canvas, NEW_FAMILIES, set())] for s in (7, 7, 8)
+    ]
+    assert hashes[0] == hashes[1] and len(set(hashes[0]) & set(hashes[2])) < 4
+
+
+def test_default_families_are_the_first_four() -> None:
+    assert list(FAMILIES)[:4] == list(DEFAULT_FAMILIES) and set(NEW_FAMILIES) <= set(FAMILIES) - set(DEFAULT_FAMILIES)
+    assert "size" in build_arg_parser().format_help() and "count" in build_arg_parser().format_help()
+
+
 # ---------------------------------------------------------------- video
 
 
@@ -237,7 +389,7 @@ def test_clips_decode_to_the_simulated_frames(ds: Path) -> None:
     drawn = {}
     for split, n in (("test", 12), ("val", 8), ("train", 24)):  # the generator's order, same seed
         drawn.update(
-            {it.id: it for it in generate_split(split, n, 3, canvas, list(FAMILIES), seen, fixed_options=True)}
+            {it.id: it for it in generate_split(split, n, 3, canvas, list(DEFAULT_FAMILIES), seen, fixed_options=True)}
         )
     for split in ("train", "val", "test"):
         for m in meta(ds, split):
