@@ -29,10 +29,11 @@ A mistake in the input (a `cosmos_train.errors.UserError`, or an OSError on a pa
 file where a folder is needed, no permission, a read-only or full disk; `errors.user_error_of`) prints
 one paragraph and exits 2, with no traceback (`--debug` shows it; the flow run's log on the Prefect
 server keeps it); anything else is a bug and keeps its traceback. A stop that is no mistake is shown the
-same way with its own exit code (`UserError.exit_code`): 3 when train.stop_when_stuck ended a GRPO run that
-could not learn (`errors.RunStuck`), 4 when a post-train pipeline's [gate] did not promote a stage's export
+same way with its own exit code (`UserError.exit_code`): 3 when stop_when_stuck ended an RL run that could not
+learn (`errors.RunStuck`), 4 when a post-train pipeline's [gate] did not promote a stage's export
 (`promotion.EXIT_NOT_PROMOTED`); a run that stopped saved (`errors.RunHalted`, with the command that continues it:
-flows/terminal.py) 130 on Ctrl-C, 75 when a service it needs (a reward service, the Prefect API) stayed down.
+flows/terminal.py) 130 on Ctrl-C, 75 when a service it needs (a reward service, the Prefect API) stayed down. A
+training command that ends prints its folder, then its RL runs' run-health verdicts (flows/terminal.py `finished`).
 """
 
 from __future__ import annotations
@@ -189,8 +190,9 @@ def _train(args: argparse.Namespace) -> int:
         result = sft(
             SFTParams(config=str(args.config), overrides=args.overrides, dataset_script=script, run_dir=args.run_dir)
         )
-    print(result["run_dir"])
-    return 0
+    from flows.terminal import finished
+
+    return finished(result["run_dir"], {"": result.get("health")})  # GRPO's run-health verdicts last
 
 
 def _wfm_rl(args: argparse.Namespace) -> int:
@@ -202,13 +204,12 @@ def _wfm_rl(args: argparse.Namespace) -> int:
         print(
             f"note: --wfm-mode {args.wfm_mode}: cosmos-rl's entry script is not needed here (ignored)", file=sys.stderr
         )
+    from flows.terminal import finished
     from flows.wfm_rl import WfmRLParams, wfm_rl
 
     _prepare_prefect()
-
     result = wfm_rl(WfmRLParams(config=str(args.config), overrides=args.overrides, run_dir=args.run_dir))
-    print(result["run_dir"])
-    return 0
+    return finished(result["run_dir"], {"": result.get("health")})
 
 
 def _make_tiny_wfm(args: argparse.Namespace) -> int:
@@ -302,12 +303,11 @@ def _post_train(args: argparse.Namespace) -> int:
 
     load_pipeline_config(args.config, args.overrides)  # every input error before Prefect starts
     from flows.post_train import PostTrainParams, post_train
+    from flows.terminal import finished
 
     _prepare_prefect()
-
     summary = post_train(PostTrainParams(config=str(args.config), overrides=args.overrides))
-    print(summary["folder"])
-    return 0
+    return finished(summary["folder"], summary.get("health") or {})  # each RL stage's verdicts
 
 
 def _filter_rl_data(args: argparse.Namespace) -> int:

@@ -459,6 +459,12 @@ class PipelineState:
         rec.update(status="failed", error=error[-2000:], finished=time.time())
         self.save()
 
+    def health(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The run-health record (RUN/result.json's "health", train/run_health.py) of each of these stages that
+        has one (an RL stage's), by name: the summary's "health", the CLI's last lines."""
+        results = {name: self.stages.get(name, {}).get("result") or {} for name in names}
+        return {name: r["health"] for name, r in results.items() if r.get("health")}
+
     def clear_gates(self) -> None:
         """At the start of a run: the decisions recorded are this run's (a stage an earlier run let through may
         not get its turn this time)."""

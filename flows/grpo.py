@@ -12,9 +12,11 @@ safetensors/final and safetensors/best) -> artifacts: `grpo-summary` (markdown),
 length, grad norm, lr, throughput; refreshed during training, also RUN/plots/curves.png),
 `training-metrics` (per-step table), `grpo-export` (the export paths as text, and their uploads), `run-health`
 (the states in which RL cannot learn, with their evidence and what to change, or "healthy" with the numbers
-checked: cosmos_train/train/run_health.py, thresholds under [train.run_health]). A retry of the training task
+checked: cosmos_train/train/run_health.py, thresholds under [train.run_health]; the same verdicts are in
+RUN/result.json's "health", in the returned result and in the CLI's last lines). A retry of the training task
 resumes from the run folder's newest checkpoint instead of starting over; a run that train.stop_when_stuck ended
-is not retried: its artifacts are published, then the flow fails with its paragraph. A multi-node job run from a
+is not retried: its artifacts are published (not the generic `training-failure`: the verdicts say why), then the
+flow fails with its paragraph. A multi-node job run from a
 deployment (`grpo-nodes`) is one run: it is node 0 and starts the other nodes' runs itself (tasks/node_runs.py
 `other_nodes`).
 """
@@ -78,5 +80,7 @@ def _grpo(params: GRPOParams) -> dict:
     create_markdown_artifact(export_markdown(result), key="grpo-export", description=f"GRPO {run.name}: exports")
     if stuck is not None:
         raise stuck
-    get_run_logger().info("GRPO done: %s (curves in %s)", result.get("final"), run / "plots")
+    result.setdefault("health", health.to_dict())  # the trainer's own (the same rows and thresholds)
+    line = health.line().removeprefix("- ")
+    get_run_logger().info("GRPO done: %s (curves in %s); %s", result.get("final"), run / "plots", line)
     return {"run_dir": str(run), **result}

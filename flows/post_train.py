@@ -11,9 +11,10 @@ stage's export, evaluation scores each export (and the base model), the upload s
 `pipeline.json` there records every stage (cosmos_train/pipeline.py): a rerun of a failed pipeline
 skips the stages that finished with the same resolved config and inputs, and continues the stage
 that failed in its own run folder, from its newest checkpoint. One `post-train-summary` table
-compares the stages (accuracy with its interval against chance, flags for degenerate answers, reward,
-time, where each export went); each trained stage's evaluation is also a `verdict-<stage>` artifact; a
-failed stage leaves `post-train-failure` with its run folder and last log lines.
+compares the stages (accuracy with its interval against chance, flags for degenerate answers, reward, the RL
+stage's run-health verdicts, time, where each export went; the returned summary's "health" has each RL stage's
+verdicts, which the CLI's last lines give with their remedies); each trained stage's evaluation is also a
+`verdict-<stage>` artifact; a failed stage leaves `post-train-failure` with its run folder and last log lines.
 
 With a [gate], each trained stage's export is promoted only when its evaluation beats its parent's (the base
 model for SFT, the SFT export for GRPO) by gate.min_gain accuracy points and raises none of the blocking flags
@@ -41,12 +42,13 @@ from pydantic import BaseModel, Field
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config, load_config
-from cosmos_train.errors import DataError, path_errors
+from cosmos_train.errors import DataError, RunStuck, path_errors
 from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
 from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
 from cosmos_train.promotion import CARD_FILE, NotPromoted, gate_decision, gate_markdown, model_card, stop_paragraph
 from cosmos_train.storage import parse_target
+from cosmos_train.train.run_health import HealthReport
 from flows.evaluate import EvaluateParams, evaluate
 from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
 from flows.grpo import GRPOParams, grpo
@@ -66,6 +68,7 @@ SUMMARY_COLUMNS = (
     "flags",
     "gate",
     "reward",
+    "run health",
     "train seconds",
     "uploaded to",
     "export",
@@ -161,13 +164,21 @@ class Pipeline:
         except BaseException as e:
             run_dir = self.state.stages[name].get("run_dir")
             self.state.fail(name, f"{type(e).__name__}: {e}")
+            where = f"- pipeline folder: `{self.folder}`\n- run folder: `{run_dir}`\n"
+            if isinstance(e, RunStuck):  # no failure to debug from a log: the verdicts say what to change
+                text = (
+                    f"# Stage `{name}` ended: RL could not learn\n\n{where}\n{e}\n\nChange what the verdicts say in "
+                    f"the stage's config and run the pipeline again: finished stages are skipped.\n"
+                )
+            else:
+                text = (
+                    f"# Stage `{name}` failed\n\n{where}- error: {type(e).__name__}: {str(e)[:1500]}\n\nRun the "
+                    f"same pipeline again: finished stages are skipped and this one continues from its newest "
+                    f"checkpoint.\n\nLast lines of its log:\n\n```\n{_log_tail(run_dir)}\n```\n"
+                )
+            how = "ended by stop_when_stuck" if isinstance(e, RunStuck) else "failed"
             create_markdown_artifact(
-                f"# Stage `{name}` failed\n\n- pipeline folder: `{self.folder}`\n- run folder: `{run_dir}`\n"
-                f"- error: {type(e).__name__}: {str(e)[:1500]}\n\nRun the same pipeline again: finished stages "
-                f"are skipped and this one continues from its newest checkpoint.\n\n"
-                f"Last lines of its log:\n\n```\n{_log_tail(run_dir)}\n```\n",
-                key="post-train-failure",
-                description=f"post-train {self.cfg.name}: {name} failed",
+                text, key="post-train-failure", description=f"post-train {self.cfg.name}: {name} {how}"
             )
             raise
         self.state.finish(name, result, outputs)
@@ -496,6 +507,8 @@ class Pipeline:
             if name == "grpo" and result.get("best"):
                 best = result["best"]
                 row["reward"] = f"{best.get('metric')} {best.get('value'):.3f} (step {best.get('step')})"
+            if result.get("health"):  # an RL stage's run-health verdicts (the CLI's last lines give their remedies)
+                row["run health"] = HealthReport.from_dict(result["health"]).names()
             if rec:
                 row["train seconds"] = round(rec.get("seconds", 0.0), 1)
                 row["run folder"] = rec.get("run_dir")
@@ -523,6 +536,7 @@ class Pipeline:
             "evaluations": by_label,
             "uploads": uploads,
             "runs": {name: self.state.stages[name] for name in exports},
+            "health": self.state.health(exports),
             "gates": self.state.gates,
             "promoted": list(self.cards),
             "stopped": stopped,

@@ -9,7 +9,8 @@ config.toml), then the evaluate-wfm flow on the base model and the stage's diffu
 config (its held-out prompts, sampler and rewards; results in `<output_dir>/<name>/eval-wfm/`), then the upload
 of the export. pipeline.json records each as the VLM stages are recorded: a rerun skips what finished with the
 same config and inputs and continues a failed training in its run folder. `post-train-summary` compares the base
-and the export (reward with its interval, the paired gain, the held-out diffusion loss, flags).
+and the export (reward with its interval, the paired gain, the held-out diffusion loss, flags, the run-health
+verdicts of the training, also the returned summary's "health").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from prefect.artifacts import create_table_artifact
 
 from cosmos_train.pipeline import stage_key
+from cosmos_train.train.run_health import HealthReport
 from cosmos_train.wfm.config import WfmConfig, load_wfm_config
 from cosmos_train.wfm.eval_report import format_stat, paired_difference
 from flows.evaluate_wfm import EvaluateWfmParams, evaluate_wfm
@@ -37,6 +39,7 @@ SUMMARY_COLUMNS = (
     "gain over base (paired)",
     "held-out diffusion loss",
     "flags",
+    "run health",
     "train seconds",
     "uploaded to",
     "export",
@@ -127,6 +130,8 @@ def _summary(
                 gain = paired_difference(r["per_prompt"]["total"], results["base"]["per_prompt"]["total"])
                 row["gain over base (paired)"] = format_stat(gain, signed=True)
         if name == STAGE:
+            if health := p.state.health([STAGE]).get(STAGE):  # the CLI's last lines give the remedies
+                row["run health"] = HealthReport.from_dict(health).names()
             row["train seconds"] = round(rec.get("seconds", 0.0), 1)
             row["run folder"] = rec.get("run_dir")
             row["uploaded to"] = ", ".join(u["url"] for u in uploads if u.get("ok"))
@@ -149,6 +154,7 @@ def _summary(
         "evaluation": evaluation,
         "uploads": uploads,
         "runs": {STAGE: rec},
+        "health": p.state.health([STAGE]),
         "gates": {},
         "promoted": [],
         "stopped": None,

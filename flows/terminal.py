@@ -3,6 +3,7 @@
     prepare_prefect(debug=False)       # once the flows are imported, before the first flow runs
     stop_temporary_servers(keep=[...]) # before the CLI prints an error paragraph (its stop line would follow it)
     ending_of(exc, command, argv)      # (paragraph, exit code, API lost) of a failed command, None for a crash
+    finished(run_dir, {"": result.get("health")})  # a command's last lines: its folder, the runs' verdicts
 
 - Ctrl-C: the terminal sends SIGINT to its foreground process group. Prefect starts its temporary server as a
   child in that group, so Ctrl-C killed the server with the command and the run's last reports failed after a
@@ -13,6 +14,9 @@
   prints at the end says it all (the run's log on the server keeps the traceback).
 - A dead API: the CLI needs to tell a lost Prefect server from other HTTP failures (the Hub, a reward service)
   to say so in one paragraph and leave at once instead of waiting on Prefect's workers.
+- The end: a training command's last lines are its RL runs' run-health verdicts, each with what to change, or one
+  line saying the run was healthy (`finished`); "GRPO done" alone told a user nothing of a run that learnt nothing.
+  The temporary server this command started is stopped first, so that its stop line does not follow them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +36,10 @@ from prefect.server.api import server as prefect_server
 from prefect.settings import PREFECT_API_URL
 
 from cosmos_train.errors import RunHalted, ServiceUnavailable, UserError, exception_chain, user_error_of
+from cosmos_train.train.run_health import HealthReport
+
+# the temporary API server `prepare_prefect` started for this command (None: one was running, or an API is set)
+_STARTED: list[Any] = []
 
 
 def prepare_prefect(debug: bool = False) -> None:
@@ -68,6 +77,7 @@ def temporary_server_in_own_session() -> None:
         instance.start()
     finally:
         prefect_server.subprocess = module_subprocess
+    _STARTED.append(instance)
 
 
 def temporary_servers() -> list[Any]:
@@ -197,3 +207,20 @@ def how_to_continue(error: UserError, command: str, argv: list[str]) -> str:
             kept.append(a)
         argv = [*kept, "--run-dir", error.run_dir]
     return f". To continue from there: {shlex.join(['cosmos-train', *argv])}"
+
+
+def finished(folder: str, health: Mapping[str, Mapping[str, Any] | None]) -> int:
+    """A command that ran its flow to the end: the temporary server it started stopped (its stop line would
+    follow what is said here), `folder` (the run or pipeline folder) on stdout, what a script reads, then on stderr
+    the run-health lines of each RL run in `health` (label -> its result.json "health"; "" for the command's own
+    run, a stage's name in a pipeline; None or absent for a run that has none, SFT's): one line for a healthy
+    run, else each verdict with what to change (`HealthReport.closing_lines`). Returns the exit code, 0."""
+    started = [s for s in _STARTED if s in temporary_servers()]
+    if started:
+        stop_temporary_servers(keep=[s for s in temporary_servers() if not any(s is t for t in started)])
+    _STARTED.clear()
+    print(folder, flush=True)
+    for label, record in health.items():
+        if record:
+            print(*HealthReport.from_dict(record).closing_lines(label), sep="\n", file=sys.stderr, flush=True)
+    return 0

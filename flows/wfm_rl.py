@@ -10,9 +10,11 @@ cosmos_train.wfm.trainer (checkpoints/, metrics.jsonl, samples/, diffusers/final
 folder's newest checkpoint) -> artifacts: `wfm-summary` (reward and held-out diffusion loss before / after, the
 export), `training-curves` (reward, held-out loss, data loss, KL, clip fraction, grad norm, lr; refreshed during
 training), `training-metrics` (per-iteration table), `wfm-samples` (a grid of evaluation videos before and after
-training: same prompts, same noise), `run-health` (the states in which RL cannot learn, cosmos_train/train/
-run_health.py, at [train.run_health]'s default thresholds: groups without reward variance, flat reward and
-evaluation, pinned clip fraction; the summary has its line).
+training: same prompts, same noise), `run-health` (the states in which RL cannot learn or lost what it learnt,
+cosmos_train/train/run_health.py, thresholds [trainer.run_health]: groups without reward variance, flat reward and
+evaluation, pinned clip fraction, late collapse; the summary has its line, RUN/result.json and the returned
+result its "health", the CLI's last lines its verdicts). With trainer.stop_when_stuck a run that cannot learn ends
+early, saved (exit 3, not retried): its artifacts are published, then the flow fails with its paragraph.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, Field
 
-from cosmos_train.config import RunHealthConfig
 from cosmos_train.curves import curves_markdown
+from cosmos_train.errors import RunStuck
 from cosmos_train.train.run_health import assess_run
 from cosmos_train.wfm.report import run_summary, sample_grid, summary_markdown
 from tasks.curves import publish_curves
@@ -55,11 +57,15 @@ def _wfm_rl(params: WfmRLParams) -> dict:
     logger.info("run folder: %s", run)
     data = check_wfm_data(job)
     logger.info("data: %s", data.get("summary") or data)
-    train_wfm(job, params.train_retries, params.timeout_s)  # the reward service around it, restarted when it dies
+    stuck: RunStuck | None = None
+    try:
+        train_wfm(job, params.train_retries, params.timeout_s)  # the reward service around it, restarted when it dies
+    except RunStuck as e:  # trainer.stop_when_stuck ended it, saved as at a normal end: report, then fail with it
+        stuck = e
     result = json.loads((run / "result.json").read_text())
     summary = run_summary(run)
-    # the world-model job has no [train.run_health]: the defaults; a ratio that only moves after the first pass
-    health = assess_run(run, RunHealthConfig(), ratio_moves=cfg.model.rl.mu_iterations > 1)
+    # as the trainer judged it (result.json's "health"): a ratio that only moves after the first pass
+    health = assess_run(run, cfg.trainer.run_health, ratio_moves=cfg.model.rl.mu_iterations > 1, world_model=True)
     create_markdown_artifact(
         health.markdown(run.name),
         key="run-health",
@@ -79,6 +85,10 @@ def _wfm_rl(params: WfmRLParams) -> dict:
             key="wfm-samples",
             description=f"world-model RL {run.name}: samples",
         )
+    if stuck is not None:
+        raise stuck
     if cfg.no_effect:
         result["no_effect"] = [n.line() for n in cfg.no_effect]
+    result.setdefault("health", health.to_dict())  # the trainer's own (the same rows and thresholds)
+    logger.info("world-model RL done: %s; %s", result.get("final"), health.line().removeprefix("- "))
     return {"run_dir": str(run), "data": data, "summary": summary, **result}

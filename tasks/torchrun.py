@@ -51,6 +51,7 @@ from cosmos_train.errors import (
     RepeatedFailure,
     RunHalted,
     RunInterrupted,
+    RunStuck,
     ServiceUnavailable,
     UserError,
     disk_full_at,
@@ -455,7 +456,8 @@ def run_torchrun(
 ) -> str:
     """Launch `module` under torchrun for the run folder; a retry resumes from its newest checkpoint.
     env: added to the ranks' environment (e.g. where the run's reward service listens). A failed attempt
-    leaves the `training-failure` artifact: the run folder, the error and the log's last lines."""
+    leaves the `training-failure` artifact: the run folder, the error and the log's last lines (not a run that
+    stop_when_stuck ended, `RunStuck`: its flow's `run-health` artifact says why)."""
     rd = Path(run_dir)
     with gpu_slots(cfg):
         try:
@@ -471,9 +473,11 @@ def run_torchrun(
         except BaseException as e:
             if isinstance(e, RunHalted):  # stopped saved: the CLI adds the command that continues this run folder
                 e.run_dir = str(rd)
+            # a run stop_when_stuck ended is no failure to debug from its log: the flow publishes its verdicts
             with contextlib.suppress(Exception):  # a dead API must not hide the failure itself
-                create_markdown_artifact(
-                    _failure_markdown(rd, e), key="training-failure", description=f"training failed in {rd.name}"
-                )
+                if not isinstance(e, RunStuck):
+                    create_markdown_artifact(
+                        _failure_markdown(rd, e), key="training-failure", description=f"training failed in {rd.name}"
+                    )
             raise
     return run_dir

@@ -1,5 +1,6 @@
 """`cosmos_train.cli.main(argv)` in the test's own process, for a command the CLI answers before Prefect starts
-(an input error refused by its checks, `config check`, `reward-service`'s token check).
+(an input error refused by its checks, `config check`, `reward-service`'s token check), or with `flows=True` a
+command that runs its flow on the Prefect API the test runs under (tests/integration's `prefect_harness`).
 
 A subprocess pays ~3-5 s of interpreter start and torch / transformers imports per command; in-process a call
 takes a fraction of a second once the first has imported them. What a subprocess gave for free is done here:
@@ -7,7 +8,7 @@ takes a fraction of a second once the first has imported them. What a subprocess
   one on the pytest process;
 - "Prefect was not started" is `_prepare_prefect` (called by every flow command just before its first flow)
   failing the test: stricter than the old unusable PREFECT_HOME, which in-process could not work anyway
-  (Prefect's settings are fixed at its first import);
+  (Prefect's settings are fixed at its first import); unless `flows=True`;
 - the environment variables main() sets (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
   PREFECT_CLIENT_MAX_RETRIES, COSMOS_TRAIN_DEBUG with --debug, ...) are put back after the call; `env` and
   `cwd` are monkeypatched for the test;
@@ -87,10 +88,13 @@ def run_cli(
     *args: str | Path,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    flows: bool = False,
 ) -> CliResult:
-    """`cosmos-train ARGS` through `cli.main`, refused or done before Prefect starts (else the test fails)."""
+    """`cosmos-train ARGS` through `cli.main`, refused or done before Prefect starts (else the test fails), or
+    with `flows` run to its end on the test's Prefect API."""
     monkeypatch.setattr(cli, "start_reaper", lambda *a, **k: None)
-    monkeypatch.setattr(cli, "_prepare_prefect", _prefect_started)
+    if not flows:
+        monkeypatch.setattr(cli, "_prepare_prefect", _prefect_started)
     if cwd is not None:
         monkeypatch.chdir(cwd)
     for key, value in (env or {}).items():

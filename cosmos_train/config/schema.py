@@ -63,14 +63,20 @@ class CheckpointConfig(Section):
         return "final" if v is True else v
 
 
-# the run-health verdicts (cosmos_train/train/run_health.py), and those train.stop_when_stuck ends a run on by default
-VerdictName = Literal["zero_variance_groups", "entropy_collapse", "reward_flat", "validation_flat", "clip_pinned"]
+# the run-health verdicts (cosmos_train/train/run_health.py), and those stop_when_stuck ends a run on by default.
+# Not by default: entropy_collapse (a run can still improve while its entropy falls) and late_collapse (stopping
+# does not bring the best weights back, which the best export keeps anyway, and a noisy validation's dip can
+# recover; what helps is named in its remedy: a lower or decaying learning rate, a KL anchor, fewer steps).
+VerdictName = Literal[
+    "zero_variance_groups", "entropy_collapse", "reward_flat", "validation_flat", "clip_pinned", "late_collapse"
+]
 STOP_ON: tuple[VerdictName, ...] = ("zero_variance_groups", "reward_flat", "validation_flat", "clip_pinned")
 
 
 class RunHealthConfig(Section):
-    """[train.run_health]: when a GRPO run is in a state where RL cannot learn (cosmos_train/train/run_health.py):
-    the `run-health` artifact's verdicts, and where train.stop_when_stuck ends the run."""
+    """[train.run_health] (the world model's job: [trainer.run_health]): when an RL run is in a state where it cannot
+    learn, or lost what it learnt (cosmos_train/train/run_health.py): the verdicts of the `run-health` artifact,
+    RUN/result.json's "health" and the CLI's last lines, and where stop_when_stuck ends the run."""
 
     zero_std_fraction: float = Field(
         0.8,
@@ -121,10 +127,19 @@ class RunHealthConfig(Section):
         description="Clip fraction pinned high: at least this on `patience` consecutive steps: almost every "
         "token's gradient is clipped away.",
     )
+    late_drop: float = Field(
+        0.10,
+        gt=0,
+        le=100,
+        description="Late collapse: the last validation score (accuracy, else reward_mean; the world model's "
+        "evaluation reward) at least this much below the best one (absolute: 0.10 is 10 accuracy points; a reward "
+        "in its own units), and beyond 2 standard errors where the validation logs its size.",
+    )
     stop_on: list[VerdictName] = Field(
         default_factory=lambda: list(STOP_ON),
-        description="The verdicts train.stop_when_stuck ends a run on (all are reported either way); "
-        "entropy_collapse is left out by default because a run can still improve while its entropy falls.",
+        description="The verdicts stop_when_stuck ends a run on (all are reported either way); left out by "
+        "default: entropy_collapse (a run can still improve while its entropy falls) and late_collapse (stopping "
+        "does not bring the best weights back; the best export keeps them).",
     )
 
 

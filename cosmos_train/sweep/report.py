@@ -44,6 +44,7 @@ OVERLAY: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("validation accuracy", "val", "accuracy"),
         ("validation reward", "val", "reward_mean"),
         ("KL to reference", "train", "kl"),
+        ("token entropy", "train", "entropy"),  # a collapse shows here before the reward stalls
     ),
     "wfm-rl": (
         ("mean reward", "train", "reward_mean"),

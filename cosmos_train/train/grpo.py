@@ -26,8 +26,9 @@ of training.
 Checkpoints carry policy, optimizer, scheduler, RNG, step, data position, weight version and the best
 score so far; sampling seeds derive from (seed, step, rank), so a resumed run equals an uninterrupted one.
 RUN/metrics.jsonl gets a "train" row per step and "val" rows; RUN/completions.jsonl (metrics.SAMPLES_FILE)
-a sample of completions with their rewards every `logging.completion_sample_freq` steps. With train.stop_when_stuck
-the run ends early (saved as at its end, exit 3) when a run-health verdict holds (`train/run_health.py`). A reward
+a sample of completions with their rewards every `logging.completion_sample_freq` steps; RUN/result.json the run's
+run-health verdicts ("health", `train/run_health.py`). With train.stop_when_stuck the run ends early (saved as at
+its end, exit 3) when a verdict holds (the shared loop's `end_early`: train/loop.py). A reward
 service that stays unreachable stops every rank after the last completed step, saved, exit 75 (`rollout_source`).
 """
 
@@ -51,9 +52,8 @@ from cosmos_train.data.chat import EncodedChat
 from cosmos_train.data.frame_memo import FrameMemo
 from cosmos_train.data.prompt import prompt_messages, reference_answer, user_text
 from cosmos_train.distributed import DistInfo, all_reduce_max, all_reduce_sum
-from cosmos_train.errors import DataError, RunStuck
+from cosmos_train.errors import DataError
 from cosmos_train.generation import Chat
-from cosmos_train.metrics import read_metrics
 from cosmos_train.rewards import RewardContext, accuracy_reward, combine, register_script_rewards, weights_of
 from cosmos_train.train.batching import MicroBatch, split_micro_batches
 from cosmos_train.train.cp_language import KeptSlice
@@ -66,7 +66,7 @@ from cosmos_train.train.rollout_colocated import ColocatedRollout
 from cosmos_train.train.rollout_source import RolloutSource, asynchronous_rollout, outage_agreed
 from cosmos_train.train.rollout_stats import RolloutSums
 from cosmos_train.train.rollout_worker import WorkerRollout
-from cosmos_train.train.run_health import HealthWatch, ratio_moves_of, stuck_message
+from cosmos_train.train.run_health import ratio_moves_of
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
 from cosmos_train.train.trainer import Trainer, load_policy, peak_memory_gb
@@ -202,8 +202,8 @@ class GRPOTrainer(Trainer):
         ids = get_tokenizer(self.processor).convert_tokens_to_ids(list(VISION_TOKENS))
         self.vision_ids = {i for i in (ids if isinstance(ids, list) else [ids]) if isinstance(i, int) and i >= 0}
         self.vision_token_completions = 0
-        # train.stop_when_stuck: the run-health verdicts followed step by step (`end_early`)
-        self.health = HealthWatch(t.run_health, ratio_moves_of(policy_cfg)) if t.stop_when_stuck else None
+        # the run-health verdicts: RUN/result.json's "health"; with train.stop_when_stuck followed step by step
+        self.watch_health(t.run_health, ratio_moves_of(policy_cfg), world_model=False, stop=t.stop_when_stuck)
 
     @property
     def same_rows(self) -> int:
@@ -627,9 +627,7 @@ class GRPOTrainer(Trainer):
 
     def validate_and_keep_best(self) -> None:
         values = self.validate()
-        self.metrics.log(self.step, values, kind="val")
-        if self.health is not None:
-            self.health.add("val", self.step, values)
+        self.log_validation(values)
         metric = "accuracy" if "accuracy" in values else "reward_mean"
         # every rank holds the same all-reduced value, so all take this branch together (export is collective)
         if self.best is None or values[metric] > self.best["value"]:
@@ -664,22 +662,8 @@ class GRPOTrainer(Trainer):
     def before_loop(self) -> None:
         if self.step:  # resumed: the engine starts from the loaded model, not the checkpoint
             self.sync_weights()
-            if self.health is not None:  # the steps before the resume count (a rank that cannot read them follows)
-                self.health.rows = read_metrics(self.run_dir)
         if self.validating and self.best is None:
             self.validate_and_keep_best()  # the starting point: GRPO's best must beat it
-
-    def end_early(self, values: dict[str, Any]) -> RunStuck | None:
-        """train.stop_when_stuck: end the run when a run-health verdict holds at this step (`run_health`)."""
-        if self.health is None:
-            return None
-        self.health.add("train", self.step, values)
-        stuck = self.health.stuck()
-        # the values are all-reduced, so ranks agree; the max makes a rank that read less history follow
-        if not float(all_reduce_max(float(bool(stuck)), self.dist.device)):
-            return None
-        self.log(f"train.stop_when_stuck: ending after step {self.step}: {', '.join(v.name for v in stuck)}")
-        return RunStuck(stuck_message(stuck, self.step, self.total_steps))  # its paragraph is printed at the exit
 
     def after_loop(self) -> None:
         self.rollout_source.close()

@@ -7,7 +7,9 @@ the world-model trainer (wfm/trainer.py). It owns what does not depend on the ki
 
 A subclass maps its config onto `LoopSettings` (`loop_settings`), builds its model, optimizer and schedule, and
 supplies each step's input (`step_inputs`), the step (`train_step`) and its export (`export`); what it keeps in a
-checkpoint beyond the step is `checkpoint_extra` / `restore_extra`.
+checkpoint beyond the step is `checkpoint_extra` / `restore_extra`. An RL trainer (GRPO, the world model) names how
+its run is judged (`watch_health`): the run-health verdicts go into RUN/result.json ("health"), and with
+stop_when_stuck the run ends, saved, at the step one holds (`end_early`, exit 3).
 
 An s3:// output_dir: the run folder is its local working copy, rank 0 mirrors it to the bucket while the run
 goes (`run_sync.RunSync`: checkpoints and exports as they complete, metrics and logs on a timer and at exit),
@@ -30,10 +32,11 @@ from torch import nn
 
 from cosmos_train.checkpoint import CheckpointManager, all_ok, broadcast_str, cpu_group, seed_process_rngs
 from cosmos_train.checkpoint_paths import resolve_resume
-from cosmos_train.config import CheckpointConfig, ParallelismConfig
+from cosmos_train.config import CheckpointConfig, ParallelismConfig, RunHealthConfig
 from cosmos_train.config.paths import is_s3, run_cache_root
-from cosmos_train.distributed import DistInfo, init_distributed, teardown
+from cosmos_train.distributed import DistInfo, all_reduce_max, init_distributed, teardown
 from cosmos_train.errors import (
+    RunStuck,
     ServiceUnavailable,
     TrainingDiverged,
     UserError,
@@ -42,9 +45,10 @@ from cosmos_train.errors import (
     report_rank_failure,
 )
 from cosmos_train.logs import setup_logging
-from cosmos_train.metrics import LoggedJob, MetricsLogger
+from cosmos_train.metrics import LoggedJob, MetricsLogger, read_metrics
 from cosmos_train.run_sync import RunSync, fetch_checkpoint, run_url, settings_for
 from cosmos_train.signals import install_exit_handlers
+from cosmos_train.train.run_health import HealthWatch, stuck_message
 from cosmos_train.train.step import clip_grad_norm
 
 logger = logging.getLogger(__name__)
@@ -115,6 +119,10 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         self.stopped = False
         # a user-facing reason the run ended before its last step (`end_early`), raised once the end is saved
         self.ended_early: UserError | None = None
+        # RL trainers (`watch_health`): how the run is judged (RUN/result.json's "health"), and whether
+        # stop_when_stuck follows the verdicts step by step
+        self.health: HealthWatch | None = None
+        self.stop_when_stuck = False
 
     # ------------------------------------------------------------------ what a subclass maps from its config
     @classmethod
@@ -295,11 +303,35 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         """What RUN/result.json holds beyond the common keys."""
         return {}
 
+    def watch_health(self, cfg: RunHealthConfig, ratio_moves: bool | None, world_model: bool, stop: bool) -> None:
+        """An RL trainer's run is judged by the run-health verdicts (train/run_health.py): at its end into
+        RUN/result.json's "health", and with `stop` (its stop_when_stuck) step by step, ending the run when a
+        verdict of cfg.stop_on holds (`end_early`). ratio_moves / world_model: as `run_health.assess` takes them."""
+        self.health = HealthWatch(cfg, ratio_moves, world_model=world_model)
+        self.stop_when_stuck = stop
+
+    def log_validation(self, values: dict[str, Any]) -> None:
+        """A validation's row of RUN/metrics.jsonl at this step, followed by stop_when_stuck too."""
+        self.metrics.log(self.step, values, kind="val")
+        if self.health is not None and self.stop_when_stuck:
+            self.health.add("val", self.step, values)
+
     def end_early(self, values: dict[str, Any]) -> UserError | None:
         """After each logged step (`values` its metrics): a reason to end the run here, as if this were its last
         step (final validation, checkpoint, export, result.json), after which `run_main` raises it; None to go
-        on. Every rank must give the same answer (decide on all-reduced values)."""
-        return None  # an optional hook: GRPO's train.stop_when_stuck
+        on. Every rank must give the same answer (decide on all-reduced values). Here: stop_when_stuck's
+        `RunStuck` when a run-health verdict of stop_on holds at this step (`watch_health`)."""
+        if self.health is None or not self.stop_when_stuck:
+            return None
+        self.health.add("train", self.step, values)
+        stuck = self.health.stuck()
+        # the values are all-reduced, so ranks agree; the max makes a rank that read less history follow
+        if not float(all_reduce_max(float(bool(stuck)), self.dist.device)):
+            return None
+        key = f"{self.health.section}.stop_when_stuck"
+        self.log(f"{key}: ending after step {self.step}: {', '.join(v.name for v in stuck)}")
+        # its paragraph is printed at the exit
+        return RunStuck(stuck_message(stuck, self.step, self.total_steps, self.health.section))
 
     def skip_nonfinite(self, values: dict[str, Any]) -> None:
         """A step that made no update (train_step said "skipped"). A trainer that allows skipping overrides this;
@@ -322,6 +354,9 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         last: dict[str, Any] = {}
         freq = self.settings.validation_freq
         try:
+            if self.step and self.health is not None and self.stop_when_stuck:
+                # resumed: the steps before count (a rank that cannot read them follows the others: `end_early`)
+                self.health.rows = read_metrics(self.run_dir)
             self.before_loop()
             if self.step < self.total_steps:
                 for batch, after in self.step_inputs():
@@ -361,11 +396,15 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         if self.stopped:
             return {"step": self.step, "stopped": True}
         self.metrics.close()
+        health = None  # an RL run's verdicts, on the rows rank 0 wrote (rank 0 writes result.json)
+        if self.health is not None and self.dist.is_main:
+            health = self.health.assess(read_metrics(self.run_dir))
         return {
             "step": self.step,
             "stopped": False,
             "final": str(final) if final else None,
             **self.result_extra(),
+            **({"health": health.to_dict()} if health is not None else {}),
             "resumed_from": self.resumed_from,
             "resume_note": self.resume_note,
             "skipped_steps": self.skipped_steps,

@@ -1,4 +1,5 @@
-"""Run-health verdicts for RL: the states of a run in which it cannot learn, read from its metrics rows.
+"""Run-health verdicts for RL: the states of a run in which it cannot learn, or lost what it learnt, read from its
+metrics rows.
 
     from cosmos_train.train.run_health import assess_run, ratio_moves_of
     health = assess_run("RUN", cfg.train.run_health, ratio_moves=ratio_moves_of(cfg.train.train_policy))
@@ -6,26 +7,31 @@
 
 A GRPO run started from a confident model can sample the same answer for every completion of a prompt: each
 group's rewards are equal, its advantages 0, the gradient 0, and the run spends its steps and exports its
-starting weights as "best". The checks ([train.run_health] holds their thresholds):
-- `zero_variance_groups`: the share of groups with all rewards equal (zero_std_fraction; for the world model,
-  whose rows have no groups, a reward_std of 0) at least `zero_std_fraction` on `patience` consecutive steps;
+starting weights as "best". The checks ([train.run_health] holds their thresholds; the world model's job
+[trainer.run_health]):
+- `zero_variance_groups`: the share of groups with all rewards equal (zero_std_fraction; rows of a world-model
+  run from before it logged one: a reward_std of 0) at least `zero_std_fraction` on `patience` consecutive steps;
 - `entropy_collapse`: the token entropy of the last `patience` steps `entropy_drop` times below that of the
   first ones, or below `entropy_floor`;
 - `reward_flat` / `validation_flat`: over the last `flat_steps` steps the train reward's halves differ by no
   more than noise, the validation scores (accuracy, else reward_mean) by no more than `flat_tolerance`;
 - `clip_pinned`: the clip fraction (GRPO's clip_fraction, the world model's clip_frac) at least
   `clip_near_one` on `patience` consecutive steps, or below `clip_near_zero` on steps that had advantages
-  where the ratio can move (`ratio_moves`: with one pass on the trainer's own log-probs it is 1 by design).
-A verdict is `ongoing` when its state holds at the last step: what train.stop_when_stuck ends a run on
-(`HealthWatch`, inside the GRPO trainer; the names in `stop_on`). The flows publish `HealthReport.markdown` as
-the `run-health` artifact and `HealthReport.line` in their summaries.
+  where the ratio can move (`ratio_moves`: with one pass on the trainer's own log-probs it is 1 by design);
+- `late_collapse`: the last validation score `late_drop` or more below the best one (and beyond 2 standard
+  errors where the validation logs its size): the final weights lost what the run had reached.
+Each verdict's remedy names the keys of the trainer's own config (`world_model`: the world model's).
+A verdict is `ongoing` when its state holds at the last step: what stop_when_stuck ends a run on (`HealthWatch`,
+which the trainers' shared loop follows: train/loop.py; the names in `stop_on`). The trainers write
+`HealthReport.to_dict()` into RUN/result.json ("health"); the flows publish `HealthReport.markdown` as the
+`run-health` artifact, `HealthReport.line` in their summaries, and the CLI ends with `closing_lines`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,8 @@ from cosmos_train.metrics import read_metrics
 
 ZERO = 1e-12  # a reward std at or below this is no variance
 RATIO_STILL = 1e-6  # a ratio within this of 1 on every step has not moved
-NOISE_SIGMAS = 2.0  # the reward's change must exceed this many standard errors to count as movement
+NOISE_SIGMAS = 2.0  # a change must exceed this many standard errors to count as movement (or as a drop)
+LATE_EPS = 1e-9  # a drop of exactly late_drop counts (0.97 - 0.87 is 0.0999... in floating point)
 
 _SHARPEN = (
     "raise the sampling temperature (rollout.sampling_config.temperature, with train.train_policy.temperature) "
@@ -50,10 +57,76 @@ _ENTROPY = "keep exploration up with train.train_policy.entropy_coeff > 0 (e.g. 
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One state in which the run cannot learn: what was seen (numbers, steps), why, what to change."""
+class Remedies:
+    """The verdicts' causes and changes in the keys of one trainer's config: GRPO's job TOML, or the world
+    model's (whose sampler explores through its SDE noise, with no SFT before it and no best export)."""
 
-    name: str  # a stable identifier: zero_variance_groups, entropy_collapse, reward_flat, validation_flat, clip_pinned
+    section: str  # the table of stop_when_stuck and [<section>.run_health]
+    zero_cause: str  # why every sample of a prompt scores the same
+    sharpen: str  # make a prompt's samples differ
+    filter: str  # give the groups reward variance
+    start: str  # a less certain starting point ("" where there is none to change)
+    entropy: str  # keep exploring
+    lr: str  # the learning rate to check
+    clip_high: str
+    clip_low: str
+    late: str  # keep or reach the best weights instead of the final ones
+    best_export: bool  # the run exports its best validation's weights (GRPO's safetensors/best)
+    answers: bool  # its samples answer prompts that have a right answer (which may be too easy, too hard, solved)
+
+
+GRPO_REMEDIES = Remedies(
+    section="train",
+    zero_cause="the policy is too sure of its answers (a confident SFT start, or sampling too cold)",
+    sharpen=_SHARPEN,
+    filter=_FILTER,
+    start=_SHORTER_SFT,
+    entropy=_ENTROPY,
+    lr="check train.optm_lr",
+    clip_high="lower train.optm_lr or mu_iterations; check old_logprobs and the temperatures agree",
+    clip_low="raise train.optm_lr or check train.optm_grad_norm_clip",
+    late="keep the best weights: RUN/safetensors/best holds them (a post-train [grpo] stage takes them with export = "
+    '"best", its default); lower train.optm_lr or let it decay (train.optm_decay_type = "cosine" or "linear"); hold '
+    "the policy near its reference with train.train_policy.kl_beta > 0; or train fewer steps (train.max_num_steps "
+    "near the best step)",
+    best_export=True,
+    answers=True,
+)
+WORLD_MODEL_REMEDIES = Remedies(
+    section="trainer",
+    zero_cause="the samples of a prompt are (nearly) the same video, or the reward cannot tell them apart",
+    sharpen="raise model.rl.noise_level (the SDE sampler's noise, which makes the samples of a prompt differ) or "
+    "give each sample its own initial noise (model.rl.use_same_seed = false)",
+    filter="use a reward that tells the samples of a prompt apart ([reward] fns: a constant or saturated reward "
+    "scores them all the same)",
+    start="",
+    entropy="",
+    lr="check optimizer.lr",
+    clip_high="lower optimizer.lr or model.rl.mu_iterations, or widen model.rl.clip_range",
+    clip_low="raise optimizer.lr or check trainer.grad_clip_norm",
+    late="lower optimizer.lr or let it decay ([scheduler] f_min below f_max); hold the model near its reference "
+    "with model.rl.kl_beta > 0; or train fewer iterations (trainer.max_iter near the best one, or keep a checkpoint "
+    "there: checkpoint.save_iter)",
+    best_export=False,
+    answers=False,
+)
+
+
+def remedies_of(world_model: bool) -> Remedies:
+    return WORLD_MODEL_REMEDIES if world_model else GRPO_REMEDIES
+
+
+def _either(*changes: str) -> str:
+    """The changes that apply, in order ("; "-joined)."""
+    return "; ".join(c for c in changes if c)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One state in which the run cannot learn, or lost what it learnt: what was seen (numbers, steps), why, what
+    to change. Its fields are RUN/result.json's health.verdicts[i] (`asdict`): an interface, keep their names."""
+
+    name: str  # a stable identifier: one of config.schema.VerdictName
     title: str
     evidence: str
     cause: str
@@ -88,6 +161,21 @@ class HealthReport:
     def ongoing(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.ongoing]
 
+    def to_dict(self) -> dict[str, Any]:
+        """RUN/result.json's "health": {"healthy", "steps", "verdicts": [{name, title, evidence, cause, change,
+        first_step, last_step, ongoing}]}. Read by other programs (the learning benchmark, the CLI's closing
+        lines, the post-train summary): keep these keys."""
+        return {"healthy": self.healthy, "steps": self.steps, "verdicts": [asdict(v) for v in self.verdicts]}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> HealthReport:
+        """`to_dict`'s record back (its `checked` numbers are not in it)."""
+        return cls(steps=int(record["steps"]), verdicts=[Verdict(**v) for v in record["verdicts"]])
+
+    def names(self) -> str:
+        """ "healthy", or the verdicts' names: the post-train summary's `run health` cell."""
+        return "healthy" if self.healthy else ", ".join(v.name for v in self.verdicts)
+
     def line(self) -> str:
         """The summary artifacts' line."""
         if self.healthy:
@@ -95,7 +183,22 @@ class HealthReport:
                 f"- run health: healthy over {self.steps} step(s) (none of the run-health verdicts; see `run-health`)"
             )
         names = ", ".join(f"`{v.name}`" for v in self.verdicts)
-        return f"- run health: RL could not learn in part of this run: {names} (see the `run-health` artifact)"
+        return (
+            f"- run health: {names}: RL could not learn, or lost what it learnt, in part of this run (see the "
+            "`run-health` artifact)"
+        )
+
+    def closing_lines(self, label: str = "") -> list[str]:
+        """The command's last lines (flows/terminal.py `finished`): one for a healthy run, else a head line and each
+        verdict with its evidence, cause and what to change. label: whose run (a pipeline's stage)."""
+        head = f"{label}: run health" if label else "run health"
+        if self.healthy:
+            return [f"{head}: healthy over {self.steps} step(s), none of the run-health verdicts"]
+        return [
+            f"{head}: {len(self.verdicts)} verdict(s) over {self.steps} step(s), states in which RL could not learn "
+            "or lost what it learnt (the `run-health` artifact has the numbers checked):",
+            *[f"  - {v.sentence()}" for v in self.verdicts],
+        ]
 
     def markdown(self, run_name: str) -> str:
         """The `run-health` artifact."""
@@ -103,11 +206,12 @@ class HealthReport:
         if self.healthy:
             lines.append(
                 f"healthy: none of zero-variance groups, entropy collapse, flat reward, flat validation, pinned "
-                f"clip fraction over {self.steps} train step(s). Checked:"
+                f"clip fraction, late collapse over {self.steps} train step(s). Checked:"
             )
         else:
             lines += [
-                f"{len(self.verdicts)} verdict(s) over {self.steps} train step(s): states in which RL cannot learn.",
+                f"{len(self.verdicts)} verdict(s) over {self.steps} train step(s): states in which RL cannot learn, "
+                "or lost what it learnt.",
                 "",
                 *[v.markdown() for v in self.verdicts],
                 "Checked:",
@@ -175,7 +279,7 @@ def _var(xs: list[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / max(len(xs) - 1, 1)
 
 
-def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthReport) -> None:
+def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, report: HealthReport) -> None:
     rows = [(int(r["step"]), s, r) for r in train if (s := _zero_share(r)) is not None]
     if not rows:
         report.checked.append("zero-variance groups: no zero_std_fraction / reward_std logged")
@@ -195,7 +299,7 @@ def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, report: He
     shares = [s for _, s, _ in held]
     zero_grad = sum(1 for _, _, r in held if (g := _value(r, "grad_norm")) is not None and g <= ZERO)
     rewards = [v for _, _, r in held if (v := _value(r, "reward_mean")) is not None]
-    grouped = any("zero_std_fraction" in r for _, _, r in held)  # else the world model's reward_std 0
+    grouped = any("zero_std_fraction" in r for _, _, r in held)  # else older world-model rows: reward_std 0
     what = f"zero_std_fraction >= {cfg.zero_std_fraction:.0%}" if grouped else "reward_std 0 (no group varies)"
     evidence = (
         f"{what} on {length} consecutive steps ({held[0][0]}-{held[-1][0]}), mean {_mean(shares):.0%}, "
@@ -204,15 +308,16 @@ def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, report: He
     if rewards:
         evidence += f"; train reward {min(rewards):.3f}..{max(rewards):.3f}"
     solved = bool(rewards) and min(rewards) >= 0.99 * max(rewards) and max(rewards) > 0
+    cause = f"every sample of a prompt gets the same reward: {fix.zero_cause}"
+    if fix.answers:
+        cause += ", or the prompts are solved" if solved else ", or the prompts are too easy / too hard for it"
     report.verdicts.append(
         Verdict(
             "zero_variance_groups",
             "most groups have no reward variance, so their advantages and the gradient are 0",
             evidence,
-            "every sample of a prompt gets the same reward: the policy is too sure of its answers (a confident SFT "
-            "start, or sampling too cold)"
-            + (", or the prompts are too easy / too hard for it" if not solved else ", or the prompts are solved"),
-            f"{_SHARPEN}; {_FILTER}; {_SHORTER_SFT}",
+            cause,
+            _either(fix.sharpen, fix.filter, fix.start),
             held[0][0],
             held[-1][0],
             ongoing=run[1] == len(rows),
@@ -220,7 +325,7 @@ def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, report: He
     )
 
 
-def _entropy(train: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthReport) -> None:
+def _entropy(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, report: HealthReport) -> None:
     steps, ent = series(train, "entropy")
     k = cfg.patience
     if not ent:
@@ -249,7 +354,7 @@ def _entropy(train: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthRe
             f"entropy {seen}" + (f", below the floor {cfg.entropy_floor:g}" if below_floor else ""),
             "the policy became (near-)deterministic, from training toward its own confident answers or from a "
             "confident start; with nothing different sampled there is nothing to compare",
-            f"{_ENTROPY}; {_SHARPEN}; {_SHORTER_SFT}",
+            _either(fix.entropy, fix.sharpen, fix.start),
             steps[0],
             steps[-1],
             ongoing=True,
@@ -257,7 +362,7 @@ def _entropy(train: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthRe
     )
 
 
-def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthReport) -> None:
+def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, report: HealthReport) -> None:
     steps, reward = series(train, "reward_mean")
     n = cfg.flat_steps
     if len(reward) < n:
@@ -282,7 +387,7 @@ def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, report: Heal
             f"train reward {seen}, range {min(window):.3f}..{max(window):.3f}",
             "the updates do not change what is sampled: groups without reward variance, a collapsed entropy, or "
             "a learning rate too small to matter",
-            f"{_SHARPEN}; {_FILTER}; check train.optm_lr",
+            _either(fix.sharpen, fix.filter, fix.lr),
             steps[0],
             steps[-1],
             ongoing=True,
@@ -291,7 +396,7 @@ def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, report: Heal
 
 
 def _validation_flat(
-    train: list[dict[str, Any]], val: list[dict[str, Any]], cfg: RunHealthConfig, report: HealthReport
+    train: list[dict[str, Any]], val: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, report: HealthReport
 ) -> None:
     metric = "accuracy" if series(val, "accuracy")[1] else "reward_mean"
     steps, scores = series(val, metric)
@@ -327,8 +432,9 @@ def _validation_flat(
             f"validation {metric} did not move over the last {cfg.flat_steps} steps",
             f"validation {metric}: {seen}",
             "the policy's answers to the validation prompts have not changed: training has no signal, or what it "
-            "learns does not reach these prompts; the best export is then the starting weights",
-            f"{_SHARPEN}; {_FILTER}; {_SHORTER_SFT}",
+            "learns does not reach these prompts"
+            + ("; the best export is then the starting weights" if fix.best_export else ""),
+            _either(fix.sharpen, fix.filter, fix.start),
             inside[0][0],
             inside[-1][0],
             ongoing=True,
@@ -337,7 +443,7 @@ def _validation_flat(
 
 
 def _clip_pinned(
-    train: list[dict[str, Any]], cfg: RunHealthConfig, ratio_moves: bool | None, report: HealthReport
+    train: list[dict[str, Any]], cfg: RunHealthConfig, ratio_moves: bool | None, fix: Remedies, report: HealthReport
 ) -> None:
     rows = [(int(r["step"]), c, r) for r in train if (c := _value(r, "clip_fraction", "clip_frac")) is not None]
     if not rows:
@@ -374,11 +480,11 @@ def _clip_pinned(
             title = "almost every token is clipped, so almost no gradient flows"
             cause = "the policy moves far from the sampling policy between passes (learning rate too high, too many "
             cause += "mu_iterations) or the engine's log-probs do not match the trainer's"
-            change = "lower train.optm_lr or mu_iterations; check old_logprobs and the temperatures agree"
+            change = fix.clip_high
         else:
             title = "no token is ever clipped although the ratio can move: the policy barely changes"
             cause = "updates too small to move the policy (learning rate, a gradient clipped to nothing)"
-            change = "raise train.optm_lr or check train.optm_grad_norm_clip; " + _SHARPEN
+            change = _either(fix.clip_low, fix.sharpen)
         report.verdicts.append(
             Verdict(
                 "clip_pinned",
@@ -393,61 +499,145 @@ def _clip_pinned(
         )
 
 
-def assess(rows: Iterable[Mapping[str, Any]], cfg: RunHealthConfig, ratio_moves: bool | None = None) -> HealthReport:
+def _late_collapse(val: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, report: HealthReport) -> None:
+    """The last validation well below the best one: the final weights lost what the run had reached (the issue's
+    demo: accuracy 0.97 at step 210, 0.39 at step 300). Accuracy is a share, so the drop is in points; where the
+    validation logs its size (n) the drop must also exceed NOISE_SIGMAS standard errors of the two scores, or a
+    small validation set would give this verdict to noise. A reward (no accuracy) is in its own units."""
+    metric = "accuracy" if series(val, "accuracy")[1] else "reward_mean"
+    rows = [(int(v["step"]), x, v) for v in val if (x := _value(v, metric)) is not None]
+    if len(rows) < 2:
+        report.checked.append(f"late collapse: {len(rows)} validation(s) of {metric}, the check needs 2")
+        return
+    best = max(rows, key=lambda t: t[1])  # the first of equal bests
+    (first_step, first, _), (final_step, final, final_row) = rows[0], rows[-1]
+    drop = best[1] - final
+    noise = 0.0
+    if metric == "accuracy" and (n_best := _value(best[2], "n")) and (n_final := _value(final_row, "n")):
+        noise = NOISE_SIGMAS * math.sqrt(best[1] * (1 - best[1]) / n_best + final * (1 - final) / n_final)
+    seen = (
+        f"validation {metric}: best {best[1]:.3f} at step {best[0]}, final {final:.3f} at step {final_step}, a drop "
+        f"of {drop:.3f} (a verdict at {cfg.late_drop:g}"
+        + (f" and beyond the noise {noise:.3f}, {NOISE_SIGMAS:g} standard errors)" if noise else ")")
+    )
+    report.checked.append(f"late collapse: {seen}")
+    if drop + LATE_EPS < cfg.late_drop or drop <= noise:
+        return
+    at_start = best[0] == first_step
+    evidence = seen + ("" if at_start else f"; the first validation's {first:.3f} (step {first_step})")
+    if at_start:
+        cause = (
+            "the updates made the model worse than where the run started: the train reward rewards something the "
+            "validation does not measure, or the learning rate is too high"
+        )
+    else:
+        cause = (
+            "the updates kept moving the policy after its best: a learning rate that stays high to the end, no "
+            "anchor to the reference, more steps than the task needs (the train reward over-optimised, or the "
+            "entropy collapsed onto a wrong answer)"
+        )
+    if fix.best_export:
+        cause += "; the final export is these weights, the best export kept the best ones"
+    report.verdicts.append(
+        Verdict(
+            "late_collapse",
+            f"validation {metric} ended {drop:.3f} below its best: the final weights lost what the run had reached",
+            evidence,
+            cause,
+            fix.late,
+            best[0],
+            final_step,
+            ongoing=True,
+        )
+    )
+
+
+def assess(
+    rows: Iterable[Mapping[str, Any]],
+    cfg: RunHealthConfig,
+    ratio_moves: bool | None = None,
+    world_model: bool = False,
+) -> HealthReport:
     """The verdicts on a run's metrics rows (RUN/metrics.jsonl: "kind" train / val, "step"). ratio_moves: whether
-    the PPO ratio can differ from 1 (`ratio_moves_of`; None: read from the rows)."""
+    the PPO ratio can differ from 1 (`ratio_moves_of`; None: read from the rows); world_model: the remedies name
+    the world model's config keys (`WORLD_MODEL_REMEDIES`), else GRPO's."""
     metrics = [dict(r) for r in rows]
     train, val = per_step(metrics, "train"), per_step(metrics, "val")
     report = HealthReport(steps=len(train))
     if not train:
         report.checked.append("no train steps logged")
         return report
-    _zero_variance(train, cfg, report)
-    _entropy(train, cfg, report)
-    _reward_flat(train, cfg, report)
-    _validation_flat(train, val, cfg, report)
-    _clip_pinned(train, cfg, ratio_moves, report)
+    fix = remedies_of(world_model)
+    _zero_variance(train, cfg, fix, report)
+    _entropy(train, cfg, fix, report)
+    _reward_flat(train, cfg, fix, report)
+    _validation_flat(train, val, cfg, fix, report)
+    _clip_pinned(train, cfg, ratio_moves, fix, report)
+    _late_collapse(val, cfg, fix, report)
     return report
 
 
-def assess_run(run_dir: str | Path, cfg: RunHealthConfig, ratio_moves: bool | None = None) -> HealthReport:
+def assess_run(
+    run_dir: str | Path, cfg: RunHealthConfig, ratio_moves: bool | None = None, world_model: bool = False
+) -> HealthReport:
     """`assess` on RUN/metrics.jsonl."""
-    return assess(read_metrics(Path(run_dir)), cfg, ratio_moves)
+    return assess(read_metrics(Path(run_dir)), cfg, ratio_moves, world_model)
 
 
 class HealthWatch:
-    """The verdicts as a run goes (train.stop_when_stuck): the trainer adds each logged row, and asks whether a
-    verdict holds at the latest step."""
+    """How a run is judged (its thresholds, whether its ratio can move, which trainer's keys the remedies name),
+    and with stop_when_stuck the verdicts as it goes: the trainer adds each logged row and asks whether a verdict
+    holds at the latest step (train/loop.py `BaseTrainer.end_early`)."""
 
-    def __init__(self, cfg: RunHealthConfig, ratio_moves: bool | None = None, rows: Iterable[Mapping[str, Any]] = ()):
-        self.cfg, self.ratio_moves = cfg, ratio_moves
+    def __init__(
+        self,
+        cfg: RunHealthConfig,
+        ratio_moves: bool | None = None,
+        rows: Iterable[Mapping[str, Any]] = (),
+        world_model: bool = False,
+    ):
+        self.cfg, self.ratio_moves, self.world_model = cfg, ratio_moves, world_model
         self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+
+    @property
+    def section(self) -> str:
+        """The config table of stop_when_stuck and run_health: train (GRPO's job), trainer (the world model's)."""
+        return remedies_of(self.world_model).section
 
     def add(self, kind: str, step: int, values: Mapping[str, Any]) -> None:
         self.rows.append({**values, "kind": kind, "step": step})
 
+    def assess(self, rows: Iterable[Mapping[str, Any]]) -> HealthReport:
+        return assess(rows, self.cfg, self.ratio_moves, self.world_model)
+
     def stuck(self) -> list[Verdict]:
         """The verdicts of `cfg.stop_on` whose state holds at the latest step."""
-        return [v for v in assess(self.rows, self.cfg, self.ratio_moves).ongoing if v.name in self.cfg.stop_on]
+        return [v for v in self.assess(self.rows).ongoing if v.name in self.cfg.stop_on]
 
 
-def stuck_message(verdicts: list[Verdict], step: int, total_steps: int) -> str:
-    """The paragraph a run that train.stop_when_stuck ended says (RunStuck's)."""
+def stuck_message(verdicts: list[Verdict], step: int, total_steps: int, section: str = "train") -> str:
+    """The paragraph a run that stop_when_stuck ended says (RunStuck's); section: the table of its config that
+    holds stop_when_stuck (`HealthWatch.section`)."""
     lines = [
-        f"train.stop_when_stuck: the run ended after step {step} of {total_steps}: RL cannot learn in its state "
+        f"{section}.stop_when_stuck: the run ended after step {step} of {total_steps}: RL cannot learn in its state "
         f"(its checkpoint and exports were saved as at a normal end; the `run-health` artifact has the numbers):",
         *([f"  - {v.sentence()}" for v in verdicts] or ["  - (found on another rank, whose log names the verdicts)"]),
-        "Set train.stop_when_stuck = false to train on anyway, or change the thresholds under [train.run_health].",
+        f"Set {section}.stop_when_stuck = false to train on anyway, or change the thresholds under "
+        f"[{section}.run_health].",
     ]
     return "\n".join(lines)
 
 
 __all__ = [
+    "GRPO_REMEDIES",
+    "WORLD_MODEL_REMEDIES",
     "HealthReport",
     "HealthWatch",
+    "Remedies",
     "Verdict",
     "assess",
     "assess_run",
     "ratio_moves_of",
+    "remedies_of",
     "stuck_message",
 ]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cosmos_train.config.base import MinusOneOrPositive, Section
+from cosmos_train.config.schema import RunHealthConfig
 from cosmos_train.config.schema_policy import ServiceRetries
 from cosmos_train.wfm.mock_data import MockVideo, mock_dataset
 
@@ -211,6 +212,17 @@ class TrainerConfig(Section):
         description="cosmos-rl trainer callbacks ({name, args}; each in the state CALLBACK_STATES gives).",
     )
     grad_scaler_args: dict[str, Any] | None = Field(None, description="cosmos-rl fp16 scaler (no effect).")
+    stop_when_stuck: bool = Field(
+        False,
+        description="End the run early (checkpoint and export saved as at a normal end, exit code 3, not retried) "
+        "when a [trainer.run_health] verdict of its stop_on holds at the latest iteration: RL cannot learn in that "
+        "state (the job config's train.stop_when_stuck).",
+    )
+    run_health: RunHealthConfig = Field(
+        default_factory=RunHealthConfig,
+        description="Thresholds of the run-health verdicts (zero-variance groups, flat reward and evaluation, "
+        "pinned clip fraction, late collapse), in iterations.",
+    )
 
 
 class OptimizerConfig(Section):

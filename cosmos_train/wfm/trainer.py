@@ -23,8 +23,10 @@ Evaluation (before training, every [evaluation].every_iter, after): fixed prompt
 (guidance as model.rl.guidance), mean reward, and on held-out dataset videos the flow-matching loss at fixed
 sigmas and noise; rank 0 keeps the evaluation videos (RUN/samples/iter_N.npy) for the before/after grid.
 Checkpoints: RUN/checkpoints/step_N (DCP, resumable: policy, optimizer, scheduler, RNG, iteration); the export:
-RUN/diffusers/final (a diffusers folder). The run around the iterations (seeding, resume, checkpoints, agreed
-stopping on a signal, gradient clipping, the loop, the entry point) is train/loop.py's `BaseTrainer`, shared with
+RUN/diffusers/final (a diffusers folder). RUN/result.json carries the run-health verdicts ("health",
+train/run_health.py, thresholds [trainer.run_health]); with trainer.stop_when_stuck the run ends early when one
+holds (saved as at its end, exit 3), as GRPO's does. The run around the iterations (seeding, resume, checkpoints,
+agreed stopping on a signal, gradient clipping, the loop, the entry point) is train/loop.py's `BaseTrainer`, shared with
 the SFT and GRPO trainers; an iteration is its step. A reward service still unreachable after the client's retries
 ([reward] max_retries) stops every rank after the same iteration (`score`: agreed before any other collective), the
 last completed one saved, exit 75; with web data its shard rows go back to the stream first (`train_step`).
@@ -53,6 +55,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from cosmos_train.distributed import DistInfo, all_reduce_sum, set_data_parallel_average
 from cosmos_train.errors import DataError, ServiceUnavailable, TrainingDiverged
 from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
+from cosmos_train.train.rl_losses import zero_std_groups
 from cosmos_train.train.rollout_source import outage_agreed
 from cosmos_train.wfm import conditioning
 from cosmos_train.wfm.conditioning import FrameCondition, conditioned_velocity, frame_condition
@@ -145,6 +148,10 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
         )
         super().__init__(cfg, run_dir, dist, model, optimizer)
+        # the run-health verdicts (RUN/result.json's "health"); with trainer.stop_when_stuck followed as it goes. The
+        # ratio moves only in a pass after the first: the first recomputes the rollout's own log-probs
+        t = cfg.trainer
+        self.watch_health(t.run_health, self.rl.mu_iterations > 1, world_model=True, stop=t.stop_when_stuck)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, cfg.scheduler.factor)
         self.total_steps = cfg.trainer.max_iter
         self.scorer = VideoScorer.from_config(cfg.reward)
@@ -457,11 +464,16 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         if self.reference is not None and rl.update_ref_every_iter and (self.step + 1) % rl.update_ref_every_iter == 0:
             self.reference.load_state_dict(self.model.state_dict())
         n = len(rewards)
-        total = all_reduce_sum(torch.tensor([float(rewards.sum()), float((rewards**2).sum()), n]), dev)
+        # groups whose samples all got the same reward: advantage 0, no signal (GRPO's zero_std_fraction; a CP
+        # group's ranks hold the same groups, counted alike in both sums)
+        flat = float(zero_std_groups(torch.as_tensor(rewards), rl.num_generations).sum())
+        sums = [float(rewards.sum()), float((rewards**2).sum()), n, flat, n / rl.num_generations]
+        total = all_reduce_sum(torch.tensor(sums, dtype=torch.float64), dev)
         mean = float(total[0] / total[2])
         values: dict[str, Any] = {
             "reward_mean": mean,
             "reward_std": float((total[1] / total[2] - mean**2).clamp(min=0.0) ** 0.5),
+            "zero_std_fraction": float(total[3] / total[4]),
             **{f"reward_{k}": float(all_reduce_sum(float(v.sum()), dev) / total[2]) for k, v in parts.items()},
             "grad_norm": float(np.mean(grad_norms)),
             "lr": self.scheduler.get_last_lr()[0],
@@ -575,12 +587,12 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
 
     def validate_and_log(self) -> None:
         self.eval_after = self.evaluate()
-        self.metrics.log(self.step, self.eval_after, kind="val")
+        self.log_validation(self.eval_after)
 
     def before_loop(self) -> None:
         if self.step == 0:
             before = self.evaluate()
-            self.metrics.log(0, before, kind="val")
+            self.log_validation(before)
             self.log(f"before training: {before}")
 
     def after_loop(self) -> None:

@@ -125,6 +125,10 @@ def test_pipeline_reruns_skip_finished_stages_and_resume_the_failed_one(
     assert table[2]["export"] == result["final"] and table[2]["run folder"] == str(grpo_run)
     assert table[2]["run / step"] == f"grpo@{grpo_run.name}-step4" and table[0]["chance"] == "25.0 %"
     assert all(row["flags"] for row in table)  # "ok" or what is wrong, never missing
+    # the GRPO stage's run-health verdicts: its result.json's record, in the summary and its table
+    assert summary["health"] == {"grpo": result["health"]} and "sft" not in summary["health"]
+    names = ", ".join(v["name"] for v in result["health"]["verdicts"]) or "healthy"
+    assert table[2]["run health"] == names and table[1]["run health"] == ""
     verdict = arts["verdict-grpo"].data  # the GRPO stage's own verdict (sft's was in the first run)
     assert f"# Evaluation of grpo@{grpo_run.name}-step4" in verdict and "chance level: 25.0%" in verdict
     assert "- verdict: " in verdict and "verdict-sft" in arts  # a skipped evaluation still reports

@@ -68,6 +68,9 @@ def test_world_model_pipeline_trains_then_evaluates_and_a_rerun_skips(tiny_wfm_d
     assert table["wfm_rl"]["reward"].startswith(f"{results['wfm_rl']['reward_total']['mean']:.4f} [")
     assert table["wfm_rl"]["gain over base (paired)"].startswith(("+", "-")) and table["base"]["flags"] == "ok"
     assert table["wfm_rl"]["export"] == export and table["wfm_rl"]["run folder"] == str(Path(export).parents[1])
+    health = json.loads((Path(export).parents[1] / "result.json").read_text())["health"]
+    assert summary["health"] == {"wfm_rl": health}  # the training's run-health verdicts, for the CLI's last lines
+    assert table["wfm_rl"]["run health"] == (", ".join(v["name"] for v in health["verdicts"]) or "healthy")
     record = json.loads((folder / "pipeline.json").read_text())
     assert {n: r["status"] for n, r in record["stages"].items()} == {"wfm_rl": "done", "evaluate_wfm": "done"}
 

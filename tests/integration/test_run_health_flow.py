@@ -1,14 +1,18 @@
-"""The `run-health` artifact of the grpo flow, on runs that are stuck for real and one that learns: the tiny model
-on the synthetic RL rows with the leading-space reward (tests/conftest.py write_tiny_grpo_config). Sampled
-greedily (rollout temperature 0) every completion of a prompt is the same, so every group has zero reward
-variance and the gradient is 0: the state a confident SFT export puts GRPO in. At temperature 1 about half the
-first tokens start with a space, so every group has signal.
+"""The run-health verdicts where a user sees them (the `run-health` artifact, RUN/result.json's "health", the CLI's
+last lines), on runs that are stuck for real and one that learns: the tiny model on the synthetic RL rows with the
+leading-space reward (tests/conftest.py write_tiny_grpo_config). Sampled greedily (rollout temperature 0) every
+completion of a prompt is the same, so every group has zero reward variance and the gradient is 0: the state a
+confident SFT export puts GRPO in. At temperature 1 about half the first tokens start with a space, so every group
+has signal. The world model's counterpart of greedy sampling is an SDE noise near 0: the samples of a prompt (one
+initial noise) are the same video. The CLI cases run `cosmos_train.cli.main` in this process, on the session's
+Prefect test API.
 
     pytest -x -q tests/integration/test_run_health_flow.py
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 
 from cosmos_train.config import RunHealthConfig
 from cosmos_train.train.run_health import assess_run
+from tests.cli_inprocess import run_cli
 from tests.conftest import ROOT, write_tiny_grpo_config
 from tests.integration.prefect_server import flow_run_artifacts
 
@@ -26,18 +31,58 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 HEALTH = {"train.run_health.patience": 2, "train.run_health.flat_steps": 3}
 
 
-def _run(tmp_path: Path, model: Path, data: Path, **keys: Any) -> Any:
-    from flows.grpo import GRPOParams, grpo
+# result.json's health.verdicts[i]: the keys other programs read (the learning benchmark: "name")
+VERDICT_KEYS = ["name", "title", "evidence", "cause", "change", "first_step", "last_step", "ongoing"]
 
-    job = write_tiny_grpo_config(
+
+def _job(tmp_path: Path, model: Path, data: Path, **keys: Any) -> Path:
+    return write_tiny_grpo_config(
         tmp_path / "job" / "grpo.toml",
         model,
         data,
         tmp_path / "out",
         **{"train.ckpt.save_freq": 100, **HEALTH, **keys},
     )
+
+
+def _run(tmp_path: Path, model: Path, data: Path, **keys: Any) -> Any:
+    from flows.grpo import GRPOParams, grpo
+
+    job = _job(tmp_path, model, data, **keys)
     params = GRPOParams(config=str(job), dataset_script=str(job.parent / "toy_rewards.py"), train_retries=1)
     return grpo(params, return_state=True)
+
+
+def _grpo_cli(monkeypatch: pytest.MonkeyPatch, job: Path) -> tuple[int, str, str]:
+    """`cosmos-train grpo` of the job in this process: (exit code, stdout, stderr)."""
+    done = run_cli(monkeypatch, "grpo", "--config", job, "--dataset-script", job.parent / "toy_rewards.py", flows=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _newest_flow_run(flow_name: str) -> Any:
+    """The id of the newest run of this flow (the CLI does not return its flow run)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async def read() -> Any:
+        async with get_client() as c:
+            runs = await c.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+                sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+                limit=1,
+            )
+        return runs[0].id
+
+    return asyncio.run(read())
+
+
+def _health(run: Path) -> dict[str, Any]:
+    """RUN/result.json's "health", its verdicts with exactly the keys other programs read."""
+    health = json.loads((run / "result.json").read_text())["health"]
+    assert list(health) == ["healthy", "steps", "verdicts"], health
+    assert all(list(v) == VERDICT_KEYS for v in health["verdicts"]), health
+    return health
 
 
 def _run_dir(tmp_path: Path) -> Path:
@@ -50,23 +95,39 @@ def _train_rows(run: Path) -> list[dict[str, Any]]:
     return [r for r in rows if r["kind"] == "train"]
 
 
-def test_greedy_rollouts_are_named_stuck_and_the_run_still_completes(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+def test_greedy_rollouts_are_named_stuck_the_run_completes_and_the_terminal_says_why(
+    tiny_model_dir: Path,
+    synthetic_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Without stop_when_stuck the run trains to its end as before, and now says why it learnt nothing."""
-    state = _run(
+    """Without stop_when_stuck the run trains to its end as before, and says why it learnt nothing: in result.json,
+    in the artifacts and in the CLI's last lines (not "GRPO done" alone)."""
+    job = _job(
         tmp_path,
         tiny_model_dir,
         synthetic_dir,
         **{"train.max_num_steps": 3, "rollout.sampling_config.temperature": 0.0},
     )
-    assert state.is_completed(), state
+    code, out, err = _grpo_cli(monkeypatch, job)
+    assert code == 0, err[-3000:]
     run = _run_dir(tmp_path)
+    assert out.splitlines()[-1] == str(run)  # stdout: the run folder alone, what a script reads
     train = _train_rows(run)
     # the state itself, as the trainer logged it: no group with variance, no gradient
     assert [r["zero_std_fraction"] for r in train] == [1.0, 1.0, 1.0]
     assert all(r["grad_norm"] == 0.0 for r in train)
-    arts = flow_run_artifacts(state.state_details.flow_run_id)
+    # the trainer's own record: the collapse, and the flat reward it causes
+    health = _health(run)
+    assert health["healthy"] is False and health["steps"] == 3
+    assert [v["name"] for v in health["verdicts"]] == ["zero_variance_groups", "reward_flat"]
+    # the terminal's last lines: each verdict with its evidence, cause and what to change
+    head, zero, flat = err.rstrip("\n").splitlines()[-3:]
+    assert head.startswith("run health: 2 verdict(s) over 3 step(s)"), err[-3000:]
+    assert zero.startswith("  - zero_variance_groups (") and "on 3 consecutive steps (1-3)" in zero
+    assert "Change: raise the sampling temperature (rollout.sampling_config.temperature" in zero
+    assert flat.startswith("  - reward_flat (") and "Change: " in flat
+    arts = flow_run_artifacts(_newest_flow_run("grpo"))
     health = arts["run-health"].data
     assert "### `zero_variance_groups`" in health
     assert (
@@ -103,20 +164,31 @@ def test_stop_when_stuck_ends_the_run_early_saved_and_not_retried(
     # saved as a normal end is: the last step's checkpoint, the final export, the best one
     assert (run / "checkpoints" / "step_2" / "COMPLETE").is_file()
     assert (Path(result["final"]) / "config.json").is_file() and result["best"]["path"]
+    assert [v["name"] for v in _health(run)["verdicts"]] == ["zero_variance_groups"]  # what ended it, recorded
     arts = flow_run_artifacts(state.state_details.flow_run_id)
     assert "### `zero_variance_groups`" in arts["run-health"].data
     assert "ended early by train.stop_when_stuck" in arts["grpo-summary"].data
     assert "stuck error" in arts["error"].data and f"- final: `{result['final']}`" in arts["grpo-export"].data
+    assert "training-failure" not in arts  # the verdicts say why: no "training failed" beside them
 
 
-def test_a_run_that_learns_gets_no_verdict(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_a_run_that_learns_gets_no_verdict_and_one_healthy_line(
+    tiny_model_dir: Path,
+    synthetic_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # 3 steps of a noisy reward say nothing about its trend: the flatness checks keep their default window (50)
     keys = {"train.max_num_steps": 3, "train.stop_when_stuck": True, "train.run_health.flat_steps": 50}
-    state = _run(tmp_path, tiny_model_dir, synthetic_dir, **keys)
-    assert state.is_completed(), state
+    job = _job(tmp_path, tiny_model_dir, synthetic_dir, **keys)
+    code, out, err = _grpo_cli(monkeypatch, job)
+    assert code == 0, err[-3000:]
     run = _run_dir(tmp_path)
     assert [r["step"] for r in _train_rows(run)] == [1, 2, 3]
-    arts = flow_run_artifacts(state.state_details.flow_run_id)
+    assert _health(run) == {"healthy": True, "steps": 3, "verdicts": []}
+    assert out.splitlines()[-1] == str(run)
+    assert err.rstrip("\n").splitlines()[-1] == "run health: healthy over 3 step(s), none of the run-health verdicts"
+    arts = flow_run_artifacts(_newest_flow_run("grpo"))
     health = arts["run-health"].data
     assert "healthy: none of zero-variance groups" in health, health
     # every check looked at numbers, not at nothing
@@ -146,5 +218,51 @@ def test_world_model_rl_reports_its_run_health(tiny_wfm_dir: Path, tmp_path: Pat
     # the samples of a prompt differ (noise), so no step lacks variance; the world model's clip_frac is read
     assert "zero-variance groups: longest run of steps with a share >= 80%: 0" in health, health
     assert "over 2 step(s)" in health and "clip fraction: mean" in health
-    line = assess_run(run, RunHealthConfig(), ratio_moves=False).line()
-    assert arts["wfm-summary"].data.endswith(line + "\n")
+    report = assess_run(run, RunHealthConfig(), ratio_moves=False, world_model=True)
+    assert arts["wfm-summary"].data.endswith(report.line() + "\n")
+    # the trainer judged it as the flow does, into result.json (and the flow returns it)
+    assert _health(run) == report.to_dict() == state.result()["health"]
+
+
+def test_world_model_stop_when_stuck_ends_a_run_whose_samples_are_all_the_same(
+    tiny_wfm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trainer.stop_when_stuck, in a post-train pipeline's [wfm_rl] stage run by the CLI: an SDE noise near 0 makes
+    the 4 samples of a prompt (one initial noise) the same video, so every group's rewards are equal: the run ends
+    after `patience` iterations, saved as at its end, exit 3, the verdict with the world model's remedy in the
+    terminal, result.json and the artifact; no `training-failure`, and the stage's failure says to change the
+    config, not to continue from its checkpoint."""
+    wfm = [
+        f"model.model_name_or_path='{tiny_wfm_dir}'",
+        "trainer.max_iter=4",
+        "model.rl.sample_steps=4",
+        "evaluation.num_prompts=2",
+        "model.rl.noise_level=1e-6",
+        "trainer.stop_when_stuck=true",
+        "trainer.run_health.patience=2",
+    ]
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(
+        f'name = "stuck"\noutput_dir = {json.dumps(str(tmp_path / "out"))}\n[wfm_rl]\n'
+        f"config = {json.dumps(str(ROOT / 'configs' / 'tiny-wfm-flow-grpo.toml'))}\n"
+        f"overrides = {json.dumps(wfm)}\ntrain_retries = 1\n"
+    )
+    done = run_cli(monkeypatch, "post-train", "--config", pipeline, flows=True)
+    assert done.returncode == 3, done.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "out" / "stuck" / "wfm_rl").iterdir() if p.is_dir()]
+    train = _train_rows(run)  # 2 iterations: the retry the stage allows was not used
+    assert [r["step"] for r in train] == [1, 2] and [r["zero_std_fraction"] for r in train] == [1.0, 1.0]
+    assert (run / "checkpoints" / "step_2" / "COMPLETE").is_file() and (run / "diffusers" / "final").is_dir()
+    health = _health(run)
+    assert [v["name"] for v in health["verdicts"]] == ["zero_variance_groups"]
+    assert "model.rl.noise_level" in health["verdicts"][0]["change"]
+    lines = done.stderr.splitlines()  # the CLI's closing paragraph (a log line above may quote the trainer's too)
+    paragraph = "\n".join(lines[max(i for i, line in enumerate(lines) if line.startswith("error: ")) :])
+    assert paragraph.startswith("error: trainer.stop_when_stuck: the run ended after step 2 of 4"), paragraph
+    assert "zero_variance_groups" in paragraph and "Change: raise model.rl.noise_level" in paragraph
+    assert json.loads((run / "error.json").read_text())["kind"] == "stuck"
+    arts = flow_run_artifacts(_newest_flow_run("wfm_rl"))
+    assert "### `zero_variance_groups`" in arts["run-health"].data and "training-failure" not in arts
+    failure = flow_run_artifacts(_newest_flow_run("post-train"))["post-train-failure"].data
+    assert failure.startswith("# Stage `wfm_rl` ended: RL could not learn") and "zero_variance_groups" in failure
+    assert "continues from its newest checkpoint" not in failure and "Last lines of its log" not in failure

@@ -1,6 +1,8 @@
 """The run-health verdicts (cosmos_train/train/run_health.py) on hand-built metrics rows: each verdict fires on
-its state and not on a healthy series, at the [train.run_health] thresholds; the summary line; the loop's
-`end_early` hook (train.stop_when_stuck) ends a run as at its last step."""
+its state and not on a healthy series, at the [train.run_health] thresholds; late_collapse's drop and its noise;
+the remedies in the world model's keys; result.json's record and the CLI's closing lines; the summary line; the
+loop's `end_early` hook (stop_when_stuck) ends a run as at its last step, and the loop judges an RL run into its
+result. Real runs that provoke the verdicts: tests/integration/test_run_health_flow.py."""
 
 from __future__ import annotations
 
@@ -10,18 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from cosmos_train.config import ConfigError, GRPOPolicyConfig, RunHealthConfig, SFTPolicyConfig, load_config
 from cosmos_train.errors import EXIT_RUN_STUCK, KINDS, RunStuck, error_from_record
 from cosmos_train.train.report import grpo_summary_markdown, read_run_report
 from cosmos_train.train.run_health import (
+    HealthReport,
     HealthWatch,
+    Verdict,
     assess,
     assess_run,
     ratio_moves_of,
     stuck_message,
 )
+from cosmos_train.wfm.config import load_wfm_config
+from tests.conftest import ROOT
 from tests.unit.test_trainer_base import ToyTrainer, _toy
+
+TINY_WFM = ROOT / "configs" / "tiny-wfm-flow-grpo.toml"
 
 
 def _wiggle(i: int, size: float) -> float:
@@ -109,6 +118,8 @@ def test_the_reported_stuck_run_gets_its_verdicts_with_evidence_cause_and_change
     md = report.markdown("run-2")
     assert "4 verdict(s) over 300 train step(s)" in md and "### `zero_variance_groups`" in md
     assert "`zero_variance_groups`" in report.line() and "could not learn" in report.line()
+    # no late collapse: validation never left its start
+    assert "late collapse: validation accuracy: best 0.625 at step 0, final 0.625 at step 300" in md
 
 
 def test_zero_variance_respects_its_share_and_its_patience() -> None:
@@ -289,3 +300,163 @@ def test_end_early_ends_the_run_as_at_its_last_step(tmp_path: Path) -> None:
     assert toy.validations == [3, 4]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_2", "step_4"]
     assert (tmp_path / "run" / "checkpoints" / "step_4" / "COMPLETE").is_file()
+
+
+# ----------------------------------------------------------------------------- late collapse
+def _val(*points: tuple[int, float], n: int | None = None, metric: str = "accuracy") -> list[dict[str, Any]]:
+    """Train rows 1..last (a learning series: no other verdict) and validations (step, score)."""
+    last = max(s for s, _ in points)
+    rows: list[dict[str, Any]] = [_row(s, reward_mean=0.1 + 0.01 * s) for s in range(1, last + 1)]
+    return rows + [{"kind": "val", "step": s, metric: x, **({"n": n} if n else {})} for s, x in points]
+
+
+def test_late_collapse_names_the_best_and_the_final_validation_and_what_keeps_the_best() -> None:
+    # the issue's demo: SFT 0.36, 0.97 at step 210, 0.39 at step 300, on a 200-clip validation
+    rows = _val((0, 0.36), (100, 0.80), (210, 0.97), (300, 0.39), n=200)
+    (verdict,) = [v for v in assess(rows, RunHealthConfig()).verdicts if v.name == "late_collapse"]
+    assert verdict.evidence.startswith(
+        "validation accuracy: best 0.970 at step 210, final 0.390 at step 300, a drop of 0.580 (a verdict at 0.1 "
+    )
+    assert "the first validation's 0.360 (step 0)" in verdict.evidence
+    assert (verdict.first_step, verdict.last_step, verdict.ongoing) == (210, 300, True)
+    assert "after its best" in verdict.cause and "the best export kept the best ones" in verdict.cause
+    for remedy in ('export = "best"', "safetensors/best", "train.optm_lr", "optm_decay_type", "kl_beta > 0"):
+        assert remedy in verdict.change, remedy
+    assert "train.max_num_steps" in verdict.change
+
+
+def test_late_collapse_threshold_is_late_drop_absolute() -> None:
+    cfg = RunHealthConfig(late_drop=0.10)
+    assert "late_collapse" in names(_val((0, 0.5), (10, 0.97), (20, 0.87), n=10_000), cfg)  # exactly 0.10 counts
+    assert "late_collapse" not in names(_val((0, 0.5), (10, 0.97), (20, 0.88), n=10_000), cfg)
+    assert "late_collapse" not in names(
+        _val((0, 0.5), (10, 0.97), (20, 0.87), n=10_000), RunHealthConfig(late_drop=0.2)
+    )
+    assert "late_collapse" not in names(_val((0, 0.5), (10, 0.6), (20, 0.97), n=10_000), cfg)  # the end is the best
+    assert "late_collapse" not in names(
+        _val(
+            (10, 0.97),
+        ),
+        cfg,
+    )  # one validation: nothing to compare
+    assert "late collapse: 1 validation(s) of accuracy, the check needs 2" in assess(_val((10, 0.97)), cfg).markdown(
+        "r"
+    )
+    with pytest.raises(ConfigError):
+        load_config(None, ["train.run_health.late_drop=0"], env={}, check_paths=False)
+
+
+def test_late_collapse_on_a_small_validation_must_beat_its_noise() -> None:
+    # 0.75 -> 0.50 on 8 answers is 2 answers: 2 standard errors of the two shares are ~0.47
+    small = _val((0, 0.5), (10, 0.75), (20, 0.5), n=8)
+    assert "late_collapse" not in names(small)
+    assert "beyond the noise 0.4" in assess(small, RunHealthConfig()).markdown("r")
+    assert "late_collapse" in names(_val((0, 0.5), (10, 0.75), (20, 0.5), n=400))
+    # a validation reward: its own units, no size to judge noise by
+    (verdict,) = assess(_val((0, 0.3), (10, 0.6), (20, 0.45), metric="reward_mean"), RunHealthConfig()).verdicts
+    assert verdict.name == "late_collapse" and verdict.evidence.startswith("validation reward_mean: best 0.600")
+
+
+def test_late_collapse_from_the_start_says_the_updates_made_it_worse() -> None:
+    (verdict,) = assess(_val((0, 1.0), (2, 0.0), metric="reward_mean"), RunHealthConfig()).verdicts
+    assert verdict.name == "late_collapse" and "best 1.000 at step 0, final 0.000 at step 2" in verdict.evidence
+    assert "worse than where the run started" in verdict.cause and "first validation" not in verdict.evidence
+
+
+def test_late_collapse_is_reported_but_stops_a_run_only_when_asked() -> None:
+    watch = HealthWatch(RunHealthConfig(), ratio_moves=False)
+    for row in _val((0, 0.3), (10, 0.9), (20, 0.4), metric="reward_mean"):
+        watch.add(row.pop("kind"), row.pop("step"), row)
+    assert [v.name for v in watch.assess(watch.rows).verdicts] == ["late_collapse"]
+    assert watch.stuck() == []  # not in the default stop_on: stopping would not bring the best weights back
+    watch.cfg = RunHealthConfig(stop_on=["late_collapse"])
+    assert [v.name for v in watch.stuck()] == ["late_collapse"]
+
+
+# ----------------------------------------------------------------------------- the world model's keys
+def test_world_model_verdicts_name_the_world_models_keys() -> None:
+    rows = [_row(s, reward_mean=0.6, reward_std=0.1, zero_std_fraction=1.0, clip_frac=0.0) for s in range(1, 4)]
+    rows += _val((0, 0.7), (3, 0.5), metric="reward_mean")[-2:]
+    report = assess(rows, RunHealthConfig(patience=3), ratio_moves=False, world_model=True)
+    by_name = {v.name: v for v in report.verdicts}
+    zero, late = by_name["zero_variance_groups"], by_name["late_collapse"]
+    assert zero.evidence.startswith("zero_std_fraction >= 80% on 3 consecutive steps (1-3)")
+    assert "model.rl.noise_level" in zero.change and "use_same_seed = false" in zero.change
+    assert "temperature" not in zero.change and "filter-rl-data" not in zero.change and "SFT" not in zero.change
+    assert "too easy" not in zero.cause  # a video has no right answer
+    assert "optimizer.lr" in late.change and "model.rl.kl_beta" in late.change and "trainer.max_iter" in late.change
+    assert "export" not in late.cause and "safetensors" not in late.change  # the world model keeps no best export
+    message = stuck_message([zero], 3, 10, HealthWatch(RunHealthConfig(), world_model=True).section)
+    assert message.startswith("trainer.stop_when_stuck: the run ended after step 3 of 10")
+    assert "[trainer.run_health]" in message and "train.stop_when_stuck" not in message.replace("trainer.", "")
+
+
+def test_world_model_thresholds_are_its_trainer_keys() -> None:
+    def wfm(*overrides: str) -> Any:
+        return load_wfm_config(TINY_WFM, list(overrides), env={}, check_paths=False)
+
+    cfg = wfm("trainer.stop_when_stuck=true", "trainer.run_health.patience=2", "trainer.run_health.late_drop=0.05")
+    assert cfg.trainer.stop_when_stuck and cfg.trainer.run_health.patience == 2
+    assert cfg.trainer.run_health.late_drop == 0.05
+    assert not wfm().trainer.stop_when_stuck and wfm().trainer.run_health == RunHealthConfig()  # off unless asked
+    with pytest.raises(ConfigError):
+        wfm("trainer.run_health.patience=0")
+
+
+# ----------------------------------------------------------------------------- what the user reads
+VERDICT_KEYS = ["name", "title", "evidence", "cause", "change", "first_step", "last_step", "ongoing"]
+
+
+def test_result_json_record_has_the_stable_keys_and_reads_back() -> None:
+    report = assess(stuck_like_the_issue(40), RunHealthConfig(), ratio_moves=False)
+    record = json.loads(json.dumps(report.to_dict()))  # as result.json holds it
+    assert list(record) == ["healthy", "steps", "verdicts"] and record["healthy"] is False and record["steps"] == 40
+    assert all(list(v) == VERDICT_KEYS for v in record["verdicts"])
+    assert [v["name"] for v in record["verdicts"]] == [v.name for v in report.verdicts]
+    back = HealthReport.from_dict(record)
+    assert back.verdicts == report.verdicts and back.steps == 40 and not back.healthy
+    assert HealthReport(steps=5).to_dict() == {"healthy": True, "steps": 5, "verdicts": []}
+
+
+def test_closing_lines_give_each_verdict_with_its_remedy_or_one_healthy_line() -> None:
+    report = assess(stuck_like_the_issue(40), RunHealthConfig(), ratio_moves=False)
+    head, *rest = report.closing_lines()
+    assert head.startswith(f"run health: {len(report.verdicts)} verdict(s) over 40 step(s)")
+    assert rest == [f"  - {v.sentence()}" for v in report.verdicts]
+    assert all("Likely cause:" in line and "Change:" in line for line in rest)
+    (line,) = HealthReport(steps=7).closing_lines("grpo")
+    assert line == "grpo: run health: healthy over 7 step(s), none of the run-health verdicts"
+    assert HealthReport(steps=7).names() == "healthy"
+    one = Verdict("late_collapse", "t", "e", "c", "x", 1, 2, True)
+    assert HealthReport(steps=2, verdicts=[one, one]).names() == "late_collapse, late_collapse"
+
+
+# ----------------------------------------------------------------------------- the shared loop
+class _NoSignalToy(ToyTrainer):
+    """Every step reports groups without reward variance, as a GRPO step sampled greedily does."""
+
+    def train_step(self, x: torch.Tensor) -> dict[str, Any]:
+        return {**super().train_step(x), "zero_std_fraction": 1.0, "reward_mean": 0.5}
+
+
+def _no_signal_toy(tmp_path: Path, name: str, stop: bool) -> ToyTrainer:
+    toy = _toy(tmp_path, name, 7)
+    toy.__class__ = _NoSignalToy
+    toy.dist.device = torch.device("cpu")  # the toy's stand-in for DistInfo has no device; end_early needs one
+    toy.watch_health(RunHealthConfig(patience=3, flat_steps=50), ratio_moves=False, world_model=False, stop=stop)
+    return toy
+
+
+def test_the_loop_judges_an_rl_run_into_its_result_and_stop_when_stuck_ends_it(tmp_path: Path) -> None:
+    result = _no_signal_toy(tmp_path, "judged", stop=False).fit()
+    assert result["step"] == 7 and "ended_early" not in result  # reported, not stopped
+    assert result["health"]["healthy"] is False and [v["name"] for v in result["health"]["verdicts"]] == [
+        "zero_variance_groups"
+    ]
+    assert result["health"]["verdicts"][0]["evidence"].startswith("zero_std_fraction >= 80% on 7 consecutive steps")
+    toy = _no_signal_toy(tmp_path, "stopped", stop=True)
+    result = toy.fit()
+    assert result["step"] == 3 and isinstance(toy.ended_early, RunStuck)  # patience 3
+    assert str(toy.ended_early).startswith("train.stop_when_stuck: the run ended after step 3 of 7")
+    assert result["health"]["verdicts"][0]["last_step"] == 3
+    assert "health" not in _toy(tmp_path, "sft", 2).fit()  # a trainer that does not watch: no record

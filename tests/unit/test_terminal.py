@@ -1,6 +1,7 @@
 """How a command run from a terminal ends (flows/terminal.py): the paragraph and exit code of a run that stopped
-saved, the command that continues it, a lost Prefect API told apart from other HTTP failures, and the temporary
-server started in a session of its own. The real faults are in tests/faults/."""
+saved, the command that continues it, a lost Prefect API told apart from other HTTP failures, the temporary
+server started in a session of its own, and a finished command's last lines (its runs' verdicts). The real faults
+are in tests/faults/; real runs' last lines in tests/integration/test_run_health_flow.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from cosmos_train.errors import ConfigError, RunInterrupted, ServiceUnavailable
+from cosmos_train.train.run_health import HealthReport, Verdict
 from flows import terminal
 
 
@@ -97,3 +99,26 @@ def test_the_temporary_server_runs_in_a_session_of_its_own(monkeypatch: pytest.M
         terminal._NewSessionSubprocess().Popen(["true"], env=dict(os.environ))
     assert started == [{"env": dict(os.environ), "start_new_session": True}]
     assert terminal._NewSessionSubprocess().TimeoutExpired is terminal.subprocess.TimeoutExpired
+
+
+def test_a_finished_command_stops_its_own_server_then_says_its_folder_and_each_runs_verdicts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own, callers = object(), object()  # the server prepare_prefect started, one its caller runs
+    stopped: list[list[object]] = []
+    monkeypatch.setattr(terminal, "_STARTED", [own])
+    monkeypatch.setattr(terminal, "temporary_servers", lambda: [callers, own])
+    monkeypatch.setattr(terminal, "stop_temporary_servers", lambda keep: stopped.append(keep))
+    late = Verdict("late_collapse", "fell", "best 0.9 at step 5, final 0.4", "lr too high", "export best", 5, 9, True)
+    health = {"sft": None, "grpo": HealthReport(steps=9, verdicts=[late]).to_dict()}
+    assert terminal.finished("/runs/p", {**health, "": HealthReport(steps=2).to_dict()}) == 0
+    out, err = capsys.readouterr()
+    assert stopped == [[callers]] and terminal._STARTED == []  # its own only, before its lines
+    assert out == "/runs/p\n"  # stdout: the folder alone
+    assert err.splitlines() == [
+        *HealthReport(steps=9, verdicts=[late]).closing_lines("grpo"),
+        "run health: healthy over 2 step(s), none of the run-health verdicts",
+    ]
+    assert err.splitlines()[1] == f"  - {late.sentence()}" and "Change: export best." in err
+    terminal.finished("/runs/q", {})  # nothing started by this command, nothing judged: the folder alone
+    assert capsys.readouterr() == ("/runs/q\n", "") and stopped == [[callers]]
