@@ -386,11 +386,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import demo
+    from flows.terminal import finished
 
     _prepare_prefect()
-
-    demo(output_dir=str(args.output_dir))
-    return 0
+    summary = demo(output_dir=str(args.output_dir))
+    return finished(str(args.output_dir), summary.get("health") or {})  # the table, then GRPO's verdicts
 
 
 def _reward_service(args: argparse.Namespace) -> int:

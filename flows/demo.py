@@ -108,6 +108,7 @@ def demo(
         "data": data,
         "model": model,
         "pipeline": result["folder"],
+        "health": result.get("health") or {},  # stage -> its result.json "health" (the GRPO stage's verdicts)
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     create_table_artifact(

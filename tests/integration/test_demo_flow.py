@@ -50,3 +50,8 @@ def test_demo_writes_summary(tmp_path: Path) -> None:
     assert stages[2]["checkpoint"] == best["path"] and best["path"].endswith("safetensors/best")
     grpo_config = (Path(on_disk["grpo_run_dir"]) / "config.toml").read_text()
     assert stages[1]["checkpoint"] in grpo_config
+    # the GRPO stage's run-health verdicts, as its result.json holds them (what `cosmos-train demo` ends with)
+    assert set(on_disk["health"]) == {"grpo"}
+    assert (
+        on_disk["health"]["grpo"] == json.loads((Path(on_disk["grpo_run_dir"]) / "result.json").read_text())["health"]
+    )

@@ -3,7 +3,8 @@ last lines), on runs that are stuck for real and one that learns: the tiny model
 leading-space reward (tests/conftest.py write_tiny_grpo_config). Sampled greedily (rollout temperature 0) every
 completion of a prompt is the same, so every group has zero reward variance and the gradient is 0: the state a
 confident SFT export puts GRPO in. At temperature 1 about half the first tokens start with a space, so every group
-has signal. The world model's counterpart of greedy sampling is an SDE noise near 0: the samples of a prompt (one
+has signal. A run rewarded for the opposite of what its validation scores loses the validation's starting score:
+late collapse. The world model's counterpart of greedy sampling is an SDE noise near 0: the samples of a prompt (one
 initial noise) are the same video. The CLI cases run `cosmos_train.cli.main` in this process, on the session's
 Prefect test API.
 
@@ -195,6 +196,75 @@ def test_a_run_that_learns_gets_no_verdict_and_one_healthy_line(
     assert "zero-variance groups: longest run" in health and "entropy: " in health
     assert "train reward: 3 step(s) logged, the flatness check needs 50" in health and "clip fraction: mean" in health
     assert "- run health: healthy over 3 step(s)" in arts["grpo-summary"].data
+
+
+# The validation's reward, the opposite of the training's: the random tiny model's greedy first token starts with
+# no space on every validation prompt (score 1.0), and a run rewarded for a leading space trains that away.
+NO_LEADING_SPACE = """
+REWARD_FUNCTIONS["no_leading_space"] = lambda completion, reference, sample: float(not completion.startswith(" "))
+"""
+
+
+def test_training_against_the_validation_is_named_late_collapse_in_result_and_terminal(
+    tiny_model_dir: Path,
+    synthetic_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The train reward pays for a leading space, the validation for none: greedy validation (temperature 0, so
+    each score is a function of the weights alone) starts at 1.0 and a high learning rate trains it to 0.0 within
+    6 steps. The run completes, and says its final weights lost what the start had: late_collapse from the best
+    (step 0) to the final validation, in result.json and in the CLI's last lines with the remedy (the best export
+    kept the best weights). Not a drop of chance: the same run rewarded for no leading space ends at 1.0, and this
+    one at a learning rate of 1e-5 stays at 1.0, both healthy (checked when this test was written; not run here,
+    to keep it one run)."""
+    keys = {
+        "train.max_num_steps": 6,
+        "train.optm_lr": 5e-2,
+        "train.run_health.flat_steps": 50,  # HEALTH's 3 would also call the 0.0s after the drop validation_flat
+        "train.train_policy.reward_function": ["leading_space"],
+        "validation.enable": True,
+        "validation.freq": 1,
+        "validation.temperature": 0.0,
+        "validation.reward_function": ["no_leading_space"],
+    }
+    job = _job(tmp_path, tiny_model_dir, synthetic_dir, **keys)
+    script = job.parent / "toy_rewards.py"
+    script.write_text(script.read_text() + NO_LEADING_SPACE)
+    code, out, err = _grpo_cli(monkeypatch, job)
+    assert code == 0, err[-3000:]
+    run = _run_dir(tmp_path)
+    assert out.splitlines()[-1] == str(run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    val = [(r["step"], r["reward_mean"]) for r in rows if r["kind"] == "val"]
+    # the state itself, as the trainer logged it: every greedy answer right at the start, none at the end
+    assert [s for s, _ in val] == list(range(7)) and val[0][1] == 1.0 and val[-1][1] == 0.0, val
+    train = _train_rows(run)
+    assert train[-1]["reward_mean"] > train[0]["reward_mean"]  # the train reward it was given, learnt
+    result = json.loads((run / "result.json").read_text())
+    assert result["best"]["step"] == 0 and result["best"]["value"] == 1.0  # what the remedy points to
+    # the trainer's own record
+    health = _health(run)
+    assert health["healthy"] is False and health["steps"] == 6
+    late = [v for v in health["verdicts"] if v["name"] == "late_collapse"]
+    assert len(late) == 1, health
+    (verdict,) = late
+    assert (verdict["first_step"], verdict["last_step"], verdict["ongoing"]) == (0, 6, True)
+    assert verdict["evidence"].startswith(
+        "validation reward_mean: best 1.000 at step 0, final 0.000 at step 6, a drop of 1.000"
+    ), verdict
+    assert verdict["cause"].startswith("the updates made the model worse than where the run started")
+    assert "RUN/safetensors/best holds them" in verdict["change"] and "train.optm_lr" in verdict["change"]
+    # the terminal's last lines: the head, then each verdict; late_collapse is checked last, so it closes them
+    lines = err.rstrip("\n").splitlines()
+    n = len(health["verdicts"])
+    head, last = lines[-n - 1], lines[-1]
+    assert head.startswith(f"run health: {n} verdict(s) over 6 step(s)"), err[-3000:]
+    assert last.startswith("  - late_collapse (validation reward_mean ended 1.000 below its best"), last
+    assert "best 1.000 at step 0, final 0.000 at step 6" in last
+    assert "Change: keep the best weights: RUN/safetensors/best holds them" in last
+    arts = flow_run_artifacts(_newest_flow_run("grpo"))
+    assert "### `late_collapse`" in arts["run-health"].data and "`late_collapse`" in arts["grpo-summary"].data
 
 
 def test_world_model_rl_reports_its_run_health(tiny_wfm_dir: Path, tmp_path: Path) -> None:
