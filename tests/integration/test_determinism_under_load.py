@@ -12,7 +12,6 @@ demo's `grpo` flow runs it, without the Prefect server around it, which decides 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import pytest
 
 from cosmos_train.config import load_config
 from tests.conftest import LEADING_SPACE_SCRIPT, ROOT
+from tests.integration.test_grpo_dist import grpo
 from tests.run_outputs import same_weights
 
 pytestmark = pytest.mark.slow
@@ -80,29 +80,7 @@ def demo_job(folder: Path, model: Path, data: Path) -> Path:
 
 def run_grpo(config: Path) -> list[dict]:
     """The job under torchrun (2 processes, one torch thread each as on the 2-core demo machine); its metrics rows."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "cosmos_train.train.grpo",
-            "--config",
-            str(config),
-            "--dataset-script",
-            str(config.parent / "toy_rewards.py"),
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert p.returncode == 0, p.stdout[-4000:]
+    grpo(config)
     lines = (config.parent / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(x).items() if k not in TIMED} for x in lines if x.strip()]
 
