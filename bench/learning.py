@@ -30,20 +30,12 @@ log = logging.getLogger("bench.learning")
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:
-    """`name=k=v,k=v` -> (name, ["k=v", "k=v"]); `name`: no overrides. A value holding a comma must be quoted."""
+    """`name=k=v,k=v` -> (name, ["k=v", "k=v"]); `name`: no overrides. Commas inside quotes or brackets belong to
+    a value (the sweep's `split_values`); a bad override is named when the flow loads the recipe."""
+    from cosmos_train.sweep.spec import split_values
+
     name, _, rest = text.partition("=")
-    overrides: list[str] = []
-    if not rest:
-        return name, overrides
-    current = ""
-    for part in rest.split(","):  # commas inside quotes or brackets belong to a value
-        current = f"{current},{part}" if current else part
-        if current.count('"') % 2 == 0 and current.count("[") == current.count("]"):
-            overrides.append(current)
-            current = ""
-    if current:
-        raise SystemExit(f"--recipe {text!r}: an unclosed quote or bracket")
-    return name, overrides
+    return name, split_values(rest) if rest else []
 
 
 def main() -> int:
