@@ -46,8 +46,12 @@ def main() -> int:
     p.add_argument("--tasks", nargs="+", choices=list(FAMILIES), default=None, help="default: every family")
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2")
     p.add_argument("--recipe", action="append", default=None, metavar="NAME=K=V,...", help="default: 'default'")
+    p.add_argument("--baseline", default=None, help="the recipe the remedies table compares with (default: default)")
     p.add_argument("--format-sft-steps", type=int, default=None)
     p.add_argument("--grpo-steps", type=int, default=None)
+    p.add_argument(
+        "--own-sft-steps", type=int, default=None, help="also run each recipe from an SFT on the task's own answers"
+    )
     p.add_argument("--ceiling-sft-steps", type=int, default=None, help="SFT on each task itself (0: not measured)")
     p.add_argument("--n-test", type=int, default=None, help="held-out clips per task (default 200)")
     p.add_argument("--output-dir", default="outputs/learning-benchmark")
@@ -67,7 +71,7 @@ def main() -> int:
         settings["seeds"] = args.seeds
     if args.recipe:
         settings["recipes"] = dict(parse_recipe(r) for r in args.recipe)
-    for key in ("format_sft_steps", "grpo_steps", "ceiling_sft_steps", "n_test"):
+    for key in ("baseline", "format_sft_steps", "own_sft_steps", "grpo_steps", "ceiling_sft_steps", "n_test"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     params = LearningBenchmarkParams(**settings)

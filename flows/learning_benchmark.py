@@ -13,10 +13,14 @@ post-train pipeline (flows/post_train.py): GRPO from that SFT export with config
 overrides and train.seed = seed, its final export scored on the held-out clips. A cell is one such pipeline;
 cosmos_train/sweep/learning.py reads it (gain, steps to 0.9 validation accuracy, best - final validation accuracy,
 final entropy, run-health verdicts). With `ceiling_sft_steps`, an SFT on each task's own answers is scored too:
-what the model can learn of the task at all (a task it cannot learn so is no test of an RL recipe).
+what the model can learn of the task at all (a task it cannot learn so is no test of an RL recipe). With
+`own_sft_steps`, every recipe also runs from a short SFT on the task's own answers (recipe `<name>-own<N>`): a start
+that already reads a little of the task, the remedy for a run that never finds the cue.
 
 Published: `learning-benchmark` (a table: per task and recipe, learned seeds, median gain, ...),
-`learning-benchmark-cells` (one row per run) and `learning-benchmark-curves` (each task's runs overlaid); written
+`learning-benchmark-cells` (one row per run), `learning-benchmark-curves` (each task's runs overlaid) and, with
+several recipes, `learning-benchmark-remedies` (per verdict of the baseline recipe's failed runs: which recipes made
+the same task and seed learn, the evidence that a verdict's remedy works); written
 to <output_dir>/learning.json and <output_dir>/table.md. Every cell is a pipeline folder under
 <output_dir>/cells: a rerun skips the cells (and SFTs) that finished with the same settings, so the benchmark runs
 in parts (`--tasks` / `--seeds` subsets into the same folder, then one run over all of them to tabulate).
@@ -24,6 +28,7 @@ in parts (`--tasks` / `--seeds` subsets into the same folder, then one run over 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,7 @@ from pydantic import BaseModel, Field
 from cosmos_train.config import load_config
 from cosmos_train.curves import curves_markdown
 from cosmos_train.data.synthetic_families import FAMILIES
-from cosmos_train.sweep.learning import Cell, cell_metrics, markdown_table, summary_rows
+from cosmos_train.sweep.learning import Cell, cell_metrics, markdown_table, remedy_rows, remedy_table, summary_rows
 from cosmos_train.sweep.report import plot_overlay
 from flows.demo import make_data, make_model
 from flows.evaluate import EvaluateParams, evaluate
@@ -64,6 +69,13 @@ class LearningBenchmarkParams(BaseModel):
         min_length=1,
         description="Recipe name -> overrides of configs/tiny-grpo.toml (key.path=value); 'default': none.",
     )
+    baseline: str = Field(
+        "default",
+        min_length=1,
+        max_length=64,
+        description="The recipe the others are compared with in the remedies table: per verdict of its failed "
+        "runs, which recipes made the same task and seed learn.",
+    )
     format_sft_steps: int = Field(
         200, ge=1, le=100_000, description="Steps of the format-only SFT (configs/tiny-sft.toml, on another task)."
     )
@@ -73,6 +85,14 @@ class LearningBenchmarkParams(BaseModel):
         le=100_000,
         description="Steps of an SFT on each task's own answers, scored on its held-out clips: what the model can "
         "learn of the task at all (0: not measured).",
+    )
+    own_sft_steps: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="Also run every recipe from an SFT of this many steps on the task's own answers (recipe "
+        "'<name>-own<N>' in the tables): whether a start that already reads a little of the task lets GRPO learn "
+        "what it cannot find from a format-only start (0: not run).",
     )
     grpo_steps: int = Field(300, ge=1, le=100_000, description="GRPO steps per cell.")
     n_train: int = Field(
@@ -235,26 +255,38 @@ def learning_benchmark(params: LearningBenchmarkParams) -> dict[str, Any]:
         if source not in sft_exports:
             done = _sft(out, f"format-{source}", model, data[source], params.format_sft_steps, score=False)
             sft_exports[source] = str(done["runs"]["sft"]["result"]["export"])
-        start = _start_accuracy(out, sft_exports[source], task, data[task])
-        for recipe, overrides in params.recipes.items():
-            for seed in params.seeds:
-                cell = _cell(
-                    out, sft_exports[source], task, data[task], recipe, overrides, seed, params.grpo_steps, start
-                )
+        starts = [("", sft_exports[source])]
+        if params.own_sft_steps:
+            own = _sft(out, f"own-{task}", model, data[task], params.own_sft_steps, score=False)
+            starts.append((f"-own{params.own_sft_steps}", str(own["runs"]["sft"]["result"]["export"])))
+        for suffix, export in starts:
+            start = _start_accuracy(out, export, task, data[task])
+            for (recipe, overrides), seed in itertools.product(params.recipes.items(), params.seeds):
+                cell = _cell(out, export, task, data[task], recipe + suffix, overrides, seed, params.grpo_steps, start)
                 logger.info(
                     "%s / %s / seed %d: held-out %.3f -> %.3f (gain %+.3f), validation best %s at step %s, final %s",
-                    task, recipe, seed, cell.start_accuracy, cell.final_accuracy, cell.gain,
+                    task, cell.recipe, seed, cell.start_accuracy, cell.final_accuracy, cell.gain,
                     cell.val_best, cell.val_best_step, cell.val_final,
                 )  # fmt: skip
                 cells.append(cell)
     rows = summary_rows(cells, ceilings)
     table = markdown_table(rows)
     records = [c.record() for c in cells]
+    remedies = remedy_rows(cells, params.baseline) if params.baseline in params.recipes else []
+    if remedies:
+        table += "\n" + remedy_table(remedies, params.baseline)
     (out / "learning.json").write_text(
-        json.dumps({"params": params.model_dump(), "ceilings": ceilings, "rows": rows, "cells": records}, indent=2)
+        json.dumps(
+            {"params": params.model_dump(), "ceilings": ceilings, "rows": rows, "remedies": remedies, "cells": records},
+            indent=2,
+        )
     )
     (out / "table.md").write_text(table)
     create_table_artifact(rows, key="learning-benchmark", description="GRPO on unseen tasks: per task and recipe")
+    if remedies:
+        create_table_artifact(
+            remedies, key="learning-benchmark-remedies", description=f"per verdict of {params.baseline}: fixed by"
+        )
     create_table_artifact(records, key="learning-benchmark-cells", description="one row per (task, recipe, seed)")
     panels = []
     for task in params.tasks:
@@ -263,4 +295,4 @@ def learning_benchmark(params: LearningBenchmarkParams) -> dict[str, Any]:
         panels.append(curves_markdown(png, f"{task}: every recipe and seed"))
     create_markdown_artifact("\n\n".join(panels), key="learning-benchmark-curves", description="curves per task")
     print(table)
-    return {"rows": rows, "cells": records, "table": str(out / "table.md")}
+    return {"rows": rows, "remedies": remedies, "cells": records, "table": str(out / "table.md")}

@@ -108,7 +108,9 @@ class RunHealthConfig(Section):
         ge=2,
         description="Train steps over which the train reward and the validation score must move: flat when the "
         "reward's change between the window's halves is within noise (2 standard errors, at least "
-        "flat_tolerance) and the validations in the window all lie within flat_tolerance.",
+        "flat_tolerance) and the validations in the window all lie within flat_tolerance; a plateau the run "
+        "climbed to (the window above the run's first steps, or its first validation, by more than that) and a "
+        "validation accuracy at 1 are not flat.",
     )
     flat_tolerance: float = Field(
         0.01, ge=0, le=1, description="The smallest change of reward or validation score that is not flat."

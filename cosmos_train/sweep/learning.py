@@ -4,6 +4,7 @@ flows/learning_benchmark.py runs the cells and publishes these.)
     cell = cell_metrics(run_dir, start_accuracy=0.27, final_accuracy=0.81)  # one (task, recipe, seed) GRPO run
     rows = summary_rows(cells)              # one row per (task, recipe): success rate, median gain, ...
     print(markdown_table(rows))
+    print(remedy_table(remedy_rows(cells)))  # did the recipes fix the runs `default` failed, per verdict?
 
 A cell is one GRPO run from a format-only SFT (an SFT on another task, which teaches the answer format and
 nothing of this task) scored on the task's held-out benchmark before (`start_accuracy`, the SFT export) and
@@ -13,7 +14,8 @@ after (`final_accuracy`, the run's final weights: what a user keeps). What each 
 - steps to 0.9: the first validation step at or above REACHED accuracy (median over the seeds that reached it);
 - best - final: validation accuracy at its best step minus at the last one (a late collapse, when large);
 - final entropy: the mean token entropy of the last ENTROPY_TAIL train steps (a collapsed policy is near 0);
-- verdicts: the run-health verdicts of result.json's `health`, counted over the seeds;
+- verdicts: the run-health verdicts, today's rules on the run's metrics (result.json's `health` is what the run
+  said when it ended), counted over the seeds;
 - SFT ceiling (when measured): the held-out accuracy of an SFT on the task's own answers, what the model can
   learn of the task at all.
 """
@@ -28,8 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosmos_train.config import load_config
 from cosmos_train.curves import per_step, series
+from cosmos_train.errors import ConfigError
 from cosmos_train.metrics import read_metrics
+from cosmos_train.train.run_health import assess, ratio_moves_of
 
 SUCCESS_GAIN = 0.20  # held-out accuracy points a seed must gain to count as learning the task
 REACHED = 0.9  # the validation accuracy "steps to" counts to
@@ -90,11 +95,23 @@ def cell_metrics(
     if entropy:
         tail = entropy[-ENTROPY_TAIL:]
         cell.final_entropy = sum(tail) / len(tail)
-    result_file = run / "result.json"
-    if result_file.is_file():
-        health = json.loads(result_file.read_text()).get("health") or {}
-        cell.verdicts = [v["name"] for v in health.get("verdicts", [])]
+    cell.verdicts = _verdicts(run, metrics)
     return cell
+
+
+def _verdicts(run: Path, metrics: list[dict[str, Any]]) -> list[str]:
+    """The run judged by today's run-health rules with its own thresholds (RUN/config.toml), so runs made before a
+    rule changed are counted alike; RUN/result.json's `health` where the config cannot be read."""
+    try:
+        cfg = load_config(run / "config.toml", check_paths=False, env={})
+    except (OSError, ConfigError):
+        result_file = run / "result.json"
+        if not result_file.is_file():
+            return []
+        health = json.loads(result_file.read_text()).get("health") or {}
+        return [v["name"] for v in health.get("verdicts", [])]
+    ratio_moves = ratio_moves_of(cfg.train.train_policy)
+    return [v.name for v in assess(metrics, cfg.train.run_health, ratio_moves).verdicts]
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -134,6 +151,58 @@ def summary_rows(cells: Iterable[Cell], ceilings: Mapping[str, float] | None = N
     return rows
 
 
+def remedy_rows(cells: Iterable[Cell], baseline: str = "default") -> list[dict[str, Any]]:
+    """Does the remedy a verdict names work? For every verdict of a `baseline` run that failed with it (did not
+    learn, or for `late_collapse` lost its best), and every other recipe run on the same task and seed (a recipe
+    may also change the start: `<name>-own<N>`): the recipe fixed that run when its run ends without that verdict
+    and with final held-out accuracy SUCCESS_GAIN above the failed run's (no lower, where the failed run learnt
+    and only lost its best). One row per (verdict, recipe): the failed runs it was tried on, how many it fixed,
+    and which (task sSEED)."""
+    by_key = {(c.task, c.recipe, c.seed): c for c in cells}
+    recipes = list(dict.fromkeys(c.recipe for c in by_key.values() if c.recipe != baseline))
+    tried: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+    for (task, recipe, seed), c in by_key.items():
+        if recipe != baseline:
+            continue
+        for verdict in dict.fromkeys(c.verdicts):
+            if c.learned and verdict != "late_collapse":
+                continue  # the run learned anyway: nothing for a remedy to fix
+            for other in recipes:
+                fix = by_key.get((task, other, seed))
+                if fix is not None:
+                    better = fix.final_accuracy - c.final_accuracy >= (0.0 if c.learned else SUCCESS_GAIN) - 1e-9
+                    fixed = better and verdict not in fix.verdicts
+                    tried.setdefault((verdict, other), []).append((f"{task} s{seed}", fixed))
+    return [
+        {
+            "verdict": verdict,
+            "recipe": recipe,
+            "failed_runs": len(runs),
+            "fixed": sum(fixed for _, fixed in runs),
+            "fixed_runs": [name for name, fixed in runs if fixed],
+            "not_fixed_runs": [name for name, fixed in runs if not fixed],
+        }
+        for (verdict, recipe), runs in sorted(tried.items())
+    ]
+
+
+REMEDY_HEADER = (
+    "| verdict | recipe | fixed (without the verdict, final >= 0.20 above the failed run's) | fixed runs | not fixed |"
+)
+
+
+def remedy_table(rows: Iterable[dict[str, Any]], baseline: str = "default") -> str:
+    """remedy_rows as markdown: per verdict of a failed `baseline` run, what each recipe did on the same seeds."""
+    lines = [f"Runs of `{baseline}` that failed with a verdict, run again with each recipe:", "", REMEDY_HEADER]
+    lines.append("|" + "---|" * (REMEDY_HEADER.count("|") - 1))
+    for r in rows:
+        lines.append(
+            f"| {r['verdict']} | {r['recipe']} | {r['fixed']}/{r['failed_runs']} | "
+            f"{', '.join(r['fixed_runs']) or '-'} | {', '.join(r['not_fixed_runs']) or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(x: float | None, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -162,4 +231,14 @@ def markdown_table(rows: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["ENTROPY_TAIL", "REACHED", "SUCCESS_GAIN", "Cell", "cell_metrics", "markdown_table", "summary_rows"]
+__all__ = [
+    "ENTROPY_TAIL",
+    "REACHED",
+    "SUCCESS_GAIN",
+    "Cell",
+    "cell_metrics",
+    "markdown_table",
+    "remedy_rows",
+    "remedy_table",
+    "summary_rows",
+]

@@ -14,7 +14,9 @@ starting weights as "best". The checks ([train.run_health] holds their threshold
 - `entropy_collapse`: the token entropy of the last `patience` steps `entropy_drop` times below that of the
   first ones, or below `entropy_floor`;
 - `reward_flat` / `validation_flat`: over the last `flat_steps` steps the train reward's halves differ by no
-  more than noise, the validation scores (accuracy, else reward_mean) by no more than `flat_tolerance`;
+  more than noise, the validation scores (accuracy, else reward_mean) by no more than `flat_tolerance`, and the
+  run never climbed there (a plateau above its first steps, or its first validation, is what it learnt; an
+  accuracy at 1 has nothing left to learn);
 - `clip_pinned`: the clip fraction (GRPO's clip_fraction, the world model's clip_frac) at least
   `clip_near_one` on `patience` consecutive steps, or below `clip_near_zero` on steps that had advantages
   where the ratio can move (`ratio_moves`: with one pass on the trainer's own log-probs it is 1 by design);
@@ -44,16 +46,22 @@ RATIO_STILL = 1e-6  # a ratio within this of 1 on every step has not moved
 NOISE_SIGMAS = 2.0  # a change must exceed this many standard errors to count as movement (or as a drop)
 LATE_EPS = 1e-9  # a drop of exactly late_drop counts (0.97 - 0.87 is 0.0999... in floating point)
 
+# Each change a verdict names is one shown to turn a stuck run into a learning one (tests/integration/
+# test_run_health_flow.py, the learning benchmark's remedies table: bench/RESULTS.md); a remedy that did not (the
+# entropy bonus and DAPO's dynamic sampling on collapsed runs, a higher learning rate on flat ones, a KL anchor
+# against late drops) is left out, however standard.
 _SHARPEN = (
     "raise the sampling temperature (rollout.sampling_config.temperature, with train.train_policy.temperature) "
     "so the samples of a prompt differ"
 )
-_FILTER = (
-    "filter the prompts every sample of which already agrees out of the data (`cosmos-train filter-rl-data`), "
-    'or resample such groups (train.train_policy.variant = "dapo")'
+_ANCHOR = (
+    "hold the policy near its SFT start with train.train_policy.kl_beta > 0 (configs/tiny-grpo.toml: 0.05), which "
+    "keeps its samples from collapsing onto one answer"
 )
-_SHORTER_SFT = "start from a shorter SFT (fewer steps, or an earlier checkpoint) that is less sure of its answers"
-_ENTROPY = "keep exploration up with train.train_policy.entropy_coeff > 0 (e.g. 0.001)"
+_READ_FIRST = (
+    "start GRPO from an SFT on some of this task's own answers: GRPO sharpens what its start already reads of a "
+    "task, and from a start that reads nothing of it the reward stays at chance"
+)
 
 
 @dataclass(frozen=True)
@@ -64,10 +72,8 @@ class Remedies:
     section: str  # the table of stop_when_stuck and [<section>.run_health]
     zero_cause: str  # why every sample of a prompt scores the same
     sharpen: str  # make a prompt's samples differ
-    filter: str  # give the groups reward variance
-    start: str  # a less certain starting point ("" where there is none to change)
-    entropy: str  # keep exploring
-    lr: str  # the learning rate to check
+    anchor: str  # keep the policy from collapsing onto one answer ("" where none is shown to work)
+    read_first: str  # a start that reads a little of the task ("" where there is no start to change)
     clip_high: str
     clip_low: str
     late: str  # keep or reach the best weights instead of the final ones
@@ -77,18 +83,16 @@ class Remedies:
 
 GRPO_REMEDIES = Remedies(
     section="train",
-    zero_cause="the policy is too sure of its answers (a confident SFT start, or sampling too cold)",
+    zero_cause="the policy is too sure of its answers (a confident start, sampling too cold, or a policy that "
+    "collapsed onto one answer while training)",
     sharpen=_SHARPEN,
-    filter=_FILTER,
-    start=_SHORTER_SFT,
-    entropy=_ENTROPY,
-    lr="check train.optm_lr",
+    anchor=_ANCHOR,
+    read_first=_READ_FIRST,
     clip_high="lower train.optm_lr or mu_iterations; check old_logprobs and the temperatures agree",
     clip_low="raise train.optm_lr or check train.optm_grad_norm_clip",
     late="keep the best weights: RUN/safetensors/best holds them (a post-train [grpo] stage takes them with export = "
-    '"best", its default); lower train.optm_lr or let it decay (train.optm_decay_type = "cosine" or "linear"); hold '
-    "the policy near its reference with train.train_policy.kl_beta > 0; or train fewer steps (train.max_num_steps "
-    "near the best step)",
+    '"best", its default); let the learning rate decay (train.optm_decay_type = "cosine"); or train fewer steps '
+    "(train.max_num_steps near the best step)",
     best_export=True,
     answers=True,
 )
@@ -96,12 +100,10 @@ WORLD_MODEL_REMEDIES = Remedies(
     section="trainer",
     zero_cause="the samples of a prompt are (nearly) the same video, or the reward cannot tell them apart",
     sharpen="raise model.rl.noise_level (the SDE sampler's noise, which makes the samples of a prompt differ) or "
-    "give each sample its own initial noise (model.rl.use_same_seed = false)",
-    filter="use a reward that tells the samples of a prompt apart ([reward] fns: a constant or saturated reward "
-    "scores them all the same)",
-    start="",
-    entropy="",
-    lr="check optimizer.lr",
+    "give each sample its own initial noise (model.rl.use_same_seed = false); use a reward that tells the samples "
+    "of a prompt apart ([reward] fns: a constant or saturated reward scores them all the same)",
+    anchor="",
+    read_first="",
     clip_high="lower optimizer.lr or model.rl.mu_iterations, or widen model.rl.clip_range",
     clip_low="raise optimizer.lr or check trainer.grad_clip_norm",
     late="lower optimizer.lr or let it decay ([scheduler] f_min below f_max); hold the model near its reference "
@@ -317,7 +319,7 @@ def _zero_variance(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remed
             "most groups have no reward variance, so their advantages and the gradient are 0",
             evidence,
             cause,
-            _either(fix.sharpen, fix.filter, fix.start),
+            _either(fix.sharpen, fix.anchor),
             held[0][0],
             held[-1][0],
             ongoing=run[1] == len(rows),
@@ -354,7 +356,7 @@ def _entropy(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedies, r
             f"entropy {seen}" + (f", below the floor {cfg.entropy_floor:g}" if below_floor else ""),
             "the policy became (near-)deterministic, from training toward its own confident answers or from a "
             "confident start; with nothing different sampled there is nothing to compare",
-            _either(fix.entropy, fix.sharpen, fix.start),
+            _either(fix.anchor, fix.sharpen),
             steps[0],
             steps[-1],
             ongoing=True,
@@ -380,14 +382,25 @@ def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedie
     report.checked.append(f"train reward over the last {n} steps: {seen}")
     if abs(change) > limit:
         return
+    if len(reward) >= n + len(a):  # a first window apart from the last n steps: did the reward ever move?
+        first = reward[: len(a)]
+        rise = _mean(window) - _mean(first)
+        rise_noise = NOISE_SIGMAS * math.sqrt(_var(first) / len(first) + _var(window) / len(window))
+        if rise > max(cfg.flat_tolerance, rise_noise):
+            # a plateau the run climbed to (a decaying learning rate ends on one): it learnt, it is not stuck
+            report.checked.append(
+                f"train reward: a plateau, {rise:+.3f} above its first {len(first)} steps' mean {_mean(first):.3f} "
+                f"(noise {rise_noise:.3f}): not flat"
+            )
+            return
     report.verdicts.append(
         Verdict(
             "reward_flat",
             f"the train reward did not move over the last {n} steps",
             f"train reward {seen}, range {min(window):.3f}..{max(window):.3f}",
-            "the updates do not change what is sampled: groups without reward variance, a collapsed entropy, or "
-            "a learning rate too small to matter",
-            _either(fix.sharpen, fix.filter, fix.lr),
+            "the updates do not change what is sampled: a start that reads nothing of the task (its samples differ, "
+            "but not with the input), groups without reward variance, or a collapsed entropy",
+            _either(fix.read_first, fix.sharpen),
             steps[0],
             steps[-1],
             ongoing=True,
@@ -426,6 +439,16 @@ def _validation_flat(
     report.checked.append(f"validation {metric} over the last {cfg.flat_steps} steps: {seen}")
     if spread > cfg.flat_tolerance:
         return
+    if metric == "accuracy" and min(values) >= 1.0 - cfg.flat_tolerance:
+        report.checked.append(f"validation accuracy: at its ceiling ({min(values):.3f}), nothing left to learn")
+        return
+    if steps[0] < inside[0][0] and min(values) - scores[0] > cfg.flat_tolerance:
+        # a plateau above where the run started: what it learnt holds
+        report.checked.append(
+            f"validation {metric}: a plateau {min(values) - scores[0]:+.3f} above its first validation "
+            f"{scores[0]:.3f} (step {steps[0]}): not flat"
+        )
+        return
     report.verdicts.append(
         Verdict(
             "validation_flat",
@@ -434,7 +457,7 @@ def _validation_flat(
             "the policy's answers to the validation prompts have not changed: training has no signal, or what it "
             "learns does not reach these prompts"
             + ("; the best export is then the starting weights" if fix.best_export else ""),
-            _either(fix.sharpen, fix.filter, fix.start),
+            _either(fix.read_first, fix.sharpen),
             inside[0][0],
             inside[-1][0],
             ongoing=True,

@@ -70,7 +70,12 @@ def test_deploy_all_registers_prefect_yaml(deployed: PrefectServer) -> None:
         assert got["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}], (
             name
         )
-    for trainer in ("sft", "grpo", "post-train"):  # one training job at a time: they share the accelerators
+    for trainer in (
+        "sft",
+        "grpo",
+        "post-train",
+        "learning-benchmark",
+    ):  # one training job at a time: they share the accelerators
         assert found[trainer]["global_concurrency_limit"]["limit"] == 1, trainer
     for trainer in ("sft", "grpo"):  # a multi-node job's node runs are runs of one deployment: no limit holds them
         assert found[f"{trainer}-nodes"]["entrypoint"] == found[trainer]["entrypoint"]

@@ -134,8 +134,32 @@ def test_greedy_rollouts_are_named_stuck_the_run_completes_and_the_terminal_says
     assert (
         "zero_std_fraction >= 80% on 3 consecutive steps (1-3)" in health and "gradient norm 0 on 3 of them" in health
     )
-    assert "cosmos-train filter-rl-data" in health and "rollout.sampling_config.temperature" in health
+    assert "train.train_policy.kl_beta > 0" in health and "rollout.sampling_config.temperature" in health
     assert "`zero_variance_groups`" in arts["grpo-summary"].data and "- run health:" in arts["grpo-summary"].data
+
+
+def test_the_zero_variance_remedy_it_names_makes_the_same_run_learn(
+    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
+    """zero_variance_groups' first change (raise the sampling temperature) applied to a greedy run, nothing else
+    changed: the stuck run's reward stays where it was with a zero gradient, the remedied one's rises (the leading
+    space learnt at lr 5e-2 within 6 steps) and the verdict is gone."""
+    keys = {"train.max_num_steps": 6, "train.optm_lr": 5e-2}
+    stuck = _run(
+        tmp_path / "greedy", tiny_model_dir, synthetic_dir, **keys, **{"rollout.sampling_config.temperature": 0.0}
+    )
+    remedied = _run(
+        tmp_path / "remedied", tiny_model_dir, synthetic_dir, **keys, **{"rollout.sampling_config.temperature": 1.0}
+    )
+    assert stuck.is_completed() and remedied.is_completed()
+    stuck_run, remedied_run = _run_dir(tmp_path / "greedy"), _run_dir(tmp_path / "remedied")
+    flat = _train_rows(stuck_run)
+    assert all(r["zero_std_fraction"] == 1.0 and r["grad_norm"] == 0.0 for r in flat)
+    assert len({r["reward_mean"] for r in flat}) == 1
+    assert "zero_variance_groups" in [v["name"] for v in _health(stuck_run)["verdicts"]]
+    learnt = _train_rows(remedied_run)
+    assert learnt[-1]["reward_mean"] > learnt[0]["reward_mean"] + 0.25, [r["reward_mean"] for r in learnt]
+    assert "zero_variance_groups" not in [v["name"] for v in _health(remedied_run)["verdicts"]]
 
 
 def test_stop_when_stuck_ends_the_run_early_saved_and_not_retried(
@@ -254,7 +278,7 @@ def test_training_against_the_validation_is_named_late_collapse_in_result_and_te
         "validation reward_mean: best 1.000 at step 0, final 0.000 at step 6, a drop of 1.000"
     ), verdict
     assert verdict["cause"].startswith("the updates made the model worse than where the run started")
-    assert "RUN/safetensors/best holds them" in verdict["change"] and "train.optm_lr" in verdict["change"]
+    assert "RUN/safetensors/best holds them" in verdict["change"] and "train.optm_decay_type" in verdict["change"]
     # the terminal's last lines: the head, then each verdict; late_collapse is checked last, so it closes them
     lines = err.rstrip("\n").splitlines()
     n = len(health["verdicts"])

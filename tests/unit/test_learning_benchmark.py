@@ -13,8 +13,10 @@ import pytest
 
 from bench.learning import parse_recipe
 from cosmos_train.data.synthetic_families import FAMILIES
-from cosmos_train.sweep.learning import cell_metrics, markdown_table, summary_rows
+from cosmos_train.sweep.learning import Cell, cell_metrics, markdown_table, remedy_rows, remedy_table, summary_rows
 from flows.learning_benchmark import format_source
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path: Path, name: str, val: list[tuple[int, float]], entropy: list[float], verdicts=()) -> Path:
@@ -94,3 +96,78 @@ def test_recipes_parse_with_commas_inside_values() -> None:
 def test_every_task_starts_from_another_tasks_format_sft() -> None:
     sources = {t: format_source(t) for t in FAMILIES}
     assert all(s != t and s in FAMILIES for t, s in sources.items())
+
+
+def _cell(task: str, recipe: str, seed: int, gain: float, *verdicts: str) -> Cell:
+    return Cell(task, recipe, seed, "", 0.25, 0.25 + gain, verdicts=list(verdicts))
+
+
+def test_remedies_count_the_baselines_failed_runs_a_recipe_made_learn() -> None:
+    cells = [
+        # default: two_objects collapses in seeds 0 and 1, learns in seed 2 despite entropy_collapse (nothing to
+        # fix there); gravity learns but loses its best (late_collapse counts though the run learned)
+        _cell("two_objects", "default", 0, 0.01, "zero_variance_groups", "entropy_collapse"),
+        _cell("two_objects", "default", 1, 0.00, "zero_variance_groups", "entropy_collapse", "entropy_collapse"),
+        _cell("two_objects", "default", 2, 0.40, "entropy_collapse"),
+        _cell("gravity", "default", 0, 0.30, "late_collapse"),
+        # kl: learns two_objects s0; s1 learns but keeps zero_variance_groups (not fixed for that verdict, fixed
+        # for entropy_collapse); gravity s0 learns without late_collapse
+        _cell("two_objects", "kl", 0, 0.35, "reward_flat"),
+        _cell("two_objects", "kl", 1, 0.30, "zero_variance_groups"),
+        _cell("two_objects", "kl", 2, 0.30),
+        _cell("gravity", "kl", 0, 0.32),
+        # entropy: run on two_objects seed 0 only, does not learn
+        _cell("two_objects", "entropy", 0, 0.02, "entropy_collapse"),
+    ]
+    rows = {(r["verdict"], r["recipe"]): r for r in remedy_rows(cells)}
+    assert set(rows) == {
+        ("entropy_collapse", "kl"),
+        ("entropy_collapse", "entropy"),
+        ("late_collapse", "kl"),
+        ("zero_variance_groups", "kl"),
+        ("zero_variance_groups", "entropy"),
+    }
+    kl_zero = rows["zero_variance_groups", "kl"]
+    assert (kl_zero["failed_runs"], kl_zero["fixed"], kl_zero["not_fixed_runs"]) == (2, 1, ["two_objects s1"])
+    kl_entropy = rows["entropy_collapse", "kl"]
+    assert (kl_entropy["failed_runs"], kl_entropy["fixed"]) == (2, 2)  # a verdict twice in a run is one run
+    assert rows["late_collapse", "kl"]["fixed_runs"] == ["gravity s0"]
+    assert rows["entropy_collapse", "entropy"]["fixed"] == 0 and rows["entropy_collapse", "entropy"]["failed_runs"] == 1
+    table = remedy_table(remedy_rows(cells)).splitlines()
+    assert "| zero_variance_groups | kl | 1/2 | two_objects s0 | two_objects s1 |" in table
+    assert all(line.count("|") == 6 for line in table[2:])
+
+
+def test_remedies_need_the_baseline_and_another_recipe() -> None:
+    only_default = [_cell("size", "default", 0, 0.0, "reward_flat")]
+    assert remedy_rows(only_default) == []
+    assert remedy_rows([*only_default, _cell("size", "kl", 1, 0.3)]) == []  # another seed: not the same run
+    (row,) = remedy_rows([*only_default, _cell("size", "kl", 0, 0.3)], baseline="default")
+    assert row["fixed"] == 1
+    assert remedy_rows([*only_default, _cell("size", "kl", 0, 0.3)], baseline="kl") == []
+    # a remedy that changes the start is judged by the outcome: 0.25 -> 0.75 held-out is fixed although its own
+    # run gained 8 points from a start at 0.67; ending at 0.44 (+0.19 over the failed run) is not
+    own = Cell("size", "default-own300", 0, "", 0.67, 0.75)
+    (row,) = remedy_rows([*only_default, own])
+    assert (row["fixed"], row["fixed_runs"]) == (1, ["size s0"]) and not own.learned
+    (row,) = remedy_rows([*only_default, Cell("size", "default-own300", 0, "", 0.40, 0.44)])
+    assert row["fixed"] == 0
+
+
+def test_a_cells_verdicts_are_todays_rules_on_its_metrics_with_its_own_thresholds(tmp_path: Path) -> None:
+    """A run whose result.json was written under an older rule (a plateau after learning called reward_flat) is
+    counted by today's rules, with the thresholds of its RUN/config.toml: the plateau is no verdict."""
+    from cosmos_train.config import load_config
+
+    run = _run(tmp_path, "c", [(0, 0.25), (100, 0.75), (200, 0.75)], [1.0] * 200, ["reward_flat"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["kind"] == "train":
+            r["reward_mean"] = 0.25 + 0.5 * min(r["step"], 100) / 100 + (0.01 if r["step"] % 2 else -0.01)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    load_config(ROOT / "configs" / "tiny-grpo.toml", check_paths=False, env={}).write(run / "config.toml")
+    cell = cell_metrics(run, task="size", recipe="klcos", seed=0, start_accuracy=0.25, final_accuracy=0.75)
+    assert cell.verdicts == []
+    (run / "config.toml").unlink()  # no config: what the run said when it ended
+    cell = cell_metrics(run, task="size", recipe="klcos", seed=0, start_accuracy=0.25, final_accuracy=0.75)
+    assert cell.verdicts == ["reward_flat"]
