@@ -62,6 +62,12 @@ _READ_FIRST = (
     "start GRPO from an SFT on some of this task's own answers: GRPO sharpens what its start already reads of a "
     "task, and from a start that reads nothing of it the reward stays at chance"
 )
+_MORE_PROMPTS = (
+    "give each step more prompts (raise train.train_batch_per_replica, the completions a step, and keep or lower "
+    "rollout.n_generation, the samples a prompt): a group's reward says little about the input, and a start that "
+    "reads nothing of the task needs many groups a step to find what does (the learning benchmark: 8 prompts a step "
+    "stayed at chance where 64 learnt)"
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Remedies:
     sharpen: str  # make a prompt's samples differ
     anchor: str  # keep the policy from collapsing onto one answer ("" where none is shown to work)
     read_first: str  # a start that reads a little of the task ("" where there is no start to change)
+    more_prompts: str  # more prompts an update, from the same start ("" where none is shown to work)
     clip_high: str
     clip_low: str
     late: str  # keep or reach the best weights instead of the final ones
@@ -88,6 +95,7 @@ GRPO_REMEDIES = Remedies(
     sharpen=_SHARPEN,
     anchor=_ANCHOR,
     read_first=_READ_FIRST,
+    more_prompts=_MORE_PROMPTS,
     clip_high="lower train.optm_lr or mu_iterations; check old_logprobs and the temperatures agree",
     clip_low="raise train.optm_lr or check train.optm_grad_norm_clip",
     late="keep the best weights: RUN/safetensors/best holds them (a post-train [grpo] stage takes them with export = "
@@ -104,6 +112,7 @@ WORLD_MODEL_REMEDIES = Remedies(
     "of a prompt apart ([reward] fns: a constant or saturated reward scores them all the same)",
     anchor="",
     read_first="",
+    more_prompts="",
     clip_high="lower optimizer.lr or model.rl.mu_iterations, or widen model.rl.clip_range",
     clip_low="raise optimizer.lr or check trainer.grad_clip_norm",
     late="lower optimizer.lr or let it decay ([scheduler] f_min below f_max); hold the model near its reference "
@@ -400,7 +409,7 @@ def _reward_flat(train: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedie
             f"train reward {seen}, range {min(window):.3f}..{max(window):.3f}",
             "the updates do not change what is sampled: a start that reads nothing of the task (its samples differ, "
             "but not with the input), groups without reward variance, or a collapsed entropy",
-            _either(fix.read_first, fix.sharpen),
+            _either(fix.read_first, fix.more_prompts, fix.sharpen),
             steps[0],
             steps[-1],
             ongoing=True,
@@ -457,7 +466,7 @@ def _validation_flat(
             "the policy's answers to the validation prompts have not changed: training has no signal, or what it "
             "learns does not reach these prompts"
             + ("; the best export is then the starting weights" if fix.best_export else ""),
-            _either(fix.read_first, fix.sharpen),
+            _either(fix.read_first, fix.more_prompts, fix.sharpen),
             inside[0][0],
             inside[-1][0],
             ongoing=True,

@@ -48,6 +48,12 @@ def test_a_cell_reads_best_final_reach_entropy_and_verdicts(tmp_path: Path) -> N
     assert cell.verdicts == ["late_collapse"] and cell.steps == 15
 
 
+def test_a_gain_of_exactly_the_bar_learns(tmp_path: Path) -> None:
+    run = _run(tmp_path, "e", [(0, 0.1), (10, 0.3)], [0.3, 0.3])
+    cell = cell_metrics(run, task="gravity", recipe="default", seed=0, start_accuracy=0.085, final_accuracy=0.285)
+    assert cell.gain < 0.20 and cell.learned  # 0.19999999999999996 in floating point: 40 of 200 clips more
+
+
 def test_a_run_that_never_reaches_has_no_step_and_does_not_learn(tmp_path: Path) -> None:
     run = _run(tmp_path, "b", [(0, 0.5), (10, 0.52)], [0.3, 0.3])
     cell = cell_metrics(run, task="gravity", recipe="default", seed=0, start_accuracy=0.50, final_accuracy=0.69)

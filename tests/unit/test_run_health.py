@@ -117,6 +117,7 @@ def test_the_reported_stuck_run_gets_its_verdicts_with_evidence_cause_and_change
     assert "fell x" in entropy.evidence and "kl_beta" in entropy.change and "entropy_coeff" not in entropy.change
     for flat in ("reward_flat", "validation_flat"):
         assert "SFT on some of this task's own answers" in by_name[flat].change, flat
+        assert "train.train_batch_per_replica" in by_name[flat].change, flat  # more prompts a step
         assert "optm_lr" not in by_name[flat].change, flat
     assert "0.625..0.625" in by_name["validation_flat"].evidence
     md = report.markdown("run-2")
