@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from cosmos_train.errors import UserError
 from cosmos_train.evaluation.report import answer_profile
+from cosmos_train.metrics import reaches
 
 EXIT_NOT_PROMOTED = 4  # 2: bad input, 3: a run train.stop_when_stuck ended (errors.EXIT_RUN_STUCK)
 CARD_FILE = "README.md"  # a Hugging Face model folder's card: it travels with the upload
@@ -37,8 +38,6 @@ _FLAG_PATTERNS: tuple[tuple[FlagKind, str], ...] = (
     ("unreadable", r"\d+% of the answers unreadable"),
     ("not_above_chance", r"not above chance.*"),
 )
-# a float rounding in a difference of two shares must not turn "exactly min_gain" into "below"
-_EPS = 1e-9
 
 
 class NotPromoted(UserError):
@@ -84,7 +83,7 @@ def gate_decision(
         kind = flag_kind(text)
         flags.append({"flag": text, "kind": kind, "blocks": bool(blocking) and (kind is None or kind in blocking)})
     reasons = []
-    if gain + _EPS < min_gain:
+    if not reaches(gain, min_gain):
         reasons.append(f"gain {gain:+.1f} points, below gate.min_gain = {min_gain:g}")
     reasons += [f"flag: {f['flag']}" for f in flags if f["blocks"]]
     return {

@@ -1,5 +1,5 @@
-"""Retake README's screenshots of the Prefect UI: a real server, the tiny post-train pipeline and a sweep, headless
-Chromium.
+"""Retake the screenshots of the Prefect UI (docs/deployments.md, docs/sweeps.md): a real server, the tiny
+post-train pipeline and a sweep, headless Chromium.
 
     apt-get install -y chromium          # Debian's Chromium (once)
     .venv/bin/python scripts/screenshots.py [--out docs/img] [--sft-steps 40] [--only sweep]

@@ -33,11 +33,10 @@ from typing import Any
 from cosmos_train.config import load_config
 from cosmos_train.curves import per_step, series
 from cosmos_train.errors import ConfigError
-from cosmos_train.metrics import read_metrics
+from cosmos_train.metrics import reaches, read_metrics
 from cosmos_train.train.run_health import assess, ratio_moves_of
 
 SUCCESS_GAIN = 0.20  # held-out accuracy points a seed must gain to count as learning the task
-GAIN_EPS = 1e-9  # a gain of exactly SUCCESS_GAIN counts (0.085 -> 0.285 is a gain of 0.19999... in floating point)
 REACHED = 0.9  # the validation accuracy "steps to" counts to
 ENTROPY_TAIL = 10  # train steps the final entropy is averaged over
 
@@ -67,7 +66,7 @@ class Cell:
 
     @property
     def learned(self) -> bool:
-        return self.gain >= SUCCESS_GAIN - GAIN_EPS
+        return reaches(self.gain, SUCCESS_GAIN)
 
     @property
     def collapse(self) -> float | None:
@@ -171,7 +170,7 @@ def remedy_rows(cells: Iterable[Cell], baseline: str = "default") -> list[dict[s
             for other in recipes:
                 fix = by_key.get((task, other, seed))
                 if fix is not None:
-                    better = fix.final_accuracy - c.final_accuracy >= (0.0 if c.learned else SUCCESS_GAIN) - GAIN_EPS
+                    better = reaches(fix.final_accuracy - c.final_accuracy, 0.0 if c.learned else SUCCESS_GAIN)
                     fixed = better and verdict not in fix.verdicts
                     tried.setdefault((verdict, other), []).append((f"{task} s{seed}", fixed))
     return [

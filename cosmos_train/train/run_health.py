@@ -39,12 +39,11 @@ from typing import Any
 
 from cosmos_train.config import GRPOPolicyConfig, RunHealthConfig, TrainPolicyConfig
 from cosmos_train.curves import per_step, series
-from cosmos_train.metrics import read_metrics
+from cosmos_train.metrics import reaches, read_metrics
 
 ZERO = 1e-12  # a reward std at or below this is no variance
 RATIO_STILL = 1e-6  # a ratio within this of 1 on every step has not moved
 NOISE_SIGMAS = 2.0  # a change must exceed this many standard errors to count as movement (or as a drop)
-LATE_EPS = 1e-9  # a drop of exactly late_drop counts (0.97 - 0.87 is 0.0999... in floating point)
 
 # Each change a verdict names is one shown to turn a stuck run into a learning one (tests/integration/
 # test_run_health_flow.py, the learning benchmark's remedies table: bench/RESULTS.md); a remedy that did not (the
@@ -553,7 +552,7 @@ def _late_collapse(val: list[dict[str, Any]], cfg: RunHealthConfig, fix: Remedie
         + (f" and beyond the noise {noise:.3f}, {NOISE_SIGMAS:g} standard errors)" if noise else ")")
     )
     report.checked.append(f"late collapse: {seen}")
-    if drop + LATE_EPS < cfg.late_drop or drop <= noise:
+    if not reaches(drop, cfg.late_drop) or drop <= noise:
         return
     at_start = best[0] == first_step
     evidence = seen + ("" if at_start else f"; the first validation's {first:.3f} (step {first_step})")

@@ -50,7 +50,7 @@ RESTARTED_ITERATIONS = 8  # the run that finishes: what follows the restart is t
 # The external case's client: 5 tries 0.2 s apart, doubling (about 3 s at most): a dead service is given up in
 # seconds. The local case keeps the defaults (8 retries from 0.5 s: 45 s or more), which a restart must fit in.
 QUICK_GIVE_UP = ("reward.max_retries=4", "reward.backoff_s=0.2")
-# From the kill to the command's exit; measured on 2 shared cores: see the README's failure table.
+# From the kill to the command's exit; measured on 2 shared cores: see docs/failures.md, "Faults, measured".
 STOP_BOUND_S = 60
 FINISH_BOUND_S = 180
 

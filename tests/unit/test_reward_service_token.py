@@ -44,7 +44,7 @@ def test_the_project_tokens_pass(token: str) -> None:
 
 
 def test_generated_tokens_pass() -> None:
-    """The flow's own (tasks/reward_service.py: token_urlsafe(32)) and README's (token_hex(16)) recipes."""
+    """The flow's own (tasks/reward_service.py: token_urlsafe(32)) and docs/grpo.md's (token_hex(16)) recipes."""
     for _ in range(200):
         for token in (secrets.token_urlsafe(32), secrets.token_hex(16)):
             assert _token(token) == token

@@ -1,11 +1,11 @@
-"""A world-model export loads in diffusers as the README documents, and generates.
+"""A world-model export loads in diffusers as docs/world-models.md documents, and generates.
 
 diffusers' `Cosmos2_5_PredictBasePipeline` builds cosmos_guardrail's `CosmosSafetyChecker` when given no
 safety_checker. That package is not installed here: it needs torchvision and a torch it would replace (pip resolves
 torch 2.14 + CUDA wheels for it), and its checker downloads the gated nvidia/Cosmos-1.0-Guardrail and
 Qwen/Qwen3Guard-Gen-0.6B models when built, which an offline CI cannot. So the documented call passes
 `safety_checker=`: an object with the two methods the pipeline calls, which lets every prompt and video through.
-This file runs that call, as the README prints it, on a fresh export.
+This file runs that call, as docs/world-models.md prints it, on a fresh export.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from cosmos_train.wfm.model import export_wfm, load_wfm
 
 
-# --- the README's code, as printed there --------------------------------------------------------------------
+# --- the code of docs/world-models.md ("Loading an export in diffusers"), as printed there ------------------
 class NoGuardrail:
     """Stands in for cosmos_guardrail's CosmosSafetyChecker: lets every prompt and video through."""
 
