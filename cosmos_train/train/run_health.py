@@ -62,10 +62,10 @@ _READ_FIRST = (
     "task, and from a start that reads nothing of it the reward stays at chance"
 )
 _MORE_PROMPTS = (
-    "give each step more prompts (raise train.train_batch_per_replica, the completions a step, and keep or lower "
+    "give each step more prompts (raise train.train_batch_per_replica, the completions a step, at the same "
     "rollout.n_generation, the samples a prompt): a group's reward says little about the input, and a start that "
     "reads nothing of the task needs many groups a step to find what does (the learning benchmark: 8 prompts a step "
-    "stayed at chance where 64 learnt)"
+    "stayed at chance where 32 learnt)"
 )
 
 
