@@ -6,9 +6,9 @@ A subprocess pays ~3-5 s of interpreter start and torch / transformers imports p
 takes a fraction of a second once the first has imported them. What a subprocess gave for free is done here:
 - no reaper sidecar: `start_reaper` (a process watching its caller) is patched out, or every call would leave
   one on the pytest process;
-- "Prefect was not started" is `_prepare_prefect` (called by every flow command just before its first flow)
-  failing the test: stricter than the old unusable PREFECT_HOME, which in-process could not work anyway
-  (Prefect's settings are fixed at its first import); unless `flows=True`;
+- "Prefect was not started" is `cli.prefect_server.prepare_prefect` (called by every flow command just before
+  its first flow) failing the test: stricter than the old unusable PREFECT_HOME, which in-process could not work
+  anyway (Prefect's settings are fixed at its first import); unless `flows=True`;
 - the environment variables main() sets (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
   PREFECT_CLIENT_MAX_RETRIES, COSMOS_TRAIN_DEBUG with --debug, ...) are put back after the call; `env` and
   `cwd` are monkeypatched for the test;
@@ -33,6 +33,7 @@ from typing import NoReturn, TextIO
 import pytest
 
 from cosmos_train import cli
+from cosmos_train.cli import prefect_server
 
 
 @dataclass
@@ -94,7 +95,7 @@ def run_cli(
     with `flows` run to its end on the test's Prefect API."""
     monkeypatch.setattr(cli, "start_reaper", lambda *a, **k: None)
     if not flows:
-        monkeypatch.setattr(cli, "_prepare_prefect", _prefect_started)
+        monkeypatch.setattr(prefect_server, "prepare_prefect", _prefect_started)
     if cwd is not None:
         monkeypatch.chdir(cwd)
     for key, value in (env or {}).items():

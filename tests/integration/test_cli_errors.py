@@ -337,7 +337,7 @@ def test_there_are_enough_cases() -> None:
 def test_input_error_before_any_server(
     case: Case, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # in this process: run_cli fails the case if the command reaches Prefect (its flows' _prepare_prefect)
+    # in this process: run_cli fails the case if the command reaches Prefect (cli.prefect_server.prepare_prefect)
     args, ctx = _prepare(case, tmp_path, tiny_model_dir, synthetic_dir)
     _check(case, run_cli(monkeypatch, *args, cwd=tmp_path), ctx)
 
