@@ -31,7 +31,7 @@ from bench.cp_measure import MIB, RankMeter, cp_group, join_group, spawn_ranks, 
 from cosmos_train.models.load import load_model  # noqa: E402
 from cosmos_train.models.tiny import make_tiny_model  # noqa: E402
 from cosmos_train.train.batching import MicroBatch  # noqa: E402
-from cosmos_train.train.losses import kept_ce_sum  # noqa: E402
+from cosmos_train.train.sft_loss import kept_ce_sum  # noqa: E402
 from cosmos_train.train.step import forward_logits  # noqa: E402
 
 

@@ -26,7 +26,7 @@ from cosmos_train.preflight import check_job, check_model_family
 from cosmos_train.train import rl_filter
 from cosmos_train.train.rl_filter import FilterResult, FilterSettings, check_model_path, pass_rates_markdown
 from tasks.errors import user_errors_reported
-from tasks.run_folder import resolve_config
+from tasks.run_folder import prepare_run_folder
 
 
 class FilterRLDataParams(BaseModel):
@@ -90,7 +90,7 @@ def check_inputs(params: FilterRLDataParams) -> Config:
 def _filter_rl_data(params: FilterRLDataParams) -> dict:
     logger = get_run_logger()
     cfg = check_inputs(params)
-    job = resolve_config(cfg, params.config, params.overrides, None, params.dataset_script)
+    job = prepare_run_folder(cfg, params.config, params.overrides, None, params.dataset_script)
     logger.info("run folder: %s", job.run)
     out = Path(params.out).expanduser().absolute() if params.out else job.run / "filtered.json"
     result = sample_and_filter(job.cfg, params.settings(), out)

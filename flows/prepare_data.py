@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from cosmos_train.preflight import check_job
 from tasks.errors import user_errors_reported
 from tasks.prepare_data import prepare_data_task
-from tasks.run_folder import resolve_config
+from tasks.run_folder import prepare_run_folder
 
 
 class PrepareDataParams(BaseModel):
@@ -38,7 +38,7 @@ def _prepare_data(params: PrepareDataParams) -> str:
     logger = get_run_logger()
     # the one read of the job TOML + overrides; the later steps get the resolved job
     cfg = check_job(params.config, params.overrides, params.dataset_script, params.run_dir, read_rows=False)
-    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
+    job = prepare_run_folder(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
     result = prepare_data_task(job)
     logger.info("manifest: %s", result["manifest"])
     return result["manifest"]

@@ -1,7 +1,7 @@
 """A job's run folder and its resolved config: created and written once per flow run, then handed down.
 
     cfg = check_job(params.config, params.overrides, ...)          # the flow's one read of the user's TOML
-    job = resolve_config(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
+    job = prepare_run_folder(cfg, params.config, params.overrides, params.run_dir, params.dataset_script)
     job.run, job.config_file, job.cfg                             # what every later task gets
 
 The run folder is `<output_dir>/<timestamp>/` (a multi-node job: `<output_dir>/<rdzv_id>/`); its config.toml
@@ -84,7 +84,7 @@ def absolute_script(dataset_script: str | None) -> str | None:
 
 
 @task(name="resolve-config", cache_policy=NO_CACHE)
-def resolve_config(
+def prepare_run_folder(
     cfg: Config, config: str, overrides: list[str], run_dir: str | None = None, dataset_script: str | None = None
 ) -> ResolvedJob[Config]:
     """Write `cfg` (the job config the flow loaded from `config` + `overrides`) as RUN/config.toml, once.

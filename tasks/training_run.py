@@ -40,7 +40,7 @@ from tasks.errors import retry_only_crashes
 from tasks.node_runs import job_overrides, own_deployment_id
 from tasks.prepare_data import prepare_data_task
 from tasks.reward_service import local_reward_service, remote_reward_env, wants_local_service
-from tasks.run_folder import ResolvedJob, resolve_config
+from tasks.run_folder import ResolvedJob, prepare_run_folder
 from tasks.torchrun import run_torchrun
 from tasks.upload import run_uploads, trainer_s3_env
 
@@ -83,7 +83,7 @@ def resolve_training_job(params: TrainJobParams, policy_type: PolicyType) -> Res
     cfg = check_job(
         params.config, overrides, params.dataset_script, params.run_dir, read_rows=False, policy_type=policy_type
     )
-    job = resolve_config(cfg, params.config, overrides, params.run_dir, params.dataset_script)
+    job = prepare_run_folder(cfg, params.config, overrides, params.run_dir, params.dataset_script)
     logger = get_run_logger()
     launch = cfg.launch
     if launch.nnodes > 1:

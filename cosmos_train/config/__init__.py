@@ -5,7 +5,7 @@
 Modules: base (the `Section` base, `read_toml`, `JobSettings`), schema / schema_policy (the job schema; SFT's and
 GRPO's train_policy tables), aliases (cosmos-rl's other names), overrides (`--set` and COSMOS_TRAIN__* values),
 explain (errors in words), validate (semantic checks), load (`load_config`), compat (cosmos-rl's keys we do not
-implement), world_model (telling a world-model recipe apart), paths, docs (the generated reference).
+implement), recipe_kind (telling a world-model recipe apart), paths, docs (the generated reference).
 """
 
 from cosmos_train.config.aliases import ALIASES, CONVERTED, UNTIL_FULL
@@ -21,6 +21,7 @@ from cosmos_train.config.load import (
 )
 from cosmos_train.config.overrides import ENV_PREFIX, apply_overrides, env_overrides, parse_override, set_path
 from cosmos_train.config.paths import looks_local
+from cosmos_train.config.recipe_kind import is_world_model_recipe, world_model_refusal, world_model_sections
 from cosmos_train.config.schema import (
     CheckpointConfig,
     Config,
@@ -50,7 +51,6 @@ from cosmos_train.config.schema_policy import (
     VisionConfig,
 )
 from cosmos_train.config.validate import semantic_problems, unsupported_settings, validate
-from cosmos_train.config.world_model import is_world_model_recipe, world_model_refusal, world_model_sections
 from cosmos_train.errors import ConfigError
 
 __all__ = [

@@ -25,10 +25,10 @@ from cosmos_train.config.compat import INERT, NoEffect, take_foreign_keys
 from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.config.overrides import apply_overrides
 from cosmos_train.config.paths import cosmos_cache
+from cosmos_train.config.recipe_kind import world_model_refusal, world_model_sections
 from cosmos_train.config.schema import Config, ParallelismConfig
 from cosmos_train.config.schema_policy import GRPOPolicyConfig
 from cosmos_train.config.validate import semantic_problems, validate
-from cosmos_train.config.world_model import world_model_refusal, world_model_sections
 from cosmos_train.errors import ConfigError
 
 

@@ -206,8 +206,8 @@ class GRPOTrainer(Trainer):
         self.watch_health(t.run_health, ratio_moves_of(policy_cfg), world_model=False, stop=t.stop_when_stuck)
 
     @property
-    def same_rows(self) -> int:
-        """The ranks that train on the same rollout (one TP x CP group): all-reduced sums divide by it."""
+    def ranks_sharing_rows(self) -> int:
+        """How many ranks train on the same rollout (one TP x CP group: tp x cp): all-reduced sums divide by it."""
         return self.dist.tp * self.dist.cp
 
     def _kept(self, mb: MicroBatch, keep: torch.Tensor) -> KeptSlice | None:
@@ -341,7 +341,7 @@ class GRPOTrainer(Trainer):
             local = sum(float(m.completions_in_loss) for m in micro)
             if policy_cfg.loss_type == "seq-mean-token-sum":
                 local *= self.cfg.rollout.max_response_length
-        return float(all_reduce_sum(local, self.dist.device)) / self.same_rows
+        return float(all_reduce_sum(local, self.dist.device)) / self.ranks_sharing_rows
 
     def _loss_scales(self, micro: list[_Micro]) -> _LossScales:
         """How each micro-batch's loss enters one update (`_LossScales`), as cosmos-rl's compute_loss and
@@ -357,7 +357,7 @@ class GRPOTrainer(Trainer):
         shares = [m.count / held if held else 0.0 for m in micro]
         tokens = (
             all_reduce_sum(torch.tensor([float(m.mask.sum()) for m in micro], dtype=torch.float64), self.dist.device)
-            / self.same_rows
+            / self.ranks_sharing_rows
         )
         total = float(tokens.sum())
         if (
@@ -450,7 +450,9 @@ class GRPOTrainer(Trainer):
 
                 backward_micro_batches(self.model, [m.batch for m in micro], self.dist, loss_fn)
                 grad_norm = self.clip_gradients()
-                loss = float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.same_rows / self.dist.dp_size
+                loss = (
+                    float(all_reduce_sum(loss_sum[0], self.dist.device)) / self.ranks_sharing_rows / self.dist.dp_size
+                )
                 applied &= apply_update(self.optimizer, None, math.isfinite(loss) and math.isfinite(grad_norm))
                 losses.append(loss)
                 norms.append(grad_norm)
@@ -458,7 +460,7 @@ class GRPOTrainer(Trainer):
         sums["model_flops"] = flops
         keys = sorted(sums)
         total = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64), self.dist.device)
-        glob = dict(zip(keys, (total / self.same_rows).tolist()))
+        glob = dict(zip(keys, (total / self.ranks_sharing_rows).tolist()))
         self.update_flops = glob.pop("model_flops")
         tokens = max(glob.pop("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in glob.items()}
@@ -495,7 +497,7 @@ class GRPOTrainer(Trainer):
         """One step on the rollout of `rows` (the rollout source got them from `batches`, with their seed)."""
         t0 = time.perf_counter()
         sampled = self.rollout_source.result(self.step)
-        rollout = self._from_tp_leader(sampled.rollout)
+        rollout = self._from_group_leader(sampled.rollout)
         t_rollout = time.perf_counter() - t0
         self.vision_token_completions = 0
         samples = self.samples_of(rollout.groups)
@@ -517,7 +519,7 @@ class GRPOTrainer(Trainer):
         step_time = time.perf_counter() - t0
         seq_tokens = all_reduce_sum(sum(len(s.prompt.input_ids) + len(s.token_ids) for s in samples), self.dist.device)
         stats["vision_token_completions"] = (
-            float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.same_rows
+            float(all_reduce_sum(self.vision_token_completions, self.dist.device)) / self.ranks_sharing_rows
         )
         return {
             **stats,
@@ -526,18 +528,20 @@ class GRPOTrainer(Trainer):
             "rollout_time": t_rollout,
             "train_time": t_train,
             "step_time": step_time,
-            "tokens_per_s": float(seq_tokens) / self.same_rows / step_time,
+            "tokens_per_s": float(seq_tokens) / self.ranks_sharing_rows / step_time,
             "weight_version": self.weight_version,
             "lr": self.scheduler.get_last_lr()[0],
             "peak_mem_gb": peak_memory_gb(self.dist.device),
             "epoch": self.pos.epoch,
         }
 
-    def _from_tp_leader(self, rollout: Rollout) -> Rollout:
-        """The ranks of one policy TP group hold slices of one model, those of one CP group slices of one
+    def _from_group_leader(self, rollout: Rollout) -> Rollout:
+        """The rollout of this rank's TP x CP group's first rank, on every rank of that group.
+
+        The ranks of one policy TP group hold slices of one model, those of one CP group slices of one
         sequence: they must train on the same batch, and take the rollout of the TP x CP group's first rank
         (their engines sampled the same prompts with the same seed, but kernels need not agree to the bit).
-        From the TP leader within each TP group, then from the CP leader within each CP group."""
+        Broadcast from the TP leader within each TP group, then from the CP leader within each CP group."""
         box: list[Any] = [rollout]
         if self.dist.tp_mesh is not None:
             torch_dist.broadcast_object_list(box, group_src=0, group=self.dist.tp_mesh.get_group())
@@ -619,7 +623,7 @@ class GRPOTrainer(Trainer):
                     sums.add_(torch.tensor([1.0, total, right], dtype=torch.float64))
 
         outage_agreed(answered_and_scored)
-        n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.same_rows).tolist()
+        n, reward, right = (all_reduce_sum(sums, self.dist.device) / self.ranks_sharing_rows).tolist()
         out = {"reward_mean": reward / max(n, 1.0), "n": int(n)}
         if accuracy is not None:
             out["accuracy"] = right / max(n, 1.0)

@@ -3,7 +3,7 @@ held whole.
 
     loss_sum, n = linear_ce_sum(hidden, lm_head.weight, targets, chunk_rows=2048)   # hidden [N, H], targets [N]
 
-The unfused path (`model(...).logits` at the label positions, then `losses.kept_ce_sum`) holds the logits of
+The unfused path (`model(...).logits` at the label positions, then `sft_loss.kept_ce_sum`) holds the logits of
 every label token in the compute dtype, their fp32 copy for a stable log-softmax, and in backward a gradient of
 the same size: for Qwen2.5-VL's 151,936-token vocabulary and 8,192 label tokens that is ~5 GiB per fp32 copy,
 often the largest tensor of an SFT step. Here each chunk of `chunk_rows` tokens computes its logits, its loss
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from cosmos_train.errors import ConfigError
-from cosmos_train.train.losses import IGNORE
+from cosmos_train.train.sft_loss import IGNORE
 
 
 def linear_ce_sum(

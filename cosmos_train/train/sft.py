@@ -28,8 +28,8 @@ from cosmos_train.train.cp_language import local_kept
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
 from cosmos_train.train.loop import run_main
-from cosmos_train.train.losses import kept_ce_sum, label_positions, sft_loss_scales
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+from cosmos_train.train.sft_loss import kept_ce_sum, label_positions, sft_loss_scales
 from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
 from cosmos_train.train.trainer import Trainer, peak_memory_gb
 from cosmos_train.train.vision_forward import forward_micro_batch
@@ -86,8 +86,8 @@ class SFTTrainer(Trainer):
         self.init_schedule(total_steps)
 
     @property
-    def same_rows(self) -> int:
-        """The ranks that hold the same rows (one TP x CP group): all-reduced counts of rows divide by it."""
+    def ranks_sharing_rows(self) -> int:
+        """How many ranks hold the same rows (one TP x CP group: tp x cp): all-reduced counts of rows divide by it."""
         return self.dist.tp * self.dist.cp
 
     # ------------------------------------------------------------------ one optimizer step
@@ -115,7 +115,7 @@ class SFTTrainer(Trainer):
         shares: list[float] = []
 
         def share(i: int, ce_sum: torch.Tensor) -> torch.Tensor:
-            # micro-batch i's part of the step's loss (losses.sft_loss_scales); with context parallel each rank's
+            # micro-batch i's part of the step's loss (sft_loss.sft_loss_scales); with context parallel each rank's
             # sum is over its slice's tokens, and FSDP sums the CP ranks' shares
             part = ce_sum * scales[i]
             shares.append(float(part.detach()))
@@ -144,7 +144,7 @@ class SFTTrainer(Trainer):
             return {"loss": loss, "grad_norm": grad_norm, "skipped": True}
         step_time = time.perf_counter() - t0
         local = [sum(mb.n_tokens for mb in micro), self.flop_counter.step_flops(micro)]
-        tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.same_rows).tolist()
+        tokens, flops = (all_reduce_sum(torch.tensor(local), self.dist.device) / self.ranks_sharing_rows).tolist()
         return {
             "loss": loss,
             "lr": self.scheduler.get_last_lr()[0],

@@ -24,7 +24,7 @@ from cosmos_train.context_parallel import NO_CP, CpGroup
 from cosmos_train.distributed import DistInfo
 from cosmos_train.train.batching import MicroBatch
 from cosmos_train.train.cp_language import local_kept
-from cosmos_train.train.losses import label_positions
+from cosmos_train.train.sft_loss import label_positions
 from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micro_batches
 
 # (index of the micro-batch, the micro-batch on the device, logits at `positions`, positions) -> loss

@@ -32,12 +32,10 @@ from cosmos_train.config.compat import NoEffect
 from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.config.overrides import apply_overrides
 from cosmos_train.config.paths import is_s3, looks_local, run_cache_root
-from cosmos_train.config.schema import CheckpointConfig as JobCheckpointConfig
-from cosmos_train.config.schema import LaunchConfig, LoggingConfig, ParallelismConfig
+from cosmos_train.config.schema import CheckpointConfig, LaunchConfig, LoggingConfig, ParallelismConfig
 from cosmos_train.errors import ConfigError, not_a_folder
 from cosmos_train.reward_service.handlers import HANDLERS, handler_names
 from cosmos_train.wfm.config_sections import (
-    CheckpointConfig,
     DataloaderTrainConfig,
     JobConfig,
     ModelParallelConfig,
@@ -46,6 +44,7 @@ from cosmos_train.wfm.config_sections import (
     SchedulerConfig,
     TrainerConfig,
     VideoDataloaderConfig,
+    WfmCheckpointConfig,
     WfmEvaluationConfig,
     WfmModelConfig,
 )
@@ -80,7 +79,7 @@ class WfmConfig(JobSettings):
     )
     dataloader_val: dict[str, Any] | None = Field(None, description="cosmos-rl validation loader (no effect).")
     job: JobConfig = Field(default_factory=JobConfig, description="Names, wandb, output folder.")
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints, export.")
+    checkpoint: WfmCheckpointConfig = Field(default_factory=WfmCheckpointConfig, description="Checkpoints, export.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The reward.")
     evaluation: WfmEvaluationConfig = Field(default_factory=WfmEvaluationConfig, description="Before/after scoring.")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="How the processes are started.")
@@ -120,12 +119,12 @@ class WfmConfig(JobSettings):
         )
 
     @property
-    def ckpt(self) -> JobCheckpointConfig:
+    def ckpt(self) -> CheckpointConfig:
         """[checkpoint] as the checkpoint settings every trainer reads (a job's [train.ckpt]): a synchronous
         checkpoint every save_iter iterations and at the end, max_keep kept. The export is the diffusers folder
         (export_diffusers, after the last iteration), never safetensors."""
         ck = self.checkpoint
-        return JobCheckpointConfig(
+        return CheckpointConfig(
             save_freq=ck.save_iter, save_mode="sync", max_keep=ck.max_keep, export_safetensors=False
         )
 

@@ -358,7 +358,7 @@ class JobConfig(Section):
     )
 
 
-class CheckpointConfig(Section):
+class WfmCheckpointConfig(Section):
     """[checkpoint]: resumable DCP checkpoints and the diffusers export."""
 
     save_iter: int = Field(50, ge=1, description="Checkpoint every this many iterations (and at the end).")

@@ -37,9 +37,9 @@ from cosmos_train.models.parallelize import parallelize
 from cosmos_train.train.batching import MicroBatch, collate_packed, collate_padded
 from cosmos_train.train.cp_language import KeptSlice
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
-from cosmos_train.train.losses import kept_ce_sum
 from cosmos_train.train.rl_batch import RLSample, SharedPrefixLayout, shared_prefix_batch
 from cosmos_train.train.rl_losses import PolicyLossConfig, policy_loss
+from cosmos_train.train.sft_loss import kept_ce_sum
 from cosmos_train.train.step import backward_micro_batches, forward_logits
 from tests.media import moving_square_mp4
 

@@ -1,6 +1,6 @@
 """The gloo ranks of tests/unit/test_cosmos_rl_sft_loss.py: each rank's SFT loss and gradient w.r.t. its logits,
 cosmos-rl's `async_safe_ce` (its all-reduce of the token count over the dp_shard group) beside ours
-(`losses.sft_loss_scales`), for every DP_CASES layout. A module of its own so that the spawned ranks import only
+(`sft_loss.sft_loss_scales`), for every DP_CASES layout. A module of its own so that the spawned ranks import only
 torch, our loss and the oracle, not the trainer the test module loads."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 
 from cosmos_train.distributed import DistInfo
-from cosmos_train.train import losses
-from cosmos_train.train.losses import IGNORE, token_ce_sum
+from cosmos_train.train import sft_loss
+from cosmos_train.train.sft_loss import IGNORE, token_ce_sum
 from tests.cosmos_rl_oracle import oracle_config, oracle_function, oracle_module
 
 SFT_TRAINER = "cosmos_rl.policy.trainer.llm_trainer.sft_trainer"
@@ -36,7 +36,7 @@ def theirs() -> tuple[Callable[..., torch.Tensor], Any]:
 
 
 def step_tokens_under_cosmos_rl_key(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The mutation of `losses.sft_loss_scales`: every micro-batch normalised by the step's tokens whatever
+    """The mutation of `sft_loss.sft_loss_scales`: every micro-batch normalised by the step's tokens whatever
     loss_denominator says."""
 
     def mutated(local_tokens: list[int], dist_info: DistInfo, denominator: str, balance: bool) -> Any:
@@ -91,7 +91,7 @@ def dp_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     batches = rank_batches(rank)
     counts = [int((labels[:, 1:] != IGNORE).sum()) for _, labels in batches]
-    mutated = step_tokens_under_cosmos_rl_key(losses.sft_loss_scales)
+    mutated = step_tokens_under_cosmos_rl_key(sft_loss.sft_loss_scales)
     results: dict[str, list[float]] = {}
     for name, replicate, shard, balance in DP_CASES:
         # the loss needs the rank's coordinates only (its one all-reduce is over every rank)
@@ -99,9 +99,9 @@ def dp_worker(rank: int, world: int, port: int, out: str) -> None:
         group = dist.group.WORLD if balance and shard > 1 else None
         results[f"{name}/theirs"] = loss_and_grad(batches, _async_safe_ce(len(batches), group))
         for key, fn, denominator in (
-            ("ours", losses.sft_loss_scales, "micro_batch"),
+            ("ours", sft_loss.sft_loss_scales, "micro_batch"),
             ("mutated", mutated, "micro_batch"),
-            ("update", losses.sft_loss_scales, "update"),
+            ("update", sft_loss.sft_loss_scales, "update"),
         ):
             scales, total = fn(counts, info, denominator, balance)
             results[f"{name}/{key}"] = loss_and_grad(batches, _scaled(scales))

@@ -10,7 +10,7 @@ import torch
 from cosmos_train.data.chat import encode_chat
 from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.train.batching import IGNORE, collate_packed, collate_padded, model_inputs
-from cosmos_train.train.losses import token_ce_sum
+from cosmos_train.train.sft_loss import token_ce_sum
 from tests.conftest import FAMILIES
 from tests.media import moving_square_mp4
 

@@ -7,7 +7,7 @@ mini-batch (our micro-batch) with loss_scaling_factor = 1 / mini-batches and gra
   on the same model and rows.
 - Data-parallel ranks (2 gloo processes): the token counts summed over the dp_shard ranks (cosmos-rl's all-reduce
   and num_dp_workers, balance_dp_token), each rank's own (balance_dp_token = false), and replicas, which cosmos-rl
-  never sums over: `losses.sft_loss_scales` gives each rank cosmos-rl's loss and gradient.
+  never sums over: `sft_loss.sft_loss_scales` gives each rank cosmos-rl's loss and gradient.
 - Mutation checks: ours normalised over the step's tokens under cosmos-rl's key fails both comparisons.
 """
 
@@ -29,9 +29,9 @@ from cosmos_train.config import load_config
 from cosmos_train.data.chat import EncodedChat, encode_chat
 from cosmos_train.distributed import init_distributed
 from cosmos_train.net import free_port
-from cosmos_train.train import losses, sft, step
+from cosmos_train.train import sft, sft_loss, step
 from cosmos_train.train.batching import collate_padded, model_inputs, split_micro_batches
-from cosmos_train.train.losses import IGNORE, token_ce_sum
+from cosmos_train.train.sft_loss import IGNORE, token_ce_sum
 from tests.unit.sft_loss_dp_worker import (
     DP_CASES,
     KEPT,
@@ -226,7 +226,7 @@ def test_update_denominator_is_one_token_mean_over_the_step(trainers: dict[bool,
 def test_mutation_step_normaliser_is_caught(
     trainers: dict[bool, sft.SFTTrainer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sft, "sft_loss_scales", step_tokens_under_cosmos_rl_key(losses.sft_loss_scales))
+    monkeypatch.setattr(sft, "sft_loss_scales", step_tokens_under_cosmos_rl_key(sft_loss.sft_loss_scales))
     # the issue measured 0.58-0.76 (relative) on its rows; these differ by far more than the tolerance
     assert ours_vs_cosmos_rl(trainers[False]) > 100 * TOL
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from cosmos_train.errors import ConfigError
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
-from cosmos_train.train.losses import IGNORE
+from cosmos_train.train.sft_loss import IGNORE
 
 
 def _inputs(n: int = 11, h: int = 8, v: int = 37, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -12,7 +12,7 @@ from cosmos_train.data.chat import IGNORE_INDEX, EncodedChat
 from cosmos_train.errors import ModelError
 from cosmos_train.generation import Completion, GenerationConfig, SamplingParams
 from cosmos_train.train.batching import collate_padded
-from cosmos_train.train.losses import label_positions
+from cosmos_train.train.sft_loss import label_positions
 from tests.rl_reference import completion_sequence, per_token, token_logprobs
 
 

@@ -9,9 +9,9 @@ import torch
 
 from cosmos_train.config import config_from_dict
 from cosmos_train.errors import ConfigError, DataError
-from cosmos_train.train.losses import token_ce_sum
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, lr_factor, schedule_of
 from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+from cosmos_train.train.sft_loss import token_ce_sum
 
 
 def test_token_ce_sum_matches_hand_computation() -> None:
@@ -112,7 +112,7 @@ def test_optimizer_decays_every_parameter_unless_matrices_only() -> None:
 
 
 def test_loss_on_kept_positions_equals_full_loss() -> None:
-    from cosmos_train.train.losses import kept_ce_sum, label_positions
+    from cosmos_train.train.sft_loss import kept_ce_sum, label_positions
 
     torch.manual_seed(1)
     logits = torch.randn(3, 7, 11)

@@ -14,7 +14,7 @@ from cosmos_train.data.chat import encode_chat
 from cosmos_train.models.families import family_of
 from cosmos_train.models.load import load_model, load_processor
 from cosmos_train.train.batching import MicroBatch, collate_packed, collate_padded, model_inputs
-from cosmos_train.train.losses import token_ce_sum
+from cosmos_train.train.sft_loss import token_ce_sum
 from cosmos_train.train.vision_forward import forward_micro_batch, media_in_micro_batches
 from tests.conftest import FAMILIES
 from tests.media import moving_square_mp4
@@ -132,7 +132,7 @@ def test_fused_head_loss_equals_the_logits_loss(setup: tuple, rows: list[str], p
     """train.fused_linear_ce: the LM head run by the loss on the hidden states at the label positions, in chunks
     smaller than the batch's label tokens, gives the logits path's loss and gradients (lm_head's included)."""
     from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
-    from cosmos_train.train.losses import kept_ce_sum
+    from cosmos_train.train.sft_loss import kept_ce_sum
     from cosmos_train.train.step import forward_head_loss, forward_logits
 
     model, samples = setup
