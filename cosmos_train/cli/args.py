@@ -1,4 +1,4 @@
-"""The arguments several commands share: a job's config file with its `--set` overrides, and the synthetic data's.
+"""The arguments several commands share: a job's config file with its `--set` overrides.
 
     cosmos-train sft --config configs/tiny-sft.toml --set train.epoch=2
     cosmos-train config check configs/tiny-sft.toml --set train.epoch=2
@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import TypeAlias
-
-from cosmos_train.data.synthetic import build_arg_parser
 
 # what `add_subparsers()` returns: each command module's `register(sub)` adds its parser(s) to it
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -32,8 +30,3 @@ def add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> Non
         metavar="KEY=VALUE",
         help="Override a key, e.g. --set train.epoch=2 (repeatable; applied after COSMOS_TRAIN__* env vars).",
     )
-
-
-def synthetic_args(p: argparse.ArgumentParser) -> None:
-    """`make-synthetic-data`'s options: those of `python -m cosmos_train.data.synthetic`."""
-    build_arg_parser(p)

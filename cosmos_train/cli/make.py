@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cosmos_train.cli.args import Subparsers, synthetic_args
-from cosmos_train.data.synthetic import run_from_args
+from cosmos_train.cli.args import Subparsers
+from cosmos_train.data.synthetic import build_arg_parser, run_from_args
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
@@ -42,5 +42,5 @@ def register(sub: Subparsers) -> None:
     tiny.set_defaults(func=_make_tiny_model)
 
     syn = sub.add_parser("make-synthetic-data", help="Generate synthetic physical-reasoning videos + rows.")
-    synthetic_args(syn)
+    build_arg_parser(syn)  # the options of `python -m cosmos_train.data.synthetic`
     syn.set_defaults(func=_make_synthetic)

@@ -205,11 +205,6 @@ class GRPOTrainer(Trainer):
         # the run-health verdicts: RUN/result.json's "health"; with train.stop_when_stuck followed step by step
         self.watch_health(t.run_health, ratio_moves_of(policy_cfg), world_model=False, stop=t.stop_when_stuck)
 
-    @property
-    def ranks_sharing_rows(self) -> int:
-        """How many ranks train on the same rollout (one TP x CP group: tp x cp): all-reduced sums divide by it."""
-        return self.dist.tp * self.dist.cp
-
     def _kept(self, mb: MicroBatch, keep: torch.Tensor) -> KeptSlice | None:
         """With context parallel, which of `mb`'s kept positions this rank's logits hold (`forward_logits`)."""
         cp = self.dist.cp_group

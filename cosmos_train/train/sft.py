@@ -85,11 +85,6 @@ class SFTTrainer(Trainer):
             total_steps = min(total_steps, t.max_num_steps)
         self.init_schedule(total_steps)
 
-    @property
-    def ranks_sharing_rows(self) -> int:
-        """How many ranks hold the same rows (one TP x CP group: tp x cp): all-reduced counts of rows divide by it."""
-        return self.dist.tp * self.dist.cp
-
     # ------------------------------------------------------------------ one optimizer step
     def _collate(self, samples: list[Any]):
         if self.cfg.train.sequence_packing:

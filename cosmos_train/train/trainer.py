@@ -92,6 +92,12 @@ class Trainer(BaseTrainer[Config]):
         self.pad_id = pad_token_id(self.model)
         self.pos = DataPosition()
 
+    @property
+    def ranks_sharing_rows(self) -> int:
+        """How many ranks hold the same rows (one TP x CP group: tp x cp): all-reduced sums and counts of rows
+        divide by it."""
+        return self.dist.tp * self.dist.cp
+
     # ------------------------------------------------------------------ the config, for the shared loop
     @classmethod
     def loop_settings(cls, cfg: Config) -> LoopSettings:
