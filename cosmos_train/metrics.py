@@ -28,6 +28,10 @@ from cosmos_train.logs import write_console
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "completions.jsonl"  # GRPO's sampled completions with their rewards
+# (file, line number) of corrupt lines already reported: the progress reader polls every few seconds.
+_REPORTED: set[tuple[str, int]] = set()
+
 # A difference of two scores that is exactly a bar in decimal (0.97 - 0.87, 0.285 - 0.085) lands a float rounding
 # below it: every comparison of a score difference with a bar (the pipeline's gate, run health's late drop, the
 # learning benchmark's gain) allows this much, so "exactly the bar" counts the same everywhere.
@@ -37,11 +41,6 @@ SCORE_EPS = 1e-9
 def reaches(value: float, bar: float) -> bool:
     """`value >= bar`, where a value a float rounding below the bar reaches it."""
     return value + SCORE_EPS >= bar
-
-
-SAMPLES_FILE = "completions.jsonl"  # GRPO's sampled completions with their rewards
-# (file, line number) of corrupt lines already reported: the progress reader polls every few seconds.
-_REPORTED: set[tuple[str, int]] = set()
 
 
 class LoggedJob(Protocol):
