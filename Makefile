@@ -34,8 +34,19 @@ demo: setup
 # lint, typecheck, the docs site, then the suite (each also a target of its own: .ci/run times them apart)
 test: lint typecheck docs pytest
 
+# The suite in two parts, each printing its 40 slowest tests: the tests not marked serial PYTEST_WORKERS at a time
+# (pytest-xdist, a test file per worker so its module fixtures are made once; much of a test's time is a wait on a
+# subprocess's start, a server or a flow's API, on one core), one torch thread per worker (two workers of two
+# threads on two cores would wait on each other's spinning threads), then the serial ones alone
+# (tests/conftest.py's SERIAL: bounds in seconds measured on a machine to themselves). A failure in the first part
+# does not skip the second. PYTEST_WORKERS=0 runs the first part in one process.
+PYTEST_WORKERS ?= 2
+PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40
 pytest: setup oracle
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40 tests
+	rc=0; \
+	OMP_NUM_THREADS=1 $(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" tests || rc=$$?; \
+	$(PYTEST) -m serial tests || [ $$rc != 0 ] || rc=$$?; \
+	exit $$rc
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
 test-fast: setup oracle
@@ -55,8 +66,8 @@ VLLM_VENV := $(VLLM_VENV_CACHE)/venv-vllm-$(VLLM_ENV_KEY)
 else
 VLLM_VENV ?= .venv-vllm
 endif
-VLLM_TESTS := tests/integration/test_vllm_engine.py tests/integration/test_generation_contract.py \
-	tests/integration/test_grpo_vllm.py tests/integration/test_vllm_families.py
+VLLM_TESTS := tests/integration/services/test_vllm_engine.py tests/integration/services/test_generation_contract.py \
+	tests/integration/services/test_grpo_vllm.py tests/integration/services/test_vllm_families.py
 # unit tests that run only where torchvision imports, as it does in this environment
 TORCHVISION_TESTS := tests/unit/test_families.py::test_qwen3_vl_video_equals_transformers_video_processor \
 	tests/unit/test_media.py::test_preprocess_video_matches_transformers_video_processor

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from cosmos_train.train.rollout_source import asynchronous_rollout
+from cosmos_train.train.rollout.sources import asynchronous_rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, PROMPTS, NEW_TOKENS = 8, 8, 4  # group size, prompts per step, max new tokens
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     if args.threads != cores and not args.skip_ours:
         # our HF rollout engine sets torch threads to cores / processes on the host (generation/config.py;
-        # the asynchronous trainer takes the same share, train/rollout_worker.share_cores), so ours would not
+        # the asynchronous trainer takes the same share, train/rollout/worker.share_cores), so ours would not
         # run with --threads: refuse rather than compare unlike thread counts
         ap.error(
             f"--threads {args.threads}: our trainer's engine uses all {cores} cores of one process; "

@@ -150,8 +150,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from cosmos_train.wfm.model import make_tiny_wfm
     from cosmos_train.wfm.synthetic_data import make_synthetic_wfm_data
+    from cosmos_train.wfm.tiny_model import make_tiny_wfm
 
     work = args.workdir.resolve()
     if args.video2world:

@@ -28,16 +28,16 @@ code serves FSDP2 (`fully_shard`) modules and plain modules, and a checkpoint wr
 loads at another (DCP reshards). Used by the trainers; offline conversion to Hugging Face safetensors is
 `cosmos_train.export`. Loading reads through `cosmos_train.checkpoint_files`: a checkpoint damaged after it was
 written (a truncated or missing shard, unreadable .metadata, RNG or trainer state) is a CheckpointError naming
-the file, never retried as a crash.
+the file, never retried as a crash. Beside this manager: trainer_state.json is `cosmos_train.checkpoint_state`'s,
+the RNG files' state `cosmos_train.rng_state`'s, a failed write agreed by every rank
+`cosmos_train.checkpoint_failures`'s, and the rank collectives (rank, cpu_group, raise_together, ...)
+`cosmos_train.distributed`'.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import os
-import random
 import re
 import shutil
 import time
@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -59,10 +58,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.tensor import DTensor
 
 from cosmos_train.atomic import write_json_atomic
-from cosmos_train.checkpoint_files import RESUME, TRAINER_STATE, load_dcp, load_torch_file, read_trainer_state
+from cosmos_train.checkpoint_failures import OK, OS_ERROR, agree_outcome, bytes_written_here, raise_failed
+from cosmos_train.checkpoint_files import RESUME, load_dcp, load_torch_file, read_trainer_state
 from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the checkpoint API in one import)
     COMPLETE,
     complete_checkpoints,
@@ -73,164 +72,24 @@ from cosmos_train.checkpoint_paths import (  # noqa: F401  (re-exported: the che
     resolve_resume,
     step_of,
 )
+from cosmos_train.checkpoint_state import restore_scheduler, trainer_state, write_trainer_state
 from cosmos_train.config import CheckpointConfig
-from cosmos_train.errors import (
-    CheckpointError,
-    DiskFullError,
-    disk_full_at,
-    error_from_record,
-    exception_chain,
-    from_os_error,
-    out_of_space,
-    user_error_of,
-)
+from cosmos_train.distributed import barrier, broadcast_str, cpu_group, dist_on, rank, world_size
+from cosmos_train.errors import CheckpointError
+from cosmos_train.rng_state import rng_state, seed_process_rngs, set_rng_state
 
 log = logging.getLogger(__name__)
 # DCP warns on every call made without a process group; offline export and single-process tests do that on
 # purpose (no_dist=True below), so the warning carries no information here.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
-SCHEDULER_FALLBACK = "scheduler.pt"
-FORMAT_VERSION = 1
 _TMP_DIR = re.compile(r"step_(\d+)\.tmp-[0-9a-f]+")
-# How a save went on one rank; ranks agree on the worst (an all-reduce MAX), so all of them raise alike.
-_OK, _FAILED, _OS_ERROR, _DISK_FULL = 0, 1, 2, 3
 # After a failure (`abort`): how long an async write still in flight may take to finish and be kept; torchrun
 # gives a stopping rank 30 s before it kills it.
 ABORT_WAIT_S = 20.0
 
 
-# ------------------------------------------------------------------------------ process-group helpers
-def dist_on() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def rank() -> int:
-    return dist.get_rank() if dist_on() else 0
-
-
-def world_size() -> int:
-    return dist.get_world_size() if dist_on() else 1
-
-
-# (the default group it belongs to, the gloo group): re-created when the default group is re-initialised.
-_CPU_GROUP: tuple[Any, Any] | None = None
-
-
-def cpu_group() -> Any:
-    """A gloo group over all ranks for small CPU collectives (barriers, flags, DCP planning).
-
-    Created on first use; every rank must reach the first call at the same point (it is collective).
-    A separate group also keeps an async checkpoint's background collectives apart from training's.
-    """
-    global _CPU_GROUP
-    if not dist_on():
-        return None
-    world = dist.group.WORLD
-    if _CPU_GROUP is None or _CPU_GROUP[0] is not world:
-        _CPU_GROUP = (world, dist.new_group(backend="gloo"))
-    return _CPU_GROUP[1]
-
-
-def barrier(group: Any = None) -> None:
-    if dist_on():
-        dist.barrier(group=group)
-
-
-def all_ok(ok: bool, group: Any = None) -> bool:
-    """True when `ok` holds on every rank (so all ranks raise together instead of one hanging)."""
-    if not dist_on():
-        return ok
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
-
-
-def _reduce_int(value: int, op: Any, group: Any) -> int:
-    if not dist_on():
-        return value
-    box = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(box, op=op, group=group)
-    return int(box.item())
-
-
-def agree_max(value: int, group: Any = None) -> int:
-    """The largest `value` over all ranks."""
-    return _reduce_int(value, dist.ReduceOp.MAX, group)
-
-
-def agree_sum(value: int, group: Any = None) -> int:
-    """The sum of `value` over all ranks."""
-    return _reduce_int(value, dist.ReduceOp.SUM, group)
-
-
-def broadcast_str(value: str, group: Any = None) -> str:
-    """Rank 0's `value` on every rank."""
-    if not dist_on():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0, group=group)
-    return box[0]
-
-
-def raise_together(error: BaseException | None, what: str, group: Any = None) -> None:
-    """Collective: return when `what` went well on every rank (`error` None everywhere); otherwise raise on every
-    rank, classified alike. When a failed rank's error is a user error (`errors.user_error_of`: a full disk above
-    all), every rank raises that one (the lowest such rank's), so RUN/error.json holds it whichever rank writes
-    first and the launch is not retried as a crash; otherwise a failed rank raises its own error and the others a
-    RuntimeError naming it. `group` must take CPU tensors (`cpu_group()`): when every rank went well this costs one
-    small all-reduce, so it can stand on a step's path; the errors are gathered only on the way out."""
-    if all_ok(error is None, group):
-        return
-    mine = None if error is None else _failure_record(error)
-    records: list[dict[str, Any] | None] = [mine]
-    if dist_on():
-        records = [None] * world_size()
-        dist.all_gather_object(records, mine, group=group)
-    failed = [(r, rec) for r, rec in enumerate(records) if rec is not None]
-    if not failed:
-        return
-    shared = next(((r, rec) for r, rec in failed if rec["kind"] is not None), None)
-    if shared is not None:
-        own = user_error_of(error) if error is not None and shared[0] == rank() else None
-        if own is not None and own is error:
-            raise own
-        raise (own or error_from_record(shared[1]) or RuntimeError(shared[1]["message"])) from error
-    if error is not None:
-        raise error
-    raise RuntimeError(f"{what} failed on rank {failed[0][0]}: {failed[0][1]['message']}")
-
-
-def _failure_record(error: BaseException) -> dict[str, Any]:
-    user = user_error_of(error)
-    return {"kind": user.kind if user else None, "message": str(user) if user else f"{type(error).__name__}: {error}"}
-
-
-def _bytes_written_here(state: dict[str, Any]) -> int:
-    """About the bytes this rank writes of `state` into a checkpoint: its part of each sharded tensor (DTensor)
-    and, on rank 0, every plain tensor (replicated on every rank; DCP writes one copy)."""
-    total = 0
-    todo: list[Any] = [state]
-    while todo:
-        value = todo.pop()
-        if isinstance(value, DTensor):
-            local = value.to_local()
-            total += local.numel() * local.element_size()
-        elif isinstance(value, torch.Tensor):
-            total += value.numel() * value.element_size() if rank() == 0 else 0
-        elif isinstance(value, dict):
-            todo.extend(value.values())
-        elif isinstance(value, list | tuple):
-            todo.extend(value)
-    return total
-
-
 # ------------------------------------------------------------------------------ folder helpers
-def _os_error_in(exc: BaseException) -> OSError | None:
-    """The OSError behind `exc` (its chain, or a rank's failure inside DCP's CheckpointException)."""
-    return next((e for e in exception_chain(exc) if isinstance(e, OSError)), None)
-
-
 def _fsync_dir(path: Path) -> None:
     # The rename is only durable once the parent directory entry is on disk.
     try:
@@ -243,50 +102,6 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-# ------------------------------------------------------------------------------ RNG state
-def rng_state() -> dict[str, Any]:
-    """This process's RNG states as plain tensors/ints (loadable with torch.load(weights_only=True))."""
-    np_state = np.random.get_state(legacy=True)  # legacy=True is the default, though numpy's stub types it False
-    assert isinstance(np_state, tuple)  # the global generator is an MT19937, whose legacy state is a tuple
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np_state
-    py_version, py_internal, py_gauss = random.getstate()
-    state: dict[str, Any] = {
-        "python": {"version": py_version, "internal": list(py_internal), "gauss_next": py_gauss},
-        "numpy": {
-            "name": np_name,
-            "keys": torch.from_numpy(np_keys.astype(np.int64)),
-            "pos": int(np_pos),
-            "has_gauss": int(np_has_gauss),
-            "cached_gaussian": float(np_gauss),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
-    n = state["numpy"]
-    keys = n["keys"].numpy().astype(np.uint32)
-    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def seed_process_rngs(seed: int, rank_: int) -> int:
-    """Seed Python's, NumPy's and torch's global RNGs of this process as a fresh run's rank `rank_` is seeded
-    (the trainers' start, and a resumed rank that has no saved RNG state); returns the seed used."""
-    derived = seed + rank_
-    random.seed(derived)
-    np.random.seed(derived)
-    torch.manual_seed(derived)  # also seeds every CUDA device
-    return derived
 
 
 # ------------------------------------------------------------------------------ the manager
@@ -361,12 +176,12 @@ class CheckpointManager:
         if is_complete(final):
             log.info("checkpoint %s already exists; not saving step %d again", final, step)
             return final
-        state_json = self._trainer_state(step, scheduler, extra)
+        state_json = trainer_state(step, scheduler, extra)
         model_sd, optim_sd = get_state_dict(model, [optimizer] if optimizer is not None else [])
         state: dict[str, Any] = {"model": model_sd}
         if optimizer is not None:
             state["optimizer"] = optim_sd
-        bytes_here = _bytes_written_here(state)
+        bytes_here = bytes_written_here(state)
 
         nonce = broadcast_str(uuid.uuid4().hex[:12] if rank() == 0 else "", self._group)
         tmp = self.ckpt_root / f"step_{step}.tmp-{nonce}"
@@ -379,7 +194,7 @@ class CheckpointManager:
             tmp.mkdir(parents=True, exist_ok=True)
             torch.save(rng_state(), tmp / f"rng_rank{rank()}.pt")
             if rank() == 0:
-                self._write_trainer_state(tmp, state_json, scheduler)
+                write_trainer_state(tmp, state_json)
         except Exception as e:  # noqa: BLE001 - raised by _raise_failed once every rank knows
             error = e
         self._raise_failed(step, tmp, final, error, bytes_here)
@@ -456,30 +271,6 @@ class CheckpointManager:
         shutil.rmtree(tmp, ignore_errors=True)
         log.warning("checkpoint: removed %s, unfinished when the run failed", tmp)
 
-    def _trainer_state(self, step: int, scheduler: Any, extra: dict[str, Any]) -> dict[str, Any]:
-        extra = dict(extra)
-        extra.setdefault("step", step)
-        try:
-            json.dumps(extra)
-        except (TypeError, ValueError) as e:
-            bad = [k for k, v in extra.items() if not _json_ok(v)]
-            raise TypeError(f"checkpoint extra: keys {bad} are not JSON-serialisable ({e})") from e
-        sched = scheduler.state_dict() if scheduler is not None else None
-        return {
-            "format_version": FORMAT_VERSION,
-            "step": step,
-            "world_size": world_size(),
-            "extra": extra,
-            "scheduler": sched,
-        }
-
-    def _write_trainer_state(self, tmp: Path, state_json: dict[str, Any], scheduler: Any) -> None:
-        if not _json_ok(state_json["scheduler"]):
-            # A scheduler whose state holds callables/tensors: keep it exact in a torch file instead.
-            torch.save(state_json["scheduler"], tmp / SCHEDULER_FALLBACK)
-            state_json = {**state_json, "scheduler": {"file": SCHEDULER_FALLBACK}}
-        write_json_atomic(tmp / TRAINER_STATE, state_json, fsync=True, sort_keys=True)
-
     def _finalize(self, step: int, tmp: Path, final: Path, bytes_here: int) -> None:
         barrier(self._group)  # every rank's shard and RNG file are on disk
         error: Exception | None = None
@@ -513,42 +304,21 @@ class CheckpointManager:
 
         Collective: every rank calls it with its own error (None when its part went well). After an
         OSError on any rank the partial `tmp` is removed (rank 0, once all ranks stopped writing into
-        it); a full disk raises the same DiskFullError on every rank (rank 0's paragraph, made once the
-        partial folder is gone: what the checkpoint needs, `bytes_here` summed over the ranks, and what is
-        free), another OSError is re-raised as it is. A failure that is no OSError (a crash mid-write)
-        leaves `tmp` for the next save to sweep, or `abort` on the way out.
+        it); a full disk raises the same DiskFullError on every rank, another OSError is re-raised as it
+        is (checkpoint_failures.raise_failed). A failure that is no OSError (a crash mid-write) leaves
+        `tmp` for the next save to sweep, or `abort` on the way out.
         """
-        os_error = _os_error_in(error) if error is not None else None
-        if error is not None and os_error is None and out_of_space(tmp):
-            # torch's zip writer reports a write cut short by a full disk as "unexpected pos", not ENOSPC
-            os_error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
-        if error is None:
-            code = _OK
-        elif os_error is None:
-            code = _FAILED
-        else:
-            code = _DISK_FULL if from_os_error(os_error) is not None else _OS_ERROR
-        worst = agree_max(code, self._group)
+        worst, os_error = agree_outcome(error, tmp, self._group)
         if self._pending is not None and self._pending.tmp == tmp:
             self._pending = None  # settled: every rank knows how its write went
-        if worst == _OK:
+        if worst == OK:
             return
-        if worst >= _OS_ERROR:
+        if worst >= OS_ERROR:
             self._writing = None
             if rank() == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
                 log.warning("checkpoint step %d: removed the partial %s after a failed write", step, tmp)
-        if worst == _DISK_FULL:
-            needed = agree_sum(bytes_here, self._group)
-            said = str(disk_full_at(final, needed)) if rank() == 0 else ""  # after the removal: what is free now
-            raise DiskFullError(broadcast_str(said, self._group)) from error
-        if error is None:  # this rank's part went well; another rank's did not
-            raise RuntimeError(f"checkpoint of step {step} into {tmp} failed on another rank")
-        if os_error is not None:
-            if os_error is error:
-                raise error
-            raise os_error from error
-        raise RuntimeError(f"checkpoint of step {step} into {tmp} failed: {error}") from error
+        raise_failed(step, tmp, final, error, os_error, worst, bytes_here, self._group)
 
     def _rotate(self) -> None:
         if self.cfg.max_keep == -1:
@@ -611,15 +381,7 @@ class CheckpointManager:
             set_optimizer_state_dict(model, [optimizer], state["optimizer"])
 
         if scheduler is not None:
-            sched = meta.get("scheduler")
-            if sched is None:
-                raise CheckpointError(
-                    f"{ckpt_dir / TRAINER_STATE}: no scheduler state saved, but this run has a learning-rate "
-                    f"scheduler: the checkpoint was written by another kind of run; {RESUME}"
-                )
-            if sched == {"file": SCHEDULER_FALLBACK}:
-                sched = load_torch_file(ckpt_dir / SCHEDULER_FALLBACK, ckpt_dir, RESUME, weights_only=False)
-            scheduler.load_state_dict(sched)
+            restore_scheduler(scheduler, meta, ckpt_dir)
 
         self._restore_rng(ckpt_dir, int(meta.get("world_size", 0)))
         extra = dict(meta["extra"])
@@ -644,11 +406,3 @@ class CheckpointManager:
             rank(),
             derived,
         )
-
-
-def _json_ok(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -1,4 +1,9 @@
-"""Process group and device mesh from [policy.parallelism]: gloo on CPU, nccl on GPU.
+"""Process group and device mesh from [policy.parallelism]: gloo on CPU, nccl on GPU; and the collectives every
+rank calls alike, in one place: the trainers' (`all_reduce_sum`, `all_reduce_max`, `any_rank`, `from_group_leader`),
+and those the checkpoint manager, the safetensors export, the exit signals and the loop share: this rank and the
+world size (0 and 1 without a process group), a gloo group over all ranks for CPU tensors (`cpu_group`), barriers,
+agreement on a flag, a number or a string, and `raise_together`: one failure raised on every rank, classified alike,
+so no rank walks on into a collective the others left.
 
 Runs the same under `torchrun --nproc_per_node=N` and as a plain single process (a one-rank group
 is still created so torch.distributed.checkpoint and FSDP2 code paths are identical).
@@ -10,6 +15,7 @@ import functools
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -19,8 +25,11 @@ from torch.distributed.fsdp import FSDPModule
 
 from cosmos_train.config import ParallelismConfig
 from cosmos_train.context_parallel import NO_CP, CpGroup
+from cosmos_train.errors import error_from_record, user_error_of
 from cosmos_train.net import free_port
 from cosmos_train.process_tree import TORCHRUN_STOP_S, watch_parent
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -146,9 +155,135 @@ def all_reduce_max(value: float | int | torch.Tensor, device: torch.device) -> t
     return t.cpu()
 
 
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Whether `flag` holds on any rank (a collective: every rank calls it with its own)."""
+    return bool(all_reduce_sum(float(flag), device) > 0)
+
+
+def from_group_leader(obj: T, dist_info: DistInfo) -> T:
+    """`obj` of this rank's TP x CP group's first rank, on every rank of that group (a collective).
+
+    The ranks of one TP group hold slices of one model, those of one CP group slices of one sequence: what they
+    compute on must be the same object, not merely equal in intent (GRPO's rollout: their engines sampled the same
+    prompts with the same seed, but kernels need not agree to the bit). Broadcast from the TP leader within each TP
+    group, then from the CP leader within each CP group."""
+    box: list[Any] = [obj]
+    if dist_info.tp_mesh is not None:
+        dist.broadcast_object_list(box, group_src=0, group=dist_info.tp_mesh.get_group())
+    cp = dist_info.cp_group
+    if cp.active:
+        dist.broadcast_object_list(box, group_src=0, group=cp.group)
+    return box[0]
+
+
 def teardown(barrier: bool = True) -> None:
     """Leave the process group; `barrier=False` on an error path, where the other ranks may be anywhere."""
     if dist.is_initialized():
         if barrier:
             dist.barrier()
         dist.destroy_process_group()
+
+
+def dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if dist_on() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist_on() else 1
+
+
+# (the default group it belongs to, the gloo group): re-created when the default group is re-initialised.
+_CPU_GROUP: tuple[Any, Any] | None = None
+
+
+def cpu_group() -> Any:
+    """A gloo group over all ranks for small CPU collectives (barriers, flags, DCP planning).
+
+    Created on first use; every rank must reach the first call at the same point (it is collective).
+    A separate group also keeps an async checkpoint's background collectives apart from training's.
+    """
+    global _CPU_GROUP
+    if not dist_on():
+        return None
+    world = dist.group.WORLD
+    if _CPU_GROUP is None or _CPU_GROUP[0] is not world:
+        _CPU_GROUP = (world, dist.new_group(backend="gloo"))
+    return _CPU_GROUP[1]
+
+
+def barrier(group: Any = None) -> None:
+    if dist_on():
+        dist.barrier(group=group)
+
+
+def all_ok(ok: bool, group: Any = None) -> bool:
+    """True when `ok` holds on every rank (so all ranks raise together instead of one hanging)."""
+    if not dist_on():
+        return ok
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
+def _reduce_int(value: int, op: Any, group: Any) -> int:
+    if not dist_on():
+        return value
+    box = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(box, op=op, group=group)
+    return int(box.item())
+
+
+def agree_max(value: int, group: Any = None) -> int:
+    """The largest `value` over all ranks."""
+    return _reduce_int(value, dist.ReduceOp.MAX, group)
+
+
+def agree_sum(value: int, group: Any = None) -> int:
+    """The sum of `value` over all ranks."""
+    return _reduce_int(value, dist.ReduceOp.SUM, group)
+
+
+def broadcast_str(value: str, group: Any = None) -> str:
+    """Rank 0's `value` on every rank."""
+    if not dist_on():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+def raise_together(error: BaseException | None, what: str, group: Any = None) -> None:
+    """Collective: return when `what` went well on every rank (`error` None everywhere); otherwise raise on every
+    rank, classified alike. When a failed rank's error is a user error (`errors.user_error_of`: a full disk above
+    all), every rank raises that one (the lowest such rank's), so RUN/error.json holds it whichever rank writes
+    first and the launch is not retried as a crash; otherwise a failed rank raises its own error and the others a
+    RuntimeError naming it. `group` must take CPU tensors (`cpu_group()`): when every rank went well this costs one
+    small all-reduce, so it can stand on a step's path; the errors are gathered only on the way out."""
+    if all_ok(error is None, group):
+        return
+    mine = None if error is None else _failure_record(error)
+    records: list[dict[str, Any] | None] = [mine]
+    if dist_on():
+        records = [None] * world_size()
+        dist.all_gather_object(records, mine, group=group)
+    failed = [(r, rec) for r, rec in enumerate(records) if rec is not None]
+    if not failed:
+        return
+    shared = next(((r, rec) for r, rec in failed if rec["kind"] is not None), None)
+    if shared is not None:
+        own = user_error_of(error) if error is not None and shared[0] == rank() else None
+        if own is not None and own is error:
+            raise own
+        raise (own or error_from_record(shared[1]) or RuntimeError(shared[1]["message"])) from error
+    if error is not None:
+        raise error
+    raise RuntimeError(f"{what} failed on rank {failed[0][0]}: {failed[0][1]['message']}")
+
+
+def _failure_record(error: BaseException) -> dict[str, Any]:
+    user = user_error_of(error)
+    return {"kind": user.kind if user else None, "message": str(user) if user else f"{type(error).__name__}: {error}"}

@@ -1,6 +1,6 @@
 """Offline conversion of a run's DCP checkpoint into the folder its model loads from, for either kind of job: a
 policy (SFT / GRPO) into a Hugging Face safetensors folder (`cosmos_train.models.hf_folder`), a world-model
-RL run's DiT into its base diffusers folder (`cosmos_train.wfm.model.export_wfm`).
+RL run's DiT into its base diffusers folder (`cosmos_train.wfm.model_export.export_wfm`).
 
     cosmos-train export OUTPUTS/RUN/checkpoints/step_100 OUTPUTS/RUN/safetensors/step_100
     python -m cosmos_train.export CKPT_DIR OUT_DIR [--dtype bfloat16]
@@ -30,7 +30,7 @@ from cosmos_train.models.hf_folder import build_meta_model, resolve_model_dir, w
 from cosmos_train.models.lora import apply_lora, lora_parts
 from cosmos_train.models.wrappers import strip_wrappers
 from cosmos_train.wfm.config import load_wfm_config
-from cosmos_train.wfm.model import export_wfm
+from cosmos_train.wfm.model_export import export_wfm
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ The run folder RUN = `<run_cache_root(output_dir)>/<name>` (config/paths.py: $CO
 $COSMOS_CACHE/runs, then the bucket and prefix) is the local copy of `s3://bucket/prefix/<name>`; the flows and
 the CLI read it as they read any run folder. A scan sends:
 - each complete checkpoint (`checkpoints/step_N` holding COMPLETE) and each export (`safetensors/<name>`,
-  `diffusers/<name>`) as a folder, once, through `storage.upload_folder_s3`: resumable, unchanged files skipped,
-  MANIFEST.json written last. MANIFEST.json is the bucket's completeness marker: a checkpoint whose manifest is
+  `diffusers/<name>`) as a folder, once, through `storage.s3_upload.upload_folder_s3`: resumable, unchanged files
+  skipped, MANIFEST.json written last. MANIFEST.json is the bucket's completeness marker: a checkpoint whose manifest is
   missing (an upload cut off) or does not list COMPLETE is never resumed from;
 - every other file of the run (config.toml, metrics.jsonl, completions.jsonl, logs/, samples/, result.json,
   error.json) again whenever its size or modification time changed.
@@ -40,19 +40,10 @@ from cosmos_train.checkpoint_paths import COMPLETE, complete_checkpoints, step_o
 from cosmos_train.config import CheckpointConfig
 from cosmos_train.config.paths import is_s3, run_cache_root
 from cosmos_train.errors import AuthError, CheckpointError, ModelError, UploadError, UploadUnavailable
-from cosmos_train.storage import (
-    MANIFEST,
-    S3Settings,
-    download_folder_s3,
-    list_keys_s3,
-    parse_target,
-    put_file_s3,
-    read_manifest,
-    s3_client,
-    s3_settings,
-    sha256_file,
-    upload_folder_s3,
-)
+from cosmos_train.storage.s3 import MANIFEST, S3Settings, s3_client, s3_settings
+from cosmos_train.storage.s3_download import download_folder_s3, list_keys_s3, read_manifest
+from cosmos_train.storage.s3_upload import put_file_s3, upload_folder_s3
+from cosmos_train.storage.targets import parse_target, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +56,7 @@ _CKPT_MANIFEST = re.compile(r"(?:^|.*/)checkpoints/step_(\d+)/" + re.escape(MANI
 
 
 def settings_for(ckpt: CheckpointConfig, env: Mapping[str, str] | None = None) -> S3Settings:
-    """The store's settings for a training process: credentials as `storage.s3_settings` reads them
+    """The store's settings for a training process: credentials as `storage.s3.s3_settings` reads them
     (PROD_S3_CHECKPOINT_*, then AWS_*, then boto3's chain), train.ckpt's endpoint, part size and concurrency."""
     return s3_settings(
         os.environ if env is None else env,

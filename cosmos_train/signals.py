@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from cosmos_train.checkpoint import cpu_group
+from cosmos_train.distributed import cpu_group
 
 EXIT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
 REPEAT_S = 5.0  # a copy of the signal this soon after the first is the same stop request (see above)
@@ -51,7 +51,7 @@ class ExitRequest:
         """True on every rank when any rank received an exit signal (a collective: all ranks call it)."""
         if not (dist.is_available() and dist.is_initialized()):
             return self.requested
-        # A CPU tensor needs a CPU-capable group; cosmos_train.checkpoint.cpu_group() is one.
+        # A CPU tensor needs a CPU-capable group; cosmos_train.distributed.cpu_group() is one.
         if group is None:
             group = cpu_group()
         flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)

@@ -25,41 +25,40 @@ without training again. Each promoted export gets a model card (lineage, data, s
 README.md in the export folder, so it travels with the upload, and a `model-card-<stage>` artifact, published
 again with the upload's outcome. [filter] runs the filter-rl-data flow on the model GRPO starts from with the
 GRPO stage's job config, and GRPO trains on the rows it keeps. A pipeline file with a [wfm_rl] stage is the
-world-model form, wfm_rl -> evaluate_wfm -> upload (flows/post_train_wfm.py).
+world-model form, wfm_rl -> evaluate_wfm -> upload (flows/post_train_wfm.py); both forms run their stages through
+flows/post_train_stages.py (the stage runner, the upload stage, the summary they return).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, Field
 
 from cosmos_train.atomic import write_atomic
 from cosmos_train.config import Config, load_config
-from cosmos_train.errors import DataError, RunStuck, path_errors
+from cosmos_train.errors import DataError, path_errors
 from cosmos_train.evaluation.report import answer_profile, run_label, verdict_markdown
-from cosmos_train.pipeline import PipelineConfig, PipelineState, load_pipeline_config, stage_key
+from cosmos_train.pipeline import PipelineConfig, load_pipeline_config, stage_key
 from cosmos_train.preflight import check_eval
 from cosmos_train.promotion import CARD_FILE, NotPromoted, gate_decision, gate_markdown, model_card, stop_paragraph
-from cosmos_train.storage import parse_target
+from cosmos_train.storage.targets import parse_target
 from cosmos_train.train.run_health import HealthReport
 from flows.evaluate import EvaluateParams, evaluate
 from flows.filter_rl_data import FilterRLDataParams, filter_rl_data
 from flows.grpo import GRPOParams, grpo
+from flows.post_train_stages import PipelineRun, PostTrainSummary, local_inputs, resolved_run_folder
 from flows.post_train_wfm import run_wfm_pipeline
 from flows.prepare_data import PrepareDataParams, prepare_data
 from flows.sft import SFTParams, sft
-from flows.upload import UploadParams, upload
 from tasks.errors import user_errors_reported
 from tasks.run_folder import CONFIG_FILE, new_run_dir
 
-LOG_TAIL_LINES = 40
 SUMMARY_COLUMNS = (
     "model",
     "run / step",
@@ -92,22 +91,12 @@ def post_train(params: PostTrainParams) -> dict[str, Any]:
     """Run the pipeline's stages in order, skipping those that finished before; returns the summary. Raises
     NotPromoted when the gate stopped an export (after the summary artifacts: the stages that ran are shown)."""
     with user_errors_reported("post-train pipeline"):
-        summary = Pipeline(load_pipeline_config(params.config, params.overrides)).run()
-    if summary["stopped"]:  # outside user_errors_reported: a verdict, not an input to fix (its own artifact)
-        raise NotPromoted(stop_paragraph(summary["stopped"], summary["folder"]))
-    return summary
-
-
-def _local(path: str | None) -> list[str]:
-    """The inputs of a stage worth fingerprinting: local paths only (a hub id is part of the config)."""
-    return [p for p in [path] if p and Path(p).expanduser().exists()]
-
-
-def resolved_run_folder(job: Config, run: Path) -> Path:
-    """`run` with the stage's resolved config written as its config.toml: the stage's flow is handed that file
-    and no overrides, so it reads the resolved config and nothing applies the overrides again."""
-    job.write(run / CONFIG_FILE)
-    return run
+        cfg = load_pipeline_config(params.config, params.overrides)
+        # a pipeline file with a [wfm_rl] stage is the world-model form: wfm_rl -> evaluate_wfm -> upload
+        summary = run_wfm_pipeline(PipelineRun(cfg)) if cfg.wfm_rl is not None else VlmPipeline(cfg).run()
+    if summary.stopped:  # outside user_errors_reported: a verdict, not an input to fix (its own artifact)
+        raise NotPromoted(stop_paragraph(summary.stopped, summary.folder))
+    return summary.as_dict()
 
 
 def _sent(record: dict[str, Any] | None) -> str:
@@ -116,80 +105,17 @@ def _sent(record: dict[str, Any] | None) -> str:
     return f"uploaded: {record.get('files_sent', 0)} files sent, {record.get('files_unchanged', 0)} unchanged"
 
 
-def _log_tail(run_dir: str | None) -> str:
-    log = Path(run_dir or "") / "logs" / "train.log"
-    if not run_dir or not log.is_file():
-        return "(no training log: the stage stopped before training started)"
-    lines = log.read_text(errors="replace").splitlines()
-    return "\n".join(lines[-LOG_TAIL_LINES:])
-
-
-class Pipeline:
-    """One run of the pipeline: the stages in order, each skipped when pipeline.json says it finished."""
+class VlmPipeline(PipelineRun):
+    """One run of the VLM pipeline: the stages in order, each skipped when pipeline.json says it finished."""
 
     def __init__(self, cfg: PipelineConfig):
-        self.cfg = cfg
-        self.folder = cfg.folder
-        with path_errors("output_dir / name (the pipeline folder)"):
-            self.folder.mkdir(parents=True, exist_ok=True)
-        self.state = PipelineState(self.folder)
-        self.logger = get_run_logger()
-        self.rows: list[dict[str, Any]] = []
+        super().__init__(cfg)
         self.jobs: dict[str, Config] = {}  # each training stage's resolved job config (this run's)
         self.lineage: list[dict[str, Any]] = []  # base -> each promoted stage: model, run folder, config
-        self.cards: dict[str, str] = {}  # promoted stage -> its model card (README.md of its export)
-
-    # ---------------------------------------------------------------- one stage
-    def stage(
-        self, name: str, key: str, body: Callable[[str | None], tuple[dict[str, Any], list[str]]]
-    ) -> dict[str, Any]:
-        """Run `body(run_dir_to_continue)` unless a finished record with this key exists; record it."""
-        done = self.state.finished(name, key)
-        if done is not None:
-            self.logger.info("%s: finished in an earlier run with the same config and inputs; skipped", name)
-            self.rows.append(
-                {
-                    "stage": name,
-                    "ran": "skipped (done earlier)",
-                    "seconds": round(self.state.stages[name].get("seconds", 0.0), 1),
-                }
-            )
-            return done
-        resume = self.state.unfinished_run_dir(name, key)
-        if resume:
-            self.logger.info("%s: continuing the earlier attempt in %s", name, resume)
-        self.state.start(name, key, resume)
-        try:
-            result, outputs = body(resume)
-        except BaseException as e:
-            run_dir = self.state.stages[name].get("run_dir")
-            self.state.fail(name, f"{type(e).__name__}: {e}")
-            where = f"- pipeline folder: `{self.folder}`\n- run folder: `{run_dir}`\n"
-            if isinstance(e, RunStuck):  # no failure to debug from a log: the verdicts say what to change
-                text = (
-                    f"# Stage `{name}` ended: RL could not learn\n\n{where}\n{e}\n\nChange what the verdicts say in "
-                    f"the stage's config and run the pipeline again: finished stages are skipped.\n"
-                )
-            else:
-                text = (
-                    f"# Stage `{name}` failed\n\n{where}- error: {type(e).__name__}: {str(e)[:1500]}\n\nRun the "
-                    f"same pipeline again: finished stages are skipped and this one continues from its newest "
-                    f"checkpoint.\n\nLast lines of its log:\n\n```\n{_log_tail(run_dir)}\n```\n"
-                )
-            how = "ended by stop_when_stuck" if isinstance(e, RunStuck) else "failed"
-            create_markdown_artifact(
-                text, key="post-train-failure", description=f"post-train {self.cfg.name}: {name} {how}"
-            )
-            raise
-        self.state.finish(name, result, outputs)
-        self.rows.append({"stage": name, "ran": "ran", "seconds": round(self.state.stages[name]["seconds"], 1)})
-        return result
 
     # ---------------------------------------------------------------- the stages
-    def run(self) -> dict[str, Any]:
+    def run(self) -> PostTrainSummary:
         cfg = self.cfg
-        if cfg.wfm_rl is not None:  # the world-model form: wfm_rl -> evaluate_wfm -> upload
-            return run_wfm_pipeline(self)
         self.state.clear_gates()  # pipeline.json's decisions are this run's
         base = self.prepare()
         self.lineage = [{"stage": "base", "model": base, "run_dir": None, "config": None}]
@@ -238,7 +164,7 @@ class Pipeline:
             key = stage_key(
                 f"prepare-{name}",
                 job.model_dump(mode="json"),
-                [*_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)],
+                [*local_inputs(job.train.train_policy.dataset.name), *local_inputs(stage.dataset_script)],
             )
 
             def body(_: str | None, stage: Any = stage, job: Config = job) -> tuple[dict, list]:
@@ -260,7 +186,11 @@ class Pipeline:
         key = stage_key(
             name,
             job.model_dump(mode="json"),
-            [*_local(model), *_local(job.train.train_policy.dataset.name), *_local(stage.dataset_script)],
+            [
+                *local_inputs(model),
+                *local_inputs(job.train.train_policy.dataset.name),
+                *local_inputs(stage.dataset_script),
+            ],
         )
 
         def body(resume: str | None) -> tuple[dict, list]:
@@ -306,7 +236,7 @@ class Pipeline:
         assert ev is not None
         overrides = [*ev.overrides, f'results_dir="{self.folder / "eval"}"']
         eval_cfg = check_eval(ev.config, overrides, [model])
-        key = stage_key(f"evaluate-{label}", eval_cfg.model_dump(mode="json"), [*_local(model)])
+        key = stage_key(f"evaluate-{label}", eval_cfg.model_dump(mode="json"), [*local_inputs(model)])
 
         def body(_: str | None) -> tuple[dict, list]:
             out = evaluate(
@@ -338,7 +268,7 @@ class Pipeline:
         key = stage_key(
             "filter",
             {"job": job.model_dump(mode="json"), "filter": f.model_dump(mode="json")},
-            [*_local(model), *_local(source)],
+            [*local_inputs(model), *local_inputs(source)],
         )
 
         def body(_: str | None) -> tuple[dict, list]:
@@ -439,42 +369,6 @@ class Pipeline:
         except (OSError, ValueError, KeyError):  # not counted: the card says so
             return {"stage": name, "dataset": dataset, "rows": None}
 
-    def upload(self, exports: dict[str, str]) -> list[dict[str, Any]]:
-        """Each chosen export to each target (`<target>/<stage>` when several stages go up). A failed upload
-        fails the stage (and the pipeline): the rerun retries it alone, the trained stages being done."""
-        up = self.cfg.upload
-        assert up is not None
-        stages = list(exports) if up.models == "all" else [list(exports)[-1]]
-        records: list[dict[str, Any]] = []
-        for url in up.to:
-            for name in stages:
-                target = parse_target(url)
-                if up.models == "all":
-                    target = target.child(name)
-                export = exports[name]
-                # the card's text in the key: README.md is left out of the export's fingerprint, and a changed
-                # card (a changed gate, say) must still go up
-                card = hashlib.sha256(self.cards.get(name, "").encode()).hexdigest()
-                key = stage_key(f"upload-{name}", {"url": target.url, "card": card}, [export])
-
-                def body(
-                    _: str | None, export: str = export, target: Any = target, name: str = name
-                ) -> tuple[dict, list]:
-                    report = upload(
-                        UploadParams(
-                            source=export,
-                            to=target.url,
-                            s3_endpoint_url=up.s3_endpoint_url,
-                            s3_credentials_secret=up.s3_credentials_secret,
-                            hf_token_secret=up.hf_token_secret,
-                            hf_private=up.hf_private,
-                        )
-                    )
-                    return {**report, "stage": name, "url": target.url, "ok": True}, []
-
-                records.append(self.stage(f"upload {name} -> {target.url}", key, body))
-        return records
-
     # ---------------------------------------------------------------- the report
     def summary(
         self,
@@ -482,7 +376,8 @@ class Pipeline:
         by_label: dict[str, dict[str, Any]],
         uploads: list[dict[str, Any]],
         stopped: dict[str, Any] | None,
-    ) -> dict[str, Any]:
+    ) -> PostTrainSummary:
+        """The stages compared: the `post-train-summary` table (published, logged) and the returned summary."""
         table = []
         for name in ["base", *exports]:
             ev = by_label.get(name)
@@ -518,30 +413,18 @@ class Pipeline:
                 row["uploaded to"] = ", ".join(sent) + (f" (NOT uploaded: {', '.join(failed)})" if failed else "")
             if name in by_label or name in exports:
                 table.append({c: row.get(c, "") for c in SUMMARY_COLUMNS})  # every row every column, paths last
-        create_table_artifact(
-            table,
-            key="post-train-summary",
-            description=f"post-train {self.cfg.name}: the stages compared ({self.folder})",
+        self.publish(table, f"the stages compared ({self.folder})")
+        return PostTrainSummary(
+            folder=str(self.folder),
+            exports=exports,
+            models=table,
+            stages=self.rows,
+            evaluations=by_label,
+            uploads=uploads,
+            runs={name: self.state.stages[name] for name in exports},
+            health=self.state.health(exports),
+            gates=self.state.gates,
+            promoted=list(self.cards),
+            stopped=stopped,
+            cards={name: str(Path(exports[name]) / CARD_FILE) for name in self.cards},
         )
-        create_table_artifact(
-            self.rows,
-            key="post-train-stages",
-            description=f"post-train {self.cfg.name}: which stages ran and which were skipped",
-        )
-        summary = {
-            "folder": str(self.folder),
-            "exports": exports,
-            "models": table,
-            "stages": self.rows,
-            "evaluations": by_label,
-            "uploads": uploads,
-            "runs": {name: self.state.stages[name] for name in exports},
-            "health": self.state.health(exports),
-            "gates": self.state.gates,
-            "promoted": list(self.cards),
-            "stopped": stopped,
-            "cards": {name: str(Path(exports[name]) / CARD_FILE) for name in self.cards},
-        }
-        for row in table:
-            self.logger.info("%s", "  ".join(f"{k}: {v}" for k, v in row.items()))
-        return summary

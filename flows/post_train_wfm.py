@@ -1,5 +1,6 @@
 """The post-train pipeline's world-model form: wfm_rl -> evaluate_wfm -> upload. flows/post_train.py runs it when
-the pipeline file has a [wfm_rl] stage (cosmos_train/pipeline.py has the file's form).
+the pipeline file has a [wfm_rl] stage (cosmos_train/pipeline.py has the file's form); its stages run as the VLM
+form's do, through flows/post_train_stages.py's `PipelineRun`, and it returns the same `PostTrainSummary`.
 
     cosmos-train post-train --config configs/tiny-wfm-post-train.toml [--set wfm_rl.trainer.max_iter=4]
 
@@ -16,20 +17,17 @@ verdicts of the training, also the returned summary's "health").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from prefect.artifacts import create_table_artifact
+from typing import Any
 
 from cosmos_train.pipeline import stage_key
 from cosmos_train.train.run_health import HealthReport
-from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.config import load_wfm_config
+from cosmos_train.wfm.config_schema import WfmConfig
 from cosmos_train.wfm.eval_report import format_stat, paired_difference
 from flows.evaluate_wfm import EvaluateWfmParams, evaluate_wfm
+from flows.post_train_stages import PipelineRun, PostTrainSummary, local_inputs, resolved_run_folder
 from flows.wfm_rl import WfmRLParams, wfm_rl
 from tasks.run_folder import CONFIG_FILE, new_run_dir
-
-if TYPE_CHECKING:  # flows/post_train.py imports this module: no import back at run time
-    from flows.post_train import Pipeline
 
 STAGE = "wfm_rl"
 EVAL_STAGE = "evaluate_wfm"
@@ -47,11 +45,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _local(path: str | None) -> list[str]:
-    return [p for p in [path] if p and Path(p).expanduser().exists()]
-
-
-def run_wfm_pipeline(p: Pipeline) -> dict[str, Any]:
+def run_wfm_pipeline(p: PipelineRun) -> PostTrainSummary:
     """The world-model pipeline's stages in order, each skipped when pipeline.json says it finished."""
     cfg = p.cfg
     stage = cfg.wfm_rl
@@ -59,11 +53,11 @@ def run_wfm_pipeline(p: Pipeline) -> dict[str, Any]:
     placed = [f'model.model_name_or_path="{cfg.model}"'] if cfg.model else []
     job = load_wfm_config(stage.config, [*stage.overrides, *placed, f'job.output_dir="{p.folder / STAGE}"'])
     base = job.model.model_name_or_path
-    key = stage_key(STAGE, job.model_dump(mode="json"), [*_local(base), *_local(job.video.dataset_dir)])
+    key = stage_key(STAGE, job.model_dump(mode="json"), [*local_inputs(base), *local_inputs(job.video.dataset_dir)])
 
     def body(resume: str | None) -> tuple[dict[str, Any], list[str]]:
-        run = Path(resume) if resume else new_run_dir(job)
-        job.write(run / CONFIG_FILE)  # the same key: a resumed run folder's config.toml is this very config
+        # the same key: a resumed run folder's config.toml is this very config, written again
+        run = resolved_run_folder(job, Path(resume) if resume else new_run_dir(job))
         p.state.set_run_dir(STAGE, str(run))
         result = wfm_rl(
             WfmRLParams(
@@ -87,14 +81,14 @@ def run_wfm_pipeline(p: Pipeline) -> dict[str, Any]:
     return _summary(p, base, export, evaluation, uploads)
 
 
-def _evaluate(p: Pipeline, job: WfmConfig, base: str, export: str) -> dict[str, Any]:
+def _evaluate(p: PipelineRun, job: WfmConfig, base: str, export: str) -> dict[str, Any]:
     """evaluate-wfm on the base (unless base = false) and the export, with the stage's resolved job config."""
     ev = p.cfg.evaluate_wfm
     assert ev is not None
     models, labels = ([base, export], ["base", STAGE]) if ev.base else ([export], [STAGE])
     config = Path(p.state.stages[STAGE]["run_dir"]) / CONFIG_FILE
     what = {"job": job.model_dump(mode="json"), "evaluate_wfm": ev.model_dump(mode="json"), "labels": labels}
-    key = stage_key(EVAL_STAGE, what, [*_local(base), export])
+    key = stage_key(EVAL_STAGE, what, [*local_inputs(base), export])
 
     def body(_: str | None) -> tuple[dict[str, Any], list[str]]:
         out = evaluate_wfm(
@@ -114,8 +108,8 @@ def _evaluate(p: Pipeline, job: WfmConfig, base: str, export: str) -> dict[str, 
 
 
 def _summary(
-    p: Pipeline, base: str, export: str, evaluation: dict[str, Any] | None, uploads: list[dict[str, Any]]
-) -> dict[str, Any]:
+    p: PipelineRun, base: str, export: str, evaluation: dict[str, Any] | None, uploads: list[dict[str, Any]]
+) -> PostTrainSummary:
     results = {r["label"]: r for r in (evaluation or {}).get("results", [])}
     rec = p.state.stages.get(STAGE, {})
     table = []
@@ -137,26 +131,15 @@ def _summary(
             row["uploaded to"] = ", ".join(u["url"] for u in uploads if u.get("ok"))
         if r is not None or name == STAGE:
             table.append({c: row.get(c, "") for c in SUMMARY_COLUMNS})
-    create_table_artifact(
-        table, key="post-train-summary", description=f"post-train {p.cfg.name}: base vs the world-model RL export"
+    p.publish(table, "base vs the world-model RL export")
+    return PostTrainSummary(
+        folder=str(p.folder),
+        exports={STAGE: export},
+        models=table,
+        stages=p.rows,
+        evaluations=results,
+        evaluation=evaluation,
+        uploads=uploads,
+        runs={STAGE: rec},
+        health=p.state.health([STAGE]),
     )
-    create_table_artifact(
-        p.rows, key="post-train-stages", description=f"post-train {p.cfg.name}: which stages ran and which were skipped"
-    )
-    for row in table:
-        p.logger.info("%s", "  ".join(f"{k}: {v}" for k, v in row.items()))
-    return {
-        "folder": str(p.folder),
-        "exports": {STAGE: export},
-        "models": table,
-        "stages": p.rows,
-        "evaluations": results,
-        "evaluation": evaluation,
-        "uploads": uploads,
-        "runs": {STAGE: rec},
-        "health": p.state.health([STAGE]),
-        "gates": {},
-        "promoted": [],
-        "stopped": None,
-        "cards": {},
-    }

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from cosmos_train.config import CheckpointConfig
 from cosmos_train.errors import UploadError
-from cosmos_train.storage import parse_target
+from cosmos_train.storage.targets import parse_target
 from tasks.errors import user_errors_reported
 from tasks.upload import upload_task
 

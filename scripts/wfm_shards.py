@@ -27,7 +27,8 @@ import tarfile
 from pathlib import Path
 
 from cosmos_train.errors import DataError, user_error_of
-from cosmos_train.storage import parse_target, s3_client, s3_settings
+from cosmos_train.storage.s3 import s3_client, s3_settings
+from cosmos_train.storage.targets import parse_target
 from cosmos_train.wfm.data import WfmSample, scan_dataset
 
 log = logging.getLogger("wfm_shards")

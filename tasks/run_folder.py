@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.config import Config, load_config
 from cosmos_train.errors import path_errors
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.config_schema import WfmConfig
 
 CONFIG_FILE = "config.toml"
 

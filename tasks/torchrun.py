@@ -59,7 +59,7 @@ from cosmos_train.errors import (
     read_error_file,
 )
 from cosmos_train.metrics import read_metrics
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.config_schema import WfmConfig
 from tasks.curves import REFRESH_S, publish_curves
 from tasks.errors import retry_only_crashes
 

@@ -4,7 +4,7 @@
         train(...)                               # upload_s3 = "all": checkpoints and exports go up meanwhile
     result["uploads"] = uploads.finish()      # the final export to every target
 
-- `upload_task(local, url, meta, ckpt)`: one folder to one target (cosmos_train/storage.py), retried
+- `upload_task(local, url, meta, ckpt)`: one folder to one target (cosmos_train/storage/), retried
   after an UploadUnavailable (lost connection, 5xx; each retry resumes), never after an AuthError or
   UploadError (refused: the same every time). On its last attempt an UploadUnavailable becomes an UploadError:
   one paragraph (the target, the attempts, the last error, the command that resumes), no traceback.
@@ -36,18 +36,10 @@ from prefect.context import TaskRunContext
 from cosmos_train.config import CheckpointConfig, Config
 from cosmos_train.errors import AuthError, UploadError, UploadUnavailable, UserError
 from cosmos_train.run_sync import written_folders
-from cosmos_train.storage import (
-    RESUME_NOTE,
-    UPLOAD_ATTEMPTS,
-    UPLOAD_CONNECT_TIMEOUT_S,
-    UPLOAD_READ_TIMEOUT_S,
-    Target,
-    hf_token,
-    parse_target,
-    s3_settings,
-    upload_folder_hf,
-    upload_folder_s3,
-)
+from cosmos_train.storage.hub import hf_token, upload_folder_hf
+from cosmos_train.storage.s3 import UPLOAD_ATTEMPTS, UPLOAD_CONNECT_TIMEOUT_S, UPLOAD_READ_TIMEOUT_S, s3_settings
+from cosmos_train.storage.s3_upload import RESUME_NOTE, upload_folder_s3
+from cosmos_train.storage.targets import Target, parse_target
 from tasks.errors import retry_only_crashes
 
 SCAN_INTERVAL_S = 5.0
@@ -89,7 +81,7 @@ def _s3_credentials(name: str | None) -> dict[str, str] | None:
 
 
 def trainer_s3_env(ckpt: CheckpointConfig) -> dict[str, str]:
-    """train.ckpt.s3_credentials_secret as the PROD_S3_CHECKPOINT_* variables `storage.s3_settings` reads first: for
+    """train.ckpt.s3_credentials_secret as the PROD_S3_CHECKPOINT_* variables `storage.s3.s3_settings` reads first: for
     the ranks of a run whose output_dir is s3:// (they mirror it to the bucket themselves, without Prefect)."""
     creds = _s3_credentials(ckpt.s3_credentials_secret) or {}
     names = {

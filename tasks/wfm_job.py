@@ -24,8 +24,9 @@ from prefect.cache_policies import NO_CACHE
 
 from cosmos_train.data.shards import shard_urls
 from cosmos_train.rewards.remote import WFM_ENV
-from cosmos_train.storage import s3_client, s3_settings
-from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.storage.s3 import s3_client, s3_settings
+from cosmos_train.wfm.config import load_wfm_config
+from cosmos_train.wfm.config_schema import WfmConfig
 from cosmos_train.wfm.mock_data import MOCK_ROWS
 from tasks.errors import retry_only_crashes
 from tasks.reward_service import WFM_CLIENT, local_reward_service

@@ -1,6 +1,10 @@
 """`cosmos_train.cli.main(argv)` in the test's own process, for a command the CLI answers before Prefect starts
-(an input error refused by its checks, `config check`, `reward-service`'s token check), or with `flows=True` a
-command that runs its flow on the Prefect API the test runs under (tests/integration's `prefect_harness`).
+(an input error refused by its checks, `config check`, `reward-service`'s token check, `export`), or with
+`flows=True` a command that runs its flow on the Prefect API the test runs under (tests/integration's
+`prefect_harness`). Tests take it as the `run_cli` fixture (tests/conftest.py), which binds their monkeypatch:
+
+    done = run_cli("config", "check", path, cwd=tmp_path)
+    assert done.returncode == 2 and "error: " in done.stderr
 
 A subprocess pays ~3-5 s of interpreter start and torch / transformers imports per command; in-process a call
 takes a fraction of a second once the first has imported them. What a subprocess gave for free is done here:
@@ -14,8 +18,14 @@ takes a fraction of a second once the first has imported them. What a subprocess
   `cwd` are monkeypatched for the test;
 - argparse's SystemExit is the exit code, as `python -m cosmos_train.cli` gives it.
 
-A case that needs a fresh interpreter (a real terminal-like process, a Prefect server, signals) stays a
-subprocess.
+A case that needs a fresh interpreter stays a subprocess, on purpose (the CLI's smoke tests):
+- tests/faults/ (conftest.py's start_cli): the command as a terminal runs it, hit by real signals and faults;
+- test_cli_errors.py's cases that fail inside a flow run, and test_cli_path_errors.py's `_through_prefect`: the
+  paragraph after Prefect's own console lines, against a real server; test_cli_errors.py's temporary-server case:
+  the one run on the server Prefect starts for a command without PREFECT_API_URL;
+- test_reward_service_cli.py's serve-then-SIGTERM and test_reward_service_bounds.py's memory bound: a service
+  process (its signals, its RSS);
+- the two-host bed (test_two_hosts.py, test_multinode.py, test_deployment_nodes.py): a command on each host.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NoReturn, Protocol, TextIO
 
 import pytest
 
@@ -77,6 +87,18 @@ class _Captured(io.TextIOBase):
         text = "".join(self.parts or [])
         self.parts = None
         return text
+
+
+class RunCli(Protocol):
+    """The `run_cli` fixture: `run_cli` below with the test's monkeypatch bound."""
+
+    def __call__(
+        self,
+        *args: str | Path,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        flows: bool = False,
+    ) -> CliResult: ...
 
 
 def _prefect_started() -> NoReturn:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.torchrun import kill_leftovers
+
+if TYPE_CHECKING:
+    from tests.cli_inprocess import RunCli
 
 # An accidental hub download must fail loudly, never hang or succeed silently.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,6 +23,42 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# Tests that run alone, after the parallel part of `make pytest` (pytest -m serial): their bounds on seconds were
+# measured with the machine to themselves, or they load it on purpose, or they scan every process of the machine.
+SERIAL = (
+    "tests/faults/",  # real faults: stop and restart bounds in seconds, collective timeouts, every session they made
+    "tests/integration/flows/test_cancel.py",  # a killed flow's ranks gone within 30 s; it failed under load ~9
+    "tests/integration/distributed/test_determinism_under_load.py",  # spins both cores on purpose
+    "tests/integration/distributed/test_grpo_reward_restart.py",  # a service restart a client's retries must outlast
+    "tests/integration/services/test_reward_service_limits.py",  # timeouts to half a second
+    "tests/integration/distributed/test_two_hosts.py",  # the two-host bed: rendezvous and collective timeouts
+    "tests/integration/distributed/test_multinode.py",
+    "tests/integration/flows/test_deployment_nodes.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_outlives_its_test() -> Iterator[None]:
+    """A torchrun launch (tests/torchrun.py) still running when its test ends, pass or fail: killed, ranks too."""
+    yield
+    kill_leftovers()
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch) -> RunCli:
+    """`cosmos-train ARGS` in this process, refused or answered before Prefect starts (flows=True: run on the test's
+    Prefect API): tests/cli_inprocess.py. A subprocess would pay 3-5 s of interpreter start and imports a call."""
+    from tests.cli_inprocess import run_cli as run  # imports cosmos_train.cli: not at every conftest import
+
+    return functools.partial(run, monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +71,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_wfm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Cosmos-Predict2.5-layout world model (`make-tiny-wfm`)."""
-    from cosmos_train.wfm.model import make_tiny_wfm
+    from cosmos_train.wfm.tiny_model import make_tiny_wfm
 
     return make_tiny_wfm(tmp_path_factory.mktemp("tiny-wfm") / "model")
 
@@ -59,7 +101,8 @@ def moved_wfm_export(tiny_wfm_dir: Path, tmp_path_factory: pytest.TempPathFactor
     """A run's export: the tiny DiT with every weight moved a little (as a few RL steps would)."""
     import torch
 
-    from cosmos_train.wfm.model import export_wfm, load_wfm
+    from cosmos_train.wfm.model import load_wfm
+    from cosmos_train.wfm.model_export import export_wfm
 
     parts = load_wfm(tiny_wfm_dir, text_encoder=False)
     gen = torch.Generator().manual_seed(0)

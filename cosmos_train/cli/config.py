@@ -76,7 +76,7 @@ def _config_check(args: argparse.Namespace) -> int:
 def _config_docs(args: argparse.Namespace) -> int:
     from cosmos_train.config.docs import config_reference
     from cosmos_train.evaluation.config import EvalConfig  # why: HEAVY
-    from cosmos_train.wfm.config import WfmConfig  # why: HEAVY
+    from cosmos_train.wfm.config_schema import WfmConfig  # why: HEAVY
 
     print(config_reference(EvalConfig, WfmConfig), end="")
     return 0

@@ -14,7 +14,7 @@ from cosmos_train.cli.args import Subparsers
 
 
 def _make_tiny_wfm(args: argparse.Namespace) -> int:
-    from cosmos_train.wfm.model import make_tiny_wfm  # why: HEAVY
+    from cosmos_train.wfm.tiny_model import make_tiny_wfm  # why: HEAVY
 
     print(make_tiny_wfm(args.out, seed=args.seed))
     return 0

@@ -11,7 +11,9 @@ import os
 
 import cosmos_train.cli.prefect_server as prefect_server
 from cosmos_train.cli.args import Subparsers
-from cosmos_train.storage import check_s3_target, parse_target, s3_settings
+from cosmos_train.storage.s3 import s3_settings
+from cosmos_train.storage.s3_upload import check_s3_target
+from cosmos_train.storage.targets import parse_target
 
 
 def _upload(args: argparse.Namespace) -> int:

@@ -2,10 +2,13 @@
 
     from cosmos_train.config import Config, load_config
 
-Modules: base (the `Section` base, `read_toml`, `JobSettings`), schema / schema_policy (the job schema; SFT's and
-GRPO's train_policy tables), aliases (cosmos-rl's other names), overrides (`--set` and COSMOS_TRAIN__* values),
-explain (errors in words), validate (semantic checks), load (`load_config`), compat (cosmos-rl's keys we do not
-implement), recipe_kind (telling a world-model recipe apart), paths, docs (the generated reference).
+Modules: base (the `Section` base, `read_toml`, `JobSettings`), schema (the job schema, `Config`) and its tables by
+topic: schema_train, schema_run_health, schema_policy (SFT's and GRPO's train_policy tables), schema_model ([policy]),
+schema_rollout ([rollout], [validation]), schema_launch ([logging], [launch]); aliases (cosmos-rl's other names),
+overrides (`--set` and COSMOS_TRAIN__* values), explain (errors in words), validate (semantic checks), load
+(`load_config`), compat (cosmos-rl's keys we do not implement; their rules in compat_rules, what the key table says
+of ours in compat_notes), recipe_kind (telling a world-model recipe apart), paths, docs (the generated reference),
+key_tests (the test that proves each key).
 """
 
 from cosmos_train.config.aliases import ALIASES, CONVERTED, UNTIL_FULL
@@ -22,22 +25,9 @@ from cosmos_train.config.load import (
 from cosmos_train.config.overrides import ENV_PREFIX, apply_overrides, env_overrides, parse_override, set_path
 from cosmos_train.config.paths import looks_local
 from cosmos_train.config.recipe_kind import is_world_model_recipe, world_model_refusal, world_model_sections
-from cosmos_train.config.schema import (
-    CheckpointConfig,
-    Config,
-    LaunchConfig,
-    LoggingConfig,
-    LoraConfig,
-    ParallelismConfig,
-    PolicyConfig,
-    RolloutConfig,
-    RolloutParallelismConfig,
-    RunHealthConfig,
-    SamplingConfig,
-    TrainConfig,
-    ValidationConfig,
-    pattern_list,
-)
+from cosmos_train.config.schema import Config
+from cosmos_train.config.schema_launch import LaunchConfig, LoggingConfig
+from cosmos_train.config.schema_model import LoraConfig, ParallelismConfig, PolicyConfig, pattern_list
 from cosmos_train.config.schema_policy import (
     GRPO_ONLY_KEYS,
     DatasetConfig,
@@ -50,6 +40,14 @@ from cosmos_train.config.schema_policy import (
     TrainPolicyConfig,
     VisionConfig,
 )
+from cosmos_train.config.schema_rollout import (
+    RolloutConfig,
+    RolloutParallelismConfig,
+    SamplingConfig,
+    ValidationConfig,
+)
+from cosmos_train.config.schema_run_health import RunHealthConfig
+from cosmos_train.config.schema_train import CheckpointConfig, TrainConfig
 from cosmos_train.config.validate import semantic_problems, unsupported_settings, validate
 from cosmos_train.errors import ConfigError
 

@@ -21,7 +21,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from cosmos_train.config.aliases import ALIASES, CONVERTED
-from cosmos_train.config.compat import PARITY_CHECKED, default_note, key_state
+from cosmos_train.config.compat import key_state
+from cosmos_train.config.compat_notes import PARITY_CHECKED, default_note
 from cosmos_train.config.explain import field_bounds, section_models
 from cosmos_train.config.key_tests import GUESSES, NO_TEST_YET, PROVED_BY
 from cosmos_train.config.schema import Config

@@ -30,13 +30,15 @@ _VALIDATION_ENGINE = "tests/unit/test_generation_hf.py::test_validation_sampling
 _ENGINE = "tests/unit/test_generation_hf.py::test_rollout_engine_comes_from_the_job_config"
 _VLLM = "tests/unit/test_generation_vllm_requests.py::test_llm_kwargs_and_dtype"
 _HUB = "tests/unit/test_sources.py::test_hub_id_goes_through_load_dataset"
-_REMOTE = "tests/integration/test_reward_client.py::test_remote_total_is_clipped_then_scaled_and_score_keys_add"
-_REMOTE_RUN = "tests/integration/test_grpo_reward_restart.py::test_service_restart_mid_run"
-_STALENESS = "tests/integration/test_grpo_async.py::test_staleness_bound_holds_under_a_slow_reward"
-_LAYOUTS = "tests/integration/test_parallelism.py::test_layouts_agree"
+_REMOTE = (
+    "tests/integration/services/test_reward_client.py::test_remote_total_is_clipped_then_scaled_and_score_keys_add"
+)
+_REMOTE_RUN = "tests/integration/distributed/test_grpo_reward_restart.py::test_service_restart_mid_run"
+_STALENESS = "tests/integration/distributed/test_grpo_async.py::test_staleness_bound_holds_under_a_slow_reward"
+_LAYOUTS = "tests/integration/distributed/test_parallelism.py::test_layouts_agree"
 _VAL_BEFORE = "tests/unit/test_nonfinite.py::test_val_before_train_scores_the_starting_weights"
 _LORA = "tests/unit/test_lora.py::test_merged_export_and_adapter_load_to_the_adapted_model"
-_S3 = "tests/integration/test_upload_flow.py::test_upload_all_sends_every_checkpoint_and_export"
+_S3 = "tests/integration/flows/test_upload_flow.py::test_upload_all_sends_every_checkpoint_and_export"
 _METRICS = "tests/unit/test_metrics.py::test_jsonl_console_and_offline_wandb"
 _SPLITS = "tests/unit/test_cosmos_rl_splits.py"
 
@@ -89,7 +91,7 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     "train.train_policy.remote_reward.reward_fns.name": (_REMOTE,),
     "train.train_policy.remote_reward.reward_fns.weight": (_REMOTE,),
     "train.train_policy.remote_reward.reward_fns.clip_max": (
-        "tests/integration/test_reward_client.py::test_reward_set_combines_local_and_remote_weights",
+        "tests/integration/services/test_reward_client.py::test_reward_set_combines_local_and_remote_weights",
     ),
     "train.train_policy.remote_reward.reward_clip_min": (_REMOTE,),
     "train.train_policy.remote_reward.reward_clip_max": (_REMOTE,),
@@ -123,7 +125,7 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     "train.train_policy.allowed_outdated_steps": (_STALENESS,),
     "train.train_policy.max_inflight_steps": (
         _STALENESS,
-        "tests/integration/test_grpo_async.py::test_nothing_ahead_equals_the_synchronous_trainer",
+        "tests/integration/distributed/test_grpo_async.py::test_nothing_ahead_equals_the_synchronous_trainer",
     ),
     # ------------------------------------------------------------------------------------- train
     **{
@@ -139,9 +141,9 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     "train.train_batch_per_replica": (_STEP, _LAYOUTS),
     "train.epoch": (_STEP,),
     "train.max_num_steps": (_STEP,),
-    "train.resume": ("tests/integration/test_grpo_dist.py::test_resume_equals_uninterrupted",),
+    "train.resume": ("tests/integration/distributed/test_grpo_dist.py::test_resume_equals_uninterrupted",),
     "train.output_dir": ("tests/unit/test_run_sync.py::test_the_flows_make_the_run_folder_in_the_local_copy",),
-    "train.compile": ("tests/integration/test_sft_dist.py::test_compiled_fused_blocks_train_as_eager",),
+    "train.compile": ("tests/integration/distributed/test_sft_dist.py::test_compiled_fused_blocks_train_as_eager",),
     "train.sequence_packing": (
         "tests/unit/test_batching.py::test_packed_attention_needs_no_mask_and_gives_the_same_result",
     ),
@@ -151,7 +153,7 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     "train.ckpt.save_mode": ("tests/unit/test_checkpoint.py::test_async_and_sync_write_identical_states",),
     "train.ckpt.max_keep": ("tests/unit/test_checkpoint.py::test_rotation_keeps_newest",),
     "train.ckpt.export_safetensors": (
-        "tests/integration/test_sources_train.py::test_every_source_trains_through_the_sft_flow",
+        "tests/integration/flows/test_sources_train.py::test_every_source_trains_through_the_sft_flow",
     ),
     "train.ckpt.upload_s3": (_S3,),
     "train.ckpt.s3_bucket": (_S3,),
@@ -169,7 +171,7 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     # ------------------------------------------------------------------------------------- policy
     "policy.parallelism.tp_size": (_LAYOUTS,),
     "policy.parallelism.cp_size": (
-        "tests/integration/test_cp_vlm.py::test_sft_at_cp2_trains_as_cp1_and_resumes_at_cp1",
+        "tests/integration/distributed/test_cp_vlm.py::test_sft_at_cp2_trains_as_cp1_and_resumes_at_cp1",
     ),
     "policy.parallelism.dp_shard_size": (_LAYOUTS,),
     "policy.parallelism.pp_size": (
@@ -177,7 +179,7 @@ PROVED_BY: dict[str, tuple[str, ...]] = {
     ),
     "policy.parallelism.dp_replicate_size": (_LAYOUTS,),
     "policy.model_name_or_path": (
-        "tests/integration/test_text_families.py::test_lora_on_a_text_model_trains_its_targets_and_exports_merged",
+        "tests/integration/distributed/test_text_families.py::test_lora_on_a_text_model_trains_its_targets_and_exports_merged",
     ),
     "policy.model_max_length": ("tests/unit/test_prepare.py::test_overlength_error_skip_and_truncate",),
     "policy.model_gradient_checkpointing": (_LAYOUTS,),

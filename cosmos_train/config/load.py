@@ -21,12 +21,14 @@ from pydantic import ValidationError
 
 from cosmos_train.config.aliases import apply_aliases, resolve_policy_type, says_rl
 from cosmos_train.config.base import read_toml
-from cosmos_train.config.compat import INERT, NoEffect, take_foreign_keys
+from cosmos_train.config.compat import NoEffect, take_foreign_keys
+from cosmos_train.config.compat_notes import INERT
 from cosmos_train.config.explain import explain_errors, unknown_keys
 from cosmos_train.config.overrides import apply_overrides
 from cosmos_train.config.paths import cosmos_cache
 from cosmos_train.config.recipe_kind import world_model_refusal, world_model_sections
-from cosmos_train.config.schema import Config, ParallelismConfig
+from cosmos_train.config.schema import Config
+from cosmos_train.config.schema_model import ParallelismConfig
 from cosmos_train.config.schema_policy import GRPOPolicyConfig
 from cosmos_train.config.validate import semantic_problems, validate
 from cosmos_train.errors import ConfigError

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 from cosmos_train.config.paths import looks_local
-from cosmos_train.config.schema import Config, LoraConfig
+from cosmos_train.config.schema import Config
+from cosmos_train.config.schema_model import LoraConfig
 from cosmos_train.config.schema_policy import GRPOPolicyConfig
 from cosmos_train.errors import ConfigError, not_a_folder
 

@@ -2,7 +2,7 @@
 straight off the object's HTTP body (never a whole shard on disk first), with a position that resumes exactly.
 
     from cosmos_train.data.shards import ShardStream, shard_urls
-    from cosmos_train.storage import s3_client, s3_settings
+    from cosmos_train.storage.s3 import s3_client, s3_settings
     settings = s3_settings(os.environ)              # PROD_S3_CHECKPOINT_* first, then AWS_*, then boto3's chain
     urls = shard_urls("s3://bucket/clips/", s3_client(settings))  # or "s3://bucket/clips/shard-{000..099}.tar"
     stream = ShardStream(urls, settings, dp_rank=0, dp_size=2, num_workers=2, seed=0)
@@ -12,7 +12,7 @@ straight off the object's HTTP body (never a whole shard on disk first), with a 
 
 Reading: webdataset's own tar iterator and key grouping (`webdataset.tariterators`: `tar_file_expander`,
 `group_by_keys`: the files `<key>.<ext>` of one sample become one dict) over boto3's streaming GetObject body, so a
-shard is read as it arrives. The credentials and endpoint are `cosmos_train.storage`'s (`s3_settings`: the
+shard is read as it arrives. The credentials and endpoint are `cosmos_train.storage.s3`'s (`s3_settings`: the
 world-model recipes' PROD_S3_CHECKPOINT_{ACCESS_KEY_ID,SECRET_ACCESS_KEY,ENDPOINT_URL,REGION_NAME}, else AWS_*).
 
 Splitting: there are `dp_size x W` reading slots (W = max(1, num_workers)); in epoch e the shards are taken in a
@@ -43,7 +43,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from cosmos_train.errors import DataError
-from cosmos_train.storage import S3Settings, parse_target, s3_client
+from cosmos_train.storage.s3 import S3Settings, s3_client
+from cosmos_train.storage.targets import parse_target
 
 SHARD_SUFFIXES = (".tar",)
 READ_RETRIES = 3  # a shard whose connection is lost mid-read is reopened this many times

@@ -30,7 +30,7 @@ class GenerationConfig:
     vision_defaults: qwen-vl-utils keys (fps, max_pixels, ...) for media parts that do not set them.
     torch_threads: intra-op threads of the HF engine; None: cores / processes_per_host.
     processes_per_host: processes computing on this host at once (trainer ranks + engines); used to
-        pin torch threads, since oversubscribed cores were ~10x slower here.
+        pin torch threads, since oversubscribed cores ran many times slower.
     enforce_eager: vLLM runs the model eagerly (no CUDA graphs: faster start, less memory).
     external_launcher: vLLM joins the process group of the torchrun ranks it is colocated with (vLLM's
         "external_launcher": one engine per rank on the rank's own device, `tp_size` consecutive ranks

@@ -5,9 +5,9 @@
 Why our own decode loop rather than `model.generate(num_return_sequences=n)`: generate copies each
 prompt n times before the prefill, so the vision tower and the prompt run n times. Here the batch's
 prompts (left-padded, vision tensors concatenated in order) are run once, their KV cache is
-repeated n times (prefix sharing), and only the new tokens of the B * n samples are computed.
-Measured on the 2-core CPU with the tiny model, 8 prompts x 8 samples, <= 4 new tokens: 0.27 s vs
-1.33 s a step. The loop also gives what generate does not: the log-prob of each token under the
+repeated n times (prefix sharing), and only the new tokens of the B * n samples are computed
+(bench/generation.py measures it against per-sample generation and vLLM; the figures are in
+bench/RESULTS.md, "Generation"). The loop also gives what generate does not: the log-prob of each token under the
 distribution it was drawn from (penalties, temperature, top-k, top-p applied, as vLLM's
 processed_logprobs), per-sample stop strings, and samples that finish leave the batch.
 
@@ -155,7 +155,7 @@ class HFEngine:
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         if self.device.type == "cpu":
-            # Oversubscribed cores (2 threads in each of 2 busy processes on 2 cores) ran ~10x slower.
+            # Oversubscribed cores (2 threads in each of 2 busy processes on 2 cores) ran many times slower.
             torch.set_num_threads(cfg.threads())
         self.processor = processor if processor is not None else load_processor(cfg.tokenizer_path or cfg.model_path)
         self.model = model if model is not None else load_model(cfg.model_path, dtype=self.dtype, device=self.device)

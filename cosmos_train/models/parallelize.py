@@ -103,7 +103,7 @@ def parallelize(model: PreTrainedModel, dist: DistInfo, cfg: Config) -> PreTrain
         mp = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     if dist.world_size == 1 and dist.device.type == "cpu" and not t.fsdp_offload:
         # One CPU rank: nothing to shard and no mixed precision to apply, and FSDP2's DTensor
-        # parameters cost ~10% per step (bench/sft_throughput.py). Checkpoints hold the same names
+        # parameters cost time every step (bench/sft_throughput.py; bench/RESULTS.md). Checkpoints hold the same names
         # and load on any world size. (One GPU keeps FSDP2 for its bf16 mixed-precision policy.)
         return model
     reshard = {"default": True, "always": True, "never": False}[t.fsdp_reshard_after_forward]

@@ -45,7 +45,7 @@ class RemoteRewardError(RuntimeError):
 
 class RewardServiceUnreachable(RemoteRewardError):
     """No usable answer through every retry (refused, reset, timed out, 429 / 502 / 503 / 504): the service is
-    down, not wrong. A GRPO run stops saved on it (`rollout_source.agree_on_outage`); anything else stays a crash."""
+    down, not wrong. A GRPO run stops saved on it (`rollout.sources.agree_on_outage`); anything else stays a crash."""
 
     def __init__(self, url: str, tries: int, waited_s: float, last: str):
         self.url, self.tries, self.waited_s, self.last = url, tries, waited_s, last

@@ -34,7 +34,8 @@ from cosmos_train.sweep.spec import (
     trial_name,
 )
 from cosmos_train.sweep.spec import labels as key_labels
-from cosmos_train.wfm.config import WfmConfig, load_wfm_config
+from cosmos_train.wfm.config import load_wfm_config
+from cosmos_train.wfm.config_schema import WfmConfig
 
 Kind = Literal["sft", "grpo", "wfm-rl"]
 Mode = Literal["max", "min"]

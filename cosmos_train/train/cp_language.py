@@ -27,7 +27,7 @@ What is split, and what is not:
   gathered (`KeptSlice.combine`, a few floats per token) and every rank of the group computes the same loss; the
   gather's backward keeps each rank's own tokens' gradient, and those shares add up to the sequence's gradient.
 
-The result equals cp = 1 to float rounding (tests/integration/test_cp_vlm.py).
+The result equals cp = 1 to float rounding (tests/integration/distributed/test_cp_vlm.py).
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from cosmos_train.checkpoint import CheckpointManager, all_ok, broadcast_str, cpu_group, seed_process_rngs
+from cosmos_train.checkpoint import CheckpointManager
 from cosmos_train.checkpoint_paths import resolve_resume
 from cosmos_train.config import CheckpointConfig, ParallelismConfig, RunHealthConfig
 from cosmos_train.config.paths import is_s3, run_cache_root
-from cosmos_train.distributed import DistInfo, all_reduce_max, init_distributed, teardown
+from cosmos_train.distributed import DistInfo, all_ok, any_rank, broadcast_str, cpu_group, init_distributed, teardown
 from cosmos_train.errors import (
     RunStuck,
     ServiceUnavailable,
@@ -46,6 +46,7 @@ from cosmos_train.errors import (
 )
 from cosmos_train.logs import setup_logging
 from cosmos_train.metrics import LoggedJob, MetricsLogger, read_metrics
+from cosmos_train.rng_state import seed_process_rngs
 from cosmos_train.run_sync import RunSync, fetch_checkpoint, run_url, settings_for
 from cosmos_train.signals import install_exit_handlers
 from cosmos_train.train.run_health import HealthWatch, stuck_message
@@ -325,8 +326,8 @@ class BaseTrainer(ABC, Generic[ConfigT]):
             return None
         self.health.add("train", self.step, values)
         stuck = self.health.stuck()
-        # the values are all-reduced, so ranks agree; the max makes a rank that read less history follow
-        if not float(all_reduce_max(float(bool(stuck)), self.dist.device)):
+        # the values are all-reduced, so ranks agree; any rank's verdict makes a rank that read less history follow
+        if not any_rank(bool(stuck), self.dist.device):
             return None
         key = f"{self.health.section}.stop_when_stuck"
         self.log(f"{key}: ending after step {self.step}: {', '.join(v.name for v in stuck)}")
@@ -346,7 +347,7 @@ class BaseTrainer(ABC, Generic[ConfigT]):
         """The steps from where the run is to its end (or an agreed stop), then the end's checkpoint and export.
 
         A service the run needs that stayed unreachable (GRPO's reward service) ends it saved: every rank raises
-        ServiceUnavailable at the same point (`rollout_source.agree_on_outage`), before the step's update, so the
+        ServiceUnavailable at the same point (`rollout.sources.agree_on_outage`), before the step's update, so the
         model, optimizer and data position still hold the last completed step; that step is saved here (a
         collective all ranks reach together) and the error goes on with where the run stopped (run_main: its
         paragraph, RUN/error.json of kind "service", exit 75)."""

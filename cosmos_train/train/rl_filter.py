@@ -6,9 +6,10 @@
 
 A prompt every sample answers right, or none does, gives GRPO a group whose rewards are all equal: no
 advantage, nothing to learn, a step's share spent for nothing. This asks the model `samples` times per training
-prompt, the way GRPO's rollout does (`rollout.collect_rollouts`: the one prompt builder, the [rollout] sampling
-settings with n = samples, the config's reward_function, a dataset script's REWARD_FUNCTIONS), and keeps the
-prompts whose pass rate p satisfies min_pass < p < max_pass (default 0 < p < 1).
+prompt, the way GRPO's rollout does (`rollout.groups.collect_rollouts`: the one prompt builder, the [rollout]
+sampling settings with n = samples, the config's reward_function and reward shaping, a dataset script's
+REWARD_FUNCTIONS, seeds from `derive_seed`), and keeps the prompts whose pass rate p satisfies
+min_pass < p < max_pass (default 0 < p < 1).
 
 A completion passes when the config's accuracy reward (`rewards.accuracy_reward`: single_choice, exact_match,
 boxed_math, gsm8k) is 1; a reward set without one (a format reward alone, a script's reward) passes when the
@@ -47,8 +48,15 @@ from cosmos_train.data.sources.holdout import DEFAULT_TEST_SIZE, kind_of_source
 from cosmos_train.errors import ConfigError, DataError, ModelError
 from cosmos_train.generation import GenerationEngine, create_engine, from_rollout
 from cosmos_train.models.load import load_processor
-from cosmos_train.rewards import RewardSet, accuracy_reward, register_script_rewards
-from cosmos_train.train.rollout import SEED_MOD, collect_rollouts, grpo_policy, step_sampling, training_rewards
+from cosmos_train.rewards import RewardSet, accuracy_reward
+from cosmos_train.train.rollout.groups import (
+    collect_rollouts,
+    derive_seed,
+    grpo_policy,
+    reward_shaping,
+    step_sampling,
+    training_rewards,
+)
 from cosmos_train.vision.processor import get_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -235,12 +243,13 @@ def score_prompts(
 ) -> tuple[list[PromptScore], str]:
     """Sample every row `settings.samples` times and count the completions that pass; (scores, pass rule)."""
     rule, passed = pass_rule(rewards, settings.threshold)
+    shaping = reward_shaping(cfg)
     scores: list[PromptScore] = []
     start = time.monotonic()
     for chunk, part in _chunks(rows, settings.prompts_per_call):
-        # the trainer's sampling settings with n = samples; a seed per chunk, so a run is repeatable
-        sampling = replace(step_sampling(cfg, (seed * 1_000_003 + chunk * 10_007) % SEED_MOD), n=settings.samples)
-        rollout = collect_rollouts(engine, part, rewards, sampling)
+        # the trainer's sampling settings with n = samples; a seed per chunk (as a step's), so a run is repeatable
+        sampling = replace(step_sampling(cfg, derive_seed(seed, step=chunk)), n=settings.samples)
+        rollout = collect_rollouts(engine, part, rewards, sampling, shaping=shaping)
         for group in rollout.groups:
             n_pass = sum(passed(total, parts) for total, parts in zip(group.rewards, group.parts))
             row = group.row
@@ -481,11 +490,9 @@ def filter_rl_data(cfg: Config, settings: FilterSettings, out: Path) -> FilterRe
     settings.check(out)
     policy_cfg = grpo_policy(cfg)
     started = time.monotonic()
-    if settings.dataset_script:
-        register_script_rewards(settings.dataset_script)
     model = settings.model or cfg.policy.model_name_or_path
     # the sampled model's tokenizer, loaded only when a reward counts tokens (`overlong`)
-    rewards = training_rewards(cfg, lambda: get_tokenizer(load_processor(model)))
+    rewards = training_rewards(cfg, lambda: get_tokenizer(load_processor(model)), settings.dataset_script)
     on_bad_row = policy_cfg.dataset.on_bad_row
     samples = load_samples(cfg, "train", settings.dataset_script, keep_errors=on_bad_row == "skip")
     bad = [s for s in samples if "error" in s]

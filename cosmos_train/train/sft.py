@@ -22,13 +22,13 @@ from torch.utils.data import DataLoader
 
 from cosmos_train.config import Config
 from cosmos_train.distributed import DistInfo, all_reduce_sum
-from cosmos_train.errors import ConfigError, DataError
+from cosmos_train.errors import DataError
 from cosmos_train.train.batching import collate_packed, collate_padded, split_micro_batches
 from cosmos_train.train.cp_language import local_kept
 from cosmos_train.train.data import SFTDataset, load_train_samples
 from cosmos_train.train.linear_ce import head_weight, linear_ce_sum
 from cosmos_train.train.loop import run_main
-from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
+from cosmos_train.train.sampler import DataPosition
 from cosmos_train.train.sft_loss import kept_ce_sum, label_positions, sft_loss_scales
 from cosmos_train.train.step import apply_update, backward_micro_batches, forward_logits
 from cosmos_train.train.trainer import Trainer, peak_memory_gb
@@ -57,33 +57,17 @@ class SFTTrainer(Trainer):
         # A replica is one model copy: its dp_shard ranks split the replica's batch. The global batch is
         # thus independent of dp_shard, so a run resumed on another number of GPUs sees the same batches.
         global_batch = t.train_batch_per_replica * dist.dp_replicate
-        if global_batch % dist.dp_size:
-            raise ConfigError(
-                [
-                    f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
-                    f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part"
-                ]
-            )
-        self.sampler = GlobalBatchSampler(
+        self.init_steps(
             len(self.dataset),
             global_batch,
-            dist.dp_size,
-            dist.dp_rank,
-            shuffle=policy_cfg.dataloader_shuffle,
-            seed=policy_cfg.dataloader_seed,
             drop_last=policy_cfg.dataloader_drop_last,
+            indivisible=f"train.train_batch_per_replica ({t.train_batch_per_replica}) must be divisible by "
+            f"policy.parallelism.dp_shard_size ({dist.dp_shard}): each shard rank takes an equal part",
+            # training nothing would export the untrained model as `final`
+            no_step=f"{len(self.dataset)} training row(s) make no full global batch of {global_batch} "
+            f"(train.train_batch_per_replica x dp_replicate) with train.train_policy.dataloader_drop_last = "
+            "true: add rows, lower train.train_batch_per_replica, or set dataloader_drop_last = false",
         )
-        per_epoch = self.sampler.steps_per_epoch()
-        if per_epoch == 0:  # training nothing would export the untrained model as `final`
-            raise DataError(
-                f"{len(self.dataset)} training row(s) make no full global batch of {global_batch} "
-                f"(train.train_batch_per_replica x dp_replicate) with train.train_policy.dataloader_drop_last = "
-                "true: add rows, lower train.train_batch_per_replica, or set dataloader_drop_last = false"
-            )
-        total_steps = per_epoch * t.epoch
-        if t.max_num_steps is not None:
-            total_steps = min(total_steps, t.max_num_steps)
-        self.init_schedule(total_steps)
 
     # ------------------------------------------------------------------ one optimizer step
     def _collate(self, samples: list[Any]):

@@ -1,6 +1,8 @@
 """One optimizer step's mechanics, shared by the SFT and GRPO trainers.
 
     backward_micro_batches(model, micro, dist, loss_fn)   # forward + backward each micro-batch
+    for f in forward_micro_batches(model, micro, dist):   # the same as a flat loop: the caller's loss
+        f.backward(my_loss(f.logits, f.keep))
     grad_norm = clip_grad_norm(model, cfg.train.optm_grad_norm_clip)
     applied = apply_update(optimizer, scheduler, finite=math.isfinite(loss) and math.isfinite(grad_norm))
 
@@ -12,7 +14,8 @@ whose loss or gradient is not finite.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -68,6 +71,40 @@ def forward_head_loss(
     return forward_micro_batch(model, mb, run_vision, head=head, cp=cp, use_cache=False)
 
 
+@dataclass
+class MicroForward:
+    """One micro-batch's forward (`forward_micro_batches`): its logits at the kept positions, for the caller's loss."""
+
+    index: int  # the micro-batch's place in the step
+    batch: MicroBatch  # on the device
+    logits: torch.Tensor  # [B, K, V] at `keep`
+    keep: torch.Tensor  # the positions kept (this rank's slice's with context parallel: `forward_logits`)
+    blank: torch.Tensor | None  # the blank-vision loss term, added to the loss's backward
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """The loss's gradients (with the blank-vision term) into the parameters."""
+        (loss if self.blank is None else loss + self.blank).backward()
+
+
+def _sync_gradients_on_last(model: nn.Module, i: int, count: int) -> None:
+    # reduce-scatter gradients once per step, not once per micro-batch
+    if isinstance(model, FSDPModule):  # FSDP2-sharded (one CPU rank runs unsharded)
+        model.set_requires_gradient_sync(i == count - 1)
+
+
+def forward_micro_batches(model: nn.Module, micro: list[MicroBatch], dist: DistInfo) -> Iterator[MicroForward]:
+    """Forward every micro-batch in turn: the caller computes its loss and calls `backward` on each before asking for
+    the next (`backward_micro_batches`' contract: the same number on every rank, each loss already divided by the
+    step's global normaliser, gradient sync on the last one)."""
+    run_vision = media_in_micro_batches(micro, dist.device)
+    cp = dist.cp_group
+    for i, mb in enumerate(micro):
+        _sync_gradients_on_last(model, i, len(micro))
+        mb = mb.to(dist.device)
+        logits, keep, blank = forward_logits(model, mb, run_vision[i], cp)
+        yield MicroForward(i, mb, logits, keep, blank)
+
+
 def backward_micro_batches(
     model: nn.Module,
     micro: list[MicroBatch],
@@ -85,19 +122,16 @@ def backward_micro_batches(
     each returns its slice's share (FSDP sums the CP ranks' gradients: `distributed.set_data_parallel_average`)."""
     if (loss_fn is None) == (head_loss_fn is None):
         raise ValueError("backward_micro_batches: give exactly one of loss_fn and head_loss_fn")
+    if loss_fn is not None:
+        for f in forward_micro_batches(model, micro, dist):
+            f.backward(loss_fn(f.index, f.batch, f.logits, f.keep))
+        return
+    assert head_loss_fn is not None  # exactly one of the two, checked above
     run_vision = media_in_micro_batches(micro, dist.device)
-    cp = dist.cp_group
     for i, mb in enumerate(micro):
-        # reduce-scatter gradients once per step, not once per micro-batch
-        if isinstance(model, FSDPModule):  # FSDP2-sharded (one CPU rank runs unsharded)
-            model.set_requires_gradient_sync(i == len(micro) - 1)
+        _sync_gradients_on_last(model, i, len(micro))
         mb = mb.to(dist.device)
-        if head_loss_fn is not None:
-            loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn, cp)
-        else:
-            assert loss_fn is not None  # exactly one of the two, checked above
-            logits, keep, blank = forward_logits(model, mb, run_vision[i], cp)
-            loss = loss_fn(i, mb, logits, keep)
+        loss, blank = forward_head_loss(model, i, mb, run_vision[i], head_loss_fn, dist.cp_group)
         (loss if blank is None else loss + blank).backward()
 
 

@@ -1,5 +1,6 @@
 """The vision-language trainers' common part: the policy on the mesh, its optimizer and schedule over the
-`[train]` settings, the data position checkpoints carry, safetensors exports, and the non-finite step rule.
+`[train]` settings, the sampler of the steps' rows and the run's length (`init_steps`), the data position
+checkpoints carry, safetensors exports, and the non-finite step rule.
 
 `SFTTrainer` (train/sft.py) and `GRPOTrainer` (train/grpo.py) subclass `Trainer`; each adds its data, its step and
 what its checkpoints carry beyond the step and data position (`checkpoint_extra` / `restore_extra`). The run around
@@ -23,7 +24,7 @@ from transformers import PreTrainedConfig
 from cosmos_train.checkpoint_paths import find_latest
 from cosmos_train.config import Config, load_config
 from cosmos_train.distributed import DistInfo
-from cosmos_train.errors import TrainingDiverged
+from cosmos_train.errors import ConfigError, DataError, TrainingDiverged
 from cosmos_train.models.hf_folder import export_safetensors
 from cosmos_train.models.load import load_model, load_processor, resolve_attention
 from cosmos_train.models.lora import apply_lora
@@ -33,7 +34,7 @@ from cosmos_train.train.flops import FlopCounter, peak_flops
 from cosmos_train.train.loop import BaseTrainer, LoopSettings
 from cosmos_train.train.optim import apply_freeze_patterns, build_optimizer, build_scheduler
 from cosmos_train.train.packed_attention import use_packed_attention
-from cosmos_train.train.sampler import DataPosition
+from cosmos_train.train.sampler import DataPosition, GlobalBatchSampler
 
 
 def pad_token_id(model: nn.Module) -> int:
@@ -78,7 +79,7 @@ def load_policy(cfg: Config, dist: DistInfo, trainable: bool = True) -> tuple[nn
 
 
 class Trainer(BaseTrainer[Config]):
-    """Subclasses set `name`, build their data, call `init_schedule(total_steps)`, and give the loop their
+    """Subclasses set `name`, build their data, call `init_steps(rows, global_batch, ...)`, and give the loop their
     `batches` and `train_step`."""
 
     def __init__(self, cfg: Config, run_dir: Path, dist: DistInfo, dataset_script: str | None = None):
@@ -132,12 +133,42 @@ class Trainer(BaseTrainer[Config]):
     def from_args(cls, cfg: Config, run_dir: Path, dist: DistInfo, args: argparse.Namespace) -> Trainer:
         return cls(cfg, run_dir, dist, args.dataset_script)
 
-    def init_schedule(self, total_steps: int, schedule_steps: int | None = None) -> None:
-        """total_steps: the run's length in trainer steps; schedule_steps: the ticks of the learning-rate schedule
-        over the run, cosmos-rl's steps (GRPO: a step here is several when a group is more than
-        train_batch_per_replica completions), else total_steps. It never counts optimizer updates."""
+    def init_steps(
+        self,
+        rows: int,
+        global_batch: int,
+        *,
+        drop_last: bool,
+        indivisible: str,
+        no_step: str,
+        ticks_per_step: int = 1,
+    ) -> None:
+        """The sampler of `global_batch` of the `rows` a step, shared out over the data-parallel ranks (the
+        train_policy's dataloader_shuffle / dataloader_seed), the run's length (epochs of it, at most
+        train.max_num_steps) and its learning-rate schedule. `indivisible`: the ConfigError's words when the ranks
+        cannot take equal shares of the batch; `no_step`: the DataError's when the rows make no step.
+        ticks_per_step: the schedule's ticks a step, cosmos-rl's steps in one of ours (GRPO: several when a group
+        is more than train_batch_per_replica completions); it never counts optimizer updates."""
+        dist, t = self.dist, self.cfg.train
+        if global_batch % dist.dp_size:
+            raise ConfigError([indivisible])
+        self.sampler = GlobalBatchSampler(
+            rows,
+            global_batch,
+            dist.dp_size,
+            dist.dp_rank,
+            shuffle=t.train_policy.dataloader_shuffle,
+            seed=t.train_policy.dataloader_seed,
+            drop_last=drop_last,
+        )
+        per_epoch = self.sampler.steps_per_epoch()
+        if per_epoch == 0:
+            raise DataError(no_step)
+        total_steps = per_epoch * t.epoch
+        if t.max_num_steps is not None:
+            total_steps = min(total_steps, t.max_num_steps)
         self.total_steps = total_steps
-        self.scheduler = build_scheduler(self.optimizer, self.cfg.train, schedule_steps or total_steps)
+        self.scheduler = build_scheduler(self.optimizer, t, total_steps * ticks_per_step)
 
     # ------------------------------------------------------------------ the data position checkpoints carry
     def checkpoint_extra(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The sections of the world-model RL job config (cosmos_train/wfm/config.py's `WfmConfig`): cosmos-rl's
+"""The sections of the world-model RL job config (cosmos_train/wfm/config_schema.py's `WfmConfig`): cosmos-rl's
 [model] / [model.rl] / [model_parallel] / [trainer] / [optimizer] / [scheduler] / [dataloader_train] / [job] /
 [checkpoint] tables and our [reward] and [evaluation], each a typed `Section` with its bounds."""
 
@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cosmos_train.config.base import MinusOneOrPositive, Section
-from cosmos_train.config.schema import RunHealthConfig
 from cosmos_train.config.schema_policy import ServiceRetries
+from cosmos_train.config.schema_run_health import RunHealthConfig
 from cosmos_train.wfm.mock_data import MockVideo, mock_dataset
 
 

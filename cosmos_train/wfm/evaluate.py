@@ -42,7 +42,7 @@ from cosmos_train.config.paths import is_s3, looks_local
 from cosmos_train.errors import DataError, ModelError
 from cosmos_train.evaluation.report import unique_labels
 from cosmos_train.run_sync import fetch_folder
-from cosmos_train.storage import s3_settings
+from cosmos_train.storage.s3 import s3_settings
 from cosmos_train.wfm.conditioning import (
     FrameCondition,
     conditioned_velocity,
@@ -51,7 +51,7 @@ from cosmos_train.wfm.conditioning import (
     generated_mean,
     sample_ode,
 )
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.config_schema import WfmConfig
 from cosmos_train.wfm.data import load_clip, load_text_embedding, mock_prompts, scan_dataset
 from cosmos_train.wfm.eval_report import collapse_flags, sample_spread, t_interval
 from cosmos_train.wfm.losses import noised
@@ -65,8 +65,8 @@ from cosmos_train.wfm.model import (
     load_wfm,
 )
 from cosmos_train.wfm.rewards import VideoScorer
+from cosmos_train.wfm.rl_step import EVAL_SIGMAS
 from cosmos_train.wfm.sde import sigma_schedule
-from cosmos_train.wfm.trainer import EVAL_SIGMAS
 
 BATCH = 8  # prompts sampled at once
 

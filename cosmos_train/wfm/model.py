@@ -1,14 +1,13 @@
 """The world model's parts in the Cosmos-Predict2.5 diffusers layout: DiT, Wan video VAE, text encoder.
 
-    cosmos-train make-tiny-wfm outputs/tiny-wfm                 # the offline tiny folder (CPU, seconds)
-    python -c "from cosmos_train.wfm.model import make_tiny_wfm; make_tiny_wfm('/tmp/tiny-wfm')"
+    cosmos-train make-tiny-wfm outputs/tiny-wfm                 # the offline tiny folder (wfm/tiny_model.py)
 
     parts = load_wfm("outputs/tiny-wfm")
     emb = encode_prompts(parts, ["a bright ball rolls left"])  # [B, L, layers x hidden]
     z = encode_video(parts, video_uint8)                        # [B, C, T', H', W'] normalised latents
     v = predict_velocity(parts.transformer, z, sigma, emb)      # the DiT's velocity (noise - x0)
     video = decode_latents(parts, z)                            # uint8 [B, 3, T, H, W]
-    export_wfm("outputs/tiny-wfm", policy_state_dict, RUN / "diffusers" / "final")
+    export_wfm("outputs/tiny-wfm", policy_state_dict, RUN / "diffusers" / "final")  # wfm/model_export.py
 
 What diffusers' `Cosmos2_5_PredictBasePipeline` does, written for training: the text encoder is a Qwen2.5-VL
 (Cosmos-Reason1); a prompt's embedding is the system + user chat padded to max_length, the hidden states of
@@ -26,22 +25,16 @@ no safety_checker, which raises ImportError without the `cosmos_guardrail` packa
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoModelForImageTextToText, AutoTokenizer, PreTrainedModel
 
 from cosmos_train.errors import CheckpointError, ConfigError, ModelError
 from cosmos_train.models.hf_folder import check_safetensors_file
-from cosmos_train.models.tiny import make_tiny_model
 
 if TYPE_CHECKING:  # diffusers is imported where it is used (a heavy import); these names are for hints only
     from diffusers import AutoencoderKLWan, CosmosTransformer3DModel
@@ -52,16 +45,7 @@ PIPELINE_CLASS = "Cosmos2_5_PredictBasePipeline"
 # The system turn of Predict2.5's prompt chat (diffusers' _get_prompt_embeds), word for word.
 SYSTEM_PROMPT = "You are a helpful assistant who will provide prompts to an image generator."
 COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-TRANSFORMER_WEIGHTS = "diffusion_pytorch_model.safetensors"
 WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
 VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # Wan2.1's VAE (Predict2.5's): 4x in time after the first frame, 8x in space
 
 
@@ -80,194 +64,8 @@ class WfmParts:
     vae_scale_spatial: int = VAE_SPATIAL
 
 
-# ------------------------------------------------------------------------------------ the tiny folder
-def _tiny_vae(latent_channels: int, base_dim: int = 16) -> AutoencoderKLWan:
-    """Wan2.1's VAE layout at base_dim 16: three down stages (8x space), time halved twice (4x)."""
-    from diffusers import AutoencoderKLWan  # why: diffusers is heavy, loaded only by world-model code
-
-    return AutoencoderKLWan(
-        base_dim=base_dim,
-        z_dim=latent_channels,
-        dim_mult=[1, 2, 2, 2],
-        num_res_blocks=1,
-        temperal_downsample=[False, True, True],
-        latents_mean=[0.0] * latent_channels,
-        latents_std=[1.0] * latent_channels,
-    )
-
-
-def _identity_like(conv: nn.Conv2d | nn.Conv3d, average: bool = False) -> None:
-    """A conv that copies channel o % in_channels of the current frame's centre pixel to output channel o (with
-    `average`, the mean of its spatial window instead: a strided downsample that keeps a region's brightness).
-    The current frame is the last temporal tap: Wan's causal convs pad in the past only."""
-    w = torch.zeros_like(conv.weight)
-    k = w.shape[2:]
-    t = (k[0] - 1,) if len(k) == 3 else ()
-    for o in range(w.shape[0]):
-        i = o % w.shape[1]
-        if average:
-            w[(o, i, *t)] = 1.0 / (k[-1] * k[-2])
-        else:
-            w[(o, i, *t, k[-2] // 2, k[-1] // 2)] = 1.0
-    conv.weight.data.copy_(w)
-    if conv.bias is not None:
-        conv.bias.data.zero_()
-
-
-def _pass_through(vae: AutoencoderKLWan) -> None:
-    """Make a random Wan VAE carry latents to pixels (and pixels to latents). Measured: a randomly initialised
-    AutoencoderKLWan's decoded frames do not depend on its latents (a linear read-out of its last features
-    explains ~0% of a latent channel; brightness, motion and smoothness of decodes vary by < 1%), so no pixel
-    reward could be learned through it. Here every residual branch and attention output starts at zero (each
-    block passes its input through), and every other conv copies channels (o <- o mod in) at the current frame's
-    centre (strided downsamples average their window): the decoder renders the normalised latent channels 0-2
-    as RGB (brightness follows them), the encoder writes RGB into the latent channels. The architecture and
-    the folder are the real ones; only the starting weights are chosen."""
-    zeroed = set()
-    for m in vae.modules():
-        kind = type(m).__name__
-        for part in ({"WanResidualBlock": ("conv2",), "WanAttentionBlock": ("proj",)}).get(kind, ()):
-            conv = getattr(m, part)
-            conv.weight.data.zero_()
-            conv.bias.data.zero_()
-            zeroed.add(id(conv))
-    for name, m in vae.named_modules():
-        if isinstance(m, nn.Conv2d | nn.Conv3d) and id(m) not in zeroed and not name.endswith("to_qkv"):
-            stride = m.stride[-1] if isinstance(m.stride, tuple) else m.stride
-            _identity_like(m, average=stride > 1)
-
-
-def _tiny_transformer(
-    latent_channels: int,
-    text_dim: int,
-    heads: int = 2,
-    *,
-    text_embed_dim: int | None = None,
-    max_size: tuple[int, int, int] = (16, 32, 32),
-    patch_size: tuple[int, int, int] = (1, 2, 2),
-) -> CosmosTransformer3DModel:
-    """Predict2.5's DiT layout, tiny: 2 blocks of 2 heads x 32 (or `heads` x 64 / heads: context parallel over 4
-    ranks needs 4), cross-attention on the projected full_concat (text_dim wide), or with text_embed_dim on
-    embeddings of that width directly (no projection: Predict2's T5 layout)."""
-    from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
-
-    return CosmosTransformer3DModel(
-        in_channels=latent_channels + 1,
-        out_channels=latent_channels,
-        num_attention_heads=heads,
-        attention_head_dim=64 // heads,
-        num_layers=2,
-        mlp_ratio=2.0,
-        text_embed_dim=text_embed_dim or 64,
-        adaln_lora_dim=16,
-        max_size=max_size,
-        patch_size=patch_size,
-        rope_scale=(1.0, 1.0, 1.0),
-        concat_padding_mask=False,
-        extra_pos_embed_type=None,
-        use_crossattn_projection=text_embed_dim is None,
-        crossattn_proj_in_channels=text_dim,
-        encoder_hidden_states_channels=64,
-    )
-
-
-def _calibration_videos(n: int = 16, frames: int = 5, size: int = 32, seed: int = 0) -> torch.Tensor:
-    """[n, 3, T, H, W] in [-1, 1]: flat scenes of varied brightness with a moving square, to measure the random
-    VAE's latent statistics."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.rand(n, 1, 1, 1, 1, generator=g) * 1.6 - 0.8
-    video = base.expand(n, 3, frames, size, size).clone()
-    for i in range(n):
-        y, x = (int(v) for v in torch.randint(0, size - 8, (2,), generator=g))
-        for t in range(frames):
-            video[i, :, t, y : y + 8, (x + 2 * t) % (size - 8) : (x + 2 * t) % (size - 8) + 8] = -base[i, 0, 0, 0, 0]
-    return video
-
-
-def _write_text_encoder(out: Path, seed: int) -> int:
-    """text_encoder/ (our tiny Qwen2.5-VL, Cosmos-Reason1's architecture) and tokenizer/ beside it, as the hub
-    folder splits them; returns the full_concat width (layers x hidden) the DiT's crossattn_proj takes."""
-    te_dir = make_tiny_model(out / "text_encoder", seed=seed, family="qwen2_5_vl")
-    (out / "tokenizer").mkdir(exist_ok=True)
-    for name in TOKENIZER_FILES:  # moved, not copied: one tokenizer (with its chat template) in one place
-        if (te_dir / name).is_file():
-            shutil.move(te_dir / name, out / "tokenizer" / name)
-    text = json.loads((te_dir / "config.json").read_text())
-    text = text.get("text_config", text)
-    return int(text["num_hidden_layers"]) * int(text["hidden_size"])
-
-
-def _model_index() -> dict[str, Any]:
-    """model_index.json of a Predict2.5 folder; safety_checker is a null component (cosmos_guardrail's)."""
-    import diffusers  # why: diffusers is heavy, loaded only by world-model code
-
-    return {
-        "_class_name": PIPELINE_CLASS,
-        "_diffusers_version": diffusers.__version__,
-        "scheduler": ["diffusers", "UniPCMultistepScheduler"],
-        "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
-        "tokenizer": ["transformers", "Qwen2Tokenizer"],
-        "transformer": ["diffusers", "CosmosTransformer3DModel"],
-        "vae": ["diffusers", "AutoencoderKLWan"],
-        "safety_checker": [None, None],
-    }
-
-
-def make_tiny_wfm(
-    out_dir: str | Path,
-    seed: int = 0,
-    *,
-    latent_channels: int = 4,
-    heads: int = 2,
-    text_embed_dim: int | None = None,
-    max_size: tuple[int, int, int] = (16, 32, 32),
-    patch_size: tuple[int, int, int] = (1, 2, 2),
-    vae_base_dim: int = 16,
-) -> Path:
-    """Write a tiny Cosmos-Predict2.5-layout diffusers folder (model_index.json, transformer/, vae/, text_encoder/,
-    tokenizer/, scheduler/) with weights drawn from `seed`; the same seed gives the same bytes.
-
-    The defaults make the tiny model of the tests (videos up to 16 latent frames of 32 x 32). For cosmos-rl's
-    mock-data recipes (embeddings carried by the rows, 480p clips): text_embed_dim (the DiT takes embeddings of
-    that width, e.g. 1024 as cosmos-rl's default net; its text_encoder/ then does not feed it), max_size (the
-    latent grid its RoPE covers, (T', H', W')), patch_size (fewer tokens per video) and vae_base_dim (the VAE's
-    width: its cost per pixel).
-
-        python -c "from cosmos_train.wfm.model import make_tiny_wfm; print(make_tiny_wfm('/tmp/tiny-wfm'))"
-    """
-    from diffusers import UniPCMultistepScheduler  # why: diffusers is heavy, loaded only by world-model code
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    text_dim = _write_text_encoder(out, seed)
-    # Random init draws from the global generator; fork it so callers' RNG state is left untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        vae = _tiny_vae(latent_channels, vae_base_dim)
-        _pass_through(vae)
-        transformer = _tiny_transformer(
-            latent_channels, text_dim, heads, text_embed_dim=text_embed_dim, max_size=max_size, patch_size=patch_size
-        )
-        # A made-up VAE's latents are far from unit scale: measure mean / std per channel on synthetic videos (as
-        # Wan's were measured on real ones), so that normalised latents, what the DiT sees, are ~N(0, 1).
-        with torch.no_grad():
-            z = vae.encode(_calibration_videos(seed=seed)).latent_dist.mode()
-    vae.register_to_config(
-        latents_mean=[round(float(v), 6) for v in z.mean(dim=(0, 2, 3, 4))],
-        latents_std=[round(float(v), 6) for v in z.std(dim=(0, 2, 3, 4))],
-    )
-    vae.save_pretrained(out / "vae")
-    transformer.save_pretrained(out / "transformer")
-    # Only for diffusers' pipeline: training uses its own SDE sampler (wfm/sde.py). Predict2.5's scheduler settings.
-    UniPCMultistepScheduler(use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0).save_pretrained(
-        out / "scheduler"
-    )
-    (out / "model_index.json").write_text(json.dumps(_model_index(), indent=2) + "\n")
-    return out
-
-
 # ------------------------------------------------------------------------------------ loading
-def _folder(path: str | Path, revision: str | None) -> Path:
+def local_folder(path: str | Path, revision: str | None) -> Path:
     """A local folder as it is; anything else is tried as a Hub id (HF_HUB_OFFLINE makes that fail fast)."""
     p = Path(path).expanduser()
     if p.is_dir():
@@ -357,7 +155,7 @@ def load_wfm(
         CosmosTransformer3DModel,
     )
 
-    folder = _folder(path, revision)
+    folder = local_folder(path, revision)
     check_folder(folder, text_encoder)
     transformer = CosmosTransformer3DModel.from_pretrained(folder, subfolder="transformer", torch_dtype=dtype)
     vae = _frozen(AutoencoderKLWan.from_pretrained(folder, subfolder="vae", torch_dtype=torch.float32).to(device))
@@ -523,82 +321,3 @@ def predict_velocity(
 def transformer_blocks(transformer: CosmosTransformer3DModel) -> list[nn.Module]:
     """The DiT's blocks: the FSDP2 and activation-checkpointing units."""
     return list(transformer.transformer_blocks)
-
-
-# ------------------------------------------------------------------------------------ export
-def _transformer_shapes(base: Path) -> dict[str, tuple[int, ...]]:
-    """Parameter names and shapes of base's transformer, built on the meta device from its config (no weights read,
-    so a sharded or .bin base is compared the same way)."""
-    from diffusers import CosmosTransformer3DModel  # why: diffusers is heavy, loaded only by world-model code
-
-    with torch.device("meta"):
-        model = CosmosTransformer3DModel.from_config(CosmosTransformer3DModel.load_config(base / "transformer"))
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
-def _state_dict_problems(want: dict[str, tuple[int, ...]], got: dict[str, torch.Tensor]) -> list[str]:
-    problems = [f"missing {k}" for k in want if k not in got]
-    problems += [f"unexpected {k}" for k in got if k not in want]
-    problems += [
-        f"{k}: shape {tuple(v.shape)}, base {want[k]}"
-        for k, v in got.items()
-        if k in want and tuple(v.shape) != want[k]
-    ]
-    return problems
-
-
-def _ignore_transformer_weights(transformer_dir: Path) -> Callable[[str, list[str]], list[str]]:
-    """copytree's ignore: the base transformer's weight files (one file or shards + index), replaced by the export."""
-
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        if Path(folder) != transformer_dir:
-            return []
-        return [n for n in names if n.endswith(WEIGHT_SUFFIXES)]
-
-    return ignore
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Put the finished folder tmp at out: an existing out is renamed aside first and removed after, so out is
-    always either the old folder or the new one, never a half-written one."""
-    old = out.with_name(f".{out.name}.{secrets.token_hex(4)}.old")
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def export_wfm(
-    base_dir: str | Path,
-    transformer_state_dict: dict[str, torch.Tensor],
-    out_dir: str | Path,
-    *,
-    revision: str | None = None,
-) -> Path:
-    """A complete diffusers folder at out_dir: base_dir's parts, transformer/ = base's config + the given full
-    (unsharded) state dict as diffusion_pytorch_model.safetensors, tensors written as given. ModelError if its keys
-    or shapes differ from the base transformer's. Written to a temporary sibling, then renamed into place.
-
-        python -c "from cosmos_train.wfm.model import *; p = load_wfm('/tmp/tiny-wfm'); \\
-            export_wfm('/tmp/tiny-wfm', p.transformer.state_dict(), '/tmp/tiny-wfm-export')"
-    """
-    base, out = _folder(base_dir, revision), Path(out_dir)
-    check_folder(base, text_encoder=False)
-    problems = _state_dict_problems(_transformer_shapes(base), transformer_state_dict)
-    if problems:
-        more = f" ... ({len(problems)} differences)" if len(problems) > 5 else ""
-        raise ModelError(
-            f"{base}: the trained transformer does not match the base folder's: "
-            f"{'; '.join(problems[:5])}{more}; export with the base folder the run trained from"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        shutil.copytree(base, tmp, ignore=_ignore_transformer_weights(base / "transformer"))
-        tensors = {k: v.detach().cpu().contiguous() for k, v in transformer_state_dict.items()}
-        save_file(tensors, str(tmp / "transformer" / TRANSFORMER_WEIGHTS), metadata={"format": "pt"})
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out

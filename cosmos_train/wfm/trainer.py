@@ -30,6 +30,9 @@ agreed stopping on a signal, gradient clipping, the loop, the entry point) is tr
 the SFT and GRPO trainers; an iteration is its step. A reward service still unreachable after the client's retries
 ([reward] max_retries) stops every rank after the same iteration (`score`: agreed before any other collective), the
 last completed one saved, exit 75; with web data its shard rows go back to the stream first (`train_step`).
+
+This module is the wiring (the DiT sharded, the optimizer, the loop's hooks, evaluation, checkpoints, export); the
+math of an iteration is wfm/rl_step.py's, the rows and their embeddings and latents wfm/train_rows.py's.
 """
 
 from __future__ import annotations
@@ -39,8 +42,7 @@ import json
 import os
 import sys
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -53,40 +55,35 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from cosmos_train.distributed import DistInfo, all_reduce_sum, set_data_parallel_average
-from cosmos_train.errors import DataError, ServiceUnavailable, TrainingDiverged
+from cosmos_train.errors import ServiceUnavailable, TrainingDiverged
 from cosmos_train.train.loop import BaseTrainer, LoopSettings, run_main
-from cosmos_train.train.rl_losses import zero_std_groups
-from cosmos_train.train.rollout_source import outage_agreed
+from cosmos_train.train.rollout.sources import outage_agreed
 from cosmos_train.wfm import conditioning
 from cosmos_train.wfm.conditioning import FrameCondition, conditioned_velocity, frame_condition
-from cosmos_train.wfm.config import WfmConfig, embedding_width, load_wfm_config
+from cosmos_train.wfm.config import load_wfm_config
+from cosmos_train.wfm.config_schema import WfmConfig
 from cosmos_train.wfm.context_parallel import check_context_parallel, enable_context_parallel, share_from_first
-from cosmos_train.wfm.data import (
-    SCAN_FILE,
-    load_clip,
-    load_scan,
-    load_text_embedding,
-    mock_prompts,
-    scan_dataset,
-)
-from cosmos_train.wfm.losses import advantages, flow_matching_loss, noised, policy_step_loss
-from cosmos_train.wfm.mock_data import MockVideoRows, width_problem
+from cosmos_train.wfm.losses import advantages
 from cosmos_train.wfm.model import (
     decode_latents,
-    encode_prompts,
-    encode_video,
-    export_wfm,
     latent_shape,
     load_wfm,
     transformer_blocks,
 )
+from cosmos_train.wfm.model_export import export_wfm
 from cosmos_train.wfm.rewards import VideoScorer
-from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule, step_mean, step_std
-from cosmos_train.wfm.web_data import WebRows, clip_cache_dir
+from cosmos_train.wfm.rl_step import (
+    data_loss_backward,
+    heldout_loss,
+    policy_backward,
+    reward_metrics,
+    sde_rollout,
+    trained_steps,
+)
+from cosmos_train.wfm.sde import sigma_schedule
+from cosmos_train.wfm.train_rows import TrainRows
 
 T = TypeVar("T")
-EVAL_SIGMAS = (0.2, 0.5, 0.8)  # the held-out diffusion loss is averaged over these noise levels
-CLIP_CACHE = 64  # dataset clips whose latents stay in memory (the held-out ones are reused every evaluation)
 
 
 def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable: bool) -> nn.Module:
@@ -107,15 +104,6 @@ def shard_dit(transformer: nn.Module, dist: DistInfo, cfg: WfmConfig, trainable:
         transformer.requires_grad_(False)
         transformer.eval()
     return transformer
-
-
-def drop_text(emb: torch.Tensor, rate: float, gen: torch.Generator) -> torch.Tensor:
-    """Each sample's prompt embedding [B, L, D] zeroed with probability `rate` (cosmos-rl's text_attr conditioner
-    dropout: classifier-free-guidance training); rate 0 returns emb untouched and draws nothing."""
-    if rate <= 0:
-        return emb
-    keep = torch.rand(emb.shape[0], generator=gen, device=emb.device) >= rate
-    return emb * keep.to(emb.dtype).view(-1, *([1] * (emb.dim() - 1)))
 
 
 class WfmTrainer(BaseTrainer[WfmConfig]):
@@ -159,15 +147,11 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self.eval_sigmas = sigma_schedule(self.rl.eval_sample_steps or self.rl.sample_steps, self.rl.shift)
         w, h = self.video.video_size
         self.latent_shape = latent_shape(self.parts, self.video.num_frames, h, w)
-        self._embeddings: dict[str, torch.Tensor] = {}
-        # dataset latents, most recently used last: a 93-frame 720p clip's are ~20 MB, so only the last few are kept
-        self._clips: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self.web: WebRows | None = None  # type = "web": the rows stream from S3 shards instead of train_rows
+        self.data = TrainRows(cfg, self.parts, dist, run_dir)  # the rows, their embeddings and clip latents
+        self.web = self.data.web  # type = "web": the rows stream from S3 shards instead of data.train
         self.web_mark: dict[str, Any] | None = None  # its position before the iteration under way
-        self.mock: MockVideoRows | None = None  # cosmos-rl's mock video dataset (wfm/mock_data.py): the train rows
-        self.train_rows, self.heldout_rows, self.data_report = self._data()
         # evaluation rows: the held-out ones (else the first training rows), each with its own embedding source
-        self.eval_rows = list((self.heldout_rows or self.train_rows)[: cfg.evaluation.num_prompts])
+        self.eval_rows = list((self.data.heldout or self.data.train)[: cfg.evaluation.num_prompts])
         if self.web is not None:
             self.eval_rows = self.web.first_rows(cfg.evaluation.num_prompts)
         self.eval_after: dict[str, Any] = {}
@@ -199,102 +183,6 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
     def from_args(cls, cfg: WfmConfig, run_dir: Path, dist: DistInfo, args: Any) -> WfmTrainer:
         return cls(cfg, run_dir, dist)
 
-    # ------------------------------------------------------------------ data
-    def _data(self) -> tuple[Sequence[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-        """Rows {name, prompt, video, text_embedding}: the train rows and the held-out ones (local type)."""
-        dl = self.cfg.dataloader_train
-        if dl.mock_video is not None:
-            self.mock = MockVideoRows(dl.mock_video, seed=self.cfg.trainer.seed)
-            problem = width_problem(dl.mock_video.t5_dim, self._embedding_width(), self.cfg.model.model_name_or_path)
-            if problem:
-                raise DataError(problem)
-            return self.mock, [], {"type": "cosmos-rl mock video", "rows": len(self.mock), **vars(dl.mock_video)}
-        if dl.type == "mock":
-            prompts = mock_prompts(self.video.mock_prompts, seed=self.cfg.trainer.seed)
-            return [{"name": f"mock_{i}", "prompt": p} for i, p in enumerate(prompts)], [], {"type": "mock"}
-        if dl.type == "web":
-            self.web = WebRows.from_config(
-                self.video,
-                seed=self.cfg.trainer.seed,
-                dp_rank=self.dist.dp_rank,
-                dp_size=self.dist.dp_size,
-                cache_dir=clip_cache_dir(self.run_dir, self.dist.rank),
-                env=os.environ,
-            )
-            return [], [], self.web.report()
-        # the flow's check-data task scanned (probing every video) moments ago: reuse it when its settings match
-        settings = self.video.scan_settings
-        samples, report = load_scan(self.run_dir / SCAN_FILE, settings) or scan_dataset(**settings)
-        rows = [
-            {"name": s.name, "prompt": s.prompt, "video": s.video, "text_embedding": s.text_embedding} for s in samples
-        ]
-        n_held = min(self.video.heldout_videos, len(rows) - 1)
-        info = {
-            "type": "local",
-            "rows": len(rows),
-            "skipped": report.n_skipped,
-            "skipped_by_reason": report.by_reason,
-            "heldout": n_held,
-            "problems": report.problems[:20],
-        }
-        return rows[: len(rows) - n_held], rows[len(rows) - n_held :], info
-
-    def embed(self, rows: list[dict[str, Any]]) -> torch.Tensor:
-        """[B, L, D] prompt embeddings (the text encoder's, or the dataset's pickles), cached per prompt; cosmos-rl's
-        mock rows each have their own (one prompt, "placeholder", for all: nothing to cache by)."""
-        if self.mock is not None:
-            return torch.stack([self.mock.embedding(r) for r in rows]).to(self.dist.device)
-        missing = [r for r in rows if r["prompt"] not in self._embeddings]
-        if missing and self.video.offline_text_embedding:
-            width = self._embedding_width()
-            for r in missing:
-                emb = r.get("embedding")  # a web row carries its embedding from the shard
-                emb = emb if emb is not None else load_text_embedding(r["text_embedding"], self.video.dataset_dir)
-                if emb.shape[-1] != width:
-                    raise DataError(
-                        f"{r['text_embedding']}: embeddings of width {emb.shape[-1]}; this model's DiT "
-                        f"takes {width} (its text encoder's full_concat: layers x hidden). Write them "
-                        "with this model's text encoder (`cosmos-train make-synthetic-wfm-data "
-                        "--text-embeddings-from MODEL` shows how) or set offline_text_embedding = false"
-                    )
-                self._embeddings[r["prompt"]] = emb
-        elif missing:
-            prompts = list(dict.fromkeys(r["prompt"] for r in missing))
-            for p, e in zip(prompts, encode_prompts(self.parts, prompts, self.cfg.model.max_prompt_length)):
-                self._embeddings[p] = e.cpu()
-        return torch.stack([self._embeddings[r["prompt"]] for r in rows]).to(self.dist.device)
-
-    def _embedding_width(self) -> int:
-        return embedding_width(self.parts.transformer.config)
-
-    def clip_latents(self, rows: list[dict[str, Any]]) -> torch.Tensor:
-        """[B, C, T', H', W'] normalised VAE latents of dataset videos (decoded and encoded once per video)."""
-        w, h = self.video.video_size
-        out = []
-        for r in rows:
-            if r["name"] not in self._clips:
-                mock = self.mock
-                clip = mock.clip(r) if mock is not None else load_clip(r["video"], self.video.num_frames, h, w)
-                clip = clip.unsqueeze(0).to(self.dist.device)
-                self._clips[r["name"]] = encode_video(self.parts, clip)[0].cpu()
-            self._clips.move_to_end(r["name"])
-            out.append(self._clips[r["name"]])
-            while len(self._clips) > CLIP_CACHE:
-                self._clips.popitem(last=False)
-        return torch.stack(out).to(self.dist.device)
-
-    def rows_for(self, iteration: int, rows: Sequence[dict[str, Any]], n: int, salt: int = 0) -> list[dict[str, Any]]:
-        """This rank's n rows of `iteration`: a permutation per pass over the rows, a function of the iteration
-        alone (a resumed run takes the same rows as an uninterrupted one)."""
-        per_iter = n * self.dist.dp_size
-        start = iteration * per_iter + self.dist.dp_rank * n
-        out = []
-        for k in range(start, start + n):
-            epoch, idx = divmod(k, len(rows))
-            perm = np.random.default_rng([self.cfg.trainer.seed, salt, epoch]).permutation(len(rows))
-            out.append(rows[int(perm[idx])])
-        return out
-
     # ------------------------------------------------------------------ sampling
     def velocity(
         self,
@@ -311,38 +199,21 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
 
     def condition_for(self, rows: list[dict[str, Any]], k: int) -> FrameCondition | None:
         """The first k latent frames of each row's clip given (None when k == 0: text2world)."""
-        return frame_condition(self.clip_latents(rows), k) if k > 0 else None
+        return frame_condition(self.data.clip_latents(rows), k) if k > 0 else None
 
-    @torch.no_grad()
     def rollout(
         self, emb: torch.Tensor, generator: torch.Generator, cond: FrameCondition | None = None
     ) -> dict[str, torch.Tensor]:
-        """Group-shared initial noise (use_same_seed; else one per sample), SDE sampling; returns the trajectory
-        [B, K+1, ...] and log-probs [B, K]. With `cond` (video2world) the given frames are clean at every step and
-        the log-probs cover the generated frames only."""
-        g = self.rl.num_generations if self.rl.use_same_seed else 1
-        noise = torch.randn((emb.shape[0] // g, *self.latent_shape), generator=generator, device=emb.device)
-        x = noise.repeat_interleave(g, dim=0)
-        x = x if cond is None else cond.apply(x)
-        weight = None if cond is None else cond.generated
-        xs, logps = [x], []
-        cap = float(self.sigmas[1])
-        for k in range(self.rl.sample_steps):
-            s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
-            v = self.velocity(self.model, x, s, emb, cond)
-            z = torch.randn(x.shape, generator=generator, device=x.device)
-            step = sde_step(x, v, s, s_next, self.rl.noise_level, noise=z, sigma_cap=cap, weight=weight)
-            x = step.x_next if cond is None else cond.apply(step.x_next)
-            xs.append(x)
-            logps.append(step.log_prob)
-        return {"xs": torch.stack(xs, dim=1), "log_probs": torch.stack(logps, dim=1)}
+        """The policy's SDE rollout from group-shared noise: trajectory [B, K+1, ...] and log-probs [B, K]
+        (`rl_step.sde_rollout`)."""
+        return sde_rollout(self.velocity, self.model, emb, generator, self.sigmas, self.rl, self.latent_shape, cond)
 
     @torch.no_grad()
     def sample_ode(self, emb: torch.Tensor, noise: torch.Tensor, cond: FrameCondition | None = None) -> torch.Tensor:
         """Deterministic samples (Euler ODE), with classifier-free guidance against the empty prompt if asked; with
         `cond`, video2world's (conditioning.sample_ode)."""
         # the config refuses guidance with offline embeddings: the empty prompt has no pickle
-        uncond = self.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 else None
+        uncond = self.data.embed([{"prompt": ""}] * emb.shape[0]) if self.rl.guidance > 0 else None
         return conditioning.sample_ode(
             self.model, noise, self.eval_sigmas, emb, cond, guidance=self.rl.guidance, uncond_embeds=uncond
         )
@@ -380,7 +251,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
                 self.web_mark = self.web.mark()  # the position before them, for an iteration that stops (train_step)
                 yield self.web.take(self.video.batch_size), None
             else:
-                yield self.rows_for(self.step, self.train_rows, self.video.batch_size), None
+                yield self.data.rows_for(self.step, self.data.train, self.video.batch_size), None
 
     def train_step(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """One iteration. One that stops before its update because the reward service is gone hands its shard rows
@@ -397,7 +268,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         t0 = time.perf_counter()
         rl, dev = self.rl, self.dist.device
         group_rows = [r for r in rows for _ in range(rl.num_generations)]
-        emb = self.embed(group_rows)
+        emb = self.data.embed(group_rows)
         gen = torch.Generator(device=dev).manual_seed(
             # dp_rank: the ranks of one context-parallel group draw the same noise (they share the samples)
             self.cfg.trainer.seed * 1_000_003 + self.step * 997 + self.dist.dp_rank
@@ -417,37 +288,15 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         adv = advantages(torch.as_tensor(rewards, dtype=torch.float32), rl.num_generations, rl.adv_clip_max).to(dev)
         t_rollout = time.perf_counter() - t0
 
-        cap = float(self.sigmas[1])
         stats: dict[str, list[float]] = {"clip_frac": [], "ratio": [], "kl": [], "policy_loss": [], "data_loss": []}
         grad_norms = []
         finite = True
         for _ in range(rl.mu_iterations):
             steps = self.trained_steps(gen)
             self.optimizer.zero_grad(set_to_none=True)
-            micro = range(0, len(group_rows), rl.train_micro_batch)
-            for start in micro:
-                sl = slice(start, start + rl.train_micro_batch)
-                for k in steps:
-                    s, s_next = float(self.sigmas[k]), float(self.sigmas[k + 1])
-                    x, x_next = traj["xs"][sl, k], traj["xs"][sl, k + 1]
-                    c = None if group_cond is None else group_cond.rows(sl)
-                    w = None if c is None else c.generated
-                    v = self.velocity(self.model, x, s, emb[sl], c)
-                    step = sde_step(x, v, s, s_next, rl.noise_level, x_next=x_next, sigma_cap=cap, weight=w)
-                    kl = None
-                    if self.reference is not None:
-                        with torch.no_grad():
-                            v_ref = self.velocity(self.reference, x, s, emb[sl], c)
-                        std_t, _ = step_std(s, s_next, rl.noise_level, cap)
-                        kl = gaussian_kl(step.mean, step_mean(x, v_ref, s, s_next, std_t), step.std, w)
-                    loss, st = policy_step_loss(
-                        step.log_prob, traj["log_probs"][sl, k], adv[sl], rl.clip_range, kl, rl.kl_beta
-                    )
-                    (loss / (len(steps) * len(micro))).backward()
-                    stats["policy_loss"].append(float(loss.detach()))
-                    for key in ("clip_frac", "ratio", "kl"):
-                        if key in st:
-                            stats[key].append(st[key])
+            policy_backward(
+                self.velocity, self.model, self.reference, traj, self.sigmas, emb, adv, group_cond, steps, rl, stats
+            )
             if rl.algorithm == "ddrl" and rl.data_beta > 0:
                 stats["data_loss"].append(self._data_loss_backward(gen, k_cond))
             grad_norms.append(self.clip_gradients())
@@ -463,18 +312,8 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             )
         if self.reference is not None and rl.update_ref_every_iter and (self.step + 1) % rl.update_ref_every_iter == 0:
             self.reference.load_state_dict(self.model.state_dict())
-        n = len(rewards)
-        # groups whose samples all got the same reward: advantage 0, no signal (GRPO's zero_std_fraction; a CP
-        # group's ranks hold the same groups, counted alike in both sums)
-        flat = float(zero_std_groups(torch.as_tensor(rewards), rl.num_generations).sum())
-        sums = [float(rewards.sum()), float((rewards**2).sum()), n, flat, n / rl.num_generations]
-        total = all_reduce_sum(torch.tensor(sums, dtype=torch.float64), dev)
-        mean = float(total[0] / total[2])
         values: dict[str, Any] = {
-            "reward_mean": mean,
-            "reward_std": float((total[1] / total[2] - mean**2).clamp(min=0.0) ** 0.5),
-            "zero_std_fraction": float(total[3] / total[4]),
-            **{f"reward_{k}": float(all_reduce_sum(float(v.sum()), dev) / total[2]) for k, v in parts.items()},
+            **reward_metrics(rewards, parts, rl.num_generations, dev),
             "grad_norm": float(np.mean(grad_norms)),
             "lr": self.scheduler.get_last_lr()[0],
             "rollout_time": t_rollout,
@@ -488,36 +327,20 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return values
 
     def trained_steps(self, gen: torch.Generator) -> list[int]:
-        """The denoising steps trained this pass: model.rl.train_on's (each -1 a random step not listed), or a
-        random timestep_fraction of them."""
-        rl, dev = self.rl, self.dist.device
-        if rl.train_on is None:
-            n_train = max(1, round(rl.timestep_fraction * rl.sample_steps))
-            return torch.randperm(rl.sample_steps, generator=gen, device=dev)[:n_train].tolist()
-        fixed = [k for k in rl.train_on if k != -1]
-        rest = [k for k in range(rl.sample_steps) if k not in fixed]
-        pick = torch.randperm(len(rest), generator=gen, device=dev)[: len(rl.train_on) - len(fixed)].tolist()
-        return fixed + [rest[i] for i in pick]
+        """The denoising steps trained this pass (`rl_step.trained_steps`)."""
+        return trained_steps(self.rl, gen, self.dist.device)
 
     def _data_loss_backward(self, gen: torch.Generator, k_cond: int = 0) -> float:
-        """DDRL's data term on this rank's dataset videos: data_beta x flow-matching loss, backward; the text
-        conditioner's dropout_rate of the samples get a zeroed prompt embedding (as cosmos-rl's conditioner).
-        Video2world: the first k_cond latent frames of each clip are given, the loss covers the others."""
+        """DDRL's data term on this rank's dataset videos, backward (`rl_step.data_loss_backward`)."""
         rows = (
             self.web.take(self.video.batch_size)
             if self.web is not None
-            else self.rows_for(self.step, self.train_rows, self.video.batch_size, salt=1)
+            else self.data.rows_for(self.step, self.data.train, self.video.batch_size, salt=1)
         )
-        x0 = self.clip_latents(rows)
-        emb = self.embed(rows)
-        emb = drop_text(emb, self.cfg.text_dropout_rate(), gen)
-        noise = torch.randn(x0.shape, generator=gen, device=x0.device)
-        sigma = torch.rand(x0.shape[0], generator=gen, device=x0.device)
-        cond = frame_condition(x0, k_cond) if k_cond > 0 else None
-        v = self.velocity(self.model, noised(x0, noise, sigma), sigma, emb, cond)
-        loss = flow_matching_loss(v, x0, noise, None if cond is None else cond.generated)
-        (self.rl.data_beta * loss).backward()
-        return float(loss.detach())
+        x0 = self.data.clip_latents(rows)
+        emb = self.data.embed(rows)
+        dropout, beta = self.cfg.text_dropout_rate(), self.rl.data_beta
+        return data_loss_backward(self.velocity, self.model, x0, emb, gen, k_cond, dropout, beta)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -526,7 +349,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         dev = self.dist.device
         rows = self.eval_rows
         prompts = [r["prompt"] for r in rows]
-        emb = self.embed(rows)
+        emb = self.data.embed(rows)
         gen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed)
         noise = torch.randn((len(rows), *self.latent_shape), generator=gen, device=dev)
         k_eval = conditioning.eval_num_conditional_frames(
@@ -543,19 +366,11 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
             samples.mkdir(exist_ok=True)
             np.save(samples / f"iter_{self.step}.npy", videos)
             (samples / "prompts.json").write_text(json.dumps(prompts))
-        if self.heldout_rows:
-            x0 = self.clip_latents(self.heldout_rows)
-            hemb = self.embed(self.heldout_rows)
-            hgen = torch.Generator(device=dev).manual_seed(self.cfg.evaluation.seed + 1)
-            eps = torch.randn(x0.shape, generator=hgen, device=dev)
-            hcond = frame_condition(x0, k_eval) if k_eval > 0 else None
-            weight = None if hcond is None else hcond.generated
-            losses = []
-            for s in EVAL_SIGMAS:
-                sigma = torch.full((x0.shape[0],), s, device=dev)
-                v = self.velocity(self.model, noised(x0, eps, sigma), sigma, hemb, hcond)
-                losses.append(float(flow_matching_loss(v, x0, eps, weight)))
-            out["heldout_diffusion_loss"] = float(np.mean(losses))
+        if self.data.heldout:
+            x0 = self.data.clip_latents(self.data.heldout)
+            hemb = self.data.embed(self.data.heldout)
+            seed = self.cfg.evaluation.seed + 1
+            out["heldout_diffusion_loss"] = heldout_loss(self.velocity, self.model, x0, hemb, seed, k_eval, dev)
         return out
 
     # ------------------------------------------------------------------ around the loop
@@ -573,7 +388,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         return out
 
     def describe(self) -> str:
-        data = f"{len(self.web.urls)} shards" if self.web is not None else f"{len(self.train_rows)} prompts/rows"
+        data = f"{len(self.web.urls)} shards" if self.web is not None else f"{len(self.data.train)} prompts/rows"
         return (
             f"{self.rl.algorithm}: {self.params:,} DiT parameters, {data}, "
             f"{self.video.batch_size} x {self.rl.num_generations} samples per data-parallel rank per iteration, "
@@ -599,7 +414,7 @@ class WfmTrainer(BaseTrainer[WfmConfig]):
         self.scorer.close()
 
     def result_extra(self) -> dict[str, Any]:
-        data = self.web.report() if self.web is not None else self.data_report
+        data = self.web.report() if self.web is not None else self.data.report
         return {"algorithm": self.rl.algorithm, "data": data, "eval_after": self.eval_after}
 
     def checkpoint_extra(self) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from cosmos_train.config.paths import cosmos_cache
 from cosmos_train.data.shards import ShardStream, gather_states, sample_name, shard_samples, shard_urls
 from cosmos_train.data.sources.common import RowError
 from cosmos_train.errors import DataError
-from cosmos_train.storage import s3_client, s3_settings
+from cosmos_train.storage.s3 import s3_client, s3_settings
 from cosmos_train.wfm.config_sections import VideoDataloaderConfig
 from cosmos_train.wfm.data import ON_BAD_ROW_KEY, _as_float_matrix, _probe_video, _unwrap
 

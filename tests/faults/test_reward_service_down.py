@@ -20,7 +20,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from cosmos_train.errors import EXIT_SERVICE_DOWN
 from cosmos_train.net import free_port
 from cosmos_train.rewards import REWARDS
 from tasks.reward_service import reward_service
-from tests.conftest import ROOT, processes_with, write_tiny_grpo_config
+from tests.conftest import processes_with, write_tiny_grpo_config
 from tests.faults.conftest import (
     CliRun,
     assert_stopped_for_the_service,
@@ -43,6 +42,8 @@ from tests.faults.conftest import (
     wait_train_steps,
 )
 from tests.run_outputs import same_weights
+from tests.torchrun import LAUNCH, start_torchrun
+from tests.torchrun import grpo_args as trainer_args
 
 pytestmark = pytest.mark.slow
 
@@ -96,20 +97,10 @@ def service_env(base: str, token: str) -> dict[str, str]:
     }
 
 
-def launch_grpo(cfg: Path, env: dict[str, str]) -> subprocess.Popen:
-    """The trainer on 2 ranks through our torchrun wrapper (no Prefect), in a session of its own."""
-    cmd = [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2"]
-    cmd += [
-        "-m",
-        "cosmos_train.train.grpo",
-        "--config",
-        str(cfg),
-        "--dataset-script",
-        str(cfg.parent / "toy_rewards.py"),
-    ]
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+def launch_grpo(cfg: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The trainer on 2 ranks through our torchrun wrapper (no Prefect), in a session of its own; `env` on top of
+    the test's environment."""
+    return start_torchrun(2, *trainer_args(cfg), launcher=LAUNCH, env=env)
 
 
 def assert_remote_parts_are_the_rule(run: Path) -> None:
@@ -134,7 +125,7 @@ def uninterrupted_grpo(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir:
     job = load_config(cfg, env={})
     prepare_split(job, "train", run, load_processor(str(tiny_model_dir)), str(run / "toy_rewards.py"))
     with reward_service(tmp / "service.log") as (_, base, token):
-        p = launch_grpo(cfg, {**os.environ, "OMP_NUM_THREADS": "1", **service_env(base, token)})
+        p = launch_grpo(cfg, service_env(base, token))
         out = p.communicate(timeout=600)[0]
     assert p.returncode == 0, out[-4000:]
     assert train_steps(run) == list(range(1, STEPS + 1))
@@ -214,7 +205,7 @@ def test_the_rollout_worker_stops_the_same_way(tiny_model_dir: Path, synthetic_d
         **{"train.train_policy.on_policy": False},
     )
     with reward_service(tmp_path / "service.log") as (service, base, token):
-        trainer = launch_grpo(cfg, {**os.environ, "OMP_NUM_THREADS": "1", **service_env(base, token)})
+        trainer = launch_grpo(cfg, service_env(base, token))
         try:
             wait_train_steps(run, 2, trainer)
             os.killpg(service.pid, signal.SIGKILL)

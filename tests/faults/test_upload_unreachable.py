@@ -1,8 +1,8 @@
 """`cosmos-train upload` to an S3 endpoint nothing answers on (a real closed port: bound, never listening): one
 paragraph naming the target, the endpoint, the bounds of the check and the last error, and what to do; exit 2, no
 traceback, before Prefect starts, in seconds (it used to retry for ~57 s and end in a traceback, exit 1), nothing
-left running. (An upload that loses its store after it started: tests/integration/test_upload_unreachable_flow.py;
-a rerun that resumes: tests/integration/test_storage_s3.py.)"""
+left running. (An upload that loses its store after it started: tests/integration/flows/test_upload_unreachable_flow.py;
+a rerun that resumes: tests/integration/services/test_storage_s3.py.)"""
 
 from __future__ import annotations
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +37,7 @@ from tests.faults.conftest import (
     train_steps,
     wait_train_steps,
 )
+from tests.torchrun import LAUNCH, finish, running
 
 pytestmark = pytest.mark.slow
 
@@ -101,20 +100,10 @@ def test_the_runs_own_service_killed_is_restarted_under_the_world_model_names(
     )
     cfg = load_wfm_config(RECIPE, overrides, env={})
     cfg.write(run / "config.toml")
-    cmd = [sys.executable, "-m", "cosmos_train.launch", "--standalone", "--nproc_per_node=2"]
-    cmd += ["-m", "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")]
+    args = ["-m", "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")]
     with wfm_reward(cfg, run, logging.getLogger(supervised.__name__)) as reward:
         assert sorted(reward.env) == sorted(WFM_ENV)  # the names the world-model client reads
-        trainer = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**os.environ, "OMP_NUM_THREADS": "1", **reward.env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        try:
+        with running(2, *args, launcher=LAUNCH, env=reward.env) as trainer:
             wait_train_steps(run, 2, trainer)
             (service,) = processes_with("reward-service", str(run))
             os.kill(service, signal.SIGKILL)
@@ -122,10 +111,7 @@ def test_the_runs_own_service_killed_is_restarted_under_the_world_model_names(
             assert reward.retry_if(None, None, Failed(data=RuntimeError("a rank crashed"))) is True
             (restarted_pid,) = processes_with("reward-service", str(run))
             assert restarted_pid != service
-            output = trainer.communicate(timeout=FINISH_BOUND_S)[0]
-        finally:
-            if trainer.poll() is None:
-                os.killpg(trainer.pid, signal.SIGKILL)
+            output = finish(trainer, timeout=FINISH_BOUND_S)
     assert trainer.returncode == 0, output[-4000:]
     assert train_steps(run) == list(range(1, RESTARTED_ITERATIONS + 1))
     restarted = [r.getMessage() for r in caplog.records if "restarting it on port" in r.getMessage()]

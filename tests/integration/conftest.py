@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.prefect_server import PrefectServer, start_server
+
 
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -21,6 +23,16 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, PREFECT_HOME, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    with temporary_settings({PREFECT_HOME: Path(home)}), prefect_test_harness():
+    # its server starts in ~10 s on a quiet machine; Prefect's default bound (30 s) was missed under load ~9
+    with temporary_settings({PREFECT_HOME: Path(home)}), prefect_test_harness(server_startup_timeout=120):
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             yield
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """A real `prefect server start` for the CLI run as a user runs it (a subprocess with PREFECT_API_URL), shared by
+    the session: a command without one would start Prefect's temporary server, ~10 s a command."""
+    with start_server(tmp_path_factory.mktemp("prefect-server")) as srv:
+        srv.wait_healthy(120)
+        yield srv

@@ -1,6 +1,6 @@
 """CheckpointManager: exact resume, async == sync, atomicity, rotation, find_latest, RNG (one process).
 
-Multi-rank save/load and resharding are in tests/integration/test_checkpoint_dist.py.
+Multi-rank save/load and resharding are in tests/integration/distributed/test_checkpoint_dist.py.
 """
 
 from __future__ import annotations

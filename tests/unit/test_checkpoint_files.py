@@ -122,7 +122,7 @@ def test_a_crash_while_loading_stays_a_crash(saved: tuple[Path, Path], monkeypat
 
 
 def test_export_of_a_truncated_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """The exporter reads through the same checks (the CLI case is in tests/integration/test_cli_path_errors.py)."""
+    """The exporter reads through the same checks (the CLI case: tests/integration/flows/test_cli_path_errors.py)."""
     from cosmos_train.config import Config
     from cosmos_train.export import export_checkpoint
 

@@ -19,7 +19,7 @@ from cosmos_train.config import (
     load_config,
 )
 from cosmos_train.evaluation.config import EvalConfig
-from tests.cli_inprocess import run_cli
+from tests.cli_inprocess import RunCli
 
 SNIPPETS = sorted((Path(__file__).parent.parent / "data" / "seed_snippets").glob("*.toml"))
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,15 +262,15 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
         load_config(bad)
 
 
-def test_cli_config_check_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_config_check_exit_codes(tmp_path: Path, run_cli: RunCli) -> None:
     good = tmp_path / "good.toml"
     good.write_text("[train]\nepoch = 2\n")
-    ok = run_cli(monkeypatch, "config", "check", good, "--set", "train.optm_lr=3e-4", cwd=ROOT)
+    ok = run_cli("config", "check", good, "--set", "train.optm_lr=3e-4", cwd=ROOT)
     assert ok.returncode == 0, ok.stderr
     assert tomllib.loads(ok.stdout)["train"]["optm_lr"] == 3e-4
     bad = tmp_path / "bad.toml"
     bad.write_text("[train]\nepohc = 2\n[policy]\nmodel_max_lenght = 5\n")
-    res = run_cli(monkeypatch, "config", "check", bad, cwd=ROOT)
+    res = run_cli("config", "check", bad, cwd=ROOT)
     assert res.returncode == 2
     assert "train.epohc" in res.stderr and "did you mean policy.model_max_length?" in res.stderr
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cosmos_train.config.docs import config_reference
 from cosmos_train.evaluation.config import EvalConfig
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.config_schema import WfmConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
 

@@ -26,7 +26,7 @@ from cosmos_train.config.explain import section_models
 from cosmos_train.evaluation.config import EvalConfig
 from cosmos_train.pipeline import PipelineConfig
 from cosmos_train.reward_service.config import ServiceConfig
-from cosmos_train.wfm.config import WfmConfig
+from cosmos_train.wfm.config_schema import WfmConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

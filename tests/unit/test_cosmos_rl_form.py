@@ -9,7 +9,7 @@ import pytest
 
 from cosmos_train.cli import cosmos_rl_form
 from cosmos_train.config import ConfigError, load_config
-from tests.cli_inprocess import run_cli
+from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "configs"
@@ -50,7 +50,7 @@ def test_config_form_dispatches_by_trainer_type() -> None:
     assert cosmos_rl_form(["--config", "missing.toml"]) == ["sft", "--config", "missing.toml"]  # sft says why
 
 
-def test_world_model_recipe_goes_to_wfm_rl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_world_model_recipe_goes_to_wfm_rl(tmp_path: Path, run_cli: RunCli) -> None:
     """A world-model recipe is not a vision-language job: the VLM loader says in one paragraph where it runs,
     cosmos-rl's form dispatches it to `wfm-rl`, and `config check` checks it against the world-model schema."""
     path = tmp_path / "wfm.toml"
@@ -72,21 +72,21 @@ def test_world_model_recipe_goes_to_wfm_rl(tmp_path: Path, monkeypatch: pytest.M
     ]
 
     # cosmos-rl's own key in a place ours differs (its loader nests batch_size deeper): named, with the valid keys
-    done = run_cli(monkeypatch, "config", "check", path, cwd=ROOT)
+    done = run_cli("config", "check", path, cwd=ROOT)
     assert done.returncode == 2 and "dataloader_train.batch_size: unknown key" in done.stderr
     assert "Traceback" not in done.stderr
     recipe = CONFIGS / "wfm" / "cosmos_predict2-5_2b_480_grpo_mock_data.toml"
-    done = run_cli(monkeypatch, "config", "check", recipe, cwd=ROOT)
+    done = run_cli("config", "check", recipe, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "(wfm_rl: flow_grpo)" in done.stderr and "trainer.callbacks[iter_speed]" in done.stderr
     assert 'algorithm = "flow_grpo"' in done.stdout
 
 
-def test_config_form_runs_the_grpo_command_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_form_runs_the_grpo_command_checks(tmp_path: Path, run_cli: RunCli) -> None:
     """The dispatched command is the real one: a GRPO recipe whose model folder is missing is refused by the
     grpo command's own checks, before any Prefect server or process starts (in this process: run_cli fails the
     test if the command reaches Prefect)."""
     no_model = f'policy.model_name_or_path="{tmp_path / "no-model"}"'
-    done = run_cli(monkeypatch, "--config", CONFIGS / "tiny-grpo.toml", "--set", no_model, cwd=ROOT)
+    done = run_cli("--config", CONFIGS / "tiny-grpo.toml", "--set", no_model, cwd=ROOT)
     assert done.returncode == 2 and "policy.model_name_or_path" in done.stderr and "does not exist" in done.stderr
     assert "Traceback" not in done.stderr

@@ -1,7 +1,8 @@
 """One GRPO update over several mini-batches: our trainer's gradient equals cosmos-rl 0.4.7's.
 
 Ours is the real thing: a `GRPOTrainer` built from cosmos-rl's key names (mini_batch, loss_type, kl_beta,
-mu_iterations, ...) on the tiny model, one CPU rank, whose `train_on` runs a rollout of 8 completions of unequal
+mu_iterations, ...) on the tiny model, one CPU rank, whose `train_on` (its loop over `grpo_update.micro_batch_loss`)
+runs a rollout of 8 completions of unequal
 lengths in mini-batches of 3 (3, 3 and 2 completions, 12, 10 and 13 loss tokens). Its gradients are read where the
 update would clip them (`clip_gradients`), so every optimizer update of the step is seen and the update itself
 still runs.
@@ -38,8 +39,9 @@ from cosmos_train.config import config_from_dict
 from cosmos_train.distributed import DistInfo
 from cosmos_train.generation import Completion
 from cosmos_train.models.load import load_model
-from cosmos_train.train import grpo, loop
-from cosmos_train.train.rollout import Group
+from cosmos_train.train import grpo, grpo_update, loop
+from cosmos_train.train.batching import split_micro_batches
+from cosmos_train.train.rollout.groups import Group
 from tests.cosmos_rl_oracle import oracle_config, oracle_function
 
 GRPO_TRAINER = "cosmos_rl.policy.trainer.llm_trainer.grpo_trainer"
@@ -90,7 +92,9 @@ def _rollout(trainer: grpo.GRPOTrainer) -> list[Group]:
     for row, lengths, advantages, ignore in zip(trainer.rows, LENGTHS, ADVANTAGES, IGNORE_PREFIX):
         completions = []
         for n in lengths:
-            ids = [i for i in torch.randint(100, 1000, (n,), generator=gen).tolist() if i not in trainer.vision_ids]
+            ids = [
+                i for i in torch.randint(100, 1000, (n,), generator=gen).tolist() if i not in trainer.prompts.vision_ids
+            ]
             assert len(ids) == n
             completions.append(Completion("", ids, (-torch.rand(n, generator=gen)).tolist(), "stop"))
         rewards = [float(a > 0) for a in advantages]
@@ -100,7 +104,7 @@ def _rollout(trainer: grpo.GRPOTrainer) -> list[Group]:
 
 def our_update(trainer: grpo.GRPOTrainer, groups: list[Group]) -> tuple[list[Tensors], list[Tensors]]:
     """(the gradient of each optimizer update of the step on `groups`, the weights it was computed at), as
-    train_step trains a rollout: samples_of, then train_on."""
+    train_step trains a rollout: the prompts' samples_of, then train_on."""
     grads: list[Tensors] = []
     weights: list[Tensors] = []
     clip = trainer.clip_gradients
@@ -112,11 +116,12 @@ def our_update(trainer: grpo.GRPOTrainer, groups: list[Group]) -> tuple[list[Ten
         return clip()
 
     trainer.clip_gradients = record_then_clip  # type: ignore[method-assign]
-    samples = trainer.samples_of(groups)
-    micro = grpo.split_micro_batches(samples, trainer.policy_cfg.micro_batch)
+    samples = trainer.prompts.samples_of(groups)
+    micro = split_micro_batches(samples, trainer.update.micro_batch)
     tokens = [sum(len(s.token_ids) - s.ignore_prefix for s in m) for m in micro]
     assert len(micro) >= 3 and len(set(tokens)) == len(tokens), tokens  # several mini-batches of unequal tokens
-    trainer.train_on(samples, trainer._filler(SimpleNamespace(dropped=[]), samples))  # type: ignore[arg-type]
+    filler = trainer.prompts.filler(SimpleNamespace(dropped=[]), samples, trainer.pad_id)  # type: ignore[arg-type]
+    trainer.train_on(samples, filler)
     return grads, weights
 
 
@@ -139,7 +144,7 @@ def _their_policy_inputs(trainer: grpo.GRPOTrainer, groups: list[Group], cfg: An
     )
     out = []
     for group in groups:
-        prompt_ids = trainer._encode_prompt(dict(group.row)).input_ids.tolist()
+        prompt_ids = trainer.prompts.encode(dict(group.row)).input_ids.tolist()
         packer = SimpleNamespace(
             config=cfg,
             get_rollout_input=lambda sample: sample,
@@ -260,9 +265,9 @@ def test_an_update_over_mini_batches_equals_cosmos_rl(
 
 # ------------------------------------------------------------------------------------------------ mutations
 def _equal_shares(original: Callable[..., Any]) -> Callable[..., Any]:
-    def scales(self: grpo.GRPOTrainer, micro: list[Any]) -> Any:
-        out = original(self, micro)
-        return grpo._LossScales(out.normalisers, [1.0 / len(micro)] * len(micro), out.dp_factor, total=out.total)
+    def scales(micro: list[Any], *a: Any) -> Any:
+        out = original(micro, *a)
+        return grpo_update.LossScales(out.normalisers, [1.0 / len(micro)] * len(micro), out.dp_factor, total=out.total)
 
     return scales
 
@@ -281,7 +286,7 @@ def test_mutations_of_the_update_are_caught(
     completions, one denominator over the whole update (our loss_denominator = "update", not cosmos-rl's), and
     old log-probs taken from each pass instead of the first."""
     with monkeypatch.context() as m:
-        m.setattr(grpo.GRPOTrainer, "_loss_scales", _equal_shares(grpo.GRPOTrainer._loss_scales))
+        m.setattr(grpo, "loss_scales", _equal_shares(grpo.loss_scales))
         assert gradient_difference(tiny_model_dir, tmp_path / "a", m, loss_type="token-mean") > 100 * TOL
     whole_update = {"loss_denominator": "update"}
     assert (
@@ -289,7 +294,7 @@ def test_mutations_of_the_update_are_caught(
         > 100 * TOL
     )
     with monkeypatch.context() as m:
-        m.setattr(grpo, "policy_loss", _old_from_each_pass(grpo.policy_loss))
+        m.setattr(grpo_update, "policy_loss", _old_from_each_pass(grpo_update.policy_loss))
         assert (
             gradient_difference(tiny_model_dir, tmp_path / "c", m, loss_type="token-mean", mu_iterations=2) > 100 * TOL
         )

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from cosmos_train.config import NO_EFFECT_HEADER, ConfigError, config_from_dict, load_config
-from cosmos_train.config.compat import DEFAULTS_DIFFER, INERT, RULES, default_note, key_state
+from cosmos_train.config.compat import key_state
+from cosmos_train.config.compat_notes import DEFAULTS_DIFFER, INERT, default_note
+from cosmos_train.config.compat_rules import RULES
 from cosmos_train.config.docs import alias_map, cosmos_rl_key_table, recorded_default, schema_keys
 from cosmos_train.config.key_tests import GUESSES, NO_TEST_YET, PROVED_BY
-from tests.cli_inprocess import run_cli
+from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"
@@ -135,9 +137,9 @@ def test_fixture_configs_load_and_say_what_has_no_effect(path: Path, tmp_path: P
     assert again.model_dump() == cfg.model_dump()
 
 
-def test_config_check_lists_accepted_keys_and_exits_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_check_lists_accepted_keys_and_exits_zero(run_cli: RunCli) -> None:
     path = FIXTURES / "reason2_reference.toml"
-    done = run_cli(monkeypatch, "config", "check", path, cwd=ROOT)
+    done = run_cli("config", "check", path, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert NO_EFFECT_HEADER in done.stderr
     assert "#   redis = '12802': cosmos-rl's controller port" in done.stderr
@@ -152,8 +154,8 @@ def test_config_check_lists_accepted_keys_and_exits_zero(monkeypatch: pytest.Mon
         ("refused_diffusers.toml", "recipe of cosmos-rl's diffusers trainer (policy.is_diffusers = true)"),
     ],
 )
-def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    done = run_cli(monkeypatch, "config", "check", FIXTURES / path, cwd=ROOT)
+def test_refused_fixtures_say_why_in_one_paragraph(path: str, words: str, run_cli: RunCli) -> None:
+    done = run_cli("config", "check", FIXTURES / path, cwd=ROOT)
     assert done.returncode == 2 and words in done.stderr
     assert "Traceback" not in done.stderr and "unknown key" not in done.stderr
 
@@ -278,9 +280,9 @@ def test_dataset_cache_resolves_to_the_shared_cache(monkeypatch: pytest.MonkeyPa
     assert config_from_dict({}).train.train_policy.dataset.cache_dir is None
 
 
-def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_check_of_a_pipeline_lists_each_stages_accepted_keys(run_cli: RunCli) -> None:
     pipeline = ROOT / "configs" / "tiny-post-train.toml"
-    done = run_cli(monkeypatch, "config", "check", pipeline, "--set", "grpo.redis='12800'", cwd=ROOT)
+    done = run_cli("config", "check", pipeline, "--set", "grpo.redis='12800'", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "# [grpo] accepted with no effect here" in done.stderr and "#   redis = '12800'" in done.stderr
     assert "[sft] accepted" not in done.stderr

@@ -3,7 +3,7 @@
 The oracle is the installed cosmos-rl 0.4.7 (`make oracle`; tests/cosmos_rl_oracle.py): its GRPO
 `compute_loss`, `compute_logprobs` (entropy), `GRPO.compute_advantage`, `build_lr_schedulers` and its
 `Config()` defaults. Every comparison is a function returning the largest difference, so the mutation
-tests at the end can show that a deliberate change of ours is caught. `PARITY_CHECKED` (config.compat)
+tests at the end can show that a deliberate change of ours is caught. `PARITY_CHECKED` (config.compat_notes)
 names, per key, which of cosmos-rl's functions it is checked against; the last test keeps that column of
 docs/COSMOS_RL_KEYS.md equal to what these tests cover.
 """
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from cosmos_train.config import config_from_dict
-from cosmos_train.config.compat import PARITY_CHECKED, default_note
+from cosmos_train.config.compat_notes import PARITY_CHECKED, default_note
 from cosmos_train.config.docs import schema_keys
 from cosmos_train.train import optim, rl_losses
 from cosmos_train.train.rl_losses import (
@@ -456,7 +456,7 @@ RESOLVED_AT_LOAD = ("validation.use_remote_reward",)
 
 def test_every_implemented_keys_default_is_cosmos_rls_or_explained() -> None:
     """Every key of ours that cosmos-rl's Config() has: its default equals cosmos-rl's live default (GRPO and SFT
-    sections both), or config.compat.DEFAULTS_DIFFER says why."""
+    sections both), or config.compat_notes.DEFAULTS_DIFFER says why."""
     from cosmos_train.config.docs import _format
 
     ours = schema_keys()

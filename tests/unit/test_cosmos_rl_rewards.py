@@ -430,7 +430,7 @@ def test_enable_overlong_penalty_changes_no_reward_there_or_here(tokenizer: Any)
     """cosmos-rl 0.4.7 never reads train_policy.overlong_reward.enable_overlong_penalty: its Reward scores the same
     with the flag on or off, and so do ours (the rewards a GRPO step builds from the config), which `config check`
     lists as having no effect."""
-    from cosmos_train.train.rollout import training_rewards
+    from cosmos_train.train.rollout.groups import training_rewards
 
     reward_function = {"single_choice": 1.0, "format": 0.5}
     theirs = []

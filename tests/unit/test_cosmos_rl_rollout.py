@@ -23,8 +23,8 @@ import pytest
 from cosmos_train.config import config_from_dict
 from cosmos_train.generation import Completion, SamplingParams
 from cosmos_train.rewards import REWARDS, combine, register_reward
-from cosmos_train.train import rollout as rollout_module
-from cosmos_train.train.rollout import Shaping, collect_rollouts, validation_sampling
+from cosmos_train.train.rollout import groups as rollout_module
+from cosmos_train.train.rollout.groups import Shaping, collect_rollouts, validation_sampling
 from tests.cosmos_rl_oracle import oracle_assignment, oracle_config, oracle_function
 
 EOS = 9  # the stop token of these completions; tokens 0-3 are the letters a-d

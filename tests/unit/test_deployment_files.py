@@ -8,7 +8,7 @@ launcher reads:
   pod's environment resolved as Kubernetes would (downward API, `$(VAR)` references) for pod 0 and pod 1; each pod
   runs flows/indexed_node.py with the worker's command as its arguments, and that entry adds launch.rdzv_id (the
   worker's flow run id), so a pod's environment as the entry execs the command is what must hold node_env's names.
-  (`render_job`, `pod_env` and `pod_argv` are what tests/integration/test_deployment_nodes.py starts its two pods
+  (`render_job`, `pod_env` and `pod_argv` are what tests/integration/flows/test_deployment_nodes.py starts its two pods
   with.)
 
     .venv/bin/python -m pytest -q tests/unit/test_deployment_files.py

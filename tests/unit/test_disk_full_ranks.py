@@ -16,8 +16,9 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
-from cosmos_train.checkpoint import CheckpointManager, complete_checkpoints, raise_together
+from cosmos_train.checkpoint import CheckpointManager, complete_checkpoints
 from cosmos_train.config import CheckpointConfig
+from cosmos_train.distributed import raise_together
 from cosmos_train.errors import (
     DiskFullError,
     disk_full_at,

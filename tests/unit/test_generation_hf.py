@@ -1,7 +1,7 @@
 """The generation layer's pieces and the transformers engine on the tiny model (CPU, float32).
 
 The engine-independent behaviour (shapes, log-probs, stops, seeds, weight pushes) is pinned for every
-engine in tests/integration/test_generation_contract.py; here are the HF engine's own parts: the
+engine in tests/integration/services/test_generation_contract.py; here are the HF engine's own parts: the
 logits processing by hand, batching, greedy equal to transformers' `generate`, prefix sharing.
 """
 
@@ -247,7 +247,7 @@ def test_validation_sampling_keys_reach_the_engine(engine: HFEngine, synthetic_d
     """[validation] top_k / top_p / repetition_penalty (cosmos-rl's keys) shape the answers: top_k = 1, the
     default, is greedy at any temperature; top_k = -1 samples."""
     from cosmos_train.config import config_from_dict
-    from cosmos_train.train.rollout import validation_sampling
+    from cosmos_train.train.rollout.groups import validation_sampling
 
     cfg = config_from_dict(
         {

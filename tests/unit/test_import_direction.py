@@ -33,17 +33,27 @@ LAYERS: dict[str, int] = {
     "cosmos_train.checkpoint_paths": 0,  # step_N folder names and the COMPLETE marker (errors only)
     "cosmos_train.launch": 0,  # the torchrun wrapper: process_tree and torch, run as `python -m`
     "cosmos_train.multinode": 0,  # the launcher's network side: addresses, interfaces, rendezvous paragraphs (torch)
-    "cosmos_train.storage": 0,  # uploads to S3 / the Hub: errors only, used by the CLI and flows
+    "cosmos_train.storage": 0,  # uploads to S3 / the Hub, downloads from S3 (the storage/ package): errors only
     "cosmos_train.vision": 0,  # vision settings and layouts: what config, data and models all read
     "cosmos_train.context_parallel": 0,  # Ulysses attention, sequence split / gather (torch.distributed only)
     # 1 - the job config: schema, loader, checks, cosmos-rl compatibility, the key reference.
     "cosmos_train.config": 1,
+    "cosmos_train.config.schema_train": 1,  # [train] and [train.ckpt] (schema_policy, schema_run_health)
+    "cosmos_train.config.schema_run_health": 1,  # [train.run_health]: the run-health verdicts' thresholds
+    "cosmos_train.config.schema_model": 1,  # [policy]: the model, LoRA, parallelism
+    "cosmos_train.config.schema_rollout": 1,  # [rollout] and [validation] sampling
+    "cosmos_train.config.schema_launch": 1,  # [logging] and [launch]
+    "cosmos_train.config.compat_rules": 1,  # cosmos-rl's keys not in our schema, one Rule each (imports nothing)
+    "cosmos_train.config.compat_notes": 1,  # what the key table says of the keys we implement (imports nothing)
     # 2 - models and data (independent of each other), and the runtime infrastructure that reads a config.
     "cosmos_train.models": 2,  # model families, loading, LoRA, Hugging Face folders, the tiny models
     "cosmos_train.data": 2,  # chats, media, datasets and their sources, synthetic data
     "cosmos_train.data.shards": 2,  # webdataset tar shards streamed from S3 (storage's client and settings)
-    "cosmos_train.distributed": 2,  # process group and mesh from [policy.parallelism]; models.parallelize uses it
-    "cosmos_train.checkpoint": 2,  # DCP checkpoints and the rank collectives the exporter shares
+    "cosmos_train.distributed": 2,  # process group, mesh, every collective the ranks call alike (models.parallelize)
+    "cosmos_train.checkpoint": 2,  # DCP checkpoints: the manager that saves, settles and loads them
+    "cosmos_train.checkpoint_state": 2,  # a checkpoint's trainer_state.json (checkpoint_files, distributed)
+    "cosmos_train.checkpoint_failures": 2,  # a failed checkpoint write agreed by every rank (distributed)
+    "cosmos_train.rng_state": 2,  # the RNG state a checkpoint keeps per rank, a fresh rank's seeding (was checkpoint's)
     "cosmos_train.checkpoint_files": 2,  # reading a checkpoint's files (DCP, torch, JSON): damage as CheckpointError
     "cosmos_train.signals": 2,  # exit signals agreed over checkpoint's CPU group
     "cosmos_train.metrics": 2,  # metrics.jsonl and wandb for a run (config's logging keys)
@@ -54,10 +64,21 @@ LAYERS: dict[str, int] = {
     "cosmos_train.rewards": 3,  # reward functions, answer parsing and the remote reward client
     # 4 - the jobs.
     "cosmos_train.train": 4,  # SFT and GRPO trainers
+    "cosmos_train.train.grpo_update": 4,  # one GRPO update's micro-batches, loss scales, micro_batch_loss (rl_losses)
+    "cosmos_train.train.grpo_prompts": 4,  # GRPO's prompts encoded for the trainer, scored groups as RL samples
+    "cosmos_train.train.grpo_validation": 4,  # GRPO's validation rewards, answers over the ranks, the best weights
+    "cosmos_train.train.rollout": 4,  # GRPO's rollout: groups, sources (colocated, worker), stats (was 5 flat files)
     "cosmos_train.wfm": 4,  # world-model RL (reads train's RL losses and the reward service's handlers)
     "cosmos_train.wfm.web_data": 4,  # the world-model rows of S3 shards (data.shards, wfm.data's checks)
     "cosmos_train.wfm.evaluate": 4,  # world-model evaluation (wfm's sampler and rewards, evaluation.report's labels)
     "cosmos_train.wfm.eval_report": 4,  # its intervals, table and grid (evaluation.scoring's z)
+    "cosmos_train.wfm.config_schema": 4,  # WfmConfig over config_sections (config's shared sections)
+    "cosmos_train.wfm.config_states": 4,  # each imaginaire entry's state (config_schema, cosmos_rl_form)
+    "cosmos_train.wfm.config_checks": 4,  # what cannot run (config_states, the reward service's handlers)
+    "cosmos_train.wfm.tiny_model": 4,  # the tiny world-model folder (wfm.model's names, models.tiny)
+    "cosmos_train.wfm.model_export": 4,  # a trained DiT into its base diffusers folder (wfm.model's checks)
+    "cosmos_train.wfm.rl_step": 4,  # one iteration's math (distributed's sums, train's zero_std_groups)
+    "cosmos_train.wfm.train_rows": 4,  # the trainer's rows, embeddings and clip latents (wfm.data, web_data, model)
     "cosmos_train.evaluation": 4,  # benchmark evaluation
     "cosmos_train.reward_service": 4,  # the reward HTTP service and its handlers
     "cosmos_train.reward_service.latents": 4,  # Wan VAE latents -> pixels for the service (diffusers, lazily)

@@ -1,6 +1,6 @@
 """cosmos_train.multinode without a second host: which addresses count as this host's, where a store listens, the
 checks of launch.socket_ifname and the paragraph of each rendezvous failure; the launch command's bounds.
-(tests/integration/test_two_hosts.py runs them on two real hosts.)
+(tests/integration/distributed/test_two_hosts.py runs them on two real hosts.)
 
     pytest -q tests/unit/test_multinode_network.py
 """
@@ -132,13 +132,13 @@ def test_a_multi_node_launch_is_bounded_by_rdzv_timeout_s(monkeypatch: pytest.Mo
 GROUP_TIMEOUTS = r"""
 import json, sys
 import torch, torch.distributed as dist
-from cosmos_train.checkpoint import cpu_group
+from cosmos_train.distributed import cpu_group
 from cosmos_train.config import ParallelismConfig
 from cosmos_train.distributed import init_distributed
 
 info = init_distributed(ParallelismConfig(), 12)
 cpu = torch.device("cpu")
-groups = {"default": dist.group.WORLD, "checkpoint cpu_group": cpu_group()}
+groups = {"default": dist.group.WORLD, "distributed cpu_group": cpu_group()}
 groups["mesh dp_shard"] = info.mesh["dp_shard"].get_group()
 print(json.dumps({k: g._get_backend(cpu).options._timeout.total_seconds() for k, g in groups.items()}))
 """
@@ -154,6 +154,6 @@ def test_collective_timeout_bounds_every_group_not_only_the_default_one() -> Non
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "default": 12.0,
-        "checkpoint cpu_group": 12.0,
+        "distributed cpu_group": 12.0,
         "mesh dp_shard": 12.0,
     }

@@ -2,8 +2,8 @@
 is node 0, what it adds to its own job, the parameters of the other nodes' runs and how they are started, the
 deployments it refuses, and the paragraph naming a node run that did not complete; a node its infrastructure placed
 (its environment names its rank) is never such a node 0; and the Indexed-Job pods' entry (flows/indexed_node.py):
-which run each pod executes. The real things: two workers on two hosts, tests/integration/test_deployment_nodes.py;
-two Indexed-Job pods on two hosts, tests/integration/test_deployment_nodes.py.
+which run each pod executes. The real things, both in tests/integration/flows/test_deployment_nodes.py: two workers
+on two hosts; two Indexed-Job pods on two hosts.
 
     pytest -q tests/unit/test_node_runs.py
 """

@@ -269,7 +269,7 @@ def test_grpo_takes_sft_rows_their_answer_is_the_reference(tmp_path: Path, proce
     # Through the GRPO data path: SFT conversations in a json file -> load_samples -> data prep -> rollout.
     from cosmos_train.generation import Completion, SamplingParams
     from cosmos_train.rewards import combine
-    from cosmos_train.train.rollout import collect_rollouts
+    from cosmos_train.train.rollout.groups import collect_rollouts
 
     rows = [
         {

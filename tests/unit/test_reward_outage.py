@@ -1,5 +1,5 @@
 """A reward service that stays unreachable: the client's error (URL, tries, seconds, last error), and how the ranks
-agree on it (`rollout_source.agree_on_outage`) so that every rank raises the same ServiceUnavailable at the same
+agree on it (`rollout.sources.agree_on_outage`) so that every rank raises the same ServiceUnavailable at the same
 point. The real runs: tests/faults/test_reward_service_down.py."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from cosmos_train.checkpoint import cpu_group
+from cosmos_train.distributed import cpu_group
 from cosmos_train.errors import EXIT_SERVICE_DOWN, ServiceUnavailable, error_from_record
 from cosmos_train.generation import SamplingParams
 from cosmos_train.net import free_port
 from cosmos_train.rewards import RewardSet
 from cosmos_train.rewards.remote import ClientSettings, RemoteRewardClient, RemoteScorer, RewardServiceUnreachable
-from cosmos_train.train.rollout import collect_rollouts
-from cosmos_train.train.rollout_source import agree_on_outage, outage_agreed
+from cosmos_train.train.rollout.groups import collect_rollouts
+from cosmos_train.train.rollout.sources import agree_on_outage, outage_agreed
 from tests.unit.test_rollout import ScriptedEngine, _row
 
 

@@ -197,7 +197,7 @@ def test_shared_prompt_layout_equals_separate_sequences(tiny_model_dir: Path, sy
 
 def test_ignored_prefix_tokens_leave_the_loss_mask() -> None:
     """min_filter_prefix_tokens: a sample's first ignore_prefix completion tokens are out of the loss, the rest in."""
-    from cosmos_train.train.grpo import _Micro
+    from cosmos_train.train.grpo_update import RLMicroBatch
     from cosmos_train.train.rl_batch import RLSample
 
     prompt = _prompt([5, 6, 7])
@@ -206,5 +206,5 @@ def test_ignored_prefix_tokens_leave_the_loss_mask() -> None:
         RLSample(prompt, [1, 2, 9], -1.0, torch.zeros(3)),
         RLSample(prompt, [8, 8], 0.5, torch.zeros(2), in_loss=False, ignore_prefix=1),
     ]
-    micro = _Micro(samples, rope_index=None)
+    micro = RLMicroBatch(samples, rope_index=None)
     assert micro.mask.tolist() == [[False, False, True, True], [True, True, True, False], [False] * 4]

@@ -1,5 +1,6 @@
 """One GRPO rollout: prompts from the one builder, n completions per row, rewards, advantages, DAPO refill;
-its statistics by name; the colocated rollout source (the worker process is tests/integration/test_grpo_async.py)."""
+its statistics by name; the colocated rollout source (the worker process:
+tests/integration/distributed/test_grpo_async.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import torch
 from cosmos_train.config import config_from_dict
 from cosmos_train.generation import Completion, SamplingParams
 from cosmos_train.rewards import combine
-from cosmos_train.train import rollout_colocated
-from cosmos_train.train.rollout import Shaping, collect_rollouts, shared_prefix_ignore
-from cosmos_train.train.rollout_stats import RolloutSums, rollout_stats
+from cosmos_train.train.rollout import colocated as rollout_colocated
+from cosmos_train.train.rollout.groups import Shaping, collect_rollouts, shared_prefix_ignore
+from cosmos_train.train.rollout.stats import RolloutSums, rollout_stats
 
 OPTIONS = {"A": "left", "B": "right", "C": "stays", "D": "falls"}
 

@@ -1,6 +1,6 @@
-"""Which rollout a GRPO run gets (`rollout_source.asynchronous_rollout`): on_policy as set, or, unset, from the
+"""Which rollout a GRPO run gets (`rollout.sources.asynchronous_rollout`): on_policy as set, or, unset, from the
 device: the colocated engine on the CPU (a worker would share the trainer's cores), the worker on a GPU; and
-the asynchronous trainer's share of the CPU cores (`rollout_worker.share_cores`)."""
+the asynchronous trainer's share of the CPU cores (`rollout.worker.share_cores`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 
 from cosmos_train.config import config_from_dict
 from cosmos_train.train import grpo
-from cosmos_train.train.rollout_source import asynchronous_rollout
-from cosmos_train.train.rollout_worker import share_cores
+from cosmos_train.train.rollout.sources import asynchronous_rollout
+from cosmos_train.train.rollout.worker import share_cores
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
 

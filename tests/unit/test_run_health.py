@@ -1,8 +1,9 @@
-"""The run-health verdicts (cosmos_train/train/run_health.py) on hand-built metrics rows: each verdict fires on
-its state and not on a healthy series, at the [train.run_health] thresholds; late_collapse's drop and its noise;
-the remedies in the world model's keys; result.json's record and the CLI's closing lines; the summary line; the
-loop's `end_early` hook (stop_when_stuck) ends a run as at its last step, and the loop judges an RL run into its
-result. Real runs that provoke the verdicts: tests/integration/test_run_health_flow.py."""
+"""The run-health verdicts (cosmos_train/train/run_health.py, its checks health_checks.py and remedies
+health_remedies.py) on hand-built metrics rows: each verdict fires on its state and not on a healthy series, at the
+[train.run_health] thresholds; late_collapse's drop and its noise; the remedies in the world model's keys;
+result.json's record and the CLI's closing lines; the summary line; the loop's `end_early` hook (stop_when_stuck)
+ends a run as at its last step, and the loop judges an RL run into its result. Real runs that provoke the verdicts:
+tests/integration/flows/test_run_health_flow.py."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import torch
 
 from cosmos_train.config import ConfigError, GRPOPolicyConfig, RunHealthConfig, SFTPolicyConfig, load_config
 from cosmos_train.errors import EXIT_RUN_STUCK, KINDS, RunStuck, error_from_record
+from cosmos_train.train.health_checks import Verdict
 from cosmos_train.train.report import grpo_summary_markdown, read_run_report
 from cosmos_train.train.run_health import (
     HealthReport,
     HealthWatch,
-    Verdict,
     assess,
     assess_run,
     ratio_moves_of,

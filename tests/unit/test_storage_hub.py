@@ -1,4 +1,4 @@
-"""cosmos_train/storage.py at the HfApi boundary (the Hub cannot be reached here) and its target URLs."""
+"""cosmos_train/storage/hub.py at the HfApi boundary (the Hub cannot be reached here) and its target URLs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
 from cosmos_train.errors import AuthError, UploadError, UploadUnavailable
-from cosmos_train.storage import Target, hf_token, parse_target, upload_folder_hf
+from cosmos_train.storage.hub import hf_token, upload_folder_hf
+from cosmos_train.storage.targets import Target, parse_target
 
 
 class RecordingHub:

@@ -1,7 +1,7 @@
 """How a command run from a terminal ends (flows/terminal.py): the paragraph and exit code of a run that stopped
 saved, the command that continues it, a lost Prefect API told apart from other HTTP failures, the temporary
 server started in a session of its own, and a finished command's last lines (its runs' verdicts). The real faults
-are in tests/faults/; real runs' last lines in tests/integration/test_run_health_flow.py."""
+are in tests/faults/; real runs' last lines in tests/integration/flows/test_run_health_flow.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from cosmos_train.errors import ConfigError, RunInterrupted, ServiceUnavailable
-from cosmos_train.train.run_health import HealthReport, Verdict
+from cosmos_train.train.health_checks import Verdict
+from cosmos_train.train.run_health import HealthReport
 from flows import terminal
 
 

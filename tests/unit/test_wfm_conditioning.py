@@ -21,7 +21,9 @@ from cosmos_train.reward_service.config import ServiceConfig
 from cosmos_train.reward_service.handlers import HANDLERS, Batch
 from cosmos_train.wfm import conditioning as cd
 from cosmos_train.wfm import model as wm
-from cosmos_train.wfm.config import conditioner_states, wfm_config_from_dict
+from cosmos_train.wfm import model_export
+from cosmos_train.wfm.config import wfm_config_from_dict
+from cosmos_train.wfm.config_states import conditioner_states
 from cosmos_train.wfm.data import load_clip
 from cosmos_train.wfm.losses import flow_matching_loss
 from cosmos_train.wfm.sde import gaussian_kl, sde_step, sigma_schedule
@@ -251,7 +253,7 @@ def test_export_runs_as_video2world_in_diffusers_pipeline(
 
     g = torch.Generator().manual_seed(0)
     trained = {k: t + 0.01 * torch.randn(t.shape, generator=g) for k, t in parts.transformer.state_dict().items()}
-    out = wm.export_wfm(tiny_wfm_dir, trained, tmp_path / "export")
+    out = model_export.export_wfm(tiny_wfm_dir, trained, tmp_path / "export")
     pipe = DiffusionPipeline.from_pretrained(out, safety_checker=NoGuardrail())
     clip = load_clip(sorted((wfm_data_dir / "videos").glob("*.mp4"))[0], 5, 32, 32).unsqueeze(0)
     given = cd.conditioning_pixels(1)  # the pipeline conditions on the LAST frames it is given: give the first

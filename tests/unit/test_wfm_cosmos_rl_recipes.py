@@ -17,17 +17,14 @@ import torch
 
 from cosmos_train.config import load_config
 from cosmos_train.errors import ConfigError
-from cosmos_train.wfm.config import (
-    WfmConfig,
-    callback_states,
-    conditioner_states,
-    load_wfm_config,
-    wfm_config_from_dict,
-)
+from cosmos_train.wfm.config import load_wfm_config, wfm_config_from_dict
+from cosmos_train.wfm.config_schema import WfmConfig
+from cosmos_train.wfm.config_states import callback_states, conditioner_states
 from cosmos_train.wfm.cosmos_rl_form import CALLBACK_STATES, COSMOS_RL_DEFAULTS, RL_ALIASES
+from cosmos_train.wfm.rl_step import drop_text
 from cosmos_train.wfm.sde import sigma_schedule
-from cosmos_train.wfm.trainer import WfmTrainer, drop_text
-from tests.cli_inprocess import run_cli
+from cosmos_train.wfm.trainer import WfmTrainer
+from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT
 from tests.cosmos_rl_oracle import oracle_module, oracle_root
 
@@ -182,14 +179,14 @@ def test_every_imaginaire_entry_has_one_state(name: str, tmp_path: Path) -> None
     assert set(states) <= said  # each no-effect entry is listed by `config check`, with why
 
 
-def test_config_check_prints_states_and_cosmos_rl_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_check_prints_states_and_cosmos_rl_defaults(tmp_path: Path, run_cli: RunCli) -> None:
     args = [a for o in runnable(GRPO, tmp_path, tmp_path) for a in ("--set", o)]
-    res = run_cli(monkeypatch, "config", "check", RECIPES / GRPO, *args, cwd=ROOT)
+    res = run_cli("config", "check", RECIPES / GRPO, *args, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert "cosmos-rl's defaults taken for reward, model.param_dtype, model.rl.sample_steps" in res.stderr
     assert "trainer.callbacks[every_n_sample_ema]" in res.stderr and "model.conditioner[fps]" in res.stderr
     assert "# ok:" in res.stderr and "(wfm_rl: flow_grpo)" in res.stderr
-    res = run_cli(monkeypatch, "config", "check", RECIPES / GRPO, cwd=ROOT)
+    res = run_cli("config", "check", RECIPES / GRPO, cwd=ROOT)
     assert res.returncode == 2 and "Traceback" not in res.stderr and "convert_cosmos_to_diffusers" in res.stderr
 
 

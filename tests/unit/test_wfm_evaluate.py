@@ -26,7 +26,7 @@ from cosmos_train.wfm.model import (
     predict_velocity,
 )
 from cosmos_train.wfm.rewards import VideoScorer
-from cosmos_train.wfm.trainer import EVAL_SIGMAS
+from cosmos_train.wfm.rl_step import EVAL_SIGMAS
 from tests.conftest import ROOT, wfm_eval_overrides
 
 RECIPE = ROOT / "configs" / "tiny-wfm-ddrl.toml"

@@ -19,7 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from cosmos_train.wfm.model import export_wfm, load_wfm
+from cosmos_train.wfm.model import load_wfm
+from cosmos_train.wfm.model_export import export_wfm
 
 
 # --- the code of docs/world-models.md ("Loading an export in diffusers"), as printed there ------------------

@@ -1,4 +1,5 @@
-"""The tiny world model's folder and the model API the trainer uses (cosmos_train/wfm/model.py).
+"""The tiny world model's folder and the model API the trainer uses (cosmos_train/wfm/model.py, tiny_model.py,
+model_export.py).
 
 HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/unit/test_wfm_model.py
 """
@@ -14,6 +15,7 @@ import torch
 
 from cosmos_train.errors import ConfigError, ModelError
 from cosmos_train.wfm import model as wm
+from cosmos_train.wfm import model_export, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_diffusers_loads_the_folder_as_a_predict2_5_pipeline(tiny_wfm_dir: Path,
 
 
 def test_tiny_folder_is_deterministic(tmp_path: Path, tiny_wfm_dir: Path) -> None:
-    again = wm.make_tiny_wfm(tmp_path / "again")
+    again = tiny_model.make_tiny_wfm(tmp_path / "again")
     files = sorted(p.relative_to(tiny_wfm_dir) for p in tiny_wfm_dir.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     assert {
@@ -59,14 +61,14 @@ def test_tiny_folder_is_deterministic(tmp_path: Path, tiny_wfm_dir: Path) -> Non
         "tokenizer/tokenizer.json",
     } <= {str(f) for f in files}
     assert all((tiny_wfm_dir / f).read_bytes() == (again / f).read_bytes() for f in files)
-    other = wm.make_tiny_wfm(tmp_path / "other", seed=1)
+    other = tiny_model.make_tiny_wfm(tmp_path / "other", seed=1)
     name = "transformer/diffusion_pytorch_model.safetensors"
     assert (other / name).read_bytes() != (again / name).read_bytes()
 
 
 def test_latent_statistics_make_unit_scale_latents(parts: wm.WfmParts) -> None:
     """latents_mean / latents_std were measured on synthetic videos, so encoded videos come out ~N(0, 1)."""
-    video = (wm._calibration_videos(n=8, seed=3) * 127.5 + 127.5).round().to(torch.uint8)
+    video = (tiny_model._calibration_videos(n=8, seed=3) * 127.5 + 127.5).round().to(torch.uint8)
     z = wm.encode_video(parts, video)
     assert z.mean().abs() < 0.5 and 0.5 < z.std() < 2.0
 
@@ -175,7 +177,7 @@ def test_export_round_trips_exactly(parts: wm.WfmParts, tiny_wfm_dir: Path, tmp_
     from diffusers import CosmosTransformer3DModel
 
     trained = {k: t + 0.5 for k, t in parts.transformer.state_dict().items()}
-    out = wm.export_wfm(tiny_wfm_dir, trained, tmp_path / "export")
+    out = model_export.export_wfm(tiny_wfm_dir, trained, tmp_path / "export")
     loaded = CosmosTransformer3DModel.from_pretrained(out, subfolder="transformer").state_dict()
     assert loaded.keys() == trained.keys() and all(torch.equal(loaded[k], trained[k]) for k in trained)
     for same in (
@@ -187,7 +189,7 @@ def test_export_round_trips_exactly(parts: wm.WfmParts, tiny_wfm_dir: Path, tmp_
         "transformer/config.json",
     ):
         assert (out / same).read_bytes() == (tiny_wfm_dir / same).read_bytes()
-    again = wm.export_wfm(tiny_wfm_dir, parts.transformer.state_dict(), out)  # over an existing export
+    again = model_export.export_wfm(tiny_wfm_dir, parts.transformer.state_dict(), out)  # over an existing export
     assert wm.load_wfm(again, text_encoder=False).transformer.state_dict().keys() == trained.keys()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no temporary siblings left
 
@@ -196,10 +198,12 @@ def test_export_refuses_a_mismatched_state_dict(parts: wm.WfmParts, tiny_wfm_dir
     sd = dict(parts.transformer.state_dict())
     first = next(iter(sd))
     with pytest.raises(ModelError, match=f"does not match.*missing {first}"):
-        wm.export_wfm(tiny_wfm_dir, {k: t for k, t in sd.items() if k != first}, tmp_path / "bad")
+        model_export.export_wfm(tiny_wfm_dir, {k: t for k, t in sd.items() if k != first}, tmp_path / "bad")
     name = "proj_out.weight"
     with pytest.raises(ModelError, match=f"{name}: shape \\(4, 64\\)"):
-        wm.export_wfm(tiny_wfm_dir, sd | {name: torch.zeros(4, 64), "extra.weight": torch.zeros(1)}, tmp_path / "bad")
+        model_export.export_wfm(
+            tiny_wfm_dir, sd | {name: torch.zeros(4, 64), "extra.weight": torch.zeros(1)}, tmp_path / "bad"
+        )
     assert list(tmp_path.iterdir()) == []
 
 

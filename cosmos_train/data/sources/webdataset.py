@@ -9,7 +9,7 @@ A sample is the files `<key>.<ext>` of a shard: `<key>.json`, one LLaVA row ({"i
 extension (`"video": "clip.mp4"` takes `<key>.mp4`); a row naming no media gets the sample's media members (videos
 as "video", images as "image"). The members are written under `<dataset.local_dir or
 $COSMOS_CACHE/webdataset>/<bucket>/<shard>/<key>/` as the shard streams past (the chat samples name files there),
-and an unchanged one is not written again. Credentials: PROD_S3_CHECKPOINT_* or AWS_* (`cosmos_train.storage`).
+and an unchanged one is not written again. Credentials: PROD_S3_CHECKPOINT_* or AWS_* (`cosmos_train.storage.s3`).
 
 Bad rows are error samples for `dataset.on_bad_row`, named `shard URL:key`: no json (`bad_row`), json that does not
 parse (`bad_row`), a named media file the sample does not hold (`missing_media`), and whatever the row mapping
@@ -30,7 +30,8 @@ from cosmos_train.config.paths import cosmos_cache
 from cosmos_train.data.shards import sample_name, shard_samples, shard_urls
 from cosmos_train.data.sources.common import DatasetError, RowError, context_for, error_sample, row_to_samples
 from cosmos_train.data.sources.registry import register_source
-from cosmos_train.storage import parse_target, s3_client, s3_settings
+from cosmos_train.storage.s3 import s3_client, s3_settings
+from cosmos_train.storage.targets import parse_target
 
 VIDEO_EXTS = ("mp4", "mov", "mkv", "webm", "avi")
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
