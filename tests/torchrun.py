@@ -64,13 +64,24 @@ def start_torchrun(
     return proc
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL to the launch's whole session (the launcher and its ranks), if it is still running."""
-    if proc.poll() is None:
+def kill_group(proc: subprocess.Popen[str], grace_s: float = 0.0) -> None:
+    """Nothing left of the session `proc` leads (a launch and its ranks, a server and its workers): SIGKILL to the
+    whole group, or with `grace_s` > 0 SIGTERM first and SIGKILL to whatever is left after that grace. The group is
+    signalled even when the leader has already exited: its children may still be running."""
+    if grace_s > 0:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
             pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(timeout=10.0)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = TIMEOUT_S) -> str:

@@ -26,8 +26,10 @@ from pathlib import Path
 import httpx
 
 from cosmos_train.net import free_port
+from tests.torchrun import kill_group
 
 PREFECT = str(Path(sys.executable).with_name("prefect"))
+STOP_GRACE_S = 10.0  # a server or worker stopped with SIGTERM: this long to shut down before SIGKILL
 # One HTTP request made where the server's address exists (through a prefix): argv method, url, JSON body;
 # prints the status code on the first line, the body after it.
 _REQUEST = (
@@ -36,24 +38,6 @@ _REQUEST = (
     "                  headers={'content-type': 'application/json'}, timeout=30.0)\n"
     "sys.stdout.write(f'{r.status_code}\\n{r.text}')\n"
 )
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left of it after `grace_s`."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    # The leader after its grace, or children still exiting after it: nothing of the group may survive.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    proc.wait(timeout=10.0)
 
 
 def isolated_env(home: Path, **extra: str) -> dict[str, str]:
@@ -118,7 +102,7 @@ class PrefectServer:
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
+            kill_group(proc, STOP_GRACE_S)
             out = proc.communicate()[0]
             raise AssertionError(f"{' '.join(argv)} still running after {timeout_s:.0f} s:\n{out[-4000:]}") from None
         finally:
@@ -214,27 +198,28 @@ def start_server(home: Path, host: str = "127.0.0.1", prefix: Sequence[str] = ()
             server.kill_unfinished_flow_runs()
         except httpx.HTTPError:
             pass  # the server never came up: it started no flow runs
-        kill_group(proc)
+        kill_group(proc, STOP_GRACE_S)
+
+
+def flow_run_artifact_versions(flow_run_id: object) -> list:
+    """Every version of every artifact of one flow run, oldest first. Read by the run's id: the Prefect server a
+    test worker shares across its files holds other runs' artifacts, past the API's default page (200)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> list:
+        async with get_client() as c:
+            return await c.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+            )
+
+    return sorted(asyncio.run(read()), key=lambda a: a.created)
 
 
 def flow_run_artifacts(flow_run_id: object) -> dict:
     """The newest version of each of a flow run's artifacts, by key. Curves and metrics are published
     again while a trainer runs and once more at its end: the API returns every version, in no order a
     test may rely on, so the version is picked by its creation time."""
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async def read() -> dict:
-        async with get_client() as c:
-            arts = await c.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-            )
-        newest: dict = {}
-        for a in arts:
-            if a.key and (a.key not in newest or a.created > newest[a.key].created):
-                newest[a.key] = a
-        return newest
-
-    return asyncio.run(read())
+    return {a.key: a for a in flow_run_artifact_versions(flow_run_id) if a.key}

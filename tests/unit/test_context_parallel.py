@@ -4,13 +4,10 @@ Ulysses attention and the sequence split / gather against plain sdpa on the whol
 from __future__ import annotations
 
 import os
-import traceback
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from cosmos_train.context_parallel import (
@@ -22,6 +19,7 @@ from cosmos_train.context_parallel import (
     ulysses_attention,
 )
 from cosmos_train.net import free_port
+from tests.spawn_ranks import spawn_ranks
 
 WORLD = 2
 ATOL = RTOL = 1e-5
@@ -108,28 +106,21 @@ def _check_mesh_and_fsdp() -> None:
         torch.testing.assert_close(p.grad.full_tensor(), p_ref.grad, atol=ATOL, rtol=RTOL)  # type: ignore[union-attr]
 
 
-def _worker(rank: int, port: int, err_dir: str) -> None:
+def _worker(rank: int, port: int) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-        cp = CpGroup(dist.group.WORLD, WORLD, rank)
-        for kv_heads, causal in ((4, False), (4, True), (2, True), (1, False)):  # MHA, GQA that divides, repeat
-            _check_attention(cp, kv_heads, causal)
-        _check_split_gather(cp)
-        _check_mesh_and_fsdp()
-        dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
-        dist.destroy_process_group()
-    except BaseException:
-        Path(err_dir, f"rank{rank}.txt").write_text(traceback.format_exc())
-        raise
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    cp = CpGroup(dist.group.WORLD, WORLD, rank)
+    for kv_heads, causal in ((4, False), (4, True), (2, True), (1, False)):  # MHA, GQA that divides, repeat
+        _check_attention(cp, kv_heads, causal)
+    _check_split_gather(cp)
+    _check_mesh_and_fsdp()
+    dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
+    dist.destroy_process_group()
 
 
-def test_ulysses_split_gather_and_mesh_on_two_processes(tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    errors = sorted(tmp_path.glob("rank*.txt"))
-    assert not errors, errors[0].read_text()
+def test_ulysses_split_gather_and_mesh_on_two_processes() -> None:
+    spawn_ranks(_worker, free_port(), nprocs=WORLD)
 
 
 def test_no_cp_is_identity_and_padding() -> None:

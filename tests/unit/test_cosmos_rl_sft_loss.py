@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from cosmos_train.config import load_config
 from cosmos_train.data.chat import EncodedChat, encode_chat
@@ -32,6 +30,7 @@ from cosmos_train.net import free_port
 from cosmos_train.train import sft, sft_loss, step
 from cosmos_train.train.batching import collate_padded, model_inputs, split_micro_batches
 from cosmos_train.train.sft_loss import IGNORE, token_ce_sum
+from tests.spawn_ranks import spawn_ranks
 from tests.unit.sft_loss_dp_worker import (
     DP_CASES,
     KEPT,
@@ -236,15 +235,7 @@ def test_mutation_step_normaliser_is_caught(
 def dp_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, list[float]]]:
     """Each of the 2 gloo ranks' losses and logit gradients, cosmos-rl's and ours, for every DP_CASES layout."""
     out = tmp_path_factory.mktemp("dp")
-    old = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # the spawned ranks inherit it
-    try:
-        mp.start_processes(dp_worker, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn")
-    finally:
-        if old is None:
-            os.environ.pop("OMP_NUM_THREADS")
-        else:
-            os.environ["OMP_NUM_THREADS"] = old
+    spawn_ranks(dp_worker, 2, free_port(), str(out))
     return [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
@@ -27,6 +26,7 @@ from cosmos_train.errors import (
     report_rank_failure,
     write_error_file,
 )
+from tests.spawn_ranks import spawn_ranks
 
 
 def _export_fails_on_rank_0(rank: int, store: str, out: str) -> None:
@@ -44,7 +44,7 @@ def _export_fails_on_rank_0(rank: int, store: str, out: str) -> None:
 
 
 def test_a_full_disk_on_one_rank_is_a_disk_full_error_on_every_rank(tmp_path: Path) -> None:
-    mp.spawn(_export_fails_on_rank_0, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    spawn_ranks(_export_fails_on_rank_0, str(tmp_path / "store"), str(tmp_path))
     raised = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["type"] for r in raised] == ["DiskFullError", "DiskFullError"], raised
     assert raised[0]["message"] == raised[1]["message"]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from cosmos_train.distributed import cpu_group
 from cosmos_train.errors import EXIT_SERVICE_DOWN, ServiceUnavailable, error_from_record
@@ -20,6 +19,7 @@ from cosmos_train.rewards import RewardSet
 from cosmos_train.rewards.remote import ClientSettings, RemoteRewardClient, RemoteScorer, RewardServiceUnreachable
 from cosmos_train.train.rollout.groups import collect_rollouts
 from cosmos_train.train.rollout.sources import agree_on_outage, outage_agreed
+from tests.spawn_ranks import spawn_ranks
 from tests.unit.test_rollout import ScriptedEngine, _row
 
 
@@ -101,7 +101,7 @@ def _rank(rank: int, init: str, out: Path) -> None:
 
 def test_two_ranks_raise_together_when_one_met_the_outage(tmp_path: Path) -> None:
     init = f"file://{tmp_path / 'store'}"
-    mp.start_processes(_rank, args=(init, tmp_path), nprocs=2, start_method="spawn", join=True)
+    spawn_ranks(_rank, init, tmp_path)
     words = "ServiceUnavailable: reward service http://h:1/api/reward/pull: no answer after 5 tries in 3 s"
     for rank in (0, 1):
         assert (tmp_path / f"rank{rank}.txt").read_text() == f"{words} (last: ReadTimeout: timed out) | 2"

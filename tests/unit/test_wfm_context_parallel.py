@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import copy
 import os
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from cosmos_train.context_parallel import NO_CP, CpGroup
 from cosmos_train.errors import ConfigError
 from cosmos_train.net import free_port
 from cosmos_train.wfm.context_parallel import check_context_parallel, cp_forward, enable_context_parallel
+from tests.spawn_ranks import spawn_ranks
 
 WORLD = 2
 ATOL = RTOL = 1e-5
@@ -83,29 +82,17 @@ def _check(cp: CpGroup, per_frame: bool) -> None:
         torch.testing.assert_close(total, p_ref.grad, atol=ATOL, rtol=GRAD_RTOL, msg=f"gradient of {name}")
 
 
-def _worker(rank: int, port: int, err_dir: str) -> None:
+def _worker(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    try:
-        dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-        for per_frame in (False, True):
-            _check(CpGroup(dist.group.WORLD, WORLD, rank), per_frame)
-        dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
-        dist.destroy_process_group()
-    except BaseException:
-        Path(err_dir, f"rank{rank}.txt").write_text(traceback.format_exc())
-        raise
-    # The checks passed. Leave without the interpreter's finalization: here the diffusers model keeps gloo's
-    # process group (and its worker threads) alive past destroy_process_group, and a worker thread that frees
-    # its last collective's tensors while the interpreter finalizes cannot take the GIL and aborts the process
-    # ("terminate called without an active exception", SIGABRT; about 1 run in 10; pytorch/pytorch#190489).
-    os._exit(0)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    for per_frame in (False, True):
+        _check(CpGroup(dist.group.WORLD, WORLD, rank), per_frame)
+    dist.barrier()  # both ranks done talking before either leaves (a peer gone mid-collective aborts gloo)
+    dist.destroy_process_group()
 
 
-def test_cp_forward_on_two_processes_equals_the_whole_sequence(tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    errors = sorted(tmp_path.glob("rank*.txt"))
-    assert not errors, errors[0].read_text()
+def test_cp_forward_on_two_processes_equals_the_whole_sequence() -> None:
+    spawn_ranks(_worker, free_port(), nprocs=WORLD)
 
 
 @pytest.mark.parametrize("per_frame", [False, True])

@@ -28,8 +28,9 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, write_tiny_sft_config
-from tests.integration.prefect_server import PREFECT, PrefectServer, isolated_env, kill_group, start_server
+from tests.integration.prefect_server import PREFECT, STOP_GRACE_S, PrefectServer, isolated_env, start_server
 from tests.run_outputs import same_weights
+from tests.torchrun import kill_group
 from tests.two_hosts import TwoHosts, why_no_hosts
 from tests.unit.test_deployment_files import pod_argv, pod_env, render_job
 
@@ -141,7 +142,7 @@ def pool(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.Tem
                 ).check()
                 yield Pool(hosts, server, config, one_node, log, out)
             finally:
-                kill_group(one_node)
+                kill_group(one_node, STOP_GRACE_S)
     finally:
         hosts.down()
 
@@ -208,7 +209,7 @@ def test_the_indexed_jobs_pods_train_one_deployment_run_on_two_hosts(pool: Pool,
         one_run = pool.reference()
     finally:
         for proc in started:  # the worker too: the next test's runs are Scheduled, and it would take them
-            kill_group(proc)
+            kill_group(proc, STOP_GRACE_S)
         pool.cancel_scheduled()
 
     # Two runs of the deployment, both completed: the worker's (node 0) and node 1's, its subflow
@@ -278,7 +279,7 @@ def test_one_deployment_run_trains_a_two_node_job_on_two_hosts(pool: Pool, tmp_p
         one_run = pool.reference()
     finally:
         for w in workers:
-            kill_group(w)
+            kill_group(w, STOP_GRACE_S)
         pool.cancel_scheduled()
 
     # Two runs of the deployment: the one started by hand (node 0) and node 1's, its subflow; both completed

@@ -220,7 +220,8 @@ def test_sweep_deployment_runs_its_trials_as_runs_of_the_sft_deployment(
     import subprocess
     import time
 
-    from tests.integration.prefect_server import PREFECT, kill_group
+    from tests.integration.prefect_server import PREFECT, STOP_GRACE_S
+    from tests.torchrun import kill_group
 
     params = {
         "config": str(job_config),
@@ -249,7 +250,7 @@ def test_sweep_deployment_runs_its_trials_as_runs_of_the_sft_deployment(
                 break
             time.sleep(2)
     finally:
-        kill_group(worker)
+        kill_group(worker, STOP_GRACE_S)
         deployed.kill_unfinished_flow_runs()
     worker_log = (tmp_path / "worker.log").read_text(errors="replace")[-6000:]
     assert run["state_type"] == "COMPLETED", f"{run['state']}\n{worker_log}"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.prefect_server import flow_run_artifacts
+
 
 def _write_config(tmp_path: Path, synthetic_dir: Path) -> Path:
     path = tmp_path / "eval.toml"
@@ -42,15 +44,14 @@ max_tokens = 6
 def test_evaluate_flow_compares_models(
     prefect_harness: None, tmp_path: Path, tiny_model_dir: Path, synthetic_dir: Path
 ) -> None:
-    from prefect.client.orchestration import get_client
-
     from flows.evaluate import EvaluateParams, evaluate
 
     # Two "checkpoints" whose folders share a basename, as SFT and RL runs' safetensors/final do.
     base = shutil.copytree(tiny_model_dir, tmp_path / "sft" / "final")
     rl = shutil.copytree(tiny_model_dir, tmp_path / "grpo" / "final")
     config = _write_config(tmp_path, synthetic_dir)
-    out = evaluate(EvaluateParams(config=str(config), models=[str(base), str(rl)]))
+    state = evaluate(EvaluateParams(config=str(config), models=[str(base), str(rl)]), return_state=True)
+    out = state.result()
 
     labels = [r["label"] for r in out["results"]]
     assert labels == ["sft-final", "grpo-final"]
@@ -82,13 +83,7 @@ def test_evaluate_flow_compares_models(
     # the untrained tiny model: its answers are unreadable or at chance, and the table says so
     assert by_name["flags"]["sft-final"].startswith("⚠ ") and "unreadable" in by_name["answers given"]["sft-final"]
 
-    async def artifacts() -> dict[str, str]:
-        async with get_client() as client:
-            return {a.key: a.data for a in await client.read_artifacts()}
-
-    import asyncio
-
-    found = asyncio.run(artifacts())
+    found = {key: a.data for key, a in flow_run_artifacts(state.state_details.flow_run_id).items()}
     assert {"eval-comparison", "eval-wrong-answers"} <= set(found)
     assert any(row["dataset"] == "flags" for row in json.loads(found["eval-comparison"]))
 
@@ -150,9 +145,6 @@ def test_a_constant_answer_model_is_flagged(
     """The issue's case, for real: the tiny model after 30 SFT steps (configs/tiny-sft.toml) has learnt one
     letter, not the videos. Its evaluation table, read back from the artifact, names it: the option it
     gives, the share, not above chance; and the model is labelled by stage, run and step."""
-    import asyncio
-
-    from prefect.client.orchestration import get_client
 
     from flows.evaluate import EvaluateParams, evaluate
     from flows.sft import SFTParams, sft
@@ -183,13 +175,8 @@ def test_a_constant_answer_model_is_flagged(
     top, count = max(result["answers"].items(), key=lambda kv: kv[1])
     assert top and count / sum(result["answers"].values()) >= 0.8, result["answers"]  # the degenerate model
 
-    async def comparison() -> list[dict]:
-        async with get_client() as client:
-            arts = await client.read_artifacts()
-            [art] = [a for a in arts if a.key == "eval-comparison" and a.flow_run_id == state.state_details.flow_run_id]
-            assert art.type == "table"
-            return json.loads(art.data)
-
-    rows = {row["dataset"]: row for row in asyncio.run(comparison())}
+    art = flow_run_artifacts(state.state_details.flow_run_id)["eval-comparison"]
+    assert art.type == "table"
+    rows = {row["dataset"]: row for row in json.loads(art.data)}
     assert rows["flags"][label].startswith(f"⚠ answers {top} to ") and "not above chance" in rows["flags"][label]
     assert rows["checkpoint"][label] == run["final"] and rows["chance level"][label] == "25.0"

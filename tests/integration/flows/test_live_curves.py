@@ -4,7 +4,6 @@ history), each holding a PNG that decodes and shows the steps logged so far."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -12,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.prefect_server import flow_run_artifact_versions
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -30,7 +31,6 @@ for step in range(1, 8):
 def test_curves_are_new_versions_of_one_artifact_while_training(tmp_path: Path) -> None:
     from PIL import Image
     from prefect import flow
-    from prefect.client.orchestration import get_client
 
     from tasks.curves import publish_curves
     from tasks.torchrun import stream_process
@@ -60,15 +60,7 @@ def test_curves_are_new_versions_of_one_artifact_while_training(tmp_path: Path) 
     flow_run_id = train()
     assert len(refreshed) >= 2 and refreshed == sorted(refreshed), refreshed  # during the run, as steps came
 
-    async def versions() -> list:
-        async with get_client() as client:
-            arts = await client.read_artifacts()
-            return sorted(
-                (a for a in arts if a.key == "training-curves" and str(a.flow_run_id) == flow_run_id),
-                key=lambda a: a.created,
-            )
-
-    found = asyncio.run(versions())
+    found = [a for a in flow_run_artifact_versions(flow_run_id) if a.key == "training-curves"]
     assert len(found) == len(refreshed)
     for art in found:
         png = base64.b64decode(art.data.split("data:image/png;base64,")[1].split(")")[0])
