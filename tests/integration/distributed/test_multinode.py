@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from cosmos_train.net import free_port
 from tests.conftest import ROOT, write_tiny_sft_config
+from tests.integration.prefect_server import prepared_home
 from tests.two_hosts import why_no_hosts
 
 pytestmark = [
@@ -61,7 +62,7 @@ def test_two_nodes_train_like_one_node_with_two_processes(
     for rank in (0, 1):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env.update(
-            PREFECT_HOME=str(tmp_path / f"prefect-{rank}"),
+            PREFECT_HOME=str(prepared_home(tmp_path / f"prefect-{rank}")),
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             COSMOS_TRAIN__LAUNCH__NODE_RANK=str(rank),  # as a Slurm script passes $SLURM_NODEID
             # torchrun sets 1 thread per rank only when a node runs several; these two "nodes" share

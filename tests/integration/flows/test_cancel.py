@@ -18,6 +18,7 @@ import pytest
 from cosmos_train.checkpoint_paths import complete_checkpoints, step_of
 from cosmos_train.metrics import read_metrics
 from tests.conftest import ROOT, processes_with, write_tiny_sft_config
+from tests.integration.prefect_server import prepared_home
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def _start_training_flow(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Pa
     cfg = write_tiny_sft_config(tmp_path / "job.toml", tiny_model_dir, synthetic_dir, out, max_num_steps=400)
     env = {
         **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_HOME": str(prepared_home(tmp_path / "prefect")),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "OMP_NUM_THREADS": "1",
     }

@@ -19,7 +19,7 @@ import pytest
 
 from tests.cli_inprocess import CliResult, RunCli
 from tests.conftest import ROOT, write_tiny_sft_config
-from tests.integration.prefect_server import PrefectServer
+from tests.integration.prefect_server import PrefectServer, prepared_home
 
 pytestmark = pytest.mark.slow
 
@@ -356,7 +356,7 @@ def test_temporary_server_run_ends_with_the_paragraph(
     last thing printed (the server is stopped, its log lines flushed, before it)."""
     case = next(c for c in CASES if c.name == "bad row")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.update(PREFECT_HOME=str(prepared_home(tmp_path / "prefect")), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, env)
     _check(case, proc, ctx)
     last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
