@@ -102,8 +102,6 @@ def test_a_host_lost_stops_the_survivor_and_both_nodes_resume(
         )
         for i in (0, 1)
     ]
-    for i in (0, 1):
-        (tmp_path / f"node{i}").mkdir()
     logs = [tmp_path / "node0.log", tmp_path / "node1.log", tmp_path / "node1-again.log"]
     procs: list[subprocess.Popen] = []
     try:

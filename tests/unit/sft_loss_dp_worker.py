@@ -87,7 +87,6 @@ def dp_worker(rank: int, world: int, port: int, out: str) -> None:
     """One rank: writes {"<case>/<theirs|ours|mutated|update>": loss_and_grad, "<case>/step_tokens": [n]} to
     out/<rank>.json."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     batches = rank_batches(rank)
     counts = [int((labels[:, 1:] != IGNORE).sum()) for _, labels in batches]

@@ -1,7 +1,8 @@
 """`scripts/gpu_check.sh --dry-run`: the GPU check's kit is whole and every step runs, on the tiny model on the CPU.
 
 It downloads the kit of scripts/gpu_wheels.txt for CPython 3.12 (what the GPU machine runs; its size checked
-under 60 MiB), builds a clean venv holding only what that machine has (torch, transformers, peft, safetensors,
+under 60 MiB; kept under ~/.cache/cosmos-train by the list's hash, so a clean clone does not download it again),
+builds a clean venv holding only what that machine has (torch, transformers, peft, safetensors,
 accelerate at .venv's versions; cached under ~/.cache/cosmos-train/gpu-check-env), installs exactly the listed
 wheels for this interpreter into a fresh folder and runs bench/gpu_check.py --dry-run there: a module of the
 GPU path that imported anything else (PyAV, Prefect, matplotlib, datasets, ...) would fail it.
@@ -10,6 +11,7 @@ About 3 minutes on a warm cache (2 cores); a cold one adds the clean venv and th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -26,17 +28,20 @@ pytestmark = pytest.mark.slow
 def test_gpu_check_dry_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    listing = (ROOT / "scripts" / "gpu_wheels.txt").read_bytes()
+    cache = Path(os.environ.get("COSMOS_TRAIN_CACHE") or Path.home() / ".cache" / "cosmos-train")
+    kit_root = cache / f"gpu-kit-{hashlib.sha256(listing).hexdigest()[:12]}"  # GPU_CHECK_KIT, as .gpu-wheels is
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", str(out)],
         cwd=ROOT,
-        env={**env, "OMP_NUM_THREADS": "1"},
+        env={**env, "OMP_NUM_THREADS": "1", "GPU_CHECK_KIT": str(kit_root)},
         capture_output=True,
         text=True,
         timeout=1700,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     pins = [x.split("#")[0].strip() for x in (ROOT / "scripts" / "gpu_wheels.txt").read_text().splitlines()]
-    kit = f"kit {ROOT / '.gpu-wheels' / 'cp312'}: {len([p for p in pins if p])} wheels"
+    kit = f"kit {kit_root / 'cp312'}: {len([p for p in pins if p])} wheels"
     assert kit in proc.stdout + proc.stderr  # the real kit (CPython 3.12) was fetched and found whole
     result = json.loads((out / "gpu_check.json").read_text())
     assert result["ok"] and result["dry_run"]

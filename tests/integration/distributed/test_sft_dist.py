@@ -97,13 +97,23 @@ def test_resume_after_kill_equals_uninterrupted(tiny_model_dir: Path, synthetic_
         assert lb[s] == pytest.approx(la[s], rel=1e-3)
 
 
-def test_resume_same_world_size_is_bit_exact(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    """4 steps straight == 2 steps, then resume from step_2 for 2 more: tolerance 0 on CPU."""
-    straight = tmp_path / "straight"
+@pytest.fixture(scope="module")
+def straight_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny job's 4 steps on 2 processes with the defaults, run once: the run the resume and the compiled
+    cases compare with."""
+    tmp = tmp_path_factory.mktemp("straight")
     cfg = write_tiny_sft_config(
-        straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", max_num_steps=4
+        tmp / "run" / "config.toml", tiny_model_dir, synthetic_dir, tmp / "out", max_num_steps=4
     )
     sft(cfg, 2)
+    return cfg.parent
+
+
+def test_resume_same_world_size_is_bit_exact(
+    straight_run: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
+    """4 steps straight == 2 steps, then resume from step_2 for 2 more: tolerance 0 on CPU."""
+    straight = straight_run
     resumed = tmp_path / "resumed"
     cfg2 = write_tiny_sft_config(
         resumed / "config.toml",
@@ -121,22 +131,27 @@ def test_resume_same_world_size_is_bit_exact(tiny_model_dir: Path, synthetic_dir
         assert torch.equal(a[k], b[k]), k
 
 
-def test_compiled_fused_blocks_train_as_eager(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_compiled_fused_blocks_train_as_eager(
+    straight_run: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """The GPU path's options on 2 processes: every block torch.compile'd in place before FSDP2, the LM head fused
     into the cross entropy in chunks of 5 label tokens (the lm_head weight gathered by FSDP2 inside the root's
-    forward), eager attention named by policy.attn_implementation: the same losses as the defaults, and the
-    export keeps the eager model's names."""
-    losses = {}
-    for compiled in (False, True):
-        run = tmp_path / f"compile-{compiled}"
-        options = {"compile": True, "fused_linear_ce": True, "fused_linear_ce_chunk": 5} if compiled else {}
-        cfg = write_tiny_sft_config(
-            run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o{compiled}", max_num_steps=3, **options
-        )
-        if compiled:
-            cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
-        sft(cfg, 2)
-        losses[compiled] = [m["loss"] for m in metrics(run) if m["kind"] == "train"]
-        if compiled:
-            assert exported(run).keys() == load_file(tiny_model_dir / "model.safetensors").keys()
-    assert len(losses[True]) == 3 and losses[True] == pytest.approx(losses[False], rel=1e-4)
+    forward), eager attention named by policy.attn_implementation: the same losses as the defaults (`straight_run`),
+    and the export keeps the eager model's names."""
+    run = tmp_path / "compiled"
+    cfg = write_tiny_sft_config(
+        run / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp_path / "out",
+        max_num_steps=4,
+        compile=True,
+        fused_linear_ce=True,
+        fused_linear_ce_chunk=5,
+    )
+    cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
+    sft(cfg, 2)
+    compiled = [m["loss"] for m in metrics(run) if m["kind"] == "train"]
+    eager = [m["loss"] for m in metrics(straight_run) if m["kind"] == "train"]
+    assert len(compiled) == 4 and compiled == pytest.approx(eager, rel=1e-4)
+    assert exported(run).keys() == load_file(tiny_model_dir / "model.safetensors").keys()

@@ -14,7 +14,9 @@ Prefect test API.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import pytest
 
 from cosmos_train.config import RunHealthConfig
 from cosmos_train.train.run_health import assess_run
+from tests import cli_inprocess
 from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT, write_tiny_grpo_config
 from tests.integration.prefect_server import flow_run_artifacts
@@ -60,6 +63,33 @@ def _grpo_cli(run_cli: RunCli, job: Path) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+# the remedy test's pair: greedy, then the first change zero_variance_groups names (temperature 1), nothing else
+REMEDY_KEYS = {"train.max_num_steps": 6, "train.optm_lr": 5e-2}
+
+
+@dataclass
+class GreedyCli:
+    """The greedy job (REMEDY_KEYS at temperature 0) run by `cosmos-train grpo`: what the terminal, the run folder and
+    the flow run's artifacts hold. Run once for the module: the verdict's test and the remedy's read it alike."""
+
+    code: int
+    out: str
+    err: str
+    run: Path
+    flow_run_id: Any
+
+
+@pytest.fixture(scope="module")
+def greedy_cli(
+    prefect_harness: None, tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> GreedyCli:
+    tmp = tmp_path_factory.mktemp("greedy")
+    job = _job(tmp, tiny_model_dir, synthetic_dir, **REMEDY_KEYS, **{"rollout.sampling_config.temperature": 0.0})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        code, out, err = _grpo_cli(functools.partial(cli_inprocess.run_cli, monkeypatch), job)
+    return GreedyCli(code, out, err, _run_dir(tmp) if code == 0 else tmp, _newest_flow_run("grpo"))
+
+
 def _newest_flow_run(flow_name: str) -> Any:
     """The id of the newest run of this flow (the CLI does not return its flow run)."""
     from prefect.client.orchestration import get_client
@@ -96,70 +126,53 @@ def _train_rows(run: Path) -> list[dict[str, Any]]:
     return [r for r in rows if r["kind"] == "train"]
 
 
-def test_greedy_rollouts_are_named_stuck_the_run_completes_and_the_terminal_says_why(
-    tiny_model_dir: Path,
-    synthetic_dir: Path,
-    tmp_path: Path,
-    run_cli: RunCli,
-) -> None:
+def test_greedy_rollouts_are_named_stuck_the_run_completes_and_the_terminal_says_why(greedy_cli: GreedyCli) -> None:
     """Without stop_when_stuck the run trains to its end as before, and says why it learnt nothing: in result.json,
     in the artifacts and in the CLI's last lines (not "GRPO done" alone)."""
-    job = _job(
-        tmp_path,
-        tiny_model_dir,
-        synthetic_dir,
-        **{"train.max_num_steps": 3, "rollout.sampling_config.temperature": 0.0},
-    )
-    code, out, err = _grpo_cli(run_cli, job)
+    code, out, err, run = greedy_cli.code, greedy_cli.out, greedy_cli.err, greedy_cli.run
     assert code == 0, err[-3000:]
-    run = _run_dir(tmp_path)
     assert out.splitlines()[-1] == str(run)  # stdout: the run folder alone, what a script reads
     train = _train_rows(run)
     # the state itself, as the trainer logged it: no group with variance, no gradient
-    assert [r["zero_std_fraction"] for r in train] == [1.0, 1.0, 1.0]
+    assert [r["zero_std_fraction"] for r in train] == [1.0] * 6
     assert all(r["grad_norm"] == 0.0 for r in train)
     # the trainer's own record: the collapse, and the flat reward it causes
     health = _health(run)
-    assert health["healthy"] is False and health["steps"] == 3
+    assert health["healthy"] is False and health["steps"] == 6
     assert [v["name"] for v in health["verdicts"]] == ["zero_variance_groups", "reward_flat"]
     # the terminal's last lines: each verdict with its evidence, cause and what to change
     head, zero, flat = err.rstrip("\n").splitlines()[-3:]
-    assert head.startswith("run health: 2 verdict(s) over 3 step(s)"), err[-3000:]
-    assert zero.startswith("  - zero_variance_groups (") and "on 3 consecutive steps (1-3)" in zero
+    assert head.startswith("run health: 2 verdict(s) over 6 step(s)"), err[-3000:]
+    assert zero.startswith("  - zero_variance_groups (") and "on 6 consecutive steps (1-6)" in zero
     assert "Change: raise the sampling temperature (rollout.sampling_config.temperature" in zero
     assert flat.startswith("  - reward_flat (") and "Change: " in flat
-    arts = flow_run_artifacts(_newest_flow_run("grpo"))
+    arts = flow_run_artifacts(greedy_cli.flow_run_id)
     health = arts["run-health"].data
     assert "### `zero_variance_groups`" in health
     assert (
-        "zero_std_fraction >= 80% on 3 consecutive steps (1-3)" in health and "gradient norm 0 on 3 of them" in health
+        "zero_std_fraction >= 80% on 6 consecutive steps (1-6)" in health and "gradient norm 0 on 6 of them" in health
     )
     assert "train.train_policy.kl_beta > 0" in health and "rollout.sampling_config.temperature" in health
     assert "`zero_variance_groups`" in arts["grpo-summary"].data and "- run health:" in arts["grpo-summary"].data
 
 
 def test_the_zero_variance_remedy_it_names_makes_the_same_run_learn(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+    greedy_cli: GreedyCli, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
-    """zero_variance_groups' first change (raise the sampling temperature) applied to a greedy run, nothing else
+    """zero_variance_groups' first change (raise the sampling temperature) applied to the greedy run, nothing else
     changed: the stuck run's reward stays where it was with a zero gradient, the remedied one's rises (the leading
     space learnt at lr 5e-2 within 6 steps) and the verdict is gone."""
-    keys = {"train.max_num_steps": 6, "train.optm_lr": 5e-2}
-    stuck = _run(
-        tmp_path / "greedy", tiny_model_dir, synthetic_dir, **keys, **{"rollout.sampling_config.temperature": 0.0}
-    )
     remedied = _run(
-        tmp_path / "remedied", tiny_model_dir, synthetic_dir, **keys, **{"rollout.sampling_config.temperature": 1.0}
+        tmp_path, tiny_model_dir, synthetic_dir, **REMEDY_KEYS, **{"rollout.sampling_config.temperature": 1.0}
     )
-    assert stuck.is_completed() and remedied.is_completed()
-    stuck_run, remedied_run = _run_dir(tmp_path / "greedy"), _run_dir(tmp_path / "remedied")
-    flat = _train_rows(stuck_run)
+    assert greedy_cli.code == 0 and remedied.is_completed()
+    flat = _train_rows(greedy_cli.run)
     assert all(r["zero_std_fraction"] == 1.0 and r["grad_norm"] == 0.0 for r in flat)
     assert len({r["reward_mean"] for r in flat}) == 1
-    assert "zero_variance_groups" in [v["name"] for v in _health(stuck_run)["verdicts"]]
-    learnt = _train_rows(remedied_run)
+    assert "zero_variance_groups" in [v["name"] for v in _health(greedy_cli.run)["verdicts"]]
+    learnt = _train_rows(_run_dir(tmp_path))
     assert learnt[-1]["reward_mean"] > learnt[0]["reward_mean"] + 0.25, [r["reward_mean"] for r in learnt]
-    assert "zero_variance_groups" not in [v["name"] for v in _health(remedied_run)["verdicts"]]
+    assert "zero_variance_groups" not in [v["name"] for v in _health(_run_dir(tmp_path))["verdicts"]]
 
 
 def test_stop_when_stuck_ends_the_run_early_saved_and_not_retried(
