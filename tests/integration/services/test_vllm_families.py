@@ -44,7 +44,7 @@ def test_prompt_ids_and_first_token_logprobs_match_transformers(
 
     folder = family_model_dirs[family]
     reference = (load_model(str(folder), dtype=torch.float32).eval(), load_processor(str(folder)))
-    engine = create_engine(_generation_config(folder))
+    engine = create_engine(_generation_config(folder, eager=True))  # compiled: test_vllm_engine's Qwen2.5-VL engine
     try:
         _assert_first_token_logprobs_match(engine, reference, chats)
     finally:
