@@ -32,7 +32,7 @@ from cosmos_train.checkpoint_paths import complete_checkpoints
 from cosmos_train.errors import EXIT_SERVICE_DOWN
 from cosmos_train.process_tree import descendants
 from tests.conftest import ROOT, made_once
-from tests.integration.prefect_server import prepared_home
+from tests.integration.prefect_server import isolated_env
 
 pytestmark = pytest.mark.slow
 
@@ -57,18 +57,15 @@ def processes_in(sessions: set[int]) -> list[int]:
 
 def fault_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The caller's environment without its Prefect settings (a test harness's API), a Prefect home of the
-    test's own (prepared_home), one torch thread per process (two ranks on two cores)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(
-        PREFECT_HOME=str(prepared_home(tmp_path / "prefect-home")),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    test's own (isolated_env), one torch thread per process (two ranks on two cores)."""
+    return isolated_env(
+        tmp_path / "prefect-home",
         OMP_NUM_THREADS="1",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         WANDB_MODE="offline",
         **extra,
     )
-    return env
 
 
 @dataclass

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +44,11 @@ _REQUEST = (
 )
 
 
-def isolated_env(home: Path, **extra: str) -> dict[str, str]:
-    """os.environ without any PREFECT_* setting of the caller (a test harness, a user profile)."""
+def isolated_env(home: Path, prepare: bool = True, **extra: str) -> dict[str, str]:
+    """os.environ without any PREFECT_* setting of the caller (a test harness, a user profile), `extra` added, with
+    PREFECT_HOME `home`: a `prepared_home` unless `prepare` is False (the template's own server, a server's home)."""
+    if prepare:
+        prepared_home(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
     return env
@@ -72,7 +75,7 @@ class PrefectServer:
     prefix: list[str] = field(default_factory=list)  # runs a command where `url` is reachable (empty: here)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return isolated_env(self.home, PREFECT_API_URL=self.url, **extra)
+        return isolated_env(self.home, prepare=False, PREFECT_API_URL=self.url, **extra)
 
     def wait_healthy(self, deadline_s: float) -> None:
         """Poll /health until it answers; raise with the server log if it dies or the deadline passes."""
@@ -204,7 +207,10 @@ def _template_home() -> Path:
             with start_server(build / "server", prepare=False) as server:
                 server.wait_healthy(180)
             # stopped: its database, with whatever its write-ahead log still held, as one file
-            with sqlite3.connect(build / "server" / "prefect.db") as src, sqlite3.connect(build / "prefect.db") as dst:
+            with (
+                closing(sqlite3.connect(build / "server" / "prefect.db")) as src,
+                closing(sqlite3.connect(build / "prefect.db")) as dst,
+            ):
                 src.backup(dst)
             shutil.copyfile(build / "server" / "memo_store.toml", build / "memo_store.toml")
             shutil.rmtree(build / "server")
@@ -225,8 +231,6 @@ def start_server(
     prepare: start on `prepared_home(home)` (False: a fresh database, migrated by the server itself).
     """
     home.mkdir(parents=True, exist_ok=True)
-    if prepare:
-        prepared_home(home)
     port = free_port()  # free here; on a bed host (its own network namespace) every port is
     log = home / "server.log"
     url = f"http://{host}:{port}/api"
@@ -235,7 +239,7 @@ def start_server(
         proc = subprocess.Popen(
             [*prefix, PREFECT, "server", "start", "--host", host, "--port", str(port)],
             cwd=home,
-            env=isolated_env(home, PREFECT_UI_API_URL=url),
+            env=isolated_env(home, prepare=prepare, PREFECT_UI_API_URL=url),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from cosmos_train.net import free_port
 from tests.conftest import ROOT, write_tiny_sft_config
-from tests.integration.prefect_server import prepared_home
+from tests.integration.prefect_server import isolated_env
 from tests.two_hosts import why_no_hosts
 
 pytestmark = [
@@ -60,10 +60,8 @@ def test_two_nodes_train_like_one_node_with_two_processes(
     ]
     procs = []
     for rank in (0, 1):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env.update(
-            PREFECT_HOME=str(prepared_home(tmp_path / f"prefect-{rank}")),
-            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        env = isolated_env(
+            tmp_path / f"prefect-{rank}",
             COSMOS_TRAIN__LAUNCH__NODE_RANK=str(rank),  # as a Slurm script passes $SLURM_NODEID
             # torchrun sets 1 thread per rank only when a node runs several; these two "nodes" share
             # 2 cores, and 1 thread each is also what makes the float sums equal the one-node run's

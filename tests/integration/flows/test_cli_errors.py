@@ -8,7 +8,6 @@ per command; one case does, for the paragraph that ends such a run)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from tests.cli_inprocess import CliResult, RunCli
 from tests.conftest import ROOT, write_tiny_sft_config
-from tests.integration.prefect_server import PrefectServer, prepared_home
+from tests.integration.prefect_server import PrefectServer, isolated_env
 
 pytestmark = pytest.mark.slow
 
@@ -355,8 +354,7 @@ def test_temporary_server_run_ends_with_the_paragraph(
     """Without PREFECT_API_URL the CLI runs on Prefect's temporary server: the paragraph is still the
     last thing printed (the server is stopped, its log lines flushed, before it)."""
     case = next(c for c in CASES if c.name == "bad row")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(prepared_home(tmp_path / "prefect")), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env = isolated_env(tmp_path / "prefect")
     proc, ctx = _run(case, tmp_path, tiny_model_dir, synthetic_dir, env)
     _check(case, proc, ctx)
     last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
