@@ -103,6 +103,12 @@ signal.signal(signal.SIGTERM, lambda *a: child.send_signal(signal.SIGTERM))
 print("ready", flush=True)
 child.wait()
 """
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+"""
 
 
 def test_the_reaper_signals_the_top_of_each_tree_once_and_kills_what_is_left(tmp_path: Path) -> None:
@@ -110,12 +116,12 @@ def test_the_reaper_signals_the_top_of_each_tree_once_and_kills_what_is_left(tmp
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, CHILD, str(count)], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
-    # a process that ignores SIGTERM: stopped only by the SIGKILL after the grace
-    stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
-    )
+    # a process that ignores SIGTERM: stopped only by the SIGKILL after the grace. It says "ready" once it ignores
+    # it: a SIGTERM sent while its interpreter still starts would kill it (-15, seen under CI load)
+    stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 30
         while len(known := descendants(parent.pid)) < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
