@@ -26,17 +26,18 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from peft import LoraConfig as PeftLoraConfig
-from peft import inject_adapter_in_model
 from safetensors.torch import save_file
 from torch import nn
 
 from cosmos_train.config import ConfigError, LoraConfig
 from cosmos_train.models.families import family_of
 from cosmos_train.models.wrappers import strip_wrappers
+
+if TYPE_CHECKING:
+    from peft import LoraConfig as PeftLoraConfig
 
 ADAPTER = "default"  # peft's name of the one adapter
 ADAPTER_DIR = "adapter"
@@ -64,6 +65,10 @@ def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]
 
 def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: str | None = None) -> Any:
     """peft's LoraConfig for `[policy.lora]` (target_modules resolved against `model`)."""
+    # peft is imported here, not at the top: every rank and command imports this module, and only a LoRA job
+    # needs peft (~0.3 s of each process's start)
+    from peft import LoraConfig as PeftLoraConfig
+
     targets = target_modules(lora, model)
     return PeftLoraConfig(
         # peft annotates lora_alpha as int but computes scaling = lora_alpha / r, so a float alpha works
@@ -83,6 +88,8 @@ def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: st
 def apply_lora(model: nn.Module, lora: LoraConfig) -> tuple[int, int]:
     """Inject the adapters; only they (and modules_to_save) train. Returns (trainable, total) parameter counts.
     Raises ConfigError when target_modules or modules_to_save match no module."""
+    from peft import inject_adapter_in_model
+
     cfg = peft_config(lora, model)
     save = cfg.modules_to_save or []
     cfg.modules_to_save = None  # trained in place below: the module keeps its name, no peft wrapper copy
@@ -187,7 +194,7 @@ def lora_parts(model: nn.Module) -> LoraParts | None:
     if not scalings:
         return None
     # set by peft's inject_adapter_in_model (nn.Module's attribute access is typed Tensor | Module)
-    cfg = cast(dict[str, PeftLoraConfig], model.peft_config)[ADAPTER]
+    cfg = cast("dict[str, PeftLoraConfig]", model.peft_config)[ADAPTER]
     return LoraParts(scalings, cfg, list(getattr(model, "_lora_save_paths", [])))
 
 
