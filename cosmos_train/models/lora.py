@@ -66,7 +66,7 @@ def target_modules(lora: LoraConfig, model: nn.Module | None) -> str | list[str]
 def peft_config(lora: LoraConfig, model: nn.Module | None = None, base_model: str | None = None) -> Any:
     """peft's LoraConfig for `[policy.lora]` (target_modules resolved against `model`)."""
     # peft is imported here, not at the top: every rank and command imports this module, and only a LoRA job
-    # needs peft (~0.3 s of each process's start)
+    # needs peft (its import is a visible part of each process's start)
     from peft import LoraConfig as PeftLoraConfig
 
     targets = target_modules(lora, model)
