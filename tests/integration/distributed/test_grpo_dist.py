@@ -1,5 +1,6 @@
 """GRPO under torchrun with 2 processes (FSDP2, gloo, an HF rollout engine per rank): the reward rises,
-what a run writes, and a resumed run equals an uninterrupted one."""
+what a run writes, and a resumed run equals an uninterrupted one. The runs that read no other run (`runs`) share
+one launch, one after another; a resumed run, one process, and the rollout worker's run each have their own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from safetensors.torch import load_file
 
 from tests.conftest import write_tiny_grpo_config
 from tests.cosmos_rl_oracle import oracle_learning_rates
-from tests.torchrun import grpo
+from tests.torchrun import grpo, grpo_runs
 
 pytestmark = pytest.mark.slow
 # metrics that are rates over measured time (and memory): they differ between two runs of the same steps
@@ -38,28 +39,80 @@ def exported(folder: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def test_dynamic_sampling_run_raises_the_reward(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+# each run's settings over write_tiny_grpo_config's
+RUNS: dict[str, dict[str, object]] = {
+    # 4 steps straight: the run test_resume_equals_uninterrupted resumes from its step_2 (first in the launch)
+    "straight": {
+        "train.max_num_steps": 4,
+        "rollout.sampling_config.top_k": 4,
+        "train.train_policy.kl_beta": 0.05,
+        "train.train_policy.mu_iterations": 2,
+        "train.train_batch_per_replica": 8,
+        "train.optm_warmup_steps": 2,
+        "train.optm_warmup_start_factor": 0.5,
+        "train.optm_decay_type": "linear",
+    },
+    "dynamic": {
+        "train.max_num_steps": 16,
+        "train.train_policy.variant": "dapo",
+        "rollout.sampling_config.top_k": 4,
+        "validation.enable": True,
+        "validation.freq": 8,
+        "validation.temperature": 1.0,
+        "validation.n_generation": 2,
+        "train.ckpt.save_freq": 8,
+    },
+    "tp": {
+        "train.max_num_steps": 3,
+        "policy.parallelism.tp_size": 2,
+        "policy.parallelism.dp_shard_size": 1,
+        "rollout.sampling_config.top_k": 4,
+        "validation.enable": True,
+        "validation.freq": 3,
+    },
+    **{
+        f"mb{micro}": {
+            "train.max_num_steps": 1,
+            "train.train_policy.micro_batch": micro,
+            "rollout.sampling_config.top_k": 4,
+            "train.train_policy.kl_beta": 0.1,
+            "train.train_policy.loss_denominator": "update",
+        }
+        for micro in (8, 2)
+    },
+}
+
+
+def lora_keys(on_policy: bool) -> dict[str, object]:
+    return {
+        "train.max_num_steps": 2,
+        "rollout.sampling_config.top_k": 4,
+        "train.train_policy.kl_beta": 0.1,
+        "train.train_policy.on_policy": on_policy,
+        "policy.lora": {"r": 4, "lora_alpha": 8},
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """RUNS and the colocated LoRA run on 2 processes, in one launch: each name's run folder."""
+    tmp = tmp_path_factory.mktemp("grpo-runs")
+    settings = {**RUNS, "lora-colocated": lora_keys(True)}
+    configs = {
+        name: write_tiny_grpo_config(
+            tmp / name / "config.toml", tiny_model_dir, synthetic_dir, tmp / f"o-{name}", **keys
+        )
+        for name, keys in settings.items()
+    }
+    grpo_runs(list(configs.values()), timeout=900)
+    return {name: cfg.parent for name, cfg in configs.items()}
+
+
+def test_dynamic_sampling_run_raises_the_reward(runs: dict[str, Path]) -> None:
     """The toy task (a completion starting with a space, among the 4 likeliest tokens) from the random
     tiny model: DAPO's dynamic sampling leaves the ranks different numbers of groups (weight-0 fillers
     keep their collectives paired), and the reward over all sampled groups climbs."""
-    run = tmp_path / "run"
-    cfg = write_tiny_grpo_config(
-        run / "config.toml",
-        tiny_model_dir,
-        synthetic_dir,
-        tmp_path / "out",
-        **{
-            "train.max_num_steps": 16,
-            "train.train_policy.variant": "dapo",
-            "rollout.sampling_config.top_k": 4,
-            "validation.enable": True,
-            "validation.freq": 8,
-            "validation.temperature": 1.0,
-            "validation.n_generation": 2,
-            "train.ckpt.save_freq": 8,
-        },
-    )
-    grpo(cfg)
+    run = runs["dynamic"]
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == list(range(1, 17))
     first, last = train[:4], train[-4:]
@@ -95,21 +148,13 @@ def test_dynamic_sampling_run_raises_the_reward(tiny_model_dir: Path, synthetic_
     assert all(r["reward"] == float(r["completion"].startswith(" ")) for r in sampled)
 
 
-def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    """4 steps straight == 2 steps, then resume from step_2 for 2 more: the same completions, rewards and
-    weights, tolerance 0 on CPU (sampling seeds derive from the step; the data position is checkpointed)."""
-    keys = {
-        "train.max_num_steps": 4,
-        "rollout.sampling_config.top_k": 4,
-        "train.train_policy.kl_beta": 0.05,
-        "train.train_policy.mu_iterations": 2,
-        "train.train_batch_per_replica": 8,
-        "train.optm_warmup_steps": 2,
-        "train.optm_warmup_start_factor": 0.5,
-        "train.optm_decay_type": "linear",
-    }
-    straight = tmp_path / "straight"
-    grpo(write_tiny_grpo_config(straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", **keys))
+def test_resume_equals_uninterrupted(
+    runs: dict[str, Path], tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
+    """4 steps straight == 2 steps, then resume from step_2 (in a launch of its own) for 2 more: the same
+    completions, rewards and weights, tolerance 0 on CPU (sampling seeds derive from the step; the data position is
+    checkpointed)."""
+    straight = runs["straight"]
     resumed = tmp_path / "resumed"
     out = grpo(
         write_tiny_grpo_config(
@@ -117,7 +162,7 @@ def test_resume_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, 
             tiny_model_dir,
             synthetic_dir,
             tmp_path / "o2",
-            **{**keys, "train.resume": str(straight / "checkpoints" / "step_2")},
+            **{**RUNS["straight"], "train.resume": str(straight / "checkpoints" / "step_2")},
         )
     )
     assert "at step 2" in out
@@ -172,57 +217,21 @@ def test_masked_truncated_completions_make_no_update(tiny_model_dir: Path, synth
     assert_same_weights(run / "safetensors" / "final", tiny_model_dir)
 
 
-def test_tensor_parallel_policy(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_tensor_parallel_policy(runs: dict[str, Path], tiny_model_dir: Path) -> None:
     """The policy on TP 2 (both ranks one replica): the ranks train on the first rank's rollout, so the
     replica sees one batch, and the run trains, validates and exports."""
-    run = tmp_path / "run"
-    grpo(
-        write_tiny_grpo_config(
-            run / "config.toml",
-            tiny_model_dir,
-            synthetic_dir,
-            tmp_path / "out",
-            **{
-                "train.max_num_steps": 3,
-                "policy.parallelism.tp_size": 2,
-                "policy.parallelism.dp_shard_size": 1,
-                "rollout.sampling_config.top_k": 4,
-                "validation.enable": True,
-                "validation.freq": 3,
-            },
-        )
-    )
+    run = runs["tp"]
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == [1, 2, 3]
     assert all(m["completions"] == 16 and m["updates"] == 1 for m in train)  # one replica: 4 prompts x 4, not x 2
     assert exported(run / "safetensors" / "final").keys() == exported(tiny_model_dir).keys()
 
 
-def test_micro_batch_split_does_not_change_the_update(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
-) -> None:
+def test_micro_batch_split_does_not_change_the_update(runs: dict[str, Path]) -> None:
     """loss_denominator = "update" (ours): token-mean over the update's global token count, so one update of 16
     completions (8 a rank) computed in micro-batches of 8 or of 2 has the same loss and gradient norm (first
     step: same weights, same rollout). cosmos-rl's default normalises each micro-batch by its own tokens."""
-    first = {}
-    for micro in (8, 2):
-        run = tmp_path / f"mb{micro}"
-        grpo(
-            write_tiny_grpo_config(
-                run / "config.toml",
-                tiny_model_dir,
-                synthetic_dir,
-                tmp_path / f"o{micro}",
-                **{
-                    "train.max_num_steps": 1,
-                    "train.train_policy.micro_batch": micro,
-                    "rollout.sampling_config.top_k": 4,
-                    "train.train_policy.kl_beta": 0.1,
-                    "train.train_policy.loss_denominator": "update",
-                },
-            )
-        )
-        first[micro] = next(m for m in rows(run) if m["kind"] == "train")
+    first = {micro: next(m for m in rows(runs[f"mb{micro}"]) if m["kind"] == "train") for micro in (8, 2)}
     a, b = first[8], first[2]
     assert a["reward_mean"] == b["reward_mean"] and a["completions"] == b["completions"] == 16
     assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * max(1.0, a["grad_norm"]) and a["grad_norm"] > 0
@@ -231,27 +240,21 @@ def test_micro_batch_split_does_not_change_the_update(
 
 @pytest.mark.parametrize("on_policy", [True, False], ids=["colocated", "async-worker"])
 def test_lora_policy_trains_and_the_engine_gets_merged_weights(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, on_policy: bool
+    request: pytest.FixtureRequest, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path, on_policy: bool
 ) -> None:
     """[policy.lora] with GRPO: the colocated engine receives the merged weights (base + scaling * B @ A under
     the base model's names; it refuses any other name), the asynchronous worker reads the merged export, the
-    KL reference is the base model, and only the adapted projections change in the export."""
-    run = tmp_path / "run"
-    grpo(
-        write_tiny_grpo_config(
-            run / "config.toml",
-            tiny_model_dir,
-            synthetic_dir,
-            tmp_path / "out",
-            **{
-                "train.max_num_steps": 2,
-                "rollout.sampling_config.top_k": 4,
-                "train.train_policy.kl_beta": 0.1,
-                "train.train_policy.on_policy": on_policy,
-                "policy.lora": {"r": 4, "lora_alpha": 8},
-            },
+    KL reference is the base model, and only the adapted projections change in the export. The colocated run is
+    one of `runs`; the worker's, which starts a rollout process of its own, has its own launch."""
+    if on_policy:
+        run = request.getfixturevalue("runs")["lora-colocated"]
+    else:
+        run = tmp_path / "run"
+        grpo(
+            write_tiny_grpo_config(
+                run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", **lora_keys(False)
+            )
         )
-    )
     train = [m for m in rows(run) if m["kind"] == "train"]
     assert [m["step"] for m in train] == [1, 2] and all(m["updates"] == 1 for m in train)
     assert train[1]["kl"] > 0  # the adapted policy moved away from the base reference

@@ -1,4 +1,5 @@
-"""SFT under torchrun with 2 processes (FSDP2, gloo): trains, exports, and resumes exactly."""
+"""SFT under torchrun with 2 processes (FSDP2, gloo): trains, exports, and resumes exactly. The runs that read no
+other run (`runs`) share one launch, one after another; a killed run and each resumed one have their own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import write_tiny_sft_config
-from tests.torchrun import finish, running, sft, sft_args
+from tests.torchrun import finish, running, sft, sft_args, sft_runs
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +31,34 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
-def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    # async: the background DCP write runs while training and the step_2 export run their own collectives
-    cfg = write_tiny_sft_config(
-        run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4, save_mode="async"
-    )
-    cfg.write_text(cfg.read_text() + "[validation]\nenable = true\nfreq = 2\nbatch_size = 3\n")
-    sft(cfg, 2)
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The runs no other run feeds, on 2 processes in one launch: each one's run folder.
+    - straight: the tiny job's 4 steps with the defaults (first in the launch), which the resume and the compiled
+      cases compare with;
+    - straight8: 8 steps, which the killed-and-resumed case compares with;
+    - exports: 4 steps, async checkpoints (the background DCP write runs while training and the step_2 export run
+      their own collectives) and the held-out loss every 2 steps;
+    - compiled: the GPU path's options (see test_compiled_fused_blocks_train_as_eager; last: nothing compiled runs
+      before the eager runs)."""
+    tmp = tmp_path_factory.mktemp("sft-runs")
+
+    def config(name: str, **keys: object) -> Path:
+        return write_tiny_sft_config(
+            tmp / name / "config.toml", tiny_model_dir, synthetic_dir, tmp / f"o-{name}", **keys
+        )
+
+    exports = config("exports", max_num_steps=4, save_mode="async")
+    exports.write_text(exports.read_text() + "[validation]\nenable = true\nfreq = 2\nbatch_size = 3\n")
+    compiled = config("compiled", max_num_steps=4, compile=True, fused_linear_ce=True, fused_linear_ce_chunk=5)
+    compiled.write_text(compiled.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
+    configs = [config("straight", max_num_steps=4), config("straight8", max_num_steps=8), exports, compiled]
+    sft_runs(configs, 2)
+    return {cfg.parent.name: cfg.parent for cfg in configs}
+
+
+def test_two_process_fsdp2_trains_and_exports(runs: dict[str, Path], tiny_model_dir: Path) -> None:
+    run = runs["exports"]
     rows = [m for m in metrics(run) if m["kind"] == "train"]
     assert [m["step"] for m in rows] == [1, 2, 3, 4]
     assert all(m["label_tokens"] == 4 * 2 for m in rows)  # 4 rows per replica: letter + <|im_end|>
@@ -58,13 +79,11 @@ def test_two_process_fsdp2_trains_and_exports(tiny_model_dir: Path, synthetic_di
     assert (run / "safetensors" / "step_2" / "config.json").exists()
 
 
-def test_resume_after_kill_equals_uninterrupted(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_resume_after_kill_equals_uninterrupted(
+    runs: dict[str, Path], tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     steps = 8
-    straight = tmp_path / "straight"
-    cfg = write_tiny_sft_config(
-        straight / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", max_num_steps=steps
-    )
-    sft(cfg, 2)
+    straight = runs["straight8"]
 
     # same job, killed (SIGTERM to the whole torchrun group, as Prefect cancel does) after step 2 ...
     broken = tmp_path / "broken"
@@ -97,23 +116,11 @@ def test_resume_after_kill_equals_uninterrupted(tiny_model_dir: Path, synthetic_
         assert lb[s] == pytest.approx(la[s], rel=1e-3)
 
 
-@pytest.fixture(scope="module")
-def straight_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny job's 4 steps on 2 processes with the defaults, run once: the run the resume and the compiled
-    cases compare with."""
-    tmp = tmp_path_factory.mktemp("straight")
-    cfg = write_tiny_sft_config(
-        tmp / "run" / "config.toml", tiny_model_dir, synthetic_dir, tmp / "out", max_num_steps=4
-    )
-    sft(cfg, 2)
-    return cfg.parent
-
-
 def test_resume_same_world_size_is_bit_exact(
-    straight_run: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+    runs: dict[str, Path], tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
-    """4 steps straight == 2 steps, then resume from step_2 for 2 more: tolerance 0 on CPU."""
-    straight = straight_run
+    """4 steps straight == 2 steps, then resume from step_2 for 2 more (a launch of its own): tolerance 0 on CPU."""
+    straight = runs["straight"]
     resumed = tmp_path / "resumed"
     cfg2 = write_tiny_sft_config(
         resumed / "config.toml",
@@ -131,27 +138,12 @@ def test_resume_same_world_size_is_bit_exact(
         assert torch.equal(a[k], b[k]), k
 
 
-def test_compiled_fused_blocks_train_as_eager(
-    straight_run: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
-) -> None:
+def test_compiled_fused_blocks_train_as_eager(runs: dict[str, Path], tiny_model_dir: Path) -> None:
     """The GPU path's options on 2 processes: every block torch.compile'd in place before FSDP2, the LM head fused
     into the cross entropy in chunks of 5 label tokens (the lm_head weight gathered by FSDP2 inside the root's
-    forward), eager attention named by policy.attn_implementation: the same losses as the defaults (`straight_run`),
+    forward), eager attention named by policy.attn_implementation: the same losses as the defaults ("straight"),
     and the export keeps the eager model's names."""
-    run = tmp_path / "compiled"
-    cfg = write_tiny_sft_config(
-        run / "config.toml",
-        tiny_model_dir,
-        synthetic_dir,
-        tmp_path / "out",
-        max_num_steps=4,
-        compile=True,
-        fused_linear_ce=True,
-        fused_linear_ce_chunk=5,
-    )
-    cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\nattn_implementation = "eager"\n'))
-    sft(cfg, 2)
-    compiled = [m["loss"] for m in metrics(run) if m["kind"] == "train"]
-    eager = [m["loss"] for m in metrics(straight_run) if m["kind"] == "train"]
+    compiled = [m["loss"] for m in metrics(runs["compiled"]) if m["kind"] == "train"]
+    eager = [m["loss"] for m in metrics(runs["straight"]) if m["kind"] == "train"]
     assert len(compiled) == 4 and compiled == pytest.approx(eager, rel=1e-4)
-    assert exported(run).keys() == load_file(tiny_model_dir / "model.safetensors").keys()
+    assert exported(runs["compiled"]).keys() == load_file(tiny_model_dir / "model.safetensors").keys()

