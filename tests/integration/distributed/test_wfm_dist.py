@@ -1,6 +1,7 @@
 """World-model RL under torchrun with 2 processes (FSDP2 over the DiT, gloo): Flow-GRPO and DDRL run, checkpoint,
 resume to the same numbers and weights as an uninterrupted run, export a diffusers folder holding exactly the
-trained weights, and score through the real reward service over HTTP."""
+trained weights, and score through the real reward service over HTTP. The runs that read no other run (`runs`)
+share one launch, one after another; a resumed run and the runs that talk to a reward service have their own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT
-from tests.torchrun import LAUNCH, torchrun
+from tests.torchrun import LAUNCH, runs_in_one_launch, torchrun
 
 TIMED = {"time", "rollout_time", "step_time"}
 
@@ -38,12 +39,16 @@ def _run(
     nproc: int = 2,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    run.mkdir(parents=True, exist_ok=True)
-    cfg = load_wfm_config(ROOT / "configs" / recipe, overrides, env={})
-    cfg.write(run / "config.toml")
-    args = ["-m", "cosmos_train.wfm.trainer", "--config", str(run / "config.toml")]
+    args = ["-m", "cosmos_train.wfm.trainer", "--config", str(_config(run, recipe, overrides))]
     # its output (stderr merged) in .stdout
     return torchrun(nproc, *args, launcher=LAUNCH, env=env, check=False)
+
+
+def _config(run: Path, recipe: str, overrides: list[str]) -> Path:
+    """RUN/config.toml of `recipe` with `overrides` (the trainer writes next to it)."""
+    run.mkdir(parents=True, exist_ok=True)
+    load_wfm_config(ROOT / "configs" / recipe, overrides, env={}).write(run / "config.toml")
+    return run / "config.toml"
 
 
 def _common(wfm_dir: Path, wfm_data: Path, out: Path, iters: int) -> list[str]:
@@ -66,13 +71,41 @@ def _exported(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "transformer" / "diffusion_pytorch_model.safetensors"))
 
 
+RESUMED_KEYS = ["checkpoint.save_iter=2", "model.rl.kl_beta=0.01"]  # the resumed case's (4 iterations)
+SERVICE_KEYS = ["checkpoint.export_diffusers=false"]  # the reward service case's (2 iterations)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The runs no other run feeds, on 2 processes in one launch: each one's run folder.
+    - each recipe's 3 iterations with a checkpoint at 2 (its file name);
+    - hsdp: 2 iterations on [model] dp_replicate_size = 2, fsdp_shard_size = 1;
+    - whole: DDRL with the KL term for 4 iterations, which the resumed case compares with;
+    - local: Flow-GRPO's 2 iterations with the local reward, which the reward service case compares with."""
+    tmp = tmp_path_factory.mktemp("wfm-runs")
+    common = _common(tiny_wfm_dir, wfm_data_dir, tmp, 3) + ["checkpoint.save_iter=2"]
+    two = _common(tiny_wfm_dir, wfm_data_dir, tmp, 2)
+    configs = {
+        "tiny-wfm-flow-grpo.toml": _config(tmp / "flow-grpo", "tiny-wfm-flow-grpo.toml", common),
+        "tiny-wfm-ddrl.toml": _config(tmp / "ddrl", "tiny-wfm-ddrl.toml", common),
+        "hsdp": _config(
+            tmp / "hsdp", "tiny-wfm-flow-grpo.toml", two + ["model.dp_replicate_size=2", "model.fsdp_shard_size=1"]
+        ),
+        "whole": _config(
+            tmp / "whole", "tiny-wfm-ddrl.toml", _common(tiny_wfm_dir, wfm_data_dir, tmp, 4) + RESUMED_KEYS
+        ),
+        "local": _config(tmp / "local", "tiny-wfm-flow-grpo.toml", two + SERVICE_KEYS),
+    }
+    argvs = [["--config", str(cfg)] for cfg in configs.values()]
+    runs_in_one_launch("cosmos_train.wfm.trainer", argvs, 2)
+    return {name: cfg.parent for name, cfg in configs.items()}
+
+
 @pytest.mark.parametrize("recipe", ["tiny-wfm-flow-grpo.toml", "tiny-wfm-ddrl.toml"])
 def test_two_processes_train_checkpoint_and_export(
-    recipe: str, wfm_dir: Path, wfm_data: Path, tmp_path: Path, run_cli: RunCli
+    recipe: str, runs: dict[str, Path], wfm_dir: Path, tmp_path: Path, run_cli: RunCli
 ) -> None:
-    run = tmp_path / "run"
-    done = _run(run, recipe, _common(wfm_dir, wfm_data, tmp_path, 3) + ["checkpoint.save_iter=2"])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = runs[recipe]
     result = json.loads((run / "result.json").read_text())
     assert result["step"] == 3 and result["data"]["heldout"] == 2
     rows = read_metrics(run)
@@ -101,27 +134,20 @@ def test_two_processes_train_checkpoint_and_export(
     assert (run / "samples" / "iter_0.npy").is_file() and (run / "samples" / "iter_3.npy").is_file()
 
 
-def test_hsdp_replicas(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
+def test_hsdp_replicas(runs: dict[str, Path], wfm_dir: Path) -> None:
     """[model] dp_replicate_size = 2, fsdp_shard_size = 1 (HSDP: two replicas of one shard) trains and exports the
     same weight names; the seed guide's keys are the ones that set it."""
-    run = tmp_path / "run"
-    done = _run(
-        run,
-        "tiny-wfm-flow-grpo.toml",
-        _common(wfm_dir, wfm_data, tmp_path, 2) + ["model.dp_replicate_size=2", "model.fsdp_shard_size=1"],
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _exported(run / "diffusers" / "final").keys() == _exported(wfm_dir).keys()
+    assert _exported(runs["hsdp"] / "diffusers" / "final").keys() == _exported(wfm_dir).keys()
 
 
-def test_resume_equals_an_uninterrupted_run(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
-    """DDRL with the KL term too (a reference model): 4 iterations at once, and a run resumed from that run's
-    step_2 checkpoint (checkpoint.resume = its path) for the last 2. A relaunch of the run's own folder
-    (--resume-own-run) is what a flow's retry does: test_wfm_flow's killed rank."""
-    common = _common(wfm_dir, wfm_data, tmp_path, 4) + ["checkpoint.save_iter=2", "model.rl.kl_beta=0.01"]
-    whole, part = tmp_path / "whole", tmp_path / "part"
-    done = _run(whole, "tiny-wfm-ddrl.toml", common)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def test_resume_equals_an_uninterrupted_run(
+    runs: dict[str, Path], wfm_dir: Path, wfm_data: Path, tmp_path: Path
+) -> None:
+    """DDRL with the KL term too (a reference model): 4 iterations at once ("whole"), and a run resumed from that
+    run's step_2 checkpoint (checkpoint.resume = its path; a launch of its own) for the last 2. A relaunch of the
+    run's own folder (--resume-own-run) is what a flow's retry does: test_wfm_flow's killed rank."""
+    common = _common(wfm_dir, wfm_data, tmp_path, 4) + RESUMED_KEYS
+    whole, part = runs["whole"], tmp_path / "part"
     done = _run(part, "tiny-wfm-ddrl.toml", [*common, f"checkpoint.resume='{whole / 'checkpoints' / 'step_2'}'"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert json.loads((part / "result.json").read_text())["resumed_from"].endswith("step_2")
@@ -135,9 +161,11 @@ def test_resume_equals_an_uninterrupted_run(wfm_dir: Path, wfm_data: Path, tmp_p
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_rewards_through_the_reward_service(wfm_dir: Path, wfm_data: Path, tmp_path: Path) -> None:
+def test_rewards_through_the_reward_service(
+    runs: dict[str, Path], wfm_dir: Path, wfm_data: Path, tmp_path: Path
+) -> None:
     """The video payload over real HTTP to the service (its brightness handler): the same scores the local
-    handler gives for the same pixels, so the same run."""
+    handler gives for the same pixels ("local"), so the same run."""
     from tests.reward_server import TOKEN, ServiceThread
 
     service = ServiceThread().start()
@@ -147,13 +175,12 @@ def test_rewards_through_the_reward_service(wfm_dir: Path, wfm_data: Path, tmp_p
             "WFM_REWARD_FETCH_URL": f"{service.url}/api/reward/pull",
             "WFM_REWARD_TOKEN": TOKEN,
         }
-        common = _common(wfm_dir, wfm_data, tmp_path, 2) + ["checkpoint.export_diffusers=false"]
-        remote, local = tmp_path / "remote", tmp_path / "local"
+        common = _common(wfm_dir, wfm_data, tmp_path, 2) + SERVICE_KEYS
+        remote, local = tmp_path / "remote", runs["local"]
         done = _run(
             remote, "tiny-wfm-flow-grpo.toml", [*common, "reward.backend='service'", "reward.batch_size=3"], env=env
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert _run(local, "tiny-wfm-flow-grpo.toml", common).returncode == 0
     finally:
         service.stop()
     pick = ("reward_mean", "reward_brightness", "policy_loss")
