@@ -1,6 +1,7 @@
 """LoRA SFT under torchrun with 2 processes (FSDP2 shards the adapters with their blocks): only the adapted
 modules change, the export is base + scaling * B @ A and loads with plain from_pretrained, the adapter folder
-holds the adapters alone, a resume is bit-exact, and the offline export of a checkpoint equals the live one."""
+holds the adapters alone, a resume is bit-exact, and the offline export of a checkpoint equals the live one. One
+4-step run (`lora_run`) serves both cases; the resumed run has a launch of its own."""
 
 from __future__ import annotations
 
@@ -25,11 +26,20 @@ def _config(run: Path, tiny_model_dir: Path, synthetic_dir: Path, out: Path, **t
     return cfg
 
 
-def test_lora_trains_only_adapters_and_exports_merged(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
-) -> None:
-    run = tmp_path / "run"
-    sft(_config(run, tiny_model_dir, synthetic_dir, tmp_path / "out", max_num_steps=4), 2)
+@pytest.fixture(scope="module")
+def lora_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny job with LoRA, 4 steps on 2 processes: its run folder."""
+    tmp = tmp_path_factory.mktemp("lora")
+    return sft_run(_config(tmp / "run", tiny_model_dir, synthetic_dir, tmp / "out", max_num_steps=4))
+
+
+def sft_run(cfg: Path) -> Path:
+    sft(cfg, 2)
+    return cfg.parent
+
+
+def test_lora_trains_only_adapters_and_exports_merged(lora_run: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    run = lora_run
     rows = [m for m in metrics(run) if m["kind"] == "train"]
     assert [m["step"] for m in rows] == [1, 2, 3, 4] and rows[-1]["loss"] < rows[0]["loss"]
 
@@ -60,9 +70,8 @@ def test_lora_trains_only_adapters_and_exports_merged(
     assert (offline / "adapter" / "adapter_model.safetensors").is_file()
 
 
-def test_lora_resume_is_bit_exact(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
-    straight = tmp_path / "straight"
-    sft(_config(straight, tiny_model_dir, synthetic_dir, tmp_path / "o1", max_num_steps=4), 2)
+def test_lora_resume_is_bit_exact(lora_run: Path, tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    straight = lora_run
     resumed = tmp_path / "resumed"
     cfg = _config(
         resumed,

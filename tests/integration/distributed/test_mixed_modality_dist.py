@@ -10,7 +10,8 @@ whatever their rows hold. Rows are not shuffled; with 4 rows per step, 2 per ran
     step 3: rank 0 [text, text]     rank 1 [text, text]     (no media anywhere: no vision tower)
     step 4: rank 0 [video, text]    rank 1 [image+video, image]
 
-The same job on one process sees the same micro-batches, so its loss curve is the reference.
+The same job on one process sees the same micro-batches, so its loss curve is the reference. The settings' runs on
+2 processes share one launch, one after another, and their runs on one process another (`runs`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from PIL import Image
 
 from tests.media import moving_square_mp4
-from tests.torchrun import sft
+from tests.torchrun import sft_runs
 
 pytestmark = pytest.mark.slow
 
@@ -118,14 +119,26 @@ def _metrics(run: Path, kind: str) -> dict[int, dict]:
 
 
 # activation checkpointing recomputes the vision blocks (the blank grid's too) inside backward
-@pytest.mark.parametrize(("packing", "ckpt"), [(False, False), (True, True)], ids=["padded", "packed-ckpt"])
-def test_mixed_modalities_train_on_two_processes(
-    tiny_model_dir: Path, tmp_path: Path, packing: bool, ckpt: bool
-) -> None:
-    two = _config(tmp_path / "two", tiny_model_dir, nproc=2, packing=packing, ckpt=ckpt)
-    sft(two, 2, timeout=RUN_TIMEOUT_S)
-    one = _config(tmp_path / "one", tiny_model_dir, nproc=1, packing=packing, ckpt=ckpt)
-    sft(one, 1, timeout=RUN_TIMEOUT_S)
+SETTINGS = {"padded": (False, False), "packed-ckpt": (True, True)}  # name: (packing, ckpt)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
+    """Each setting's job on 2 processes and on one: {(setting, processes): its config}."""
+    tmp = tmp_path_factory.mktemp("mixed")
+    configs = {
+        (name, nproc): _config(tmp / name / str(nproc), tiny_model_dir, nproc=nproc, packing=packing, ckpt=ckpt)
+        for name, (packing, ckpt) in SETTINGS.items()
+        for nproc in (2, 1)
+    }
+    for nproc in (2, 1):
+        sft_runs([cfg for (_, n), cfg in configs.items() if n == nproc], nproc, timeout=2 * RUN_TIMEOUT_S)
+    return configs
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_mixed_modalities_train_on_two_processes(runs: dict[tuple[str, int], Path], setting: str) -> None:
+    two, one = runs[setting, 2], runs[setting, 1]
     a, b = _metrics(two.parent, "train"), _metrics(one.parent, "train")
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for step in a:
