@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import TEXT_FAMILIES, _toml_value
-from tests.torchrun import sft
+from tests.torchrun import sft_runs
 
 pytestmark = pytest.mark.slow
 
@@ -220,10 +220,11 @@ def test_tensor_parallel_with_checkpointing_equals_fsdp2(
     text_model_dirs: dict[str, Path], text_rows: Path, tmp_path: Path
 ) -> None:
     """A text-only spec's TP plan and checkpointing units on 2 processes (Qwen3: q / k norms on the sharded heads):
-    tensor parallel with activation checkpointing computes FSDP2's losses on the same 4 rows a step."""
+    tensor parallel with activation checkpointing computes FSDP2's losses on the same 4 rows a step (the two runs one
+    after another in one launch)."""
     from cosmos_train.config import load_config
 
-    losses = {}
+    runs = {}
     for name, par, ckpt in (
         ("fsdp2", {"dp_shard_size": 2}, False),
         ("tp_ckpt", {"dp_shard_size": 1, "tp_size": 2}, True),
@@ -244,7 +245,10 @@ def test_tensor_parallel_with_checkpointing_equals_fsdp2(
             **{f"policy.parallelism.{k}": v for k, v in par.items()},
         }
         load_config(None, [f"{k}={_toml_value(v)}" for k, v in keys.items()], env={}).write(run / "config.toml")
-        sft(run / "config.toml", 2, timeout=300)
+        runs[name] = run
+    sft_runs([run / "config.toml" for run in runs.values()], 2, timeout=300)
+    losses = {}
+    for name, run in runs.items():
         rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         losses[name] = [r["loss"] for r in rows if r["kind"] == "train"]
     assert len(losses["fsdp2"]) == 3 and losses["tp_ckpt"] == pytest.approx(losses["fsdp2"], rel=2e-4)
