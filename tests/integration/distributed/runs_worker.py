@@ -3,8 +3,8 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m tests.integration.distributed.runs_worker \
         cosmos_train.train.sft --config A/config.toml -- --config B/config.toml
 
-Each run is the trainer module's own `main(argv)` (the entry point `python -m MODULE ARGV` runs: the process group
-set up and left, the RNGs seeded from the run's config, RUN/result.json written), so a run sees what it would see
+Each run is the trainer module's own `main(argv)` (the entry point `python -m MODULE ARGV` runs: the run's mesh
+made, the RNGs seeded from the run's config, RUN/result.json written), so a run sees what it would see
 in a launch of its own, less the launch: a rank's start (torch, transformers, FSDP imports; torchrun's agent) is
 most of a tiny run's CPU, and a test comparing layouts or settings pays it once. Only for runs that do not read
 each other: a resume is tested in a process of its own, as a user's retry starts one. The worker stops at the first
