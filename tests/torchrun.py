@@ -172,19 +172,19 @@ def grpo(
     return torchrun(nproc, *grpo_args(config, script=script), env=env, timeout=timeout).stdout
 
 
-def runs_in_one_launch(module: str, argvs: list[list[str]], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
-    """Independent runs of one trainer module (`cosmos_train.train.sft`, ...), each `python -m MODULE ARGV`'s
-    `main(ARGV)`, one after another in one launch (tests/integration/distributed/runs_worker.py: the launch's start,
-    most of a tiny run's CPU, paid once); exit 0 asserted; the output of all."""
-    args = [arg for argv in argvs for arg in ("--", *argv)][1:]
-    return torchrun(nproc, "-m", "tests.integration.distributed.runs_worker", module, *args, timeout=timeout).stdout
+def runs_in_one_launch(runs: list[list[str]], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
+    """Independent runs of the trainers, each [MODULE, *ARGV] (`cosmos_train.train.sft`, ...): `python -m MODULE
+    ARGV`'s `main(ARGV)`, one after another in one launch (tests/integration/distributed/runs_worker.py: the launch's
+    start, most of a tiny run's CPU, paid once); exit 0 asserted; the output of all."""
+    args = [arg for run in runs for arg in ("--", *run)][1:]
+    return torchrun(nproc, "-m", "tests.integration.distributed.runs_worker", *args, timeout=timeout).stdout
 
 
 def sft_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
     """The SFT trainer on each config in turn, in one launch (`runs_in_one_launch`); its output."""
-    return runs_in_one_launch("cosmos_train.train.sft", [sft_args(c)[2:] for c in configs], nproc, timeout)
+    return runs_in_one_launch([sft_args(c)[1:] for c in configs], nproc, timeout)
 
 
 def grpo_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
     """The GRPO trainer on each config in turn (its task the toy_rewards.py beside each), in one launch; its output."""
-    return runs_in_one_launch("cosmos_train.train.grpo", [grpo_args(c)[2:] for c in configs], nproc, timeout)
+    return runs_in_one_launch([grpo_args(c)[1:] for c in configs], nproc, timeout)

@@ -1,14 +1,14 @@
-"""Worker for tests that compare independent runs of one trainer: the runs one after another in one torchrun launch.
+"""Worker for tests that compare independent runs of the trainers: the runs one after another in one torchrun launch.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m tests.integration.distributed.runs_worker \
-        cosmos_train.train.sft --config A/config.toml -- --config B/config.toml
+        cosmos_train.train.sft --config A/config.toml -- cosmos_train.train.sft --config B/config.toml
 
-Each run is the trainer module's own `main(argv)` (the entry point `python -m MODULE ARGV` runs: the run's mesh
-made, the RNGs seeded from the run's config, RUN/result.json written), so a run sees what it would see
-in a launch of its own, less the launch: a rank's start (torch, transformers, FSDP imports; torchrun's agent) is
-most of a tiny run's CPU, and a test comparing layouts or settings pays it once. Only for runs that do not read
-each other: a resume is tested in a process of its own, as a user's retry starts one. The worker stops at the first
-run that does not exit 0, with that run's exit code.
+Each run (MODULE ARGV, the runs separated by `--`) is the trainer module's own `main(argv)` (the entry point `python
+-m MODULE ARGV` runs: the run's mesh made, the RNGs seeded from the run's config, RUN/result.json written), so a run
+sees what it would see in a launch of its own, less the launch: a rank's start (torch, transformers, FSDP imports;
+torchrun's agent) is most of a tiny run's CPU, and a test comparing layouts or settings pays it once. Only for runs
+that do not read each other: a resume is tested in a process of its own, as a user's retry starts one. The worker
+stops at the first run that does not exit 0, with that run's exit code.
 
 The process group stays up from one run to the next (the runs' meshes are new, as `init_distributed` makes them for
 a group that exists): a run's end leaves it with a barrier instead of destroying it. A group destroyed and made
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 def split_runs(args: list[str]) -> list[list[str]]:
-    """ARGV of each run: the arguments between the `--` separators."""
+    """MODULE ARGV of each run: the arguments between the `--` separators."""
     runs: list[list[str]] = [[]]
     for arg in args:
         if arg == "--":
@@ -48,13 +48,12 @@ def keep_group(barrier: bool = True) -> None:
 
 
 def main() -> int:
-    module = importlib.import_module(sys.argv[1])
     loop.teardown = keep_group  # type: ignore[assignment]  # run_main's teardown, between runs
     try:
-        for argv in split_runs(sys.argv[2:]):
-            code = module.main(argv)
+        for module, *argv in split_runs(sys.argv[1:]):
+            code = importlib.import_module(module).main(argv)
             if code != 0:
-                logger.error("%s %s ended with exit %s", sys.argv[1], " ".join(argv), code)
+                logger.error("%s %s ended with exit %s", module, " ".join(argv), code)
                 return int(code)
     finally:
         teardown(barrier=False)

@@ -1,6 +1,6 @@
 """Context parallel for the VLM trainers (policy.parallelism.cp_size): each sequence split over the CP ranks gives the
 cp = 1 loss and gradients, in one step (SFT padded and packed, a GRPO loss) and over training runs that resume at
-another cp size."""
+another cp size. The SFT and GRPO runs at cp = 2 (`cp2_runs`) share one launch; each resume has its own."""
 
 from __future__ import annotations
 
@@ -12,9 +12,38 @@ import torch
 
 from tests.conftest import write_tiny_grpo_config, write_tiny_sft_config
 from tests.integration.distributed.test_grpo_dist import exported, rows
-from tests.torchrun import grpo, sft, torchrun
+from tests.torchrun import grpo, grpo_args, runs_in_one_launch, sft, sft_args, torchrun
 
 pytestmark = pytest.mark.slow
+
+
+# GRPO's: 2 steps, a checkpoint each; kl_beta: the frozen reference model scores the tokens through the same split
+# forward
+GRPO_KEYS = {"train.max_num_steps": 2, "train.ckpt.save_freq": 1, "train.train_policy.kl_beta": 0.05}
+
+
+def sft_config(run: Path, model: Path, data: Path, out: Path, cp: int, **keys: object) -> Path:
+    """The tiny job on packed rows, 4 steps, the held-out loss at the end; at context parallel `cp`."""
+    cfg = write_tiny_sft_config(run / "config.toml", model, data, out, sequence_packing=True, **keys)
+    text = cfg.read_text() + "[validation]\nenable = true\nfreq = 4\nbatch_size = 3\n"
+    cfg.write_text(text + (f"[policy.parallelism]\ncp_size = {cp}\n" if cp > 1 else ""))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def cp2_runs(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The SFT ("sft") and GRPO ("grpo") runs on 2 ranks at cp_size = 2, in one launch: each one's run folder."""
+    tmp = tmp_path_factory.mktemp("cp2")
+    sft_cfg = sft_config(tmp / "sft", tiny_model_dir, synthetic_dir, tmp / "o-sft", 2)
+    grpo_cfg = write_tiny_grpo_config(
+        tmp / "grpo" / "config.toml",
+        tiny_model_dir,
+        synthetic_dir,
+        tmp / "o-grpo",
+        **{**GRPO_KEYS, "policy.parallelism.cp_size": 2},
+    )
+    runs_in_one_launch([sft_args(sft_cfg)[1:], grpo_args(grpo_cfg)[1:]], 2, timeout=400)
+    return {"sft": sft_cfg.parent, "grpo": grpo_cfg.parent}
 
 
 def train_rows(run: Path) -> dict[int, dict]:
@@ -39,20 +68,16 @@ def test_one_step_equals_cp1_at_cp4_and_cp2_with_fsdp(tiny_model_dir: Path, tmp_
             assert r["grad"] < 1e-5, (rank, case, r)
 
 
-def test_sft_at_cp2_trains_as_cp1_and_resumes_at_cp1(tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+def test_sft_at_cp2_trains_as_cp1_and_resumes_at_cp1(
+    cp2_runs: dict[str, Path], tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+) -> None:
     """The SFT trainer on 2 ranks at cp_size = 2 (one data-parallel rank), packed rows, 4 steps; its step-2
     checkpoint resumed on 1 process at cp = 1 repeats steps 3 and 4: the same losses and the same final weights."""
-    runs = {}
-    for name, nproc in (("cp2", 2), ("resumed", 1)):
-        run = tmp_path / name
-        keys: dict[str, object] = {"sequence_packing": True}
-        if name == "resumed":
-            keys["resume"] = str(tmp_path / "cp2" / "checkpoints" / "step_2")
-        cfg = write_tiny_sft_config(run / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / f"o-{name}", **keys)
-        text = cfg.read_text() + "[validation]\nenable = true\nfreq = 4\nbatch_size = 3\n"
-        cfg.write_text(text + ("[policy.parallelism]\ncp_size = 2\n" if nproc == 2 else ""))
-        out = sft(cfg, nproc, timeout=400)
-        runs[name] = run
+    runs = {"cp2": cp2_runs["sft"], "resumed": tmp_path / "resumed"}
+    resume = str(runs["cp2"] / "checkpoints" / "step_2")
+    out = sft(
+        sft_config(runs["resumed"], tiny_model_dir, synthetic_dir, tmp_path / "o", 1, resume=resume), 1, timeout=400
+    )
     assert "at step 2" in out
     a, b = train_rows(runs["cp2"]), train_rows(runs["resumed"])
     assert sorted(a) == [1, 2, 3, 4] and sorted(b) == [3, 4]
@@ -70,24 +95,12 @@ def test_sft_at_cp2_trains_as_cp1_and_resumes_at_cp1(tiny_model_dir: Path, synth
 
 
 def test_grpo_at_cp2_updates_as_cp1_and_resumes_at_cp1(
-    tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
+    cp2_runs: dict[str, Path], tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
     """The GRPO trainer on 2 ranks at cp_size = 2: the ranks of the CP group train on one rollout (the CP leader's),
     and the shared-prompt log-probs (the policy's and the KL reference's) are gathered over the group. Resumed from
     its step-1 checkpoint on 1 process at cp = 1, step 2 samples the same completions and makes the same update."""
-    # kl_beta: the frozen reference model scores the tokens through the same split forward
-    keys = {"train.max_num_steps": 2, "train.ckpt.save_freq": 1, "train.train_policy.kl_beta": 0.05}
-    cp2 = tmp_path / "cp2"
-    grpo(
-        write_tiny_grpo_config(
-            cp2 / "config.toml",
-            tiny_model_dir,
-            synthetic_dir,
-            tmp_path / "o1",
-            **{**keys, "policy.parallelism.cp_size": 2},
-        ),
-        nproc=2,
-    )
+    cp2 = cp2_runs["grpo"]
     resumed = tmp_path / "resumed"
     grpo(
         write_tiny_grpo_config(
@@ -95,7 +108,7 @@ def test_grpo_at_cp2_updates_as_cp1_and_resumes_at_cp1(
             tiny_model_dir,
             synthetic_dir,
             tmp_path / "o2",
-            **{**keys, "train.resume": str(cp2 / "checkpoints" / "step_1")},
+            **{**GRPO_KEYS, "train.resume": str(cp2 / "checkpoints" / "step_1")},
         ),
         nproc=1,
     )

@@ -14,7 +14,7 @@ import pytest
 from cosmos_train.process_tree import descendants
 from tests.conftest import processes_with, write_tiny_grpo_config
 from tests.integration.distributed.test_grpo_dist import assert_same_weights, rows
-from tests.torchrun import finish, grpo, grpo_args, running
+from tests.torchrun import finish, grpo, grpo_args, grpo_runs, running
 
 pytestmark = pytest.mark.slow
 
@@ -36,19 +36,22 @@ def test_nothing_ahead_equals_the_synchronous_trainer(
     tiny_model_dir: Path, synthetic_dir: Path, tmp_path: Path
 ) -> None:
     """max_inflight_steps = 0: each batch is sampled in the worker after the previous step's weights
-    arrived (exported to safetensors, loaded there): the same rollouts and weights as on_policy = true."""
+    arrived (exported to safetensors, loaded there): the same rollouts and weights as on_policy = true. The two
+    runs one after another in one launch, the synchronous one first."""
     keys = {"train.max_num_steps": 3, "rollout.sampling_config.top_k": 4, "train.ckpt.save_freq": 100}
     sync = tmp_path / "sync"
-    grpo(write_tiny_grpo_config(sync / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", **keys))
     asynchronous = tmp_path / "async"
-    out = grpo(
-        write_tiny_grpo_config(
-            asynchronous / "config.toml",
-            tiny_model_dir,
-            synthetic_dir,
-            tmp_path / "o2",
-            **{**keys, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 0},
-        )
+    out = grpo_runs(
+        [
+            write_tiny_grpo_config(sync / "config.toml", tiny_model_dir, synthetic_dir, tmp_path / "o1", **keys),
+            write_tiny_grpo_config(
+                asynchronous / "config.toml",
+                tiny_model_dir,
+                synthetic_dir,
+                tmp_path / "o2",
+                **{**keys, "train.train_policy.on_policy": False, "train.train_policy.max_inflight_steps": 0},
+            ),
+        ]
     )
     assert "worker (asynchronous)" in out
     assert_same_weights(sync / "safetensors" / "final", asynchronous / "safetensors" / "final")
