@@ -172,12 +172,15 @@ def grpo(
     return torchrun(nproc, *grpo_args(config, script=script), env=env, timeout=timeout).stdout
 
 
-def runs_in_one_launch(runs: list[list[str]], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
+def runs_in_one_launch(
+    runs: list[list[str]], nproc: int = 2, timeout: float = TIMEOUT_S, launcher: str = TORCHRUN
+) -> str:
     """Independent runs of the trainers, each [MODULE, *ARGV] (`cosmos_train.train.sft`, ...): `python -m MODULE
-    ARGV`'s `main(ARGV)`, one after another in one launch (tests/integration/distributed/runs_worker.py: the launch's
-    start, most of a tiny run's CPU, paid once); exit 0 asserted; the output of all."""
+    ARGV`'s `main(ARGV)`, one after another in one launch by `launcher` (tests/integration/distributed/runs_worker.py:
+    the launch's start, most of a tiny run's CPU, paid once); exit 0 asserted; the output of all."""
     args = [arg for run in runs for arg in ("--", *run)][1:]
-    return torchrun(nproc, "-m", "tests.integration.distributed.runs_worker", *args, timeout=timeout).stdout
+    worker = "tests.integration.distributed.runs_worker"
+    return torchrun(nproc, "-m", worker, *args, launcher=launcher, timeout=timeout).stdout
 
 
 def sft_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:

@@ -84,6 +84,7 @@ RUNS: dict[str, dict[str, object]] = {
 
 
 def lora_keys(on_policy: bool) -> dict[str, object]:
+    """The LoRA case's settings: the colocated engine (on_policy) or the asynchronous rollout worker."""
     return {
         "train.max_num_steps": 2,
         "rollout.sampling_config.top_k": 4,

@@ -30,10 +30,7 @@ def _config(run: Path, tiny_model_dir: Path, synthetic_dir: Path, out: Path, **t
 def lora_run(tiny_model_dir: Path, synthetic_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny job with LoRA, 4 steps on 2 processes: its run folder."""
     tmp = tmp_path_factory.mktemp("lora")
-    return sft_run(_config(tmp / "run", tiny_model_dir, synthetic_dir, tmp / "out", max_num_steps=4))
-
-
-def sft_run(cfg: Path) -> Path:
+    cfg = _config(tmp / "run", tiny_model_dir, synthetic_dir, tmp / "out", max_num_steps=4)
     sft(cfg, 2)
     return cfg.parent
 

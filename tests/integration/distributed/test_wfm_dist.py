@@ -96,7 +96,7 @@ def runs(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path_factory: pytest.TempPa
         ),
         "local": _config(tmp / "local", "tiny-wfm-flow-grpo.toml", two + SERVICE_KEYS),
     }
-    runs_in_one_launch([["cosmos_train.wfm.trainer", "--config", str(cfg)] for cfg in configs.values()], 2)
+    runs_in_one_launch([["cosmos_train.wfm.trainer", "--config", str(c)] for c in configs.values()], 2, launcher=LAUNCH)
     return {name: cfg.parent for name, cfg in configs.items()}
 
 
