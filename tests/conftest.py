@@ -29,20 +29,45 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Tests that run after the rest of `make pytest`, as its second part (pytest -m serial, two at a time; each one's
 # processes are told apart by its own folder, session or environment): their bounds on seconds hold with no more than
-# one other such test beside them (measured: 31 of 31 passed, 13m28s against 16m44s one at a time), not beside the
-# first part's torchrun launches, or they load the machine on purpose.
-# Longest files first (`make pytest` collects them in this order, and xdist hands out files in that order), so
-# the part does not end on one long file while the other worker idles.
+# one other such test beside them (bench/RESULTS.md, "The suite's wall time"), not beside the first part's torchrun
+# launches, or they load the machine on purpose.
+# `make pytest-serial` collects them in this order (`serial_paths`) and hands the files out in it
+# (--no-loadscope-reorder): the longest first, so that the part does not end on one long file while the other worker
+# idles; the half-second timeouts first, beside the two-host bed's start; the test that spins both cores last, after
+# the tests with tight bounds have been handed out.
 SERIAL = (
-    "tests/integration/distributed/test_two_hosts.py",  # the two-host bed: rendezvous and collective timeouts
-    "tests/integration/flows/test_deployment_nodes.py",
-    "tests/faults/",  # real faults: stop and restart bounds in seconds, collective timeouts, every session they made
-    "tests/integration/flows/test_cancel.py",  # a killed flow's ranks gone within 30 s; it failed under load ~9
-    "tests/integration/distributed/test_determinism_under_load.py",  # spins both cores on purpose
-    "tests/integration/distributed/test_grpo_reward_restart.py",  # a service restart a client's retries must outlast
     "tests/integration/services/test_reward_service_limits.py",  # timeouts to half a second
+    "tests/integration/distributed/test_two_hosts.py",  # the two-host bed: rendezvous and collective timeouts
+    # real faults: stop and restart bounds in seconds, collective timeouts, every session they made
+    "tests/faults/test_ctrl_c.py",
+    "tests/faults/test_reward_service_down.py",
+    "tests/integration/flows/test_deployment_nodes.py",  # the two-host bed
+    "tests/faults/test_host_lost.py",
+    "tests/faults/test_prefect_server_lost.py",
+    "tests/faults/test_disk_full.py",
+    "tests/faults/test_cli_killed.py",
+    "tests/integration/flows/test_cancel.py",  # a killed flow's ranks gone within 30 s; it failed under load ~9
+    "tests/integration/distributed/test_grpo_reward_restart.py",  # a service restart a client's retries must outlast
+    "tests/faults/test_wfm_reward_service_down.py",
+    "tests/faults/test_preemption.py",  # no bound in seconds: the likely neighbour of the last test
+    "tests/faults/",  # and any other file of the fault suite
     "tests/integration/distributed/test_multinode.py",
+    "tests/integration/distributed/test_determinism_under_load.py",  # spins both cores on purpose
 )
+
+
+def serial_paths() -> list[str]:
+    """SERIAL as `make pytest-serial` passes it to pytest: a folder's entry becomes its test files that SERIAL does not
+    name (given a folder, pytest would collect every file of it at the folder's place, whatever the order named)."""
+    named = {entry for entry in SERIAL if entry.endswith(".py")}
+    paths = []
+    for entry in SERIAL:
+        if entry.endswith(".py"):
+            paths.append(entry)
+        else:
+            files = (p.relative_to(ROOT).as_posix() for p in sorted((ROOT / entry).glob("test_*.py")))
+            paths += [f for f in files if f not in named]
+    return paths
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,6 +14,7 @@ cosmos-rl is copied into this repository: the tests read the installed package.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import os
 import sys
@@ -88,8 +89,21 @@ def oracle_function(module: str, name: str, **globals_: Any) -> Any:
 
     The module's `import` statements and top-level assignments are run one by one and those that fail are
     left out: the function must only need what resolves, the module's functions it calls (compiled with it,
-    transitively) and `globals_` (a NameError in a test says what is missing).
+    transitively) and `globals_` (a NameError in a test says what is missing). Without `globals_` the function
+    is compiled once per process and handed out again (a loop over hundreds of settings would otherwise read,
+    parse and import its module at each).
     """
+    if not globals_:
+        return _oracle_function_alone(module, name)
+    return _compile_oracle_function(module, name, globals_)
+
+
+@functools.cache
+def _oracle_function_alone(module: str, name: str) -> Any:
+    return _compile_oracle_function(module, name, {})
+
+
+def _compile_oracle_function(module: str, name: str, globals_: dict[str, Any]) -> Any:
     path = oracle_source(module)
     tree = ast.parse(path.read_text(), filename=str(path))
     namespace: dict[str, Any] = {"__name__": f"oracle:{module}"}

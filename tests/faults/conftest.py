@@ -169,7 +169,9 @@ def cli_runs() -> Iterator[list[CliRun]]:
 
 
 # ----------------------------------------------------------------------------- the suite's SFT job
-FAULT_SFT_STEPS = 40  # ~0.2 s a step on 2 CPU ranks: long enough to be hit mid-run, short enough to resume
+# Long enough to be hit mid-run (a fault comes after step 2-5, and the Prefect server's loss must be seen while the
+# training goes on), short enough to run many times: the uninterrupted run, then each case's run and its resume
+FAULT_SFT_STEPS = 24
 
 
 def write_fault_sft_config(path: Path, model: Path, data: Path, out: Path, **train: object) -> Path:

@@ -19,7 +19,15 @@ import httpx
 import pytest
 
 from cosmos_train.checkpoint_paths import complete_checkpoints
-from tests.faults.conftest import CliRun, fault_env, resume_to_the_end, sft_args, start_cli, write_fault_sft_config
+from tests.faults.conftest import (
+    FAULT_SFT_STEPS,
+    CliRun,
+    fault_env,
+    resume_to_the_end,
+    sft_args,
+    start_cli,
+    write_fault_sft_config,
+)
 from tests.integration.prefect_server import start_server
 from tests.run_outputs import same_weights
 
@@ -67,7 +75,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, synt
 def test_ctrl_c_stops_saved_and_names_the_checkpoint(stopped: Stopped) -> None:
     step = int(stopped.paragraph.split("stopped by Ctrl-C at step ")[1].split()[0])
     checkpoint = stopped.run_dir / "checkpoints" / f"step_{step}"
-    assert 0 < step < 40 and f"saved the checkpoint {checkpoint}" in stopped.paragraph, stopped.paragraph
+    assert 0 < step < FAULT_SFT_STEPS and f"saved the checkpoint {checkpoint}" in stopped.paragraph, stopped.paragraph
     assert (checkpoint / "COMPLETE").is_file(), stopped.paragraph
     assert not list((stopped.run_dir / "checkpoints").glob("*.tmp*")), "a partial checkpoint was left"
 

@@ -103,7 +103,6 @@ def ours_ignore(seqs: list[list[int]], rewards: list[float], min_tokens: int, re
 
 def theirs_ignore(seqs: list[list[int]], rewards: list[float], min_tokens: int) -> list[int]:
     """cosmos-rl's compute_rewards on one payload of these completions (rollout_as_token_ids: their token ids)."""
-    compute = oracle_function("cosmos_rl.reward.local_calculator", "LocalRewardCalculator.compute_rewards")
     util = SimpleNamespace(
         find_maximal_prefix_groups=oracle_function("cosmos_rl.utils.util", "find_maximal_prefix_groups")
     )
@@ -128,7 +127,13 @@ def theirs_ignore(seqs: list[list[int]], rewards: list[float], min_tokens: int) 
     def training_payload(payload: Any, group: Any, rollouts: list[Any], *, valid: bool) -> Any:
         return SimpleNamespace(valid=valid, ignore=[r.n_ignore_prefix_tokens for r in rollouts])
 
-    compute.__globals__.update(RolloutGroup=RolloutGroup, util=util, _training_payload_from_rollouts=training_payload)
+    compute = oracle_function(
+        "cosmos_rl.reward.local_calculator",
+        "LocalRewardCalculator.compute_rewards",
+        RolloutGroup=RolloutGroup,
+        util=util,
+        _training_payload_from_rollouts=training_payload,
+    )
     cfg = oracle_config()
     cfg.train.train_policy.min_filter_prefix_tokens = min_tokens
     cfg.train.train_policy.rollout_as_token_ids = True

@@ -35,7 +35,7 @@ def test_vllm_rollout_under_torchrun(
             "train.train_policy.variant": "dapo",
             "rollout.backend": "vllm",
             "rollout.parallelism.tp_size": rollout_tp,
-            "rollout.gpu_memory_utilization": 0.3,
+            "rollout.gpu_memory_utilization": 0.05,  # as test_vllm_engine.py's _generation_config says
             "rollout.sampling_config.top_k": 4,
             "validation.enable": True,
             "validation.freq": 2,
@@ -78,7 +78,7 @@ def test_vllm_rollout_on_a_text_model(text_model_dirs: dict[str, Path], tmp_path
         **{
             "train.max_num_steps": 2,
             "rollout.backend": "vllm",
-            "rollout.gpu_memory_utilization": 0.3,
+            "rollout.gpu_memory_utilization": 0.05,  # as test_vllm_engine.py's _generation_config says
             "rollout.sampling_config.top_k": 4,
             "train.ckpt.save_freq": 100,
             "policy.model_max_length": 256,
