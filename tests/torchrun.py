@@ -191,3 +191,10 @@ def sft_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) ->
 def grpo_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
     """The GRPO trainer on each config in turn (its task the toy_rewards.py beside each), in one launch; its output."""
     return runs_in_one_launch([grpo_args(c)[1:] for c in configs], nproc, timeout)
+
+
+def wfm_runs(configs: list[Path], nproc: int = 2, timeout: float = TIMEOUT_S) -> str:
+    """The world-model trainer on each config in turn, in one launch by our launcher (as its own launches are); its
+    output."""
+    runs = [["cosmos_train.wfm.trainer", "--config", str(c)] for c in configs]
+    return runs_in_one_launch(runs, nproc, timeout, launcher=LAUNCH)

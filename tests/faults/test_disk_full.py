@@ -23,9 +23,8 @@ from tests.run_outputs import same_weights
 
 STOP_BOUND_S = 180  # start to exit 2: setup, 4 steps, the failure (measured: ~40 s on 2 loaded cores)
 STOP_AFTER_FAULT_S = 60  # the failing step to exit 2 (measured: ~5 s)
-ROOMY = (
-    "size=1g"  # the whole job: a checkpoint (~14 MiB) and an export (~4.4 MiB) every 2 steps; tmpfs takes what is used
-)
+# the whole job: a checkpoint (~14 MiB) and an export (~4.4 MiB) every 2 steps; tmpfs takes only what is used
+ROOMY = "size=1g"
 
 
 def tmpfs_bytes(folder: Path) -> int:

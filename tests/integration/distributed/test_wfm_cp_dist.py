@@ -18,7 +18,7 @@ import torch
 from cosmos_train.export import read_checkpoint_model
 from cosmos_train.metrics import read_metrics
 from tests.integration.distributed.test_wfm_dist import TIMED, _common, _config, _run
-from tests.torchrun import LAUNCH, runs_in_one_launch
+from tests.torchrun import wfm_runs
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def two_rank_runs(wfm4_dir: Path, wfm_data_dir: Path, tmp_path_factory: pytest.T
             tmp / "flow-grpo-cp1", "tiny-wfm-flow-grpo.toml", _common(wfm4_dir, wfm_data_dir, tmp, 1) + FLOW_GRPO_KEYS
         ),
     }
-    runs_in_one_launch([["cosmos_train.wfm.trainer", "--config", str(c)] for c in configs.values()], 2, launcher=LAUNCH)
+    wfm_runs(list(configs.values()), 2)
     return {name: cfg.parent for name, cfg in configs.items()}
 
 

@@ -17,7 +17,7 @@ from cosmos_train.metrics import read_metrics
 from cosmos_train.wfm.config import load_wfm_config
 from tests.cli_inprocess import RunCli
 from tests.conftest import ROOT
-from tests.torchrun import LAUNCH, runs_in_one_launch, torchrun
+from tests.torchrun import LAUNCH, torchrun, wfm_runs
 
 TIMED = {"time", "rollout_time", "step_time"}
 
@@ -96,7 +96,7 @@ def runs(tiny_wfm_dir: Path, wfm_data_dir: Path, tmp_path_factory: pytest.TempPa
         ),
         "local": _config(tmp / "local", "tiny-wfm-flow-grpo.toml", two + SERVICE_KEYS),
     }
-    runs_in_one_launch([["cosmos_train.wfm.trainer", "--config", str(c)] for c in configs.values()], 2, launcher=LAUNCH)
+    wfm_runs(list(configs.values()), 2)
     return {name: cfg.parent for name, cfg in configs.items()}
 
 
